@@ -1,0 +1,270 @@
+"""Dataclass configs for fill and train, loaded from YAML or dicts, every problem in one error."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from raycache.errors import ConfigError
+
+DEFAULT_STORE = ".raycache/store"
+STORAGE_DTYPES = ("float32", "float16")
+SOURCE_FORMATS = ("parquet", "jsonl", "csv")
+PLACEMENTS = ("auto", "stream", "cpu", "gpu")
+
+
+@dataclass
+class StoreConfig:
+    uri: str = DEFAULT_STORE
+    """Where caches live: a local folder, or s3://bucket/prefix or any fsspec URI."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """fsspec storage options (e.g. client_kwargs.endpoint_url). Keep credentials in the env."""
+    shared: bool = False
+    """Set when a local-folder store is mounted on every node (NFS), to allow multi-node use."""
+
+
+@dataclass
+class SourceConfig:
+    path: str | list[str]
+    """File, folder or glob (or a list of them), local or any fsspec URI."""
+    format: str | None = None
+    """parquet, jsonl or csv; inferred from the file suffix when left out."""
+    key: str = "id"
+    """Column whose value identifies a row; it travels into the cache."""
+    labels: list[str] = field(default_factory=list)
+    """Label columns copied into the cache as they are."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """fsspec storage options for the source."""
+    version: str | None = None
+    """A version you name for sources whose files carry no mtime or ETag."""
+
+
+@dataclass
+class EncoderConfig:
+    name: str
+    """Name of the encoder; its embeddings land in a column of this name."""
+    kind: str
+    """Encoder family, a key of raycache.encoders.REGISTRY (hf-text, torch)."""
+    input: str
+    """Source column fed to the encoder."""
+    path: str | None = None
+    """hf-text: a local model folder, or pkg:<package>/<folder> inside an installed package."""
+    factory: str | None = None
+    """torch: "package.module:function" returning a torch.nn.Module."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """torch: keyword arguments for the factory (part of the fingerprint)."""
+    max_length: int = 256
+    """hf-text: tokens kept per input."""
+    normalize: bool = True
+    """hf-text: L2-normalise the pooled embedding."""
+    dtype: str = "float32"
+    """Storage dtype of the embedding column: float32 or float16."""
+    trainable: bool = False
+    """A trainable encoder changes as it learns, so raycache refuses to cache it."""
+
+
+@dataclass
+class FillConfig:
+    name: str
+    """Cache name: caches live at <store>/<name>/<fingerprint>/."""
+    source: SourceConfig
+    encoders: list[EncoderConfig]
+    store: StoreConfig = field(default_factory=StoreConfig)
+    batch_size: int = 64
+    """Rows per encoder forward pass."""
+    concurrency: int = 1
+    """Encoder actors in the pool."""
+    num_gpus: float = 0.0
+    """GPUs per encoder actor (0 runs CPU actors)."""
+    num_cpus: float = 1.0
+    """CPUs per encoder actor."""
+    rows_per_shard: int = 2048
+    """Rows per Parquet shard at most; a shard never spans two source files."""
+    progress: bool = True
+    """Show Ray Data progress bars."""
+
+    def problems(self) -> list[str]:
+        from raycache.encoders import REGISTRY
+
+        out = _positive(self, "batch_size", "concurrency", "rows_per_shard")
+        if self.num_gpus < 0 or self.num_cpus < 0:
+            out.append(f"num_gpus={self.num_gpus}, num_cpus={self.num_cpus}: must be >= 0")
+        if not _is_name(self.name):
+            out.append(f"name={self.name!r}: use letters, digits, '-', '_' or '.'")
+        if self.source.format not in (None, *SOURCE_FORMATS):
+            out.append(f"source.format={self.source.format!r}: expected one of {SOURCE_FORMATS}")
+        if not self.encoders:
+            out.append("encoders: empty; list at least one frozen encoder")
+        names = [e.name for e in self.encoders]
+        for dup in sorted({n for n in names if names.count(n) > 1}):
+            out.append(f"encoders: name {dup!r} is used twice; each needs its own column")
+        for e in self.encoders:
+            where = f"encoders[{e.name}]"
+            if e.kind not in REGISTRY:
+                out.append(f"{where}.kind={e.kind!r}: unknown; expected one of {sorted(REGISTRY)}")
+            if e.dtype not in STORAGE_DTYPES:
+                out.append(f"{where}.dtype={e.dtype!r}: expected one of {STORAGE_DTYPES}")
+            if e.trainable:
+                out.append(
+                    f"{where}.trainable=true: a trainable encoder's outputs change as it learns, "
+                    "so they cannot be cached; set trainable: false, or leave it out of the fill "
+                    "and feed its raw input to training"
+                )
+            if e.name in (self.source.key, *self.source.labels):
+                out.append(f"{where}: name clashes with a key or label column; rename it")
+        return out
+
+
+@dataclass
+class TrainConfig:
+    cache: str
+    """Name of a committed cache in the store."""
+    store: StoreConfig = field(default_factory=StoreConfig)
+    fingerprint: str | None = None
+    """Which fill of the cache; the newest committed one when left out."""
+    encoders: list[str] | None = None
+    """Embedding columns to train on, concatenated; all of them when left out."""
+    label: str | None = None
+    """Label column; the cache's first one when left out."""
+    head: str = "linear"
+    """Head family, a key of raycache.heads.REGISTRY (linear, mlp)."""
+    hidden: list[int] = field(default_factory=lambda: [256])
+    """mlp: hidden layer widths."""
+    dropout: float = 0.0
+    epochs: int = 10
+    batch_size: int = 256
+    """Rows per step on each worker."""
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    val_fraction: float = 0.2
+    """Share of rows held out for validation, chosen by a hash of the key (stable across runs)."""
+    seed: int = 0
+    num_workers: int = 2
+    """DDP workers."""
+    cpus_per_worker: float = 0.5
+    """Fractional CPUs leave room for Ray Data's read tasks on small machines."""
+    use_gpu: bool = False
+    """One GPU per worker, NCCL between them."""
+    placement: str = "auto"
+    """Where each worker keeps its share: stream (read every epoch), cpu, gpu, or auto."""
+    run_name: str | None = None
+    """Checkpoint folder name under the cache's runs/; a timestamp when left out."""
+    progress: bool = True
+    """Show Ray Data progress bars while streaming shards."""
+
+    def problems(self) -> list[str]:
+        from raycache.heads import REGISTRY
+
+        out = _positive(self, "epochs", "batch_size", "num_workers")
+        if self.head not in REGISTRY:
+            out.append(f"head={self.head!r}: unknown; expected one of {sorted(REGISTRY)}")
+        if not 0.0 < self.val_fraction < 1.0:
+            out.append(f"val_fraction={self.val_fraction}: expected a value in (0, 1), e.g. 0.2")
+        if self.placement not in PLACEMENTS:
+            out.append(f"placement={self.placement!r}: expected one of {PLACEMENTS}")
+        if self.placement == "gpu" and not self.use_gpu:
+            out.append("placement='gpu' needs use_gpu: true (or use placement: cpu)")
+        if self.lr <= 0:
+            out.append(f"lr={self.lr}: must be > 0, e.g. 1e-3")
+        if self.cpus_per_worker <= 0:
+            out.append(f"cpus_per_worker={self.cpus_per_worker}: must be > 0, e.g. 0.5")
+        if self.run_name is not None and not _is_name(self.run_name):
+            out.append(f"run_name={self.run_name!r}: use letters, digits, '-', '_' or '.'")
+        return out
+
+
+def _positive(cfg: Any, *names: str) -> list[str]:
+    return [f"{n}={getattr(cfg, n)}: must be >= 1" for n in names if getattr(cfg, n) < 1]
+
+
+def _is_name(s: str) -> bool:
+    return bool(s) and all(c.isalnum() or c in "-_." for c in s) and not s.startswith(".")
+
+
+T = typing.TypeVar("T")
+
+
+def load(cls: type[T], data: dict[str, Any] | str | Path | T) -> T:
+    """Build and check a config from a dict, a YAML file path, or an instance."""
+    if isinstance(data, cls):
+        obj = data
+    else:
+        if isinstance(data, str | Path):
+            path = Path(data)
+            if not path.is_file():
+                raise ConfigError([f"config file {str(path)!r} does not exist; check the path"])
+            data = yaml.safe_load(path.read_text()) or {}
+        problems: list[str] = []
+        obj = _build(cls, data, cls.__name__, problems)
+        if problems:
+            raise ConfigError(problems)
+    problems = obj.problems() if hasattr(obj, "problems") else []
+    if problems:
+        raise ConfigError(problems)
+    return obj
+
+
+def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
+    if not isinstance(data, dict):
+        problems.append(f"{where}: expected a mapping, got {type(data).__name__} {data!r}")
+        return None
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in sorted(set(data) - set(fields)):
+        problems.append(f"{where}.{key}: unknown field; expected one of {sorted(fields)}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in data:
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if required:
+                problems.append(f"{where}.{name}: missing (required)")
+            continue
+        kwargs[name] = _value(hints[name], data[name], f"{where}.{name}", problems)
+    if problems:
+        return None
+    return cls(**kwargs)
+
+
+def _value(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            trial: list[str] = []
+            out = _value(arg, value, where, trial)
+            if not trial:
+                return out
+        problems.append(f"{where}={value!r}: expected {_type_name(tp)}")
+        return None
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, where, problems)
+    if origin is list:
+        if not isinstance(value, list):
+            problems.append(f"{where}={value!r}: expected a list")
+            return None
+        return [_value(args[0], v, f"{where}[{i}]", problems) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            problems.append(f"{where}={value!r}: expected a mapping")
+            return None
+        return dict(value)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is Any or (isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
+        return value
+    problems.append(f"{where}={value!r}: expected {_type_name(tp)}, got {type(value).__name__}")
+    return None
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")

@@ -1,0 +1,104 @@
+"""Any user torch module, built by a "package.module:function" factory, frozen."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from raycache.config import EncoderConfig
+from raycache.encoders.base import Family, freeze
+from raycache.errors import EncoderError
+
+
+def build(cfg: EncoderConfig) -> torch.nn.Module:
+    """Import the factory and call it with the configured kwargs."""
+    ref = cfg.factory or ""
+    mod_name, _, fn_name = ref.partition(":")
+    if not mod_name or not fn_name:
+        raise EncoderError(
+            f"encoder {cfg.name!r}: factory={ref!r}; expected 'package.module:function'"
+        )
+    try:
+        module = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise EncoderError(
+            f"encoder {cfg.name!r}: factory={ref!r} does not import ({exc}); check the module "
+            "name and that it is installed or on the job's working_dir"
+        ) from exc
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise EncoderError(
+            f"encoder {cfg.name!r}: factory={ref!r}: module {mod_name!r} has no callable "
+            f"{fn_name!r}"
+        )
+    net = fn(**cfg.kwargs)
+    if not isinstance(net, torch.nn.Module):
+        raise EncoderError(
+            f"encoder {cfg.name!r}: factory={ref!r} returned {type(net).__name__}; "
+            "expected a torch.nn.Module"
+        )
+    return net
+
+
+def state_digest(net: torch.nn.Module) -> str:
+    """sha256 over every parameter and buffer: name, dtype, shape and bytes."""
+    h = hashlib.sha256()
+    for name, t in sorted(net.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\0".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def describe(cfg: EncoderConfig) -> dict[str, Any]:
+    net = build(cfg)
+    module = importlib.import_module(cfg.factory.partition(":")[0])
+    try:
+        code = hashlib.sha256(inspect.getsource(module).encode()).hexdigest()
+    except (OSError, TypeError) as exc:
+        raise EncoderError(
+            f"encoder {cfg.name!r}: the source of {cfg.factory!r} cannot be read to fingerprint "
+            "it; ship the factory as a .py file"
+        ) from exc
+    return {
+        "kind": cfg.kind,
+        "input": cfg.input,
+        "factory": cfg.factory,
+        "kwargs": cfg.kwargs,
+        "dtype": cfg.dtype,
+        "code_digest": code,
+        "weights_digest": state_digest(net),
+    }
+
+
+class TorchModuleEncoder:
+    def __init__(self, cfg: EncoderConfig, device: str):
+        self.cfg = cfg
+        self.device = device
+        self.net = freeze(build(cfg)).to(device)
+
+    def weights_digest(self) -> str:
+        return state_digest(self.net)
+
+    @torch.inference_mode()
+    def encode(self, values: pa.Array) -> np.ndarray:
+        if pa.types.is_fixed_size_list(values.type) or pa.types.is_list(values.type):
+            x = np.stack(values.to_numpy(zero_copy_only=False)).astype(np.float32)
+        elif pa.types.is_integer(values.type) or pa.types.is_floating(values.type):
+            x = values.to_numpy(zero_copy_only=False).astype(np.float32)[:, None]
+        else:
+            raise EncoderError(
+                f"encoder {self.cfg.name!r}: column {self.cfg.input!r} is {values.type}; "
+                "the torch family takes numbers or lists of numbers"
+            )
+        out = self.net(torch.from_numpy(x).to(self.device))
+        return out.reshape(out.shape[0], -1).float().cpu().numpy()
+
+
+TORCH_MODULE = Family(describe=describe, load=TorchModuleEncoder)

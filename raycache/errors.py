@@ -1,0 +1,34 @@
+"""The errors raycache raises: one base class and a few kinds a caller may want to catch."""
+
+
+class RaycacheError(Exception):
+    """Base class: every message names the bad value, what was expected, and the fix."""
+
+
+class ConfigError(RaycacheError):
+    """One or more configuration problems, all listed in one message."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} configuration problem(s):\n{lines}")
+
+
+class SourceError(RaycacheError):
+    """The source dataset cannot be read as asked."""
+
+
+class EncoderError(RaycacheError):
+    """An encoder cannot be built, or cannot be cached."""
+
+
+class FingerprintError(RaycacheError):
+    """An input of the cache key cannot be described stably."""
+
+
+class StoreError(RaycacheError):
+    """The store cannot be reached, or holds something it should not."""
+
+
+class CacheNotFound(StoreError):
+    """No committed cache matches the request."""

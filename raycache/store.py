@@ -1,0 +1,130 @@
+"""The only module that touches storage: cache layout, atomic writes, listing, reachability."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import fsspec
+import pyarrow.fs as pafs
+from fsspec.implementations.local import LocalFileSystem
+
+from raycache.errors import StoreError
+
+MANIFEST = "manifest.json"
+SHARDS = "shards"
+RUNS = "runs"
+
+
+@dataclass
+class Store:
+    """A store URI (folder, s3://bucket/prefix, any fsspec URI) and its fsspec options."""
+
+    uri: str
+    options: dict[str, Any] = field(default_factory=dict)
+    shared: bool = False
+
+    def __post_init__(self) -> None:
+        if "://" not in self.uri:
+            self.uri = os.path.abspath(os.path.expanduser(self.uri))
+        self.uri = self.uri.rstrip("/")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"uri": self.uri, "options": self.options, "shared": self.shared}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @cached_property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        fs, _ = fsspec.core.url_to_fs(self.uri, **self.options)
+        return fs
+
+    @cached_property
+    def root(self) -> str:
+        return fsspec.core.url_to_fs(self.uri, **self.options)[1]
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, LocalFileSystem)
+
+    def pyarrow_fs(self) -> pafs.FileSystem:
+        """The store as a pyarrow filesystem, for Ray Data and Ray Train."""
+        if self.is_local:
+            return pafs.LocalFileSystem()
+        return pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
+
+    def path(self, *parts: str) -> str:
+        """A path inside the store, in the filesystem's own form (no protocol)."""
+        return "/".join([self.root, *parts])
+
+    def url(self, path: str) -> str:
+        """The full URI of a filesystem path, as a user would type it."""
+        return path if self.is_local else self.fs.unstrip_protocol(path)
+
+    def cache_dir(self, name: str, fingerprint: str) -> str:
+        return self.path(name, fingerprint)
+
+    def check_reachable(self) -> None:
+        """Fail fast, with the fix, when the store cannot be reached."""
+        if self.is_local:
+            return
+        probe_options = dict(self.options)
+        if self.fs.protocol[0] in ("s3", "s3a"):
+            config = dict(probe_options.get("config_kwargs", {}))
+            config.setdefault("connect_timeout", 3)
+            config.setdefault("read_timeout", 5)
+            config.setdefault("retries", {"max_attempts": 1})
+            probe_options["config_kwargs"] = config
+        try:
+            fs, root = fsspec.core.url_to_fs(self.uri, skip_instance_cache=True, **probe_options)
+            fs.ls(root.split("/")[0])
+        except Exception as exc:  # the filesystem's own error type varies by backend
+            endpoint = os.environ.get("AWS_ENDPOINT_URL") or probe_options.get(
+                "client_kwargs", {}
+            ).get("endpoint_url", "the default endpoint")
+            raise StoreError(
+                f"store {self.uri!r} is unreachable through {endpoint} "
+                f"({type(exc).__name__}: {exc}); check the endpoint (AWS_ENDPOINT_URL or "
+                "store.options.client_kwargs.endpoint_url), the bucket name and the credentials"
+            ) from exc
+
+    def exists(self, path: str) -> bool:
+        return self.fs.exists(path)
+
+    def read_bytes(self, path: str) -> bytes:
+        return self.fs.cat_file(path)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Write a whole object so a reader sees all of it or none of it."""
+        if self.is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        else:
+            self.fs.pipe_file(path, data)  # one PUT of the complete object
+
+    def write_json(self, path: str, obj: Any) -> None:
+        self.write_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+    def read_json(self, path: str) -> Any:
+        return json.loads(self.read_bytes(path))
+
+    def listdir(self, path: str) -> list[str]:
+        """Names of the entries under path (empty when it does not exist)."""
+        try:
+            entries = self.fs.ls(path, detail=False, refresh=True)
+        except FileNotFoundError:
+            return []
+        return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
+    def size(self, path: str) -> int:
+        return int(self.fs.size(path))

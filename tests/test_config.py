@@ -1,0 +1,66 @@
+"""Config loading: every problem is listed in one error that names the value and the fix."""
+
+import pytest
+
+from raycache.config import FillConfig, TrainConfig, load
+from raycache.errors import ConfigError
+
+
+def fill_dict(**over):
+    cfg = {
+        "name": "docs",
+        "source": {"path": "data.parquet", "labels": ["label"]},
+        "encoders": [{"name": "e", "kind": "hf-text", "input": "text", "path": "m"}],
+    }
+    cfg.update(over)
+    return cfg
+
+
+def test_valid_config_builds_nested_dataclasses():
+    cfg = load(FillConfig, fill_dict())
+    assert cfg.source.key == "id" and cfg.encoders[0].max_length == 256
+    assert cfg.store.uri.endswith("store")
+
+
+def test_all_structural_problems_reported_together():
+    bad = fill_dict(batch_sise=3, concurrency="two")
+    del bad["name"]
+    with pytest.raises(ConfigError) as err:
+        load(FillConfig, bad)
+    text = str(err.value)
+    assert "FillConfig.batch_sise: unknown field" in text
+    assert "FillConfig.concurrency='two': expected int" in text
+    assert "FillConfig.name: missing (required)" in text
+    assert len(err.value.problems) == 3
+
+
+def test_semantic_problems_name_value_and_fix():
+    bad = fill_dict(
+        encoders=[
+            {"name": "e", "kind": "bert-ish", "input": "text"},
+            {"name": "e", "kind": "torch", "input": "x", "trainable": True, "dtype": "int8"},
+        ],
+        batch_size=0,
+    )
+    with pytest.raises(ConfigError) as err:
+        load(FillConfig, bad)
+    text = str(err.value)
+    assert "kind='bert-ish': unknown; expected one of ['hf-text', 'torch']" in text
+    assert "trainable=true" in text and "cannot be cached" in text
+    assert "dtype='int8'" in text
+    assert "name 'e' is used twice" in text
+    assert "batch_size=0: must be >= 1" in text
+
+
+def test_train_config_checks():
+    with pytest.raises(ConfigError) as err:
+        load(TrainConfig, {"cache": "c", "head": "transformer", "val_fraction": 1.5,
+                           "placement": "gpu"})
+    text = str(err.value)
+    assert "head='transformer'" in text and "val_fraction=1.5" in text
+    assert "placement='gpu' needs use_gpu: true" in text
+
+
+def test_missing_yaml_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load(FillConfig, tmp_path / "nope.yaml")

