@@ -27,6 +27,7 @@ from raycache.errors import (
 )
 from raycache.fill import FillResult, fill
 from raycache.manifest import Manifest
+from raycache.predict import Head, load_head
 from raycache.train import TrainResult, train
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "FillConfig",
     "FillResult",
     "FingerprintError",
+    "Head",
     "Manifest",
     "RaycacheError",
     "SourceConfig",
@@ -47,6 +49,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "fill",
+    "load_head",
     "ls",
     "open_cache",
     "train",

@@ -153,6 +153,8 @@ class TrainConfig:
     """One GPU per worker, NCCL between them."""
     placement: str = "auto"
     """Where each worker keeps its share: stream (read every epoch), cpu, gpu, or auto."""
+    checkpoint_every: int = 0
+    """Epochs between checkpoints; 0 saves only after the last epoch."""
     run_name: str | None = None
     """Checkpoint folder name under the cache's runs/; a timestamp when left out."""
     progress: bool = True

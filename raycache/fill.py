@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -322,6 +323,7 @@ def _commit(p: Plan, records: list[dict[str, Any]], seconds: float) -> Manifest:
         ],
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         fill_seconds=round(seconds, 3),
+        extra={"encoder_configs": {e.name: dataclasses.asdict(e) for e in p.cfg.encoders}},
     )
     p.store.write_json(f"{p.dir}/{MANIFEST}", manifest.to_dict())
     with contextlib.suppress(FileNotFoundError):

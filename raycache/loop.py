@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import ray.train
 import ray.train.torch
 import torch
@@ -19,6 +20,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from raycache.heads import REGISTRY as HEADS
+from raycache.split import split
+from raycache.store import Store
 
 HEAD_WEIGHTS = "head.pt"
 HEAD_CONFIG = "head.json"
@@ -32,8 +35,8 @@ def to_tensors(
     for name in encoders:
         col = batch.column(name).combine_chunks()
         flat = col.flatten().to_numpy(zero_copy_only=False)
-        feats.append(flat.reshape(len(col), col.type.list_size).astype(np.float32, copy=False))
-    x = torch.from_numpy(np.concatenate(feats, axis=1) if len(feats) > 1 else feats[0])
+        feats.append(flat.reshape(len(col), col.type.list_size))
+    x = torch.from_numpy(np.concatenate(feats, axis=1, dtype=np.float32))
     y = torch.from_numpy(batch.column(label).to_numpy().astype(np.int64))
     return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
@@ -42,18 +45,32 @@ def build_head(spec: dict[str, Any]) -> torch.nn.Module:
     return HEADS[spec["head"]](spec["in_dim"], spec["num_classes"], spec["hidden"], spec["dropout"])
 
 
+def load_share(spec: dict[str, Any], rank: int, world: int) -> pa.Table:
+    """This worker's contiguous 1/world of the cache's rows, read straight from the store."""
+    store = Store(spec["store"]["uri"], spec["store"]["options"])
+    total = sum(rows for _, rows in spec["shards"])
+    lo, hi = total * rank // world, total * (rank + 1) // world
+    columns = [spec["key"], spec["label"], *spec["encoders"]]
+    tables, start = [], 0
+    for path, rows in spec["shards"]:
+        end = start + rows
+        if end > lo and start < hi:
+            with store.fs.open(path, "rb") as f:
+                t = pq.read_table(f, columns=columns)
+            tables.append(t.slice(max(lo - start, 0), min(hi, end) - max(lo, start)))
+        start = end
+    return pa.concat_tables(tables) if tables else None
+
+
 class InMemory:
     """A worker's share held as two tensors (host or device memory), reshuffled every epoch."""
 
-    def __init__(self, shard: Any, spec: dict[str, Any], device: torch.device):
-        xs, ys = [], []
-        for batch in shard.iter_batches(batch_size=8192, batch_format="pyarrow"):
-            x, y = to_tensors(batch, spec["encoders"], spec["label"], device)
-            xs.append(x)
-            ys.append(y)
-        dim = spec["in_dim"]
-        self.x = torch.cat(xs) if xs else torch.empty(0, dim, device=device)
-        self.y = torch.cat(ys) if ys else torch.empty(0, dtype=torch.int64, device=device)
+    def __init__(self, table: pa.Table | None, spec: dict[str, Any], device: torch.device):
+        if table is None or table.num_rows == 0:
+            self.x = torch.empty(0, spec["in_dim"], device=device)
+            self.y = torch.empty(0, dtype=torch.int64, device=device)
+        else:
+            self.x, self.y = to_tensors(table, spec["encoders"], spec["label"], device)
 
     def batches(self, batch_size: int, seed: int | None) -> Iterator[tuple[torch.Tensor, ...]]:
         n = len(self.y)
@@ -83,16 +100,22 @@ class Streamed:
             yield to_tensors(batch, self.spec["encoders"], self.spec["label"], self.device)
 
 
-def choose_placement(spec: dict[str, Any], device: torch.device) -> str:
-    """auto: gpu if the share fits in a quarter of free device memory, else cpu if it fits in a
-    quarter of free host memory, else stream."""
-    if spec["placement"] != "auto":
-        return spec["placement"]
-    share = spec["rows"] * (spec["in_dim"] * 4 + 8) / max(spec["num_workers"], 1)
-    if device.type == "cuda" and share < torch.cuda.mem_get_info(device)[0] / 4:
-        return "gpu"
-    host_free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return "cpu" if share < host_free / 4 else "stream"
+def holders(spec: dict[str, Any], rank: int, world: int, device: torch.device) -> tuple:
+    """(train, validation) data of this worker, in the spec's placement."""
+    placement = spec["placement"]
+    if placement == "stream":
+        return tuple(
+            Streamed(ray.train.get_dataset_shard(name), spec, device) for name in ("train", "val")
+        )
+    if placement == "gpu" and device.type != "cuda":
+        raise RuntimeError("placement 'gpu' needs use_gpu: true and a CUDA device")
+    table = load_share(spec, rank, world)
+    where = device if placement == "gpu" else torch.device("cpu")
+    parts = [
+        None if table is None else split(table, spec["key"], spec["val_fraction"], validation)
+        for validation in (False, True)
+    ]
+    return tuple(InMemory(part, spec, where) for part in parts)
 
 
 def train_loop(spec: dict[str, Any]) -> list[dict[str, float]]:
@@ -101,13 +124,7 @@ def train_loop(spec: dict[str, Any]) -> list[dict[str, float]]:
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
     device = ray.train.torch.get_device()
-    placement = choose_placement(spec, device)
-    if placement == "gpu" and device.type != "cuda":
-        raise RuntimeError("placement 'gpu' needs use_gpu: true and a CUDA device")
-    holder = Streamed if placement == "stream" else InMemory
-    load_device = device if placement in ("gpu", "stream") else torch.device("cpu")
-    train_data = holder(ray.train.get_dataset_shard("train"), spec, load_device)
-    val_data = holder(ray.train.get_dataset_shard("val"), spec, load_device)
+    train_data, val_data = holders(spec, rank, ctx.get_world_size(), device)
     model = ray.train.torch.prepare_model(build_head(spec))
     opt = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
     bs = spec["batch_size"]
@@ -148,15 +165,17 @@ def train_loop(spec: dict[str, Any]) -> list[dict[str, float]]:
             "train_rows": int(s[2]),
             "val_rows": int(s[5]),
             "epoch_seconds": time.perf_counter() - start,
-            "placement": placement,
+            "placement": spec["placement"],
         }
         history.append(metrics)
-        _report(model, spec, metrics, history, rank)
+        every = spec["checkpoint_every"]
+        save = epoch + 1 == spec["epochs"] or (every > 0 and (epoch + 1) % every == 0)
+        _report(model, spec, metrics, history, rank if save else -1)
     return history
 
 
 def _report(model: torch.nn.Module, spec: dict, metrics: dict, history: list, rank: int) -> None:
-    """Every worker reports; rank 0 attaches the head and its config as the checkpoint."""
+    """Every worker reports; rank 0 attaches the head and its config when it is time to save."""
     if rank != 0:
         ray.train.report(metrics)
         return

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import time
-import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from raycache.cache import Cache, open_cache
 from raycache.config import TrainConfig, load
 from raycache.errors import ConfigError, RaycacheError
+from raycache.split import SplitByKey
 from raycache.store import RUNS, Store
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from raycache.predict import Head
 
 
 @dataclass
@@ -31,6 +35,18 @@ class TrainResult:
     def metrics(self) -> dict[str, float]:
         return self.history[-1] if self.history else {}
 
+    def load_head(self) -> Head:
+        """The trained head, ready to predict from raw inputs or embeddings."""
+        from raycache.predict import load_head
+
+        return load_head(self.checkpoint, self.cache.store)
+
+    def history_frame(self) -> pd.DataFrame:
+        """Metrics per epoch as a DataFrame (plot it with .plot(x="epoch"))."""
+        import pandas as pd
+
+        return pd.DataFrame(self.history)
+
     def summary(self) -> str:
         m = self.metrics
         return (
@@ -42,19 +58,6 @@ class TrainResult:
 
     def __repr__(self) -> str:
         return f"TrainResult({self.summary()})"
-
-
-class SplitByKey:
-    """Keep the validation rows (or the others): a stable hash of the key, not chance."""
-
-    def __init__(self, key: str, fraction: float, validation: bool):
-        self.key, self.cut, self.validation = key, int(fraction * 10_000), validation
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        keys = table.column(self.key).to_pylist()
-        is_val = [zlib.crc32(str(k).encode()) % 10_000 < self.cut for k in keys]
-        mask = pa.array(is_val) if self.validation else pc.invert(pa.array(is_val))
-        return table.filter(mask).drop_columns([self.key])
 
 
 def prepare(cfg: TrainConfig) -> tuple[Cache, dict[str, Any]]:
@@ -107,11 +110,27 @@ def prepare(cfg: TrainConfig) -> tuple[Cache, dict[str, Any]]:
         "seed": cfg.seed,
         "num_workers": cfg.num_workers,
         "placement": cfg.placement,
+        "checkpoint_every": cfg.checkpoint_every,
         "rows": m.rows,
         "cache": m.name,
         "fingerprint": m.fingerprint,
+        "store": {"uri": store.uri, "options": store.options},
     }
     return cache, spec
+
+
+def choose_placement(cfg: TrainConfig, spec: dict[str, Any]) -> str:
+    """auto: in memory (gpu with use_gpu, else cpu) when each worker's share takes under a
+    quarter of the smallest node's memory per worker; otherwise stream from the store."""
+    if cfg.placement != "auto":
+        return cfg.placement
+    import ray
+
+    share = spec["rows"] * (spec["in_dim"] * 4 + 8) / cfg.num_workers
+    memory = min(n["Resources"].get("memory", 0) for n in ray.nodes() if n.get("Alive"))
+    if share < memory / 4 / cfg.num_workers:
+        return "gpu" if cfg.use_gpu else "cpu"
+    return "stream"
 
 
 def train(config: TrainConfig | dict | str, *, progress: bool | None = None) -> TrainResult:
@@ -130,12 +149,18 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None) -> 
     connect(cfg.progress)
     check_store_for_cluster(cache.store)
     start = time.perf_counter()
-    ds = cache.to_ray_dataset(columns=[spec["key"], spec["label"], *spec["encoders"]])
-    split = dict(key=spec["key"], fraction=cfg.val_fraction)
-    datasets = {
-        "train": ds.map_batches(SplitByKey(**split, validation=False), batch_format="pyarrow"),
-        "val": ds.map_batches(SplitByKey(**split, validation=True), batch_format="pyarrow"),
-    }
+    spec["placement"] = choose_placement(cfg, spec)
+    datasets = {}
+    if spec["placement"] == "stream":
+        ds = cache.to_ray_dataset(columns=[spec["key"], spec["label"], *spec["encoders"]])
+        split = dict(key=spec["key"], fraction=cfg.val_fraction)
+        datasets = {
+            "train": ds.map_batches(SplitByKey(**split, validation=False), batch_format="pyarrow"),
+            "val": ds.map_batches(SplitByKey(**split, validation=True), batch_format="pyarrow"),
+        }
+    else:
+        spec["shards"] = [[p, s.rows] for p, s in zip(cache.shard_paths(), cache.manifest.shards,
+                                                        strict=True)]
     resources = {"CPU": cfg.cpus_per_worker, **({"GPU": 1} if cfg.use_gpu else {})}
     run_name = cfg.run_name or f"{cfg.head}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
     store = cache.store
@@ -151,7 +176,7 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None) -> 
             storage_filesystem=None if store.is_local else store.pyarrow_fs(),
             checkpoint_config=CheckpointConfig(num_to_keep=1),
         ),
-        datasets=datasets,
+        datasets=datasets or None,
     )
     result = trainer.fit()
     if result.error is not None:

@@ -1,0 +1,50 @@
+"""The command line: fill and train from YAML, ls and inspect, errors as one clear line."""
+
+import json
+
+import pytest
+import yaml
+
+from raycache.cli import main
+from tests.conftest import toy_fill
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+
+def test_fill_train_ls_inspect(ray_session, separable_source, tmp_path, capsys):
+    store = str(tmp_path / "store")
+    fill_yaml = tmp_path / "fill.yaml"
+    fill_yaml.write_text(yaml.safe_dump(toy_fill(str(separable_source), store)))
+    assert main(["fill", "--config", str(fill_yaml), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "miss, 600 rows, 4 shards" in out and "rows/s" in out
+    assert main(["fill", "--config", str(fill_yaml)]) == 0
+    assert "hit, 600 rows in 4 shards, encoded nothing" in capsys.readouterr().out
+
+    train_yaml = tmp_path / "train.yaml"
+    train_yaml.write_text(yaml.safe_dump({"cache": "toy", "store": {"uri": store}, "epochs": 2,
+                                          "lr": 0.05, "num_workers": 2}))
+    assert main(["train", "--config", str(train_yaml), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "epoch   2" in out and "val_acc" in out and "checkpoint" in out
+
+    assert main(["ls", store]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("toy/") and "rows=600" in line and "encoders=proj:16" in line
+
+    assert main(["inspect", "toy", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "encoder      proj: torch on 'features', dim 16, float32" in out
+    assert "a.parquet" in out and "b.parquet" in out
+    assert main(["inspect", "toy", "--store", store, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["key_column"] == "id"
+
+
+def test_errors_exit_2_with_the_message(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"name": "x", "source": {"path": "/nope"}, "encoders": []}))
+    assert main(["fill", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("raycache fill: error:") and "encoders: empty" in err
+    assert main(["inspect", "ghost", "--store", str(tmp_path)]) == 2
+    assert "no committed cache named 'ghost'" in capsys.readouterr().err

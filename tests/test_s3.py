@@ -1,0 +1,52 @@
+"""The same fill and train against S3: a moto server on 127.0.0.1 that Ray workers reach too."""
+
+import json
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import s3fs
+
+import raycache
+from raycache.errors import StoreError
+from tests.conftest import separable, toy_fill
+
+pytestmark = [pytest.mark.ray, pytest.mark.s3, pytest.mark.timeout(300)]
+
+
+def test_fill_and_train_on_s3(ray_session, bucket, tmp_path):
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    with fs.open(f"{bucket}/data/part-0.parquet", "wb") as f:
+        pq.write_table(separable(n=400), f)
+    store = f"{bucket}/caches"
+    cfg = toy_fill(f"{bucket}/data/", store)
+    result = raycache.fill(cfg)
+    assert not result.hit and result.cache.manifest.rows == 400
+    assert result.cache.uri.startswith(f"{bucket}/caches/toy/")
+    source_file = result.cache.manifest.inputs["source"]["files"][0]
+    assert source_file["uri"] == f"{bucket}/data/part-0.parquet"
+    assert source_file["version"].strip('"')  # the ETag
+    manifest = json.loads(fs.cat(f"{result.cache.uri}/manifest.json"))
+    assert [s["path"] for s in manifest["shards"]] == [s.path for s in result.cache.manifest.shards]
+    with fs.open(result.cache.shard_urls()[0], "rb") as f:
+        assert len(pd.read_parquet(f)) == 200
+
+    assert raycache.fill(cfg).hit
+    fs.rm(f"{bucket}/data", recursive=True)  # training reads only the cache
+    run = raycache.train({"cache": "toy", "store": {"uri": store}, "epochs": 5, "lr": 0.05,
+                          "batch_size": 32, "num_workers": 2, "progress": False})
+    assert run.metrics["val_acc"] > 0.9
+    assert run.checkpoint.startswith(f"{bucket}/caches/toy/{result.cache.fingerprint}/runs/")
+    assert {p.rsplit("/", 1)[-1] for p in fs.ls(run.checkpoint)} >= {"head.pt", "head.json"}
+    assert [c.name for c in raycache.ls(store)] == ["toy"]
+
+
+def test_unreachable_s3_endpoint_fails_before_any_work(tmp_path):
+    pq.write_table(separable(n=10), tmp_path / "a.parquet")
+    cfg = toy_fill(str(tmp_path / "a.parquet"), "s3://rc-nowhere/caches")
+    cfg["store"]["options"] = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9"}}
+    with pytest.raises(StoreError) as err:
+        raycache.fill(cfg)
+    text = str(err.value)
+    assert "s3://rc-nowhere/caches" in text and "unreachable" in text
+    assert "http://127.0.0.1:9" in text and "AWS_ENDPOINT_URL" in text
