@@ -8,12 +8,15 @@ import sys
 
 from raycache.errors import RaycacheError
 
+DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads on them."
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="raycache", description=__doc__)
+    parser = argparse.ArgumentParser(prog="raycache", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (("fill", "fill a cache from a YAML config"),
-                       ("train", "train a head on a cache from a YAML config")):
+                       ("train", "train a head on a cache from a YAML config"),
+                       ("pipeline", "fill, then train on that fill, from one YAML config")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--config", required=True, help="YAML file")
         p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -46,13 +49,23 @@ def _fill(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from raycache.train import train
 
-    result = train(args.config, progress=not args.no_progress)
+    _print_history(train(args.config, progress=not args.no_progress))
+    return 0
+
+
+def _pipeline(args: argparse.Namespace) -> int:
+    from raycache.pipeline import pipeline
+
+    _print_history(pipeline(args.config, progress=not args.no_progress).train)
+    return 0
+
+
+def _print_history(result) -> None:
     for m in result.history:
         print(f"epoch {m['epoch']:3d}  train_loss {m['train_loss']:.4f}  "
               f"train_acc {m['train_acc']:.3f}  val_loss {m['val_loss']:.4f}  "
               f"val_acc {m['val_acc']:.3f}")
     print(result.summary())
-    return 0
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -99,4 +112,11 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"fill": _fill, "train": _train, "ls": _ls, "inspect": _inspect, "demo": _demo}
+COMMANDS = {
+    "fill": _fill,
+    "train": _train,
+    "pipeline": _pipeline,
+    "ls": _ls,
+    "inspect": _inspect,
+    "demo": _demo,
+}

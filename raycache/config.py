@@ -84,7 +84,7 @@ class FillConfig:
     """GPUs per encoder actor (0 runs CPU actors)."""
     num_cpus: float = 1.0
     """CPUs per encoder actor."""
-    rows_per_shard: int = 2048
+    rows_per_shard: int = 1024
     """Rows per Parquet shard at most; a shard never spans two source files."""
     progress: bool = True
     """Show Ray Data progress bars."""

@@ -25,6 +25,7 @@ def run(store: str = ".raycache/store", data: str = ".raycache/data/stdlib-docs.
             "batch_size": 32,
             "concurrency": 2,
             "num_cpus": 0.75,
+            "rows_per_shard": 128,  # enough blocks to keep both actors busy
         },
         progress=progress,
     )

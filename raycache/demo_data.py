@@ -75,3 +75,9 @@ def write_stdlib_docs(path: str | Path, per_topic: int = 150) -> Path:
     pq.write_table(table, tmp)
     tmp.replace(path)
     return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(write_stdlib_docs(sys.argv[1] if len(sys.argv) > 1 else "data/stdlib-docs.parquet"))

@@ -1,0 +1,166 @@
+"""A real 2-node Ray cluster on 127.0.0.1 (`ray start`), jobs sent with the real `ray job submit`,
+a moto S3 store shared by every node: fill actors and train workers land on different nodes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import s3fs
+import yaml
+
+from tests.conftest import ROOT, TESTS, free_port, separable, toy_fill
+
+pytestmark = [pytest.mark.ray, pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(1200)]
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+def wait_for(check, what: str, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"gave up after {seconds} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def cluster(s3_endpoint):
+    """Head and one worker node, each with 2 logical CPUs, in their own process groups."""
+    temp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths have a limit
+    port, dash = free_port(), free_port()
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+    saved = {k: os.environ.get(k) for k in auth}
+    os.environ.update(auth)  # this process reads the cluster's state with the same token
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": str(TESTS), "RAY_ADDRESS": "",
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    common = ["--block", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--disable-usage-stats"]
+    log = open(Path(temp) / "ray-start.log", "wb")  # noqa: SIM115 (closed in teardown)
+    procs = [subprocess.Popen(
+        [RAY, "start", "--head", f"--port={port}", "--dashboard-host=127.0.0.1",
+         f"--dashboard-port={dash}", "--include-dashboard=true", f"--temp-dir={temp}", *common],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)]
+    api = f"http://127.0.0.1:{dash}"
+    try:
+        wait_for(lambda: job_server_up(api), "the head's job server")
+        procs.append(subprocess.Popen(
+            [RAY, "start", f"--address=127.0.0.1:{port}", *common],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        wait_for(lambda: alive_nodes(api) == 2, "the second node")
+        hello = [RAY, "job", "submit", "--address", api, "--", "python", "-c", "print('up')"]
+        wait_for(lambda: subprocess.run(hello, env=env, capture_output=True, timeout=120)
+                 .returncode == 0, "a job agent to take jobs")
+        yield {"api": api, "env": env}
+    finally:
+        for p in reversed(procs):
+            with_group(p, signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                with_group(p, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+def with_group(p: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(p.pid, sig)
+
+
+def job_server_up(api: str) -> bool:
+    """The job server answers (401 included: Ray's token auth is on by default)."""
+    try:
+        urllib.request.urlopen(f"{api}/api/version", timeout=5)
+    except urllib.error.HTTPError as err:
+        return err.code == 401
+    return True
+
+
+def alive_nodes(api: str) -> int:
+    from ray.util.state import list_nodes
+
+    return len(list_nodes(address=api, filters=[("state", "=", "ALIVE")]))
+
+
+def submit(cluster: dict, config: Path, job: str) -> subprocess.CompletedProcess:
+    """`ray job submit` exactly as a user types it; waits for the job and returns its log."""
+    return subprocess.run(
+        [RAY, "job", "submit", "--address", cluster["api"], "--runtime-env",
+         "jobs/runtime_env.yaml", "--", "python", f"jobs/{job}.py", "--config", str(config),
+         "--no-progress"],
+        cwd=ROOT, env=cluster["env"], capture_output=True, text=True, timeout=900)
+
+
+def actor_nodes(api: str, class_part: str) -> set[str]:
+    from ray.util.state import list_actors
+
+    actors = list_actors(address=api, detail=True, limit=1000, raise_on_missing_output=False)
+    return {a.node_id for a in actors if class_part in a.class_name}
+
+
+def test_jobs_on_two_nodes_share_one_s3_store(cluster, bucket, tmp_path):
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    data = separable(n=400)
+    for i in range(2):
+        with fs.open(f"{bucket}/data/part-{i}.parquet", "wb") as f:
+            pq.write_table(data.slice(i * 200, 200), f)
+    store = f"{bucket}/caches"
+    fill_cfg = toy_fill(f"{bucket}/data/", store, rows_per_shard=50, concurrency=2,
+                        num_cpus=1.5)  # 2 CPUs a node: one encoder actor per node
+    (tmp_path / "fill.yaml").write_text(yaml.safe_dump(fill_cfg))
+    done = submit(cluster, tmp_path / "fill.yaml", "fill")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "miss, 400 rows, 8 shards" in done.stdout
+    [manifest] = fs.glob(f"{store}/toy/*/manifest.json")
+    committed = json.loads(fs.cat(manifest))
+    assert sum(s["rows"] for s in committed["shards"]) == 400
+    assert len(actor_nodes(cluster["api"], "EncodeActor")) == 2
+
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump({
+        "cache": "toy", "store": {"uri": store}, "epochs": 4, "lr": 0.05, "batch_size": 32,
+        "num_workers": 2, "cpus_per_worker": 1.5, "placement": "cpu", "run_name": "job"}))
+    done = submit(cluster, tmp_path / "train.yaml", "train")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "epoch   4" in done.stdout and "checkpoint s3://" in done.stdout
+    fp = committed["fingerprint"]
+    assert fs.glob(f"{store}/toy/{fp}/runs/job/checkpoint_*/head.pt")
+    assert len(actor_nodes(cluster["api"], "RayTrainWorker")) == 2
+
+
+def test_broken_config_makes_ray_job_submit_fail(cluster, tmp_path):
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"cache": "toy", "epoch": 3}))
+    done = submit(cluster, tmp_path / "bad.yaml", "train")
+    assert done.returncode != 0
+    assert "TrainConfig.epoch: unknown field" in done.stdout + done.stderr
+
+
+def test_local_folder_store_is_refused_on_a_multi_node_cluster(cluster, tmp_path):
+    pq.write_table(separable(n=20), tmp_path / "a.parquet")
+    cfg = toy_fill(str(tmp_path / "a.parquet"), str(tmp_path / "store"))
+    (tmp_path / "fill.yaml").write_text(yaml.safe_dump(cfg))
+    done = submit(cluster, tmp_path / "fill.yaml", "fill")
+    out = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "is a local folder, but this Ray cluster has 2 nodes" in out
+    assert "use object storage" in out
+    assert not list((tmp_path / "store").rglob("manifest.json"))

@@ -1,0 +1,50 @@
+"""Every shipped YAML in jobs/ is a valid config, checked by the same code that runs it."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from raycache.config import FillConfig, TrainConfig, load
+from raycache.pipeline import configs
+
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
+YAMLS = sorted((JOBS / "configs").glob("*.yaml"))
+
+
+def test_there_are_configs_for_every_job():
+    names = {p.stem for p in YAMLS}
+    for job in ("fill", "train", "pipeline"):
+        assert (JOBS / f"{job}.py").is_file()
+        assert {f"{job}-local", f"{job}-s3"} <= names
+
+
+@pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.name)
+def test_config_loads_and_checks(path):
+    if path.stem.startswith("fill"):
+        cfg = load(FillConfig, path)
+        assert cfg.encoders and cfg.source.labels
+    elif path.stem.startswith("train"):
+        cfg = load(TrainConfig, path)
+        assert cfg.num_workers >= 2
+    else:
+        fill, train = configs(path)
+        assert train.cache == fill.name and train.store.uri == fill.store.uri
+    if path.stem.endswith("-s3"):
+        text = path.read_text()
+        assert "s3://" in text and "aws_secret" not in text.lower()
+
+
+def test_a_broken_config_is_caught(tmp_path):
+    bad = yaml.safe_load((JOBS / "configs" / "train-s3.yaml").read_text())
+    bad["epoch"] = 3
+    path = tmp_path / "train-bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(Exception, match="TrainConfig.epoch: unknown field"):
+        load(TrainConfig, path)
+
+
+def test_runtime_env_ships_the_checkout_without_the_venv():
+    env = yaml.safe_load((JOBS / "runtime_env.yaml").read_text())
+    assert env["working_dir"] == "." and ".venv" in env["excludes"]
+    assert not any("SECRET" in k or "KEY" in k for k in env.get("env_vars", {}))
