@@ -64,7 +64,7 @@ def main() -> None:
             "name": "bench", "source": {"path": str(src), "labels": ["label"]},
             "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text", "path": MODEL}],
             "store": {"uri": store}, "batch_size": args.batch_size, "concurrency": 2,
-            "num_cpus": 0.75,
+            "num_cpus": 0.75, "rows_per_shard": 64,
         }, progress=False)
         fill_s = fill.cache.manifest.fill_seconds
         run = raycache.train({

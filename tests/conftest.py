@@ -53,9 +53,15 @@ def bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def ray_session(s3_endpoint: str):
-    """One in-process Ray for the session, with 4 logical CPUs and the tests on its path."""
+def ray_session(request: pytest.FixtureRequest):
+    """One in-process Ray for the session, with 4 logical CPUs and the tests on its path.
+    The S3 server starts first (where moto is installed), so Ray's workers see its address."""
+    import importlib.util
+
     import ray
+
+    if importlib.util.find_spec("moto") is not None:
+        request.getfixturevalue("s3_endpoint")
 
     os.environ["HF_HUB_OFFLINE"] = "1"
     path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)

@@ -1,0 +1,66 @@
+"""GPU paths: encoder actors on a GPU, a head trained with its share in device memory (NCCL).
+Skipped where CUDA is absent (CI); run on a GPU machine with `pytest -m gpu`."""
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet  # noqa: F401  (pa.parquet)
+import pytest
+import torch
+
+import raycache
+from raycache.config import EncoderConfig
+from raycache.encoders import REGISTRY
+from tests.conftest import toy_fill
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.ray,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+
+def tiny_bert(folder: Path) -> Path:
+    """A small BERT with a WordPiece vocabulary, saved as a local transformers folder."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    words = ["the", "a", "of", "to", "and", "in", "is", "it", "that", "for", "on", "cos",
+             "sin", "socket", "open", "file", "time"]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    folder.mkdir()
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    BertTokenizerFast(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder)
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=len(vocab), hidden_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, intermediate_size=128)
+    BertModel(cfg).save_pretrained(folder)
+    return folder
+
+
+def test_hf_encoder_on_gpu_matches_cpu(tmp_path):
+    cfg = EncoderConfig(name="b", kind="hf-text", input="text", path=str(tiny_bert(tmp_path / "m")))
+    texts = pa.array(["the cos of a time", "open a socket", "it is that file"] * 50)
+    cpu = REGISTRY["hf-text"].load(cfg, "cpu").encode(texts)
+    gpu = REGISTRY["hf-text"].load(cfg, "cuda").encode(texts)
+    np.testing.assert_allclose(gpu, cpu, atol=1e-4)
+
+
+def test_fill_with_gpu_actors_and_train_in_device_memory(ray_session, separable_source, tmp_path):
+    store = str(tmp_path / "store")
+    fill = raycache.fill(toy_fill(str(separable_source), store, num_gpus=1, concurrency=1))
+    cached = fill.cache.read_table()
+    cpu = REGISTRY["torch"].load(EncoderConfig(**toy_fill("", "")["encoders"][0]), "cpu")
+    source = pa.concat_tables(
+        pa.parquet.read_table(p) for p in sorted(separable_source.glob("*.parquet")))
+    by_key = dict(zip(source.column("id").to_pylist(),
+                      cpu.encode(source.column("features").combine_chunks()), strict=True))
+    np.testing.assert_allclose(
+        np.stack(cached.column("proj").to_numpy(zero_copy_only=False)),
+        np.stack([by_key[k] for k in cached.column("id").to_pylist()]), atol=1e-5)
+    run = raycache.train({"cache": "toy", "store": {"uri": store}, "epochs": 5, "lr": 0.05,
+                          "batch_size": 32, "num_workers": 1, "use_gpu": True,
+                          "placement": "gpu", "cpus_per_worker": 1, "progress": False})
+    assert [m["placement"] for m in run.history] == ["gpu"] * 5
+    assert run.metrics["val_acc"] > 0.9
