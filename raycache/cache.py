@@ -118,9 +118,9 @@ def open_cache(
     **options: Any,
 ) -> Cache:
     """The committed cache `name` (its newest fill, or the one with `fingerprint`)."""
-    from raycache.config import DEFAULT_STORE
+    from raycache.config import default_store
 
-    store = store if isinstance(store, Store) else Store(store or DEFAULT_STORE, options)
+    store = store if isinstance(store, Store) else Store(store or default_store(), options)
     if fingerprint:
         manifest = read_manifest(store, store.cache_dir(name, fingerprint))
         if manifest is None:

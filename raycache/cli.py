@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from raycache.config import default_store
 from raycache.errors import RaycacheError
 
 DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads on them."
@@ -21,10 +22,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--config", required=True, help="YAML file")
         p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p = sub.add_parser("ls", help="list the committed caches in a store")
-    p.add_argument("store", nargs="?", default=".raycache/store")
+    p.add_argument("store", nargs="?", default=default_store(),
+                   help="store URI (default: $RAYCACHE_STORE, else .raycache/store)")
     p = sub.add_parser("inspect", help="print a cache's manifest")
     p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
-    p.add_argument("--store", default=".raycache/store")
+    p.add_argument("--store", default=default_store())
     p.add_argument("--json", action="store_true", help="the whole manifest as JSON")
     p = sub.add_parser("demo", help="fill and train on a real dataset and encoder, locally")
     p.add_argument("--store", default=".raycache/store")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -14,6 +15,12 @@ import yaml
 from raycache.errors import ConfigError
 
 DEFAULT_STORE = ".raycache/store"
+STORE_ENV = "RAYCACHE_STORE"
+
+
+def default_store() -> str:
+    """The store a config that names none uses: $RAYCACHE_STORE, else a local folder."""
+    return os.environ.get(STORE_ENV) or DEFAULT_STORE
 STORAGE_DTYPES = ("float32", "float16")
 SOURCE_FORMATS = ("parquet", "jsonl", "csv")
 PLACEMENTS = ("auto", "stream", "cpu", "gpu")
@@ -21,8 +28,9 @@ PLACEMENTS = ("auto", "stream", "cpu", "gpu")
 
 @dataclass
 class StoreConfig:
-    uri: str = DEFAULT_STORE
-    """Where caches live: a local folder, or s3://bucket/prefix or any fsspec URI."""
+    uri: str = field(default_factory=default_store)
+    """Where caches live: a local folder, or s3://bucket/prefix or any fsspec URI
+    ($RAYCACHE_STORE, else .raycache/store, when left out)."""
     options: dict[str, Any] = field(default_factory=dict)
     """fsspec storage options (e.g. client_kwargs.endpoint_url). Keep credentials in the env."""
     shared: bool = False

@@ -168,6 +168,10 @@ def train_loop(spec: dict[str, Any]) -> list[dict[str, float]]:
             "placement": spec["placement"],
         }
         history.append(metrics)
+        if spec["progress"] and rank == 0:
+            print(f"epoch {epoch + 1}/{spec['epochs']}  train_loss {metrics['train_loss']:.4f}  "
+                  f"val_loss {metrics['val_loss']:.4f}  val_acc {metrics['val_acc']:.3f}",
+                  flush=True)
         every = spec["checkpoint_every"]
         save = epoch + 1 == spec["epochs"] or (every > 0 and (epoch + 1) % every == 0)
         _report(model, spec, metrics, history, rank if save else -1)

@@ -111,6 +111,7 @@ def prepare(cfg: TrainConfig) -> tuple[Cache, dict[str, Any]]:
         "num_workers": cfg.num_workers,
         "placement": cfg.placement,
         "checkpoint_every": cfg.checkpoint_every,
+        "progress": cfg.progress,
         "rows": m.rows,
         "cache": m.name,
         "fingerprint": m.fingerprint,

@@ -64,3 +64,12 @@ def test_train_config_checks():
 def test_missing_yaml_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load(FillConfig, tmp_path / "nope.yaml")
+
+
+def test_store_defaults_to_raycache_store_env(monkeypatch):
+    from raycache.config import StoreConfig
+
+    monkeypatch.setenv("RAYCACHE_STORE", "s3://team-bucket/caches")
+    assert load(FillConfig, fill_dict()).store.uri == "s3://team-bucket/caches"
+    monkeypatch.delenv("RAYCACHE_STORE")
+    assert StoreConfig().uri == ".raycache/store"
