@@ -72,7 +72,7 @@ def _print_history(result) -> None:
 
 def _ls(args: argparse.Namespace) -> int:
     from raycache.cache import ls
-    from raycache.manifest import _human
+    from raycache.manifest import human_bytes
 
     caches = ls(args.store)
     if not caches:
@@ -80,7 +80,7 @@ def _ls(args: argparse.Namespace) -> int:
     for c in caches:
         m = c.manifest
         encs = ",".join(f"{e.name}:{e.dim}" for e in m.encoders)
-        print(f"{m.name}/{m.fingerprint}  rows={m.rows}  size={_human(m.bytes)}  "
+        print(f"{m.name}/{m.fingerprint}  rows={m.rows}  size={human_bytes(m.bytes)}  "
               f"encoders={encs}  created={m.created}")
     return 0
 

@@ -24,8 +24,7 @@ from raycache.config import FillConfig, load
 from raycache.encoders import REGISTRY
 from raycache.errors import ConfigError, EncoderError, RaycacheError
 from raycache.fingerprint import fingerprint
-from raycache.manifest import FORMAT_VERSION, EncoderEntry, Manifest, ShardEntry
-from raycache.manifest import _human as human
+from raycache.manifest import FORMAT_VERSION, EncoderEntry, Manifest, ShardEntry, human_bytes
 from raycache.store import MANIFEST, SHARDS, Store
 
 PROGRESS = "_progress"
@@ -63,7 +62,7 @@ class FillResult:
             return head + f"hit, {m.rows} rows in {len(m.shards)} shards, encoded nothing"
         rate = self.encoded_rows / self.seconds if self.seconds else 0.0
         return head + (
-            f"miss, {m.rows} rows, {len(m.shards)} shards, {human(m.bytes)}, "
+            f"miss, {m.rows} rows, {len(m.shards)} shards, {human_bytes(m.bytes)}, "
             f"{self.seconds:.1f} s, {rate:.1f} rows/s"
         )
 

@@ -91,12 +91,12 @@ class Manifest:
         encs = ", ".join(f"{e.name}[{e.dim} {e.dtype}]" for e in self.encoders)
         return (
             f"{self.name}/{self.fingerprint[:12]}: {self.rows} rows, {len(self.shards)} shards, "
-            f"{_human(self.bytes)}, encoders {encs}, labels {self.label_columns}, "
+            f"{human_bytes(self.bytes)}, encoders {encs}, labels {self.label_columns}, "
             f"created {self.created}"
         )
 
 
-def _human(n: float) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
