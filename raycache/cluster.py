@@ -11,9 +11,10 @@ from raycache.store import Store
 
 
 def connect(progress: bool = True) -> None:
-    """Join the cluster in RAY_ADDRESS (as under `ray job submit`), or start Ray in-process."""
+    """Join the cluster in RAY_ADDRESS (as under `ray job submit`), or start Ray in-process.
+    Without progress, workers' logs stay in Ray's log files (errors still raise here)."""
     if not ray.is_initialized():
-        ray.init(logging_level=logging.WARNING, log_to_driver=True)
+        ray.init(logging_level=logging.WARNING, log_to_driver=progress)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = progress
     ctx.print_on_execution_start = progress

@@ -28,7 +28,7 @@ from raycache.manifest import FORMAT_VERSION, EncoderEntry, Manifest, ShardEntry
 from raycache.store import MANIFEST, SHARDS, Store
 
 PROGRESS = "_progress"
-META = ("__block", "__offset", "__source", "__source_rows")
+META = ("__block", "__offset", "__row", "__slice_rows", "__source", "__source_rows")
 
 
 @dataclass
@@ -126,11 +126,14 @@ def _run_pipeline(p: Plan, todo: list[sources.SourceFile]) -> list[dict[str, Any
     import ray.data
 
     cfg = p.cfg
+    pool = ray.data.ActorPoolStrategy
     wanted = [cfg.source.key, *cfg.source.labels, *(e.input for e in cfg.encoders)]
     columns = list(dict.fromkeys(wanted))
+    slices = sources.plan_slices(todo, p.format, cfg.source.options, cfg.rows_per_shard)
     ds = ray.data.from_items(
-        [{"uri": f.uri, "size": f.size, "version": f.version} for f in todo],
-        override_num_blocks=len(todo),
+        [{"uri": s.file.uri, "size": s.file.size, "version": s.file.version,
+          "offset": s.offset, "rows": s.rows} for s in slices],
+        override_num_blocks=len(slices),  # one block per slice, spread over the actor pool
     )
     ds = ds.map_batches(
         ReadSlices,
@@ -138,7 +141,7 @@ def _run_pipeline(p: Plan, todo: list[sources.SourceFile]) -> list[dict[str, Any
             fmt=p.format, options=cfg.source.options, rows=cfg.rows_per_shard, columns=columns
         ),
         batch_size=1,
-        concurrency=max(1, min(len(todo), 4)),
+        compute=pool(size=1),  # reading is cheap next to encoding; each extra process imports torch
         num_cpus=0.25,
         batch_format="pyarrow",
     )
@@ -147,8 +150,8 @@ def _run_pipeline(p: Plan, todo: list[sources.SourceFile]) -> list[dict[str, Any
         fn_constructor_kwargs=dict(
             cfg=cfg, digests={k: v["weights_digest"] for k, v in p.inputs["encoders"].items()}
         ),
-        batch_size=None,
-        concurrency=cfg.concurrency,
+        batch_size=None,  # one slice per call; the actor runs its forward passes in batch_size
+        compute=pool(size=cfg.concurrency),
         num_gpus=cfg.num_gpus,
         num_cpus=cfg.num_cpus,
         batch_format="pyarrow",
@@ -157,7 +160,7 @@ def _run_pipeline(p: Plan, todo: list[sources.SourceFile]) -> list[dict[str, Any
         WriteShards,
         fn_constructor_kwargs=dict(store=p.store, cache_dir=p.dir, fingerprint=p.fingerprint),
         batch_size=None,
-        concurrency=1,
+        compute=pool(size=1),
         num_cpus=0.25,
         batch_format="pyarrow",
     )
@@ -165,7 +168,8 @@ def _run_pipeline(p: Plan, todo: list[sources.SourceFile]) -> list[dict[str, Any
 
 
 class ReadSlices:
-    """Ray Data stage: one source file in, slices of at most `rows` rows out."""
+    """Ray Data stage: a slice in (a Parquet row range or a whole text file), tables of at most
+    `rows` rows out, tagged with where they came from."""
 
     def __init__(self, fmt: str, options: dict, rows: int, columns: list[str]):
         self.fmt, self.options, self.rows, self.columns = fmt, options, rows, columns
@@ -173,9 +177,8 @@ class ReadSlices:
     def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
         for item in batch.to_pylist():
             f = sources.SourceFile(item["uri"], item["size"], item["version"])
-            slices = list(sources.read_slices(f, self.fmt, self.options, self.rows))
-            total = sum(t.num_rows for _, t in slices)
-            for offset, table in slices:
+            s = sources.Slice(f, item["offset"], item["rows"])
+            for offset, total, table in sources.read_slice(s, self.fmt, self.options, self.rows):
                 missing = [c for c in self.columns if c not in table.column_names]
                 if missing:
                     raise RaycacheError(
@@ -183,11 +186,18 @@ class ReadSlices:
                         "needs the key, label and input columns"
                     )
                 n = table.num_rows
-                yield table.select(self.columns).append_column(
-                    "__block", pa.array([f.block] * n)
-                ).append_column("__offset", pa.array([offset] * n, pa.int64())).append_column(
-                    "__source", pa.array([f.uri] * n)
-                ).append_column("__source_rows", pa.array([total] * n, pa.int64()))
+                meta = {
+                    "__block": pa.array([f.block] * n),
+                    "__offset": pa.array([offset] * n, pa.int64()),
+                    "__row": pa.array(range(offset, offset + n), pa.int64()),
+                    "__slice_rows": pa.array([n] * n, pa.int64()),
+                    "__source": pa.array([f.uri] * n),
+                    "__source_rows": pa.array([total] * n, pa.int64()),
+                }
+                out = table.select(self.columns)
+                for name, column in meta.items():
+                    out = out.append_column(name, column)
+                yield out
 
 
 class EncodeActor:
@@ -226,10 +236,12 @@ class EncodeActor:
 
 
 class WriteShards:
-    """Ray Data stage: one Parquet shard per (source block, offset), then its progress record."""
+    """Ray Data stage (one actor): gathers the encoded rows of each source slice, which arrive
+    in pieces from any encoder actor, and writes the slice as one shard once it is whole."""
 
     def __init__(self, store: Store, cache_dir: str, fingerprint: str):
         self.store, self.dir, self.fingerprint = store, cache_dir, fingerprint
+        self.pending: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
 
     def __call__(self, table: pa.Table) -> pa.Table:
         records = []
@@ -238,34 +250,38 @@ class WriteShards:
         offsets = table.column("__offset").to_pylist()
         for i, key in enumerate(zip(blocks, offsets, strict=True)):
             groups[key].append(i)
-        for (block, offset), idx in groups.items():
-            part = table.take(pa.array(idx))
-            rel = f"{SHARDS}/part-{block}-{offset:010d}.parquet"
-            data = part.drop_columns(list(META)).replace_schema_metadata(
-                {"raycache.fingerprint": self.fingerprint}
-            )
-            buf = io.BytesIO()
-            pq.write_table(data, buf, compression="zstd")
-            blob = buf.getvalue()
-            self.store.write_atomic(f"{self.dir}/{rel}", blob)
-            record = {
-                "path": rel,
-                "rows": part.num_rows,
-                "bytes": len(blob),
-                "sha256": hashlib.sha256(blob).hexdigest(),
-                "source": part.column("__source")[0].as_py(),
-                "block": block,
-                "offset": offset,
-                "source_rows": part.column("__source_rows")[0].as_py(),
-                "dims": {
-                    f.name: f.type.list_size
-                    for f in data.schema
-                    if pa.types.is_fixed_size_list(f.type)
-                },
-            }
-            self.store.write_json(f"{self.dir}/{PROGRESS}/{rel.rsplit('/', 1)[1]}.json", record)
-            records.append(json.dumps(record))
+        for key, idx in groups.items():
+            self.pending[key].append(table.take(pa.array(idx)))
+            have = sum(t.num_rows for t in self.pending[key])
+            if have == self.pending[key][0].column("__slice_rows")[0].as_py():
+                records.append(json.dumps(self._write(*key, self.pending.pop(key))))
         return pa.table({"record": pa.array(records, pa.string())})
+
+    def _write(self, block: str, offset: int, pieces: list[pa.Table]) -> dict[str, Any]:
+        part = pa.concat_tables(pieces).sort_by("__row")  # source order, however it arrived
+        rel = f"{SHARDS}/part-{block}-{offset:010d}.parquet"
+        data = part.drop_columns(list(META)).replace_schema_metadata(
+            {"raycache.fingerprint": self.fingerprint}
+        )
+        buf = io.BytesIO()
+        pq.write_table(data, buf, compression="zstd")
+        blob = buf.getvalue()
+        self.store.write_atomic(f"{self.dir}/{rel}", blob)
+        record = {
+            "path": rel,
+            "rows": part.num_rows,
+            "bytes": len(blob),
+            "sha256": hashlib.sha256(blob).hexdigest(),
+            "source": part.column("__source")[0].as_py(),
+            "block": block,
+            "offset": offset,
+            "source_rows": part.column("__source_rows")[0].as_py(),
+            "dims": {
+                f.name: f.type.list_size for f in data.schema if pa.types.is_fixed_size_list(f.type)
+            },
+        }
+        self.store.write_json(f"{self.dir}/{PROGRESS}/{rel.rsplit('/', 1)[1]}.json", record)
+        return record
 
 
 def _finished_blocks(p: Plan) -> dict[str, list[dict[str, Any]]]:

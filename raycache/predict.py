@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ class Head:
     model: torch.nn.Module
     spec: dict[str, Any]
     store: Store
+    _encoders: list | None = field(default=None, repr=False)
 
     def predict_embeddings(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
         """Class ids for rows of concatenated embeddings (the cache's columns, in spec order)."""
@@ -44,8 +45,10 @@ class Head:
                 raise RaycacheError(f"this head uses {len(configs)} encoders; pass a dict of "
                                     f"columns {[c.input for c in configs]}")
             inputs = {configs[0].input: list(inputs)}
-        feats = [REGISTRY[c.kind].load(c, "cpu").encode(pa.array(inputs[c.input]))
-                 for c in configs]
+        if self._encoders is None:
+            self._encoders = [REGISTRY[c.kind].load(c, "cpu") for c in configs]
+        feats = [enc.encode(pa.array(inputs[c.input]))
+                 for enc, c in zip(self._encoders, configs, strict=True)]
         return self.predict_embeddings(np.concatenate(feats, axis=1))
 
     def _encoder_configs(self) -> list[EncoderConfig]:

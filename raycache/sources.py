@@ -108,20 +108,49 @@ def read_schema(file: SourceFile, fmt: str, options: dict[str, Any]) -> pa.Schem
         return reader.schema
 
 
-def read_slices(file: SourceFile, fmt: str, options: dict[str, Any], rows: int) -> Iterator[
-    tuple[int, pa.Table]
+@dataclass(frozen=True)
+class Slice:
+    """The unit of fill work: rows [offset, offset + rows) of one file; rows=None is the whole
+    file (text formats, whose row count is known only once read)."""
+
+    file: SourceFile
+    offset: int = 0
+    rows: int | None = None
+
+
+def plan_slices(files: list[SourceFile], fmt: str, options: dict[str, Any], rows: int
+                ) -> list[Slice]:
+    """Parquet files split into slices of `rows` from their footers; other formats whole."""
+    if fmt != "parquet":
+        return [Slice(f) for f in files]
+    out = []
+    for f in files:
+        with fsspec.open(f.uri, "rb", **options) as fh:
+            n = pq.ParquetFile(fh).metadata.num_rows
+        out += [Slice(f, o, min(rows, n - o)) for o in range(0, n, rows)]
+    return out
+
+
+def read_slice(s: Slice, fmt: str, options: dict[str, Any], rows: int) -> Iterator[
+    tuple[int, int, pa.Table]
 ]:
-    """(offset, table) slices of at most `rows` rows, in file order."""
-    with fsspec.open(file.uri, "rb", **options) as f:
+    """(offset, rows in the file, table) pieces of at most `rows` rows, in file order."""
+    with fsspec.open(s.file.uri, "rb", **options) as f:
         if fmt == "parquet":
-            offset = 0
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=rows):
-                yield offset, pa.Table.from_batches([batch])
-                offset += batch.num_rows
+            pf = pq.ParquetFile(f)
+            total, start, groups, first = pf.metadata.num_rows, 0, [], None
+            for i in range(pf.metadata.num_row_groups):
+                n = pf.metadata.row_group(i).num_rows
+                if start + n > s.offset and start < s.offset + s.rows:
+                    groups.append(i)
+                    first = start if first is None else first
+                start += n
+            table = pf.read_row_groups(groups) if groups else pf.schema_arrow.empty_table()
+            yield s.offset, total, table.slice(s.offset - (first or 0), s.rows)
             return
         table = pjson.read_json(f) if fmt == "jsonl" else pcsv.read_csv(f)
     for offset in range(0, table.num_rows, rows):
-        yield offset, table.slice(offset, rows)
+        yield offset, table.num_rows, table.slice(offset, rows)
 
 
 def check_columns(schema: pa.Schema, cfg: SourceConfig, inputs: list[str], uri: str) -> list[str]:
