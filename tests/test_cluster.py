@@ -26,6 +26,10 @@ from tests.conftest import ROOT, TESTS, free_port, separable, toy_fill
 
 pytestmark = [pytest.mark.ray, pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(1200)]
 RAY = str(Path(sys.executable).parent / "ray")
+# Per-node agent ports: Ray's fixed defaults clash with any other Ray on the machine (such as
+# the in-process one of the other tests), and then no job agent ever comes up.
+AGENT_PORTS = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+               "metrics-export-port", "runtime-env-agent-port", "ray-client-server-port")
 
 
 def wait_for(check, what: str, seconds: float = 180) -> None:
@@ -34,7 +38,7 @@ def wait_for(check, what: str, seconds: float = 180) -> None:
         try:
             if check():
                 return
-        except OSError:
+        except (OSError, ValueError):  # not up yet: refused, or not answering in JSON yet
             pass
         time.sleep(1)
     raise TimeoutError(f"gave up after {seconds} s waiting for {what}")
@@ -46,24 +50,26 @@ def cluster(s3_endpoint):
     temp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths have a limit
     port, dash = free_port(), free_port()
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
-    saved = {k: os.environ.get(k) for k in auth}
-    os.environ.update(auth)  # this process reads the cluster's state with the same token
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
+    env = {**os.environ, **auth, "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": str(TESTS), "RAY_ADDRESS": "",
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
     common = ["--block", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--disable-usage-stats"]
+    own_ports = [f"--{name}={free_port()}" for name in AGENT_PORTS]
     log = open(Path(temp) / "ray-start.log", "wb")  # noqa: SIM115 (closed in teardown)
     procs = [subprocess.Popen(
         [RAY, "start", "--head", f"--port={port}", "--dashboard-host=127.0.0.1",
-         f"--dashboard-port={dash}", "--include-dashboard=true", f"--temp-dir={temp}", *common],
+         f"--dashboard-port={dash}", "--include-dashboard=true", f"--temp-dir={temp}", *common,
+         *own_ports],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)]
     api = f"http://127.0.0.1:{dash}"
     try:
         wait_for(lambda: job_server_up(api), "the head's job server")
         procs.append(subprocess.Popen(
-            [RAY, "start", f"--address=127.0.0.1:{port}", *common],
+            [RAY, "start", f"--address=127.0.0.1:{port}", *common,
+             *(f"--{name}={free_port()}" for name in AGENT_PORTS)],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        wait_for(lambda: alive_nodes(api) == 2, "the second node")
+        wait_for(lambda: len(ray_list("nodes", api, env, "--filter", "state=ALIVE")) == 2,
+                 "the second node")
         hello = [RAY, "job", "submit", "--address", api, "--", "python", "-c", "print('up')"]
         wait_for(lambda: subprocess.run(hello, env=env, capture_output=True, timeout=120)
                  .returncode == 0, "a job agent to take jobs")
@@ -78,8 +84,6 @@ def cluster(s3_endpoint):
                 with_group(p, signal.SIGKILL)
         log.close()
         shutil.rmtree(temp, ignore_errors=True)
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
 def with_group(p: subprocess.Popen, sig: int) -> None:
@@ -96,10 +100,13 @@ def job_server_up(api: str) -> bool:
     return True
 
 
-def alive_nodes(api: str) -> int:
-    from ray.util.state import list_nodes
-
-    return len(list_nodes(address=api, filters=[("state", "=", "ALIVE")]))
+def ray_list(what: str, api: str, env: dict, *args: str) -> list[dict]:
+    """`ray list ...` against the cluster, with its token, as JSON."""
+    out = subprocess.run([RAY, "list", what, "--address", api, "--format", "json", *args],
+                         env=env, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise OSError(out.stderr)
+    return json.loads(out.stdout)
 
 
 def submit(cluster: dict, config: Path, job: str) -> subprocess.CompletedProcess:
@@ -111,11 +118,9 @@ def submit(cluster: dict, config: Path, job: str) -> subprocess.CompletedProcess
         cwd=ROOT, env=cluster["env"], capture_output=True, text=True, timeout=900)
 
 
-def actor_nodes(api: str, class_part: str) -> set[str]:
-    from ray.util.state import list_actors
-
-    actors = list_actors(address=api, detail=True, limit=1000, raise_on_missing_output=False)
-    return {a.node_id for a in actors if class_part in a.class_name}
+def actor_nodes(cluster: dict, class_part: str) -> set[str]:
+    actors = ray_list("actors", cluster["api"], cluster["env"], "--detail", "--limit", "1000")
+    return {a["node_id"] for a in actors if class_part in a["class_name"]}
 
 
 def test_jobs_on_two_nodes_share_one_s3_store(cluster, bucket, tmp_path):
@@ -134,7 +139,7 @@ def test_jobs_on_two_nodes_share_one_s3_store(cluster, bucket, tmp_path):
     [manifest] = fs.glob(f"{store}/toy/*/manifest.json")
     committed = json.loads(fs.cat(manifest))
     assert sum(s["rows"] for s in committed["shards"]) == 400
-    assert len(actor_nodes(cluster["api"], "EncodeActor")) == 2
+    assert len(actor_nodes(cluster, "EncodeActor")) == 2
 
     (tmp_path / "train.yaml").write_text(yaml.safe_dump({
         "cache": "toy", "store": {"uri": store}, "epochs": 4, "lr": 0.05, "batch_size": 32,
@@ -144,7 +149,7 @@ def test_jobs_on_two_nodes_share_one_s3_store(cluster, bucket, tmp_path):
     assert "epoch   4" in done.stdout and "checkpoint s3://" in done.stdout
     fp = committed["fingerprint"]
     assert fs.glob(f"{store}/toy/{fp}/runs/job/checkpoint_*/head.pt")
-    assert len(actor_nodes(cluster["api"], "RayTrainWorker")) == 2
+    assert len(actor_nodes(cluster, "RayTrainWorker")) == 2
 
 
 def test_broken_config_makes_ray_job_submit_fail(cluster, tmp_path):
