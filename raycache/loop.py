@@ -174,13 +174,15 @@ def train_loop(spec: dict[str, Any]) -> list[dict[str, float]]:
                   flush=True)
         every = spec["checkpoint_every"]
         save = epoch + 1 == spec["epochs"] or (every > 0 and (epoch + 1) % every == 0)
-        _report(model, spec, metrics, history, rank if save else -1)
+        _report(model, spec, metrics, history, checkpoint=save and rank == 0)
     return history
 
 
-def _report(model: torch.nn.Module, spec: dict, metrics: dict, history: list, rank: int) -> None:
+def _report(
+    model: torch.nn.Module, spec: dict, metrics: dict, history: list, checkpoint: bool
+) -> None:
     """Every worker reports; rank 0 attaches the head and its config when it is time to save."""
-    if rank != 0:
+    if not checkpoint:
         ray.train.report(metrics)
         return
     state = (model.module if hasattr(model, "module") else model).state_dict()
