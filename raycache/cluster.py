@@ -5,19 +5,47 @@ from __future__ import annotations
 import logging
 
 import ray
+import ray.data
 
-from raycache.errors import StoreError
+from raycache.errors import ConfigError, RaycacheError, StoreError
 from raycache.store import Store
 
+__all__ = ["check_store_for_cluster", "connect", "unwrap"]
 
-def connect(progress: bool = True) -> None:
+
+def connect(progress: bool = True, verbose: bool = False) -> None:
     """Join the cluster in RAY_ADDRESS (as under `ray job submit`), or start Ray in-process.
-    Without progress, workers' logs stay in Ray's log files (errors still raise here)."""
+    Ray's and Ray Data's own logs and progress bars show only when `verbose`; workers' output
+    reaches the driver only with `progress` (errors always raise here)."""
     if not ray.is_initialized():
-        ray.init(logging_level=logging.WARNING, log_to_driver=progress)
+        ray.init(logging_level=logging.INFO if verbose else logging.WARNING,
+                 log_to_driver=progress or verbose)
     ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = progress
-    ctx.print_on_execution_start = progress
+    ctx.enable_progress_bars = verbose
+    ctx.print_on_execution_start = verbose
+    logging.getLogger("ray.data").setLevel(logging.INFO if verbose else logging.ERROR)
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The raycache error inside an error that Ray raised for a task or actor, as its own type
+    (so callers catch EncoderError, not Ray's wrapper); `exc` itself when there is none."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    wrapped = None
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if type(e).__module__ == "raycache.errors":
+            return ConfigError(e.problems) if isinstance(e, ConfigError) else type(e)(*e.args)
+        if isinstance(e, RaycacheError) and wrapped is None:
+            wrapped = e  # Ray's subclass of the user's error type; its message holds a traceback
+        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
+    if wrapped is not None:
+        base = next(t for t in type(wrapped).__mro__ if t.__module__ == "raycache.errors")
+        return base(str(wrapped))
+    return exc
 
 
 def check_store_for_cluster(store: Store) -> None:

@@ -21,7 +21,11 @@ STORE_ENV = "RAYCACHE_STORE"
 def default_store() -> str:
     """The store a config that names none uses: $RAYCACHE_STORE, else a local folder."""
     return os.environ.get(STORE_ENV) or DEFAULT_STORE
+
+
 STORAGE_DTYPES = ("float32", "float16")
+PRECISIONS = ("float32", "bfloat16", "float16")
+AUTO = "auto"
 SOURCE_FORMATS = ("parquet", "jsonl", "csv")
 PLACEMENTS = ("auto", "stream", "cpu", "gpu")
 
@@ -73,6 +77,9 @@ class EncoderConfig:
     """hf-text: L2-normalise the pooled embedding."""
     dtype: str = "float32"
     """Storage dtype of the embedding column: float32 or float16."""
+    precision: str = "float32"
+    """Inference precision: float32, bfloat16 or float16 (autocast; part of the fingerprint).
+    On a GPU bfloat16/float16 are faster; on CPUs without bf16 units they are slower."""
     trainable: bool = False
     """A trainable encoder changes as it learns, so raycache refuses to cache it."""
 
@@ -84,25 +91,38 @@ class FillConfig:
     source: SourceConfig
     encoders: list[EncoderConfig]
     store: StoreConfig = field(default_factory=StoreConfig)
-    batch_size: int = 64
-    """Rows per encoder forward pass."""
-    concurrency: int = 1
-    """Encoder actors in the pool."""
+    batch_size: int | str = AUTO
+    """Rows per encoder forward pass at most (auto: 256 on CPU, 4096 on GPU)."""
+    token_budget: int | str = AUTO
+    """Padded tokens per forward pass at most, for text: rows are sorted by length and cut into
+    batches under this budget (auto: 2048 on CPU, 65536 on GPU)."""
+    concurrency: int | str = AUTO
+    """Encoder actors in the pool (auto: sized from the cluster's CPUs, or GPUs / num_gpus)."""
     num_gpus: float = 0.0
-    """GPUs per encoder actor (0 runs CPU actors)."""
-    num_cpus: float = 1.0
-    """CPUs per encoder actor."""
+    """GPUs per encoder actor (0 runs CPU actors; 0.25 puts four actors on a GPU)."""
+    num_cpus: float | str = AUTO
+    """CPUs per encoder actor; its torch threads follow (auto: 1 with a GPU, else up to 4)."""
     rows_per_shard: int = 1024
-    """Rows per Parquet shard at most; a shard never spans two source files."""
+    """Rows per encoder call and per Parquet shard."""
+    autoscaling: bool = False
+    """The cluster adds nodes on demand (KubeRay autoscaler): ask for the pool's resources
+    and wait for them, instead of refusing a pool the cluster cannot hold now."""
     progress: bool = True
-    """Show Ray Data progress bars."""
+    """Show one progress bar (rows, rows/s, ETA) and the summary."""
+    verbose: bool = False
+    """Show Ray's and Ray Data's own logs and progress bars too."""
 
     def problems(self) -> list[str]:
         from raycache.encoders import REGISTRY
 
-        out = _positive(self, "batch_size", "concurrency", "rows_per_shard")
-        if self.num_gpus < 0 or self.num_cpus < 0:
-            out.append(f"num_gpus={self.num_gpus}, num_cpus={self.num_cpus}: must be >= 0")
+        out = _positive(self, "rows_per_shard")
+        out += _positive_or_auto(self, "batch_size", "token_budget", "concurrency")
+        if self.num_gpus < 0:
+            out.append(f"num_gpus={self.num_gpus}: must be >= 0 (0 runs CPU actors)")
+        if self.num_gpus > 1 and self.num_gpus != int(self.num_gpus):
+            out.append(f"num_gpus={self.num_gpus}: above 1 it must be a whole number of GPUs")
+        if self.num_cpus != AUTO and (isinstance(self.num_cpus, str) or self.num_cpus <= 0):
+            out.append(f"num_cpus={self.num_cpus!r}: expected a number > 0, or 'auto'")
         if not _is_name(self.name):
             out.append(f"name={self.name!r}: use letters, digits, '-', '_' or '.'")
         if self.source.format not in (None, *SOURCE_FORMATS):
@@ -118,6 +138,8 @@ class FillConfig:
                 out.append(f"{where}.kind={e.kind!r}: unknown; expected one of {sorted(REGISTRY)}")
             if e.dtype not in STORAGE_DTYPES:
                 out.append(f"{where}.dtype={e.dtype!r}: expected one of {STORAGE_DTYPES}")
+            if e.precision not in PRECISIONS:
+                out.append(f"{where}.precision={e.precision!r}: expected one of {PRECISIONS}")
             if e.trainable:
                 out.append(
                     f"{where}.trainable=true: a trainable encoder's outputs change as it learns, "
@@ -191,6 +213,15 @@ class TrainConfig:
 
 def _positive(cfg: Any, *names: str) -> list[str]:
     return [f"{n}={getattr(cfg, n)}: must be >= 1" for n in names if getattr(cfg, n) < 1]
+
+
+def _positive_or_auto(cfg: Any, *names: str) -> list[str]:
+    out = []
+    for n in names:
+        v = getattr(cfg, n)
+        if v != AUTO and (isinstance(v, str) or v < 1):
+            out.append(f"{n}={v!r}: expected a whole number >= 1, or 'auto'")
+    return out
 
 
 def _is_name(s: str) -> bool:

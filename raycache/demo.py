@@ -22,10 +22,7 @@ def run(store: str = ".raycache/store", data: str = ".raycache/data/stdlib-docs.
             "source": {"path": str(path), "key": "id", "labels": ["label"]},
             "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text", "path": MODEL}],
             "store": {"uri": store},
-            "batch_size": 32,
-            "concurrency": 2,
-            "num_cpus": 0.75,
-            "rows_per_shard": 128,  # enough blocks to keep both actors busy
+            "rows_per_shard": 128,  # a shard every few seconds on a small CPU machine
         },
         progress=progress,
     )

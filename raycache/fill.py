@@ -1,34 +1,29 @@
-"""FILL: read the source, encode it in a pool of Ray actors, write shards, commit a manifest."""
+"""FILL: read the source, prepare and encode it in Ray Data stages, write shards, commit."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import io
 import json
+import pickle
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from raycache import sources
 from raycache.cache import Cache, read_manifest
 from raycache.config import FillConfig, load
-from raycache.encoders import REGISTRY
-from raycache.errors import ConfigError, EncoderError, RaycacheError
+from raycache.errors import ConfigError, RaycacheError
 from raycache.fingerprint import fingerprint
 from raycache.manifest import FORMAT_VERSION, EncoderEntry, Manifest, ShardEntry, human_bytes
-from raycache.store import MANIFEST, SHARDS, Store
+from raycache.resources import LIGHT_CPUS, READ_CPUS, Pool
+from raycache.store import MANIFEST, PROGRESS, Store
 
-PROGRESS = "_progress"
-META = ("__block", "__offset", "__row", "__slice_rows", "__source", "__source_rows")
+__all__ = ["FillResult", "Plan", "build_pipeline", "fill", "plan"]
 
 
 @dataclass
@@ -53,17 +48,37 @@ class FillResult:
     cache: Cache
     hit: bool
     seconds: float
+    """Wall time of the fill call, start-up included."""
     encoded_rows: int
+    resumed_rows: int = 0
+    """Rows an interrupted fill had already encoded, kept and not encoded again."""
+    first_shard_seconds: float = 0.0
+    """From the start of the fill to its first shard written: the start-up cost."""
+    encode_seconds: float = 0.0
+    """From the first encoder call to the last shard written."""
+    pool: str = ""
+
+    @property
+    def rows_per_second(self) -> float:
+        """Rows encoded per second of wall time, start-up included."""
+        return self.encoded_rows / self.seconds if self.seconds else 0.0
+
+    @property
+    def encode_rows_per_second(self) -> float:
+        """Rows encoded per second once the encoders were running."""
+        return self.encoded_rows / self.encode_seconds if self.encode_seconds else 0.0
 
     def summary(self) -> str:
         m = self.cache.manifest
         head = f"fill {m.name}/{m.fingerprint[:12]}: "
         if self.hit:
             return head + f"hit, {m.rows} rows in {len(m.shards)} shards, encoded nothing"
-        rate = self.encoded_rows / self.seconds if self.seconds else 0.0
+        resumed = f", {self.resumed_rows} resumed" if self.resumed_rows else ""
         return head + (
-            f"miss, {m.rows} rows, {len(m.shards)} shards, {human_bytes(m.bytes)}, "
-            f"{self.seconds:.1f} s, {rate:.1f} rows/s"
+            f"miss, {m.rows} rows ({self.encoded_rows} encoded{resumed}), {len(m.shards)} "
+            f"shards, {human_bytes(m.bytes)}, {self.seconds:.1f} s, "
+            f"{self.rows_per_second:.1f} rows/s ({self.encode_rows_per_second:.1f} rows/s after "
+            f"a start-up of {self.first_shard_seconds:.1f} s to the first shard)"
         )
 
     def __repr__(self) -> str:
@@ -72,6 +87,8 @@ class FillResult:
 
 def plan(cfg: FillConfig) -> Plan:
     """Check every input and compute the fingerprint; no Ray, no encoding."""
+    from raycache.encoders import REGISTRY
+
     store = Store(cfg.store.uri, cfg.store.options, cfg.store.shared)
     store.check_reachable()
     fmt, files = sources.list_files(cfg.source)
@@ -99,219 +116,154 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
     """Fill the cache described by `config` (a FillConfig, a dict or a YAML path)."""
     cfg = load(FillConfig, config)
     if progress is not None:
-        cfg.progress = progress
+        cfg = dataclasses.replace(cfg, progress=progress)
     p = plan(cfg)
     manifest = read_manifest(p.store, p.dir)
     if manifest is not None:
         return FillResult(Cache(p.store, manifest), True, 0.0, 0)
 
     from raycache.cluster import check_store_for_cluster, connect
+    from raycache.resources import nodes, request, size_pool
 
-    connect(cfg.progress)
-    check_store_for_cluster(p.store)
     start = time.perf_counter()
-    done = _finished_blocks(p)
-    todo = [f for f in p.files if f.block not in done]
-    records = [r for rs in done.values() for r in rs]
-    if todo:
-        new = _run_pipeline(p, todo)
-        _check_complete(p, todo, new)
-        records += new
-    encoded = sum(r["rows"] for r in records if r["block"] in {f.block for f in todo})
+    connect(cfg.progress, cfg.verbose)
+    check_store_for_cluster(p.store)
+    done = _resumable(p)
+    resumed = sum(r["rows"] for r in done)
+    units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
+                                       _done_ranges(done))
+    todo = sum(u.todo() or 0 for u in units) if p.format == "parquet" else None
+    pool = size_pool(cfg, nodes(), None if todo is None else -(-todo // cfg.rows_per_shard))
+    if cfg.autoscaling:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(**request(pool))
+    new: list[dict[str, Any]] = []
+    first = None
+    if units:
+        with _progress_bar(cfg, todo) as bar:
+            for record in _records(build_pipeline(p, units, pool)):
+                first = first or time.perf_counter() - start
+                new.append(record)
+                bar.update(record["rows"])
+    records = done + new
+    _check_complete(p, records, totals)
+    encoded = sum(r["rows"] for r in new)
+    encode_s = (max(r["written"] for r in new) - min(r["encode_started"] for r in new)
+                if new else 0.0)
     manifest = _commit(p, records, time.perf_counter() - start)
-    return FillResult(Cache(p.store, manifest), False, time.perf_counter() - start, encoded)
+    return FillResult(Cache(p.store, manifest), False, time.perf_counter() - start, encoded,
+                      resumed, first or 0.0, encode_s, pool.describe())
 
 
-def _run_pipeline(p: Plan, todo: list[sources.SourceFile]) -> list[dict[str, Any]]:
+def build_pipeline(p: Plan, units: list[sources.Unit], pool: Pool) -> Any:
+    """The fill as a lazy Ray Data dataset of shard records (nothing runs until consumed):
+    read units -> prepare (tokenise) -> encoder actor pool -> write shards."""
     import ray.data
 
+    from raycache.fill_stages import EncodeActor, PrepareActor
+    from raycache.shards import write_stage
+
     cfg = p.cfg
-    pool = ray.data.ActorPoolStrategy
-    wanted = [cfg.source.key, *cfg.source.labels, *(e.input for e in cfg.encoders)]
-    columns = list(dict.fromkeys(wanted))
-    slices = sources.plan_slices(todo, p.format, cfg.source.options, cfg.rows_per_shard)
-    ds = ray.data.from_items(
-        [{"uri": s.file.uri, "size": s.file.size, "version": s.file.version,
-          "offset": s.offset, "rows": s.rows} for s in slices],
-        override_num_blocks=len(slices),  # one block per slice, spread over the actor pool
-    )
+    keep = list(dict.fromkeys([cfg.source.key, *cfg.source.labels]))
+    columns = list(dict.fromkeys([*keep, *(e.input for e in cfg.encoders)]))
+    ds = ray.data.from_items([{"unit": pickle.dumps(u)} for u in units],
+                             override_num_blocks=len(units))  # one read task per unit
     ds = ds.map_batches(
-        ReadSlices,
-        fn_constructor_kwargs=dict(
-            fmt=p.format, options=cfg.source.options, rows=cfg.rows_per_shard, columns=columns
-        ),
-        batch_size=1,
-        compute=pool(size=1),  # reading is cheap next to encoding; each extra process imports torch
-        num_cpus=0.25,
-        batch_format="pyarrow",
+        sources.read_stage,
+        fn_kwargs=dict(fmt=p.format, options=cfg.source.options, rows=cfg.rows_per_shard,
+                       columns=columns),
+        batch_size=1, num_cpus=READ_CPUS, batch_format="pyarrow",
+    ).repartition(target_num_rows_per_block=cfg.rows_per_shard)  # blocks spread over the pool
+    ds = ds.map_batches(
+        PrepareActor, fn_constructor_kwargs=dict(encoders=cfg.encoders, keep=keep),
+        batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=pool.prepare_actors),
     )
     ds = ds.map_batches(
         EncodeActor,
         fn_constructor_kwargs=dict(
-            cfg=cfg, digests={k: v["weights_digest"] for k, v in p.inputs["encoders"].items()}
+            cfg=cfg, pool=pool,
+            digests={k: v["weights_digest"] for k, v in p.inputs["encoders"].items()},
         ),
-        batch_size=None,  # one slice per call; the actor runs its forward passes in batch_size
-        compute=pool(size=cfg.concurrency),
-        num_gpus=cfg.num_gpus,
-        num_cpus=cfg.num_cpus,
-        batch_format="pyarrow",
+        batch_size=cfg.rows_per_shard,  # one shard per call; Ray Data needs it for GPU stages
+        compute=ray.data.ActorPoolStrategy(size=pool.actors),
+        num_cpus=pool.cpus, num_gpus=pool.gpus or None, batch_format="pyarrow",
     )
-    ds = ds.map_batches(
-        WriteShards,
-        fn_constructor_kwargs=dict(store=p.store, cache_dir=p.dir, fingerprint=p.fingerprint),
-        batch_size=None,
-        compute=pool(size=1),
-        num_cpus=0.25,
-        batch_format="pyarrow",
+    return ds.map_batches(
+        write_stage,
+        fn_kwargs=dict(store=p.store, cache_dir=p.dir, fingerprint=p.fingerprint,
+                       rows=cfg.rows_per_shard),
+        batch_size=None, num_cpus=LIGHT_CPUS, batch_format="pyarrow",
     )
-    return [json.loads(r["record"]) for r in ds.take_all()]
 
 
-class ReadSlices:
-    """Ray Data stage: a slice in (a Parquet row range or a whole text file), tables of at most
-    `rows` rows out, tagged with where they came from."""
+def _records(ds: Any) -> Any:
+    """Shard records as the writers finish them; a stage's error re-raised as raycache's own."""
+    from raycache.cluster import unwrap
 
-    def __init__(self, fmt: str, options: dict, rows: int, columns: list[str]):
-        self.fmt, self.options, self.rows, self.columns = fmt, options, rows, columns
-
-    def __call__(self, batch: pa.Table) -> Iterator[pa.Table]:
-        for item in batch.to_pylist():
-            f = sources.SourceFile(item["uri"], item["size"], item["version"])
-            s = sources.Slice(f, item["offset"], item["rows"])
-            for offset, total, table in sources.read_slice(s, self.fmt, self.options, self.rows):
-                missing = [c for c in self.columns if c not in table.column_names]
-                if missing:
-                    raise RaycacheError(
-                        f"source file {f.uri!r} lacks columns {missing}; every file of a source "
-                        "needs the key, label and input columns"
-                    )
-                n = table.num_rows
-                meta = {
-                    "__block": pa.array([f.block] * n),
-                    "__offset": pa.array([offset] * n, pa.int64()),
-                    "__row": pa.array(range(offset, offset + n), pa.int64()),
-                    "__slice_rows": pa.array([n] * n, pa.int64()),
-                    "__source": pa.array([f.uri] * n),
-                    "__source_rows": pa.array([total] * n, pa.int64()),
-                }
-                out = table.select(self.columns)
-                for name, column in meta.items():
-                    out = out.append_column(name, column)
-                yield out
+    try:
+        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+            for text in batch.column("record").to_pylist():
+                yield json.loads(text)
+    except Exception as exc:  # Ray wraps stage errors in its own types
+        raise unwrap(exc) from exc
 
 
-class EncodeActor:
-    """Ray Data actor: loads each frozen encoder once, adds one embedding column per encoder."""
+@contextlib.contextmanager
+def _progress_bar(cfg: FillConfig, total: int | None) -> Any:
+    from tqdm.auto import tqdm
 
-    def __init__(self, cfg: FillConfig, digests: dict[str, str]):
-        import torch
-
-        self.cfg = cfg
-        device = "cuda" if cfg.num_gpus > 0 and torch.cuda.is_available() else "cpu"
-        self.encoders = {e.name: REGISTRY[e.kind].load(e, device) for e in cfg.encoders}
-        for e in cfg.encoders:
-            loaded = self.encoders[e.name].weights_digest()
-            if loaded != digests[e.name]:
-                raise EncoderError(
-                    f"encoder {e.name!r} loaded weights {loaded[:12]} in a fill actor, but the "
-                    f"fingerprint was computed from {digests[e.name][:12]}: its weights differ "
-                    "between loads (random initialisation?). Load fixed weights, or seed the "
-                    "factory, so every actor encodes with the same model"
-                )
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        keep = [self.cfg.source.key, *self.cfg.source.labels, *META]
-        out = table.select(list(dict.fromkeys(keep)))
-        bs = self.cfg.batch_size
-        for e in self.cfg.encoders:
-            column = table.column(e.input).combine_chunks()
-            parts = [
-                self.encoders[e.name].encode(column.slice(i, bs))
-                for i in range(0, table.num_rows, bs)
-            ]
-            emb = np.concatenate(parts).astype(e.dtype)
-            flat = pa.array(emb.reshape(-1), type=pa.from_numpy_dtype(emb.dtype))
-            out = out.append_column(e.name, pa.FixedSizeListArray.from_arrays(flat, emb.shape[1]))
-        return out
+    bar = tqdm(total=total, disable=not cfg.progress, unit=" rows", desc=f"fill {cfg.name}",
+               dynamic_ncols=True, smoothing=0.1)
+    try:
+        yield bar
+    finally:
+        bar.close()
 
 
-class WriteShards:
-    """Ray Data stage (one actor): gathers the encoded rows of each source slice, which arrive
-    in pieces from any encoder actor, and writes the slice as one shard once it is whole."""
-
-    def __init__(self, store: Store, cache_dir: str, fingerprint: str):
-        self.store, self.dir, self.fingerprint = store, cache_dir, fingerprint
-        self.pending: dict[tuple[str, int], list[pa.Table]] = defaultdict(list)
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        records = []
-        groups: dict[tuple[str, int], list[int]] = defaultdict(list)
-        blocks = table.column("__block").to_pylist()
-        offsets = table.column("__offset").to_pylist()
-        for i, key in enumerate(zip(blocks, offsets, strict=True)):
-            groups[key].append(i)
-        for key, idx in groups.items():
-            self.pending[key].append(table.take(pa.array(idx)))
-            have = sum(t.num_rows for t in self.pending[key])
-            if have == self.pending[key][0].column("__slice_rows")[0].as_py():
-                records.append(json.dumps(self._write(*key, self.pending.pop(key))))
-        return pa.table({"record": pa.array(records, pa.string())})
-
-    def _write(self, block: str, offset: int, pieces: list[pa.Table]) -> dict[str, Any]:
-        part = pa.concat_tables(pieces).sort_by("__row")  # source order, however it arrived
-        rel = f"{SHARDS}/part-{block}-{offset:010d}.parquet"
-        data = part.drop_columns(list(META)).replace_schema_metadata(
-            {"raycache.fingerprint": self.fingerprint}
-        )
-        buf = io.BytesIO()
-        pq.write_table(data, buf, compression="zstd")
-        blob = buf.getvalue()
-        self.store.write_atomic(f"{self.dir}/{rel}", blob)
-        record = {
-            "path": rel,
-            "rows": part.num_rows,
-            "bytes": len(blob),
-            "sha256": hashlib.sha256(blob).hexdigest(),
-            "source": part.column("__source")[0].as_py(),
-            "block": block,
-            "offset": offset,
-            "source_rows": part.column("__source_rows")[0].as_py(),
-            "dims": {
-                f.name: f.type.list_size for f in data.schema if pa.types.is_fixed_size_list(f.type)
-            },
-        }
-        self.store.write_json(f"{self.dir}/{PROGRESS}/{rel.rsplit('/', 1)[1]}.json", record)
-        return record
-
-
-def _finished_blocks(p: Plan) -> dict[str, list[dict[str, Any]]]:
-    """Records of the source blocks an earlier, interrupted fill already wrote in full."""
-    by_block: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def _resumable(p: Plan) -> list[dict[str, Any]]:
+    """Records of the shards an earlier, interrupted fill of this fingerprint wrote."""
+    out = []
     for name in p.store.listdir(f"{p.dir}/{PROGRESS}"):
         if name.endswith(".json"):
             record = p.store.read_json(f"{p.dir}/{PROGRESS}/{name}")
             if p.store.exists(f"{p.dir}/{record['path']}"):
-                by_block[record["block"]].append(record)
-    return {
-        b: rs for b, rs in by_block.items() if sum(r["rows"] for r in rs) == rs[0]["source_rows"]
-    }
+                out.append(record)
+    return out
 
 
-def _check_complete(p: Plan, todo: list[sources.SourceFile], records: list[dict]) -> None:
-    rows: dict[str, int] = defaultdict(int)
+def _done_ranges(records: list[dict[str, Any]]) -> dict[str, sources.Ranges]:
+    by_block: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for r in records:
-        rows[r["block"]] += r["rows"]
-    totals = {r["block"]: r["source_rows"] for r in records}
-    bad = [f.uri for f in todo if rows.get(f.block, 0) != totals.get(f.block, 0)]
+        for block, a, b, *_ in r["ranges"]:
+            by_block[block].append((a, b))
+    return {k: tuple(sorted(v)) for k, v in by_block.items()}
+
+
+def _check_complete(p: Plan, records: list[dict], totals: dict[str, int]) -> None:
+    """Every row of every source file in exactly one shard, or no manifest."""
+    covered: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for r in records:
+        for block, a, b, _, rows in r["ranges"]:
+            covered[block].append((a, b))
+            totals.setdefault(block, rows)
+    bad = []
+    for f in p.files:
+        spans = sorted(covered.get(f.block, []))
+        overlap = any(b0 > a1 for (_, b0), (a1, _) in zip(spans, spans[1:], strict=False))
+        if overlap or sum(b - a for a, b in spans) != totals.get(f.block, 0):
+            bad.append(f.uri)
     if bad:
         raise RaycacheError(
-            f"fill of {p.cfg.name}/{p.fingerprint} wrote incomplete shards for {bad}; no manifest "
-            "was written. Run the fill again: it resumes and redoes only those files"
+            f"fill of {p.cfg.name}/{p.fingerprint} wrote incomplete or overlapping shards for "
+            f"{bad}; no manifest was written. Run the fill again: it resumes and encodes only "
+            "the missing rows"
         )
 
 
 def _commit(p: Plan, records: list[dict[str, Any]], seconds: float) -> Manifest:
-    records = sorted(records, key=lambda r: (r["source"], r["offset"]))
+    records = sorted(records, key=lambda r: (r["ranges"][0][3], r["ranges"][0][1]))
     dims = records[0]["dims"] if records else {}
     described = p.inputs["encoders"]
     manifest = Manifest(
@@ -333,7 +285,8 @@ def _commit(p: Plan, records: list[dict[str, Any]], seconds: float) -> Manifest:
         label_columns=list(p.cfg.source.labels),
         label_types={c: str(p.schema.field(c).type) for c in p.cfg.source.labels},
         shards=[
-            ShardEntry(r["path"], r["rows"], r["bytes"], r["sha256"], r["source"])
+            ShardEntry(r["path"], r["rows"], r["bytes"], r["sha256"], r["ranges"][0][3],
+                       [x[:3] for x in r["ranges"]])
             for r in records
         ],
         created=datetime.now(UTC).isoformat(timespec="seconds"),

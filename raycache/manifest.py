@@ -8,7 +8,11 @@ from typing import Any
 
 from raycache.errors import StoreError
 
-FORMAT_VERSION = 1
+__all__ = ["FORMAT_VERSION", "EncoderEntry", "Manifest", "ShardEntry", "human_bytes"]
+
+FORMAT_VERSION = 2
+"""2: shards named and recorded by the source row ranges they hold."""
+READABLE = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -29,7 +33,9 @@ class ShardEntry:
     bytes: int
     sha256: str
     source: str
-    """URI of the source file the shard's rows came from."""
+    """URI of the source file of the shard's first rows."""
+    ranges: list[list[Any]] = field(default_factory=list)
+    """The source rows it holds: [file block id, start, stop] per run of rows (version 2)."""
 
 
 @dataclass
@@ -71,10 +77,10 @@ class Manifest:
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "manifest") -> Manifest:
         version = data.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE:
             raise StoreError(
-                f"{where} has format_version={version!r}; this raycache reads version "
-                f"{FORMAT_VERSION}. Install the raycache that wrote it, or fill the cache again"
+                f"{where} has format_version={version!r}; this raycache reads versions "
+                f"{READABLE}. Install the raycache that wrote it, or fill the cache again"
             )
         try:
             return cls(

@@ -1,14 +1,16 @@
-"""Source files: listing with their versions, schema checks, and reading one file in slices."""
+"""Source files: listing with their versions, schema checks, and reading them in units."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.json as pjson
@@ -16,6 +18,9 @@ import pyarrow.parquet as pq
 
 from raycache.config import SOURCE_FORMATS, SourceConfig
 from raycache.errors import FingerprintError, SourceError
+
+__all__ = ["META", "SourceFile", "Unit", "check_columns", "list_files", "plan_units",
+           "read_schema", "read_stage", "read_unit"]
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
             ".ndjson": "jsonl", ".csv": "csv"}
@@ -108,49 +113,111 @@ def read_schema(file: SourceFile, fmt: str, options: dict[str, Any]) -> pa.Schem
         return reader.schema
 
 
+Ranges = tuple[tuple[int, int], ...]
+"""Row ranges [start, stop) of one file, sorted and disjoint."""
+META = ("__block", "__row", "__source", "__source_rows")
+"""Columns the read stage adds to every row: where it came from, so shards can say so."""
+
+
 @dataclass(frozen=True)
-class Slice:
-    """The unit of fill work: rows [offset, offset + rows) of one file; rows=None is the whole
-    file (text formats, whose row count is known only once read)."""
+class Unit:
+    """The unit of read work: whole row groups of a Parquet file (each decoded once), or a whole
+    text file (its row count is known only once read), less the rows an earlier fill did."""
 
     file: SourceFile
-    offset: int = 0
+    groups: tuple[int, ...] = ()
+    """Parquet row groups, in order; empty for a text file."""
+    start: int = 0
+    """First row of the unit in the file."""
     rows: int | None = None
+    """Rows in the unit (None for a text file)."""
+    done: Ranges = ()
+    """Rows of the unit already encoded, skipped when read."""
+
+    def todo(self) -> int | None:
+        if self.rows is None:
+            return None
+        return self.rows - sum(min(b, self.start + self.rows) - max(a, self.start)
+                               for a, b in self.done
+                               if b > self.start and a < self.start + self.rows)
 
 
-def plan_slices(files: list[SourceFile], fmt: str, options: dict[str, Any], rows: int
-                ) -> list[Slice]:
-    """Parquet files split into slices of `rows` from their footers; other formats whole."""
-    if fmt != "parquet":
-        return [Slice(f) for f in files]
-    out = []
+def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows: int,
+               done: dict[str, Ranges] | None = None) -> tuple[list[Unit], dict[str, int]]:
+    """Read units of about `rows` rows, aligned to Parquet row groups (a row group larger than
+    that is one unit, read in pieces), skipping units that `done` covers; and each Parquet
+    file's row count."""
+    done = done or {}
+    units: list[Unit] = []
+    totals: dict[str, int] = {}
     for f in files:
+        skip = done.get(f.block, ())
+        if fmt != "parquet":
+            units.append(Unit(f, done=skip))
+            continue
         with fsspec.open(f.uri, "rb", **options) as fh:
-            n = pq.ParquetFile(fh).metadata.num_rows
-        out += [Slice(f, o, min(rows, n - o)) for o in range(0, n, rows)]
-    return out
+            meta = pq.ParquetFile(fh).metadata
+        totals[f.block] = meta.num_rows
+        groups: list[int] = []
+        start = first = 0
+        for i in range(meta.num_row_groups):
+            groups.append(i)
+            start += meta.row_group(i).num_rows
+            if start - first >= rows or i == meta.num_row_groups - 1:
+                unit = Unit(f, tuple(groups), first, start - first, skip)
+                if unit.todo():
+                    units.append(unit)
+                groups, first = [], start
+    return units, totals
 
 
-def read_slice(s: Slice, fmt: str, options: dict[str, Any], rows: int) -> Iterator[
-    tuple[int, int, pa.Table]
-]:
-    """(offset, rows in the file, table) pieces of at most `rows` rows, in file order."""
-    with fsspec.open(s.file.uri, "rb", **options) as f:
+def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: list[str]
+              ) -> Iterator[pa.Table]:
+    """The unit's rows not yet done, in pieces of at most `rows` rows, each with META columns."""
+    with fsspec.open(u.file.uri, "rb", **options) as f:
         if fmt == "parquet":
             pf = pq.ParquetFile(f)
-            total, start, groups, first = pf.metadata.num_rows, 0, [], None
-            for i in range(pf.metadata.num_row_groups):
-                n = pf.metadata.row_group(i).num_rows
-                if start + n > s.offset and start < s.offset + s.rows:
-                    groups.append(i)
-                    first = start if first is None else first
-                start += n
-            table = pf.read_row_groups(groups) if groups else pf.schema_arrow.empty_table()
-            yield s.offset, total, table.slice(s.offset - (first or 0), s.rows)
+            total, offset = pf.metadata.num_rows, u.start
+            for batch in pf.iter_batches(batch_size=rows, row_groups=list(u.groups),
+                                         columns=columns):
+                yield from _tagged(pa.Table.from_batches([batch]), u, offset, total, columns)
+                offset += batch.num_rows
             return
         table = pjson.read_json(f) if fmt == "jsonl" else pcsv.read_csv(f)
     for offset in range(0, table.num_rows, rows):
-        yield offset, table.num_rows, table.slice(offset, rows)
+        yield from _tagged(table.slice(offset, rows), u, offset, table.num_rows, columns)
+
+
+def _tagged(table: pa.Table, u: Unit, offset: int, total: int, columns: list[str]
+            ) -> Iterator[pa.Table]:
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise SourceError(
+            f"source file {u.file.uri!r} lacks columns {missing}; every file of a source needs "
+            "the key, label and input columns"
+        )
+    row = np.arange(offset, offset + table.num_rows, dtype=np.int64)
+    keep = np.ones(len(row), bool)
+    for a, b in u.done:
+        keep &= (row < a) | (row >= b)
+    if not keep.all():
+        table, row = table.filter(pa.array(keep)), row[keep]
+    n = len(row)
+    if n == 0:
+        return
+    out = table.select(columns)
+    for name, column in (("__block", pa.array([u.file.block] * n)), ("__row", pa.array(row)),
+                         ("__source", pa.array([u.file.uri] * n)),
+                         ("__source_rows", pa.array(np.full(n, total, np.int64)))):
+        out = out.append_column(name, column)
+    yield out
+
+
+def read_stage(batch: pa.Table, fmt: str, options: dict[str, Any], rows: int,
+               columns: list[str]) -> Iterator[pa.Table]:
+    """Ray Data stage: units in (pickled, one per row), row pieces out."""
+    for item in batch.column("unit").to_pylist():
+        yield from read_unit(pickle.loads(item), fmt, options, rows, columns)
 
 
 def check_columns(schema: pa.Schema, cfg: SourceConfig, inputs: list[str], uri: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -15,9 +16,22 @@ from fsspec.implementations.local import LocalFileSystem
 
 from raycache.errors import StoreError
 
+__all__ = ["MANIFEST", "PROGRESS", "RUNS", "SHARDS", "Store", "shard_name"]
+
 MANIFEST = "manifest.json"
+"""The commit record, written last."""
 SHARDS = "shards"
+PROGRESS = "_progress"
+"""One record per written shard of an unfinished fill: what resume reads."""
 RUNS = "runs"
+
+
+def shard_name(ranges: list[list[Any]]) -> str:
+    """A shard's path in its cache folder, from the source rows it holds: [[block, start, stop],
+    ...]. The same rows always get the same name, so a re-run overwrites rather than adds."""
+    digest = hashlib.sha256(json.dumps(ranges).encode()).hexdigest()[:8]
+    block, start = ranges[0][0], ranges[0][1]
+    return f"{SHARDS}/part-{block}-{start:010d}-{digest}.parquet"
 
 
 @dataclass

@@ -115,9 +115,7 @@ def toy_fill(source: str, store: str, **over) -> dict:
             "kwargs": {"in_dim": 8, "out_dim": 16},
         }],
         "store": {"uri": store},
-        "batch_size": 128,
         "rows_per_shard": 200,
-        "num_cpus": 0.5,
         "progress": False,
     }
     cfg.update(over)

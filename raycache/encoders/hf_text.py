@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -12,8 +14,11 @@ import pyarrow as pa
 import torch
 
 from raycache.config import EncoderConfig
-from raycache.encoders.base import Family, digest_files, freeze
+from raycache.encoders.base import Batching, Family, autocast, digest_files, freeze, to_device
+from raycache.encoders.batching import encode_sorted, pad_ids
 from raycache.errors import EncoderError
+
+__all__ = ["HF_TEXT", "HFTextEncoder", "Tokenize", "describe", "resolve"]
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 SKIP = {"README.md", ".gitattributes"}
@@ -62,50 +67,90 @@ def describe(cfg: EncoderConfig) -> dict[str, Any]:
         "normalize": cfg.normalize,
         "max_length": cfg.max_length,
         "dtype": cfg.dtype,
+        "precision": cfg.precision,
         "dim": hidden,
         "weights_digest": digest_files(weights, folder),
         "config_digest": digest_files(others, folder),
     }
 
 
-class HFTextEncoder:
-    def __init__(self, cfg: EncoderConfig, device: str):
-        from transformers import AutoModel, AutoTokenizer
+@functools.lru_cache(maxsize=8)
+def _tokenizer(folder: str) -> Any:
+    """One tokenizer per model folder per process (prepare tasks reuse their worker process)."""
+    from transformers import AutoTokenizer
 
-        folder = resolve(cfg.path, cfg.name)
+    return AutoTokenizer.from_pretrained(folder)
+
+
+class Tokenize:
+    """The CPU stage of hf-text: texts to token ids (truncated, special tokens added, unpadded)."""
+
+    def __init__(self, cfg: EncoderConfig):
         self.cfg = cfg
-        self.device = device
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.tokenizer = _tokenizer(str(resolve(cfg.path, cfg.name)))
+
+    def __call__(self, values: pa.Array) -> pa.Array:
+        texts = values.to_pylist()
+        bad = next((t for t in texts if not isinstance(t, str)), _OK)
+        if bad is not _OK:
+            raise EncoderError(
+                f"encoder {self.cfg.name!r}: column {self.cfg.input!r} holds {bad!r} "
+                f"({type(bad).__name__}); hf-text needs strings. Fill empty values in the source "
+                "or drop those rows"
+            )
+        ids = self.tokenizer(texts, truncation=True, max_length=self.cfg.max_length,
+                             return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        lengths = np.fromiter((len(row) for row in ids), np.int32, len(ids))
+        offsets = np.zeros(len(ids) + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(offsets[-1]))
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
+
+
+class HFTextEncoder:
+    """Mean-pooled transformer embeddings, run over length-sorted batches of token ids."""
+
+    def __init__(self, cfg: EncoderConfig, device: str, batching: Batching | None = None):
+        from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # one progress bar per fill, the driver's
+        folder = resolve(cfg.path, cfg.name)
+        self.cfg, self.device, self.batching = cfg, device, batching or Batching()
+        self.prepare = Tokenize(cfg)
+        self.pad_id = self.prepare.tokenizer.pad_token_id or 0
         self.model = freeze(AutoModel.from_pretrained(folder)).to(device)
 
     def weights_digest(self) -> str:
         folder, weights, _ = _files(self.cfg)
         return digest_files(weights, folder)
 
-    @torch.inference_mode()
     def encode(self, values: pa.Array) -> np.ndarray:
-        texts = values.to_pylist()
-        bad = next((t for t in texts if not isinstance(t, str)), _OK)
-        if bad is not _OK:
-            raise EncoderError(
-                f"encoder {self.cfg.name!r}: column {self.cfg.input!r} holds {bad!r} "
-                f"({type(bad).__name__}); hf-text needs strings"
-            )
-        batch = self.tokenizer(
-            texts,
-            padding=True,
-            truncation=True,
-            max_length=self.cfg.max_length,
-            return_tensors="pt",
-        ).to(self.device)
-        hidden = self.model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        if self.cfg.normalize:
-            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-        return pooled.float().cpu().numpy()
+        return self.forward(self.prepare(values))
+
+    @torch.inference_mode()
+    def forward(self, prepared: pa.Array) -> np.ndarray:
+        ids = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
+        lengths = np.diff(ids.offsets.to_numpy())
+
+        def run(idx: np.ndarray) -> torch.Tensor:
+            matrix, lens = pad_ids(ids, idx, self.pad_id)
+            input_ids = to_device(matrix, self.device)
+            lens_t = to_device(lens.astype(np.int64), self.device)
+            mask = torch.arange(matrix.shape[1], device=input_ids.device)[None, :] < lens_t[:, None]
+            with autocast(self.device, self.cfg.precision):
+                hidden = self.model(input_ids=input_ids, attention_mask=mask.long())
+            hidden = hidden.last_hidden_state.float()
+            weights = mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+            if self.cfg.normalize:
+                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+            return pooled
+
+        b = self.batching
+        return encode_sorted(lengths, b.max_rows, b.token_budget, run)
 
 
 _OK = object()
 
-HF_TEXT = Family(describe=describe, load=HFTextEncoder)
+HF_TEXT = Family(describe=describe, load=HFTextEncoder, prepare=Tokenize)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,8 +13,10 @@ import pyarrow as pa
 import torch
 
 from raycache.config import EncoderConfig
-from raycache.encoders.base import Family, freeze
+from raycache.encoders.base import Batching, Family, autocast, freeze, to_device
 from raycache.errors import EncoderError
+
+__all__ = ["TORCH_MODULE", "TorchModuleEncoder", "build", "describe", "state_digest"]
 
 
 def build(cfg: EncoderConfig) -> torch.nn.Module:
@@ -72,22 +75,36 @@ def describe(cfg: EncoderConfig) -> dict[str, Any]:
         "factory": cfg.factory,
         "kwargs": cfg.kwargs,
         "dtype": cfg.dtype,
+        "precision": cfg.precision,
         "code_digest": code,
         "weights_digest": state_digest(net),
     }
 
 
+def prepare(cfg: EncoderConfig) -> Callable[[pa.Array], pa.Array]:
+    """The torch family needs no CPU stage: its inputs are numbers already."""
+
+    def same(values: pa.Array) -> pa.Array:
+        return values
+
+    return same
+
+
 class TorchModuleEncoder:
-    def __init__(self, cfg: EncoderConfig, device: str):
-        self.cfg = cfg
-        self.device = device
+    def __init__(self, cfg: EncoderConfig, device: str, batching: Batching | None = None):
+        self.cfg, self.device, self.batching = cfg, device, batching or Batching()
+        self.prepare = prepare(cfg)
         self.net = freeze(build(cfg)).to(device)
 
     def weights_digest(self) -> str:
         return state_digest(self.net)
 
-    @torch.inference_mode()
     def encode(self, values: pa.Array) -> np.ndarray:
+        return self.forward(self.prepare(values))
+
+    @torch.inference_mode()
+    def forward(self, prepared: pa.Array) -> np.ndarray:
+        values = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
         if pa.types.is_fixed_size_list(values.type) or pa.types.is_list(values.type):
             x = np.stack(values.to_numpy(zero_copy_only=False)).astype(np.float32)
         elif pa.types.is_integer(values.type) or pa.types.is_floating(values.type):
@@ -97,8 +114,12 @@ class TorchModuleEncoder:
                 f"encoder {self.cfg.name!r}: column {self.cfg.input!r} is {values.type}; "
                 "the torch family takes numbers or lists of numbers"
             )
-        out = self.net(torch.from_numpy(x).to(self.device))
-        return out.reshape(out.shape[0], -1).float().cpu().numpy()
+        parts = []
+        for i in range(0, len(x), self.batching.max_rows):
+            with autocast(self.device, self.cfg.precision):
+                out = self.net(to_device(x[i : i + self.batching.max_rows], self.device))
+            parts.append(out.reshape(out.shape[0], -1).float().cpu().numpy())
+        return np.concatenate(parts) if parts else np.empty((0, 0), np.float32)
 
 
-TORCH_MODULE = Family(describe=describe, load=TorchModuleEncoder)
+TORCH_MODULE = Family(describe=describe, load=TorchModuleEncoder, prepare=prepare)

@@ -1,0 +1,56 @@
+"""Length-aware batching: sort rows by length, cut batches by a token budget, restore order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+__all__ = ["by_length", "encode_sorted", "pad_ids"]
+
+
+def by_length(lengths: np.ndarray, max_rows: int, token_budget: int) -> Iterator[np.ndarray]:
+    """Row indices in batches of similar length: each batch holds at most `max_rows` rows and
+    at most `token_budget` padded tokens (rows x longest row), and at least one row."""
+    order = np.argsort(lengths, kind="stable")
+    i, n = 0, len(order)
+    while i < n:
+        j = i + 1
+        while j < n and j - i < max_rows and (j - i + 1) * lengths[order[j]] <= token_budget:
+            j += 1  # lengths are ascending, so the newest row is the longest
+        yield order[i:j]
+        i = j
+
+
+def encode_sorted(
+    lengths: np.ndarray,
+    max_rows: int,
+    token_budget: int,
+    forward: Callable[[np.ndarray], torch.Tensor],
+) -> np.ndarray:
+    """Run `forward(indices) -> (len(indices), dim)` over length-sorted batches and put the
+    outputs back in the rows' original order, as one float32 array."""
+    out: np.ndarray | None = None
+    for idx in by_length(lengths, max_rows, token_budget):
+        part = forward(idx).float().cpu().numpy()
+        if out is None:
+            out = np.empty((len(lengths), part.shape[1]), np.float32)
+        out[idx] = part
+    return out if out is not None else np.empty((0, 0), np.float32)
+
+
+def pad_ids(ids: pa.ListArray, idx: np.ndarray, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows `idx` of a list<int> column as a right-padded (n, longest) int64 matrix, and the
+    length of each row."""
+    offsets = ids.offsets.to_numpy()
+    values = ids.values.to_numpy(zero_copy_only=False)
+    starts, ends = offsets[idx], offsets[idx + 1]
+    lengths = ends - starts
+    width = int(lengths.max()) if len(idx) else 0
+    out = np.full((len(idx), width), pad_id, np.int64)
+    cols = np.arange(width)
+    mask = cols[None, :] < lengths[:, None]
+    out[mask] = values[(starts[:, None] + cols[None, :])[mask]]
+    return out, lengths
