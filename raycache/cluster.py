@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import ray
 import ray.data
 
+from raycache import errors
 from raycache.errors import ConfigError, RaycacheError, StoreError
 from raycache.store import Store
 
 __all__ = ["check_store_for_cluster", "connect", "unwrap"]
+
+_ERROR_LINE = re.compile(r"raycache\.errors\.(\w+): (.*)", re.S)
 
 
 def connect(progress: bool = True, verbose: bool = False) -> None:
@@ -45,6 +49,14 @@ def unwrap(exc: BaseException) -> BaseException:
     if wrapped is not None:
         base = next(t for t in type(wrapped).__mro__ if t.__module__ == "raycache.errors")
         return base(str(wrapped))
+    # Ray Data passes a stage's error on as text only: its traceback ends with the error line
+    text = str(exc)
+    found = _ERROR_LINE.match(text, max(text.rfind("raycache.errors."), 0))
+    if found:
+        kind, message = found.group(1), found.group(2).strip()
+        cls = getattr(errors, kind, None)
+        if isinstance(cls, type) and issubclass(cls, RaycacheError) and cls is not ConfigError:
+            return cls(message)
     return exc
 
 

@@ -23,13 +23,13 @@ def test_valid_config_builds_nested_dataclasses():
 
 
 def test_all_structural_problems_reported_together():
-    bad = fill_dict(batch_sise=3, concurrency="two")
+    bad = fill_dict(batch_sise=3, rows_per_shard="two")
     del bad["name"]
     with pytest.raises(ConfigError) as err:
         load(FillConfig, bad)
     text = str(err.value)
     assert "FillConfig.batch_sise: unknown field" in text
-    assert "FillConfig.concurrency='two': expected int" in text
+    assert "FillConfig.rows_per_shard='two': expected int" in text
     assert "FillConfig.name: missing (required)" in text
     assert len(err.value.problems) == 3
 
@@ -49,7 +49,7 @@ def test_semantic_problems_name_value_and_fix():
     assert "trainable=true" in text and "cannot be cached" in text
     assert "dtype='int8'" in text
     assert "name 'e' is used twice" in text
-    assert "batch_size=0: must be >= 1" in text
+    assert "batch_size=0: expected a whole number >= 1, or 'auto'" in text
 
 
 def test_train_config_checks():

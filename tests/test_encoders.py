@@ -81,3 +81,15 @@ def test_hf_path_errors(tmp_path):
         REGISTRY["hf-text"].describe(minilm(path=str(tmp_path)))
     with pytest.raises(EncoderError, match="not installed"):
         REGISTRY["hf-text"].describe(minilm(path="pkg:no_such_pkg/model"))
+
+
+def test_bfloat16_inference_stays_close_to_float32_and_is_fingerprinted():
+    texts = pa.array(SENTENCES[:4] * 3)
+    fp32 = REGISTRY["hf-text"].load(minilm(), "cpu").encode(texts)
+    bf16 = REGISTRY["hf-text"].load(minilm(precision="bfloat16"), "cpu").encode(texts)
+    cosine = (fp32 * bf16).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(bf16, axis=1)
+    assert cosine.min() >= 0.999, cosine
+    assert not np.array_equal(fp32, bf16)  # it did run at another precision
+    describe = REGISTRY["hf-text"].describe
+    assert describe(minilm(precision="bfloat16"))["precision"] == "bfloat16"
+    assert describe(minilm(precision="bfloat16")) != describe(minilm())
