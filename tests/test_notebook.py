@@ -89,7 +89,8 @@ def test_quickstart_runs(executed):
     assert not errors, errors
 
     fill = printed(nb, "raycache.fill(")
-    assert re.search(r"fill stdlib-docs/\w+: miss, 150 rows, \d+ shards", fill), fill
+    assert re.search(r"fill stdlib-docs/\w+: miss, 150 rows \(150 encoded\), \d+ shards",
+                     fill), fill
     assert (work / "store" / "stdlib-docs").is_dir()
 
     cache_repr = "".join(text_of(o) for o in outputs(nb, "raycache.open_cache("))
