@@ -22,7 +22,7 @@ def connect(progress: bool = True, verbose: bool = False) -> None:
     Ray's and Ray Data's own logs and progress bars show only when `verbose`; workers' output
     reaches the driver only with `progress` (errors always raise here)."""
     if not ray.is_initialized():
-        ray.init(logging_level=logging.INFO if verbose else logging.WARNING,
+        ray.init(logging_level=logging.INFO if verbose else logging.ERROR,
                  log_to_driver=progress or verbose)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = verbose

@@ -45,6 +45,8 @@ class Plan:
 
 @dataclass
 class FillResult:
+    """What a fill did: the committed cache, hit or miss, and how long it took."""
+
     cache: Cache
     hit: bool
     seconds: float
@@ -57,6 +59,7 @@ class FillResult:
     encode_seconds: float = 0.0
     """From the first encoder call to the last shard written."""
     pool: str = ""
+    """The encoder pool it ran, in words."""
 
     @property
     def rows_per_second(self) -> float:
