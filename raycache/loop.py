@@ -5,7 +5,9 @@ reported to Ray Train only with a checkpoint."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -132,9 +134,8 @@ def compile_or_eager(model: torch.nn.Module, in_dim: int, device: torch.device) 
             compiled(torch.zeros(2, in_dim, device=device))
         return compiled
     except Exception as exc:  # inductor raises many types (no compiler, unsupported op, ...)
-        print(f"compile: true could not compile the head here ({type(exc).__name__}: "
-              f"{str(exc).splitlines()[0] if str(exc) else ''}); training in eager mode",
-              flush=True)
+        say(f"compile: true could not compile the head here ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); training in eager mode")
         return model
 
 
@@ -271,9 +272,22 @@ def save(parts: Parts, progress: Progress, rank: int) -> None:
     write_metrics(spec.store, spec.run_dir, progress.history)
 
 
+def quiet_ray_train() -> None:
+    """No INFO dumps per report ("Reporting training result ...", "Reported metrics ...")."""
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
+
+
+def say(line: str) -> None:
+    """One line to stdout, once: Ray Train's worker print() goes both to stdout and to a
+    logger, which showed every epoch twice."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     """Train the head on this worker's share; returns the history and where it resumed."""
     spec: RunSpec = config["spec"]
+    quiet_ray_train()
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
     device = (ray.train.torch.get_device() if spec.num_workers else
@@ -300,7 +314,7 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
         track_best(parts, progress, metrics)
         if rank == 0 and spec.progress:
             pace = (time.monotonic() - started) / (progress.epoch - first)
-            print(epoch_line(metrics, r.epochs, pace * (r.epochs - progress.epoch)), flush=True)
+            say(epoch_line(metrics, r.epochs, pace * (r.epochs - progress.epoch)))
         every = spec.checkpoint_every
         end = progress.epoch == r.epochs or progress.stopped
         if end or sums[SAVE_NOW] > 0 or (every and progress.epoch % every == 0):

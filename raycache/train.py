@@ -216,7 +216,13 @@ def datasets(cache: Cache, spec: RunSpec) -> dict[str, Any] | None:
 
 
 def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: float) -> Any:
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import (
+        CheckpointConfig,
+        FailureConfig,
+        LoggingConfig,
+        RunConfig,
+        ScalingConfig,
+    )
     from ray.train.torch import TorchTrainer
 
     if spec.num_workers:
@@ -236,6 +242,7 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
             storage_filesystem=None if store.is_local else store.pyarrow_fs(),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
             failure_config=FailureConfig(max_failures=max_failures),
+            logging_config=LoggingConfig(log_level="WARNING"),  # no per-report INFO dumps
         ),
         datasets=datasets(cache, spec),
     )
@@ -254,8 +261,10 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None) -> 
     if progress is not None:
         cfg.progress = progress
     from raycache.cluster import check_store_for_cluster, connect
+    from raycache.loop import quiet_ray_train
 
     connect(cfg.progress)
+    quiet_ray_train()
     start = time.perf_counter()
     cache, spec = prepare(cfg)
     check_store_for_cluster(cache.store)
