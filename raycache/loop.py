@@ -293,6 +293,7 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     device = (ray.train.torch.get_device() if spec.num_workers else
               torch.device("cuda" if spec.use_gpu else "cpu"))
     train_data, val_data = holders(spec, rank, device)
+    torch.manual_seed(spec.recipe.seed)  # the same initial weights on every worker and run
     parts = build_parts(spec, device, len(train_data) or None)
     progress = restore(parts)
     wrap(parts)
