@@ -310,6 +310,7 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(sums)
         metrics = epoch_metrics(parts, sums.tolist(), epoch, time.perf_counter() - t0)
+        metrics["wall_s"] = time.monotonic() - started  # since this worker's loop began
         progress.epoch = epoch + 1
         progress.history.append(metrics)
         track_best(parts, progress, metrics)
