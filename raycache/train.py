@@ -163,11 +163,15 @@ def run_name(cfg: TrainConfig, head: HeadSpec, recipe: Recipe) -> str:
     return name if cfg.resume else f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
 
 
-def prepare(cfg: TrainConfig) -> tuple[Cache, RunSpec]:
-    """Everything checked and resolved, and the RunSpec built (needs Ray for auto choices)."""
-    store = Store(cfg.store.uri, cfg.store.options, cfg.store.shared)
-    store.check_reachable()
-    cache, head, counts = check(cfg, store)
+def prepare(cfg: TrainConfig, checked: tuple | None = None) -> tuple[Cache, RunSpec]:
+    """Everything checked and resolved, and the RunSpec built (Ray must be up for the auto
+    choices; `checked` is check()'s result when the caller ran it before starting Ray)."""
+    if checked is None:
+        store = Store(cfg.store.uri, cfg.store.options, cfg.store.shared)
+        store.check_reachable()
+        checked = check(cfg, store)
+    cache, head, counts = checked
+    store = cache.store
     recipe = Recipe.from_config(cfg)
     rows = cache.manifest.rows
     workers = resolve_workers(cfg, head, rows)
@@ -260,13 +264,17 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None) -> 
     cfg = load(TrainConfig, config)
     if progress is not None:
         cfg.progress = progress
+    start = time.perf_counter()
+    store = Store(cfg.store.uri, cfg.store.options, cfg.store.shared)
+    store.check_reachable()
+    checked = check(cfg, store)  # bad input fails here, before Ray starts
+
     from raycache.cluster import check_store_for_cluster, connect
     from raycache.loop import quiet_ray_train
 
     connect(cfg.progress)
     quiet_ray_train()
-    start = time.perf_counter()
-    cache, spec = prepare(cfg)
+    cache, spec = prepare(cfg, checked)
     check_store_for_cluster(cache.store)
     store = spec.store
     record = read_record(store, spec.run_dir)
