@@ -66,8 +66,7 @@ class Parts:
 def holders(spec: RunSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
     """(train, validation) data of this worker, in the spec's placement."""
     if spec.placement == "stream":
-        return tuple(Streamed(ray.train.get_dataset_shard(n), spec, device)
-                     for n in ("train", "val"))
+        return Streamed(spec, rank, False, device), Streamed(spec, rank, True, device)
     if spec.placement == "gpu" and device.type != "cuda":
         raise RuntimeError("placement 'gpu' needs use_gpu: true and a CUDA device")
     return InMemory.for_worker(spec, rank, device if spec.placement == "gpu" else

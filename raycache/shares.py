@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import torch
 
 from raycache.runspec import RunSpec
-from raycache.split import split
+from raycache.split import split, validation_mask
 
-__all__ = ["InMemory", "Streamed", "ToArrays", "load_share", "to_arrays"]
+__all__ = ["InMemory", "Streamed", "load_share", "pieces", "to_arrays"]
 
 Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
 
@@ -31,16 +31,11 @@ def to_arrays(batch: pa.Table, encoders: tuple[str, ...], label: str) -> tuple[n
 
 def load_share(spec: RunSpec, rank: int, world: int) -> pa.Table | None:
     """This worker's contiguous 1/world of the cache's rows, read straight from the store."""
-    lo, hi = spec.rows * rank // world, spec.rows * (rank + 1) // world
     columns = [spec.key, spec.head.label, *spec.head.encoders]
-    tables, start = [], 0
-    for path, rows in spec.shards:
-        end = start + rows
-        if end > lo and start < hi:
-            with spec.store.fs.open(path, "rb") as f:
-                t = pq.read_table(f, columns=columns)
-            tables.append(t.slice(max(lo - start, 0), min(hi, end) - max(lo, start)))
-        start = end
+    tables = []
+    for path, start, stop in pieces(spec, rank, world):
+        with spec.store.fs.open(path, "rb") as f:
+            tables.append(pq.read_table(f, columns=columns).slice(start, stop - start))
     return pa.concat_tables(tables) if tables else None
 
 
@@ -79,39 +74,62 @@ class InMemory:
         return InMemory(parts[0], spec, where), InMemory(parts[1], spec, where)
 
 
-class ToArrays:
-    """Ray Data map_batches: keep one side of the key split, as ready-made x and y arrays, so
-    the training step receives tensors with no per-batch conversion."""
-
-    def __init__(self, key: str, fraction: float, validation: bool,
-                 encoders: tuple[str, ...], label: str):
-        self.key, self.fraction, self.validation = key, fraction, validation
-        self.encoders, self.label = encoders, label
-
-    def __call__(self, table: pa.Table) -> dict[str, np.ndarray]:
-        x, y = to_arrays(split(table, self.key, self.fraction, self.validation),
-                         self.encoders, self.label)
-        return {"x": x, "y": y}
-
-
 class Streamed:
-    """A worker's share streamed from the store each epoch through Ray Data, prefetching."""
+    """A worker's share read from the store piece by piece on every pass, never all in memory:
+    a background thread reads `prefetch_batches` pieces ahead; the key split of each piece is
+    computed once and kept (a byte per row), not redone every epoch."""
 
-    def __init__(self, shard: Any, spec: RunSpec, device: torch.device):
-        self.shard, self.spec, self.device = shard, spec, device
-        self.rows: int | None = None
+    def __init__(self, spec: RunSpec, rank: int, validation: bool, device: torch.device):
+        self.spec, self.validation, self.device = spec, validation, device
+        self.pieces = pieces(spec, rank, spec.world)
+        self.masks: dict[int, np.ndarray] = {}
+        self.rows = 0
 
     def __len__(self) -> int:
-        return self.rows or 0
+        return self.rows
+
+    def read(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        path, start, stop = self.pieces[i]
+        spec = self.spec
+        with spec.store.fs.open(path, "rb") as f:
+            table = pq.read_table(f, columns=[spec.key, spec.head.label, *spec.head.encoders])
+        table = table.slice(start, stop - start)
+        if i not in self.masks:
+            self.masks[i] = np.asarray(validation_mask(table.column(spec.key),
+                                                       spec.recipe.val_fraction))
+        keep = self.masks[i] if self.validation else ~self.masks[i]
+        x, y = to_arrays(table.filter(pa.array(keep)), spec.head.encoders, spec.head.label)
+        return torch.from_numpy(x), torch.from_numpy(y)
 
     def batches(self, batch_size: int, seed: int | None) -> Batches:
-        shuffle = {} if seed is None else {
-            "local_shuffle_buffer_size": batch_size * 8, "local_shuffle_seed": seed}
+        order = list(range(len(self.pieces)))
+        if seed is not None:
+            order = torch.randperm(len(order), generator=torch.Generator().manual_seed(seed))
+            order = order.tolist()
         rows = 0
-        for batch in self.shard.iter_torch_batches(
-            batch_size=batch_size, prefetch_batches=self.spec.prefetch_batches,
-            device=self.device, dtypes={"x": torch.float32, "y": torch.int64}, **shuffle,
-        ):
-            rows += len(batch["y"])
-            yield batch["x"], batch["y"]
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            ahead = [pool.submit(self.read, i) for i in order[: self.spec.prefetch_batches]]
+            for k in range(len(order)):
+                x, y = ahead.pop(0).result()
+                nxt = k + self.spec.prefetch_batches
+                if nxt < len(order):
+                    ahead.append(pool.submit(self.read, order[nxt]))
+                if seed is not None:
+                    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed + k))
+                    x, y = x[perm], y[perm]
+                rows += len(y)
+                for j in range(0, len(y), batch_size):
+                    yield x[j : j + batch_size], y[j : j + batch_size]
         self.rows = rows
+
+
+def pieces(spec: RunSpec, rank: int, world: int) -> list[tuple[str, int, int]]:
+    """(shard path, first row, end row) of this worker's contiguous 1/world of the rows."""
+    lo, hi = spec.rows * rank // world, spec.rows * (rank + 1) // world
+    out, start = [], 0
+    for path, rows in spec.shards:
+        end = start + rows
+        if end > lo and start < hi:
+            out.append((path, max(lo - start, 0), min(hi, end) - start))
+        start = end
+    return out

@@ -205,20 +205,6 @@ def guard_run_folder(cfg: TrainConfig, spec: RunSpec) -> None:
                            "false; choose another run_name, or set resume: true to continue"])
 
 
-def datasets(cache: Cache, spec: RunSpec) -> dict[str, Any] | None:
-    """stream: train and val as Ray Datasets that yield ready x/y arrays; else None."""
-    if spec.placement != "stream":
-        return None
-    from raycache.shares import ToArrays
-
-    ds = cache.to_ray_dataset(columns=[spec.key, spec.head.label, *spec.head.encoders])
-    part = dict(key=spec.key, fraction=spec.recipe.val_fraction,
-                encoders=spec.head.encoders, label=spec.head.label)
-    return {name: ds.map_batches(ToArrays(**part, validation=name == "val"),
-                                 batch_format="pyarrow")
-            for name in ("train", "val")}
-
-
 def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: float) -> Any:
     from ray.train import (
         CheckpointConfig,
@@ -248,7 +234,6 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
             failure_config=FailureConfig(max_failures=max_failures),
             logging_config=LoggingConfig(log_level="WARNING"),  # no per-report INFO dumps
         ),
-        datasets=datasets(cache, spec),
     )
 
 

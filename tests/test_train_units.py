@@ -309,3 +309,32 @@ def scalars(blob: bytes, tag: str) -> list[float]:
         out += [v.simple_value for v in event.summary.value if v.tag == tag]
         i += 12 + n + 4
     return out
+
+
+def test_streamed_share_sees_each_row_once_and_matches_the_in_memory_split(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raycache.shares import InMemory, Streamed
+
+    rng = np.random.default_rng(0)
+    shards = []
+    for i, n in enumerate((50, 70, 30)):
+        ids = [f"r{i}-{j}" for j in range(n)]
+        emb = rng.normal(size=(n, 4)).astype(np.float32)
+        table = pa.table({"id": ids, "label": pa.array(rng.integers(0, 3, n)),
+                          "e": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel()), 4)})
+        pq.write_table(table, tmp_path / f"s{i}.parquet")
+        shards.append((str(tmp_path / f"s{i}.parquet"), n))
+    base = dataclasses.replace(spec(tmp_path), rows=150, shards=tuple(shards), num_workers=2,
+                               prefetch_batches=2)
+    for rank in (0, 1):
+        mem_train, mem_val = InMemory.for_worker(base, rank, torch.device("cpu"))
+        for validation, mem in ((False, mem_train), (True, mem_val)):
+            stream = Streamed(base, rank, validation, torch.device("cpu"))
+            epoch = [torch.cat(t) for t in zip(*stream.batches(16, seed=3), strict=True)]
+            again = [torch.cat(t) for t in zip(*stream.batches(16, seed=4), strict=True)]
+            assert len(stream) == len(mem) > 0
+            key = lambda x: sorted(map(tuple, x.tolist()))  # noqa: E731
+            assert key(epoch[0]) == key(mem.x) == key(again[0])  # the same rows, each once
+            assert not torch.equal(epoch[0], again[0])  # in another order each epoch
