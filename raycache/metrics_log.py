@@ -65,15 +65,12 @@ def _tensorboard(folder: str, history: list[dict[str, Any]]) -> None:
 
 def _curves(path: str, history: list[dict[str, Any]]) -> None:
     try:
-        import matplotlib
+        from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
     except ImportError:  # an optional extra: the curves are a convenience
         return
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     epochs = [m["epoch"] for m in history]
-    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(10, 3.5))
+    fig = Figure(figsize=(10, 3.5))
+    loss_ax, acc_ax = fig.subplots(1, 2)
     for k in ("train_loss", "val_loss"):
         loss_ax.plot(epochs, [m[k] for m in history], label=k)
     for k in ("train_acc", "val_acc"):
@@ -82,6 +79,4 @@ def _curves(path: str, history: list[dict[str, Any]]) -> None:
     acc_ax.set(title="accuracy", xlabel="epoch", ylim=(0, 1))
     loss_ax.legend()
     acc_ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    fig.savefig(path, dpi=72)

@@ -84,6 +84,7 @@ class Streamed:
         self.pieces = pieces(spec, rank, spec.world)
         self.masks: dict[int, np.ndarray] = {}
         self.rows = 0
+        self.fs = spec.store.pyarrow_fs()  # native for local folders and S3-like via fsspec
 
     def __len__(self) -> int:
         return self.rows
@@ -91,8 +92,8 @@ class Streamed:
     def read(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         path, start, stop = self.pieces[i]
         spec = self.spec
-        with spec.store.fs.open(path, "rb") as f:
-            table = pq.read_table(f, columns=[spec.key, spec.head.label, *spec.head.encoders])
+        columns = [spec.key, spec.head.label, *spec.head.encoders]
+        table = pq.read_table(path, columns=columns, filesystem=self.fs)
         table = table.slice(start, stop - start)
         if i not in self.masks:
             self.masks[i] = np.asarray(validation_mask(table.column(spec.key),

@@ -28,14 +28,14 @@ def wait_for(predicate: Callable[[], bool], timeout: float, poll: float = 0.05) 
     return False
 
 
-def kill_matching(pattern: str, sig: int = signal.SIGKILL, limit: int = 1) -> list[int]:
-    """Send `sig` to up to `limit` processes of this user whose command line holds `pattern`."""
+def kill_matching(pattern: str, sig: int = signal.SIGKILL, limit: int = 1,
+                  root: int | None = None) -> list[int]:
+    """Send `sig` to up to `limit` descendants of process `root` (default: this one, so an
+    in-process Ray's workers, never another session's) whose command line holds `pattern`."""
     killed = []
-    me = os.getuid()
-    for proc in psutil.process_iter(["pid", "cmdline", "uids"]):
+    for proc in psutil.Process(root or os.getpid()).children(recursive=True):
         try:
-            cmd = " ".join(proc.info["cmdline"] or [])
-            if pattern in cmd and proc.info["uids"].real == me and proc.pid != os.getpid():
+            if pattern in " ".join(proc.cmdline()):
                 proc.send_signal(sig)
                 killed.append(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
