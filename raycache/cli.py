@@ -67,11 +67,12 @@ def _pipeline(args: argparse.Namespace) -> int:
 
 
 def _print_history(result) -> None:
-    if not result.spec.progress:  # with progress, the loop printed one line per epoch
-        for m in result.history:
-            print(f"epoch {m['epoch']:3d}  train_loss {m['train_loss']:.4f}  "
-                  f"train_acc {m['train_acc']:.3f}  val_loss {m['val_loss']:.4f}  "
-                  f"val_acc {m['val_acc']:.3f}")
+    """Every epoch when the loop printed nothing (--no-progress); else only the final one."""
+    history = result.history if not result.spec.progress else result.history[-1:]
+    for m in history:
+        print(f"{'final ' if result.spec.progress else ''}epoch {m['epoch']:3d}  "
+              f"train_loss {m['train_loss']:.4f}  train_acc {m['train_acc']:.3f}  "
+              f"val_loss {m['val_loss']:.4f}  val_acc {m['val_acc']:.3f}")
     print(result.summary())
 
 
