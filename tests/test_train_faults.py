@@ -75,6 +75,10 @@ def test_a_killed_driver_resumes_when_the_same_config_runs_again(store, tmp_path
     assert reached, (tmp_path / "driver.log").read_text()[-3000:]
     record = json.loads(next(Path(store).glob("toy/*/runs/local-killed/run.json")).read_text())
     assert record["status"] == "running"  # what a killed driver leaves behind
+    from raycache.runs import list_runs
+
+    listed = {r.name: r.status for r in list_runs(raycache.open_cache("toy", store))}
+    assert listed["local-killed"] == "resumable"  # its driver is gone, its checkpoint is not
     run = raycache.train(config)
     assert run.resumed_from and 2 <= run.resumed_from[0] < 6, run.resumed_from
     assert len(run.history) == 6
