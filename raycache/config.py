@@ -169,8 +169,9 @@ class TrainConfig:
     """plateau: epochs without improvement of `monitor` before the LR drops."""
     grad_accum: int = 1
     """Micro-batches per optimizer step (no DDP all-reduce on the accumulating ones)."""
-    precision: str = "fp32"
-    """fp32, bf16 (autocast on CPU and GPU) or fp16 (autocast and a grad scaler; GPU only)."""
+    precision: str = "float32"
+    """float32, bfloat16 (autocast on CPU and GPU) or float16 (autocast and a grad scaler; GPU
+    only): the same names as an encoder's precision."""
     grad_clip: float = 0.0
     """Clip the gradients' global norm to this; 0 turns clipping off."""
     label_smoothing: float = 0.0
@@ -248,13 +249,13 @@ class TrainConfig:
             out.append(f"optimizer={self.optimizer!r}: expected one of {sorted(OPTIMIZERS)}")
         if self.schedule not in SCHEDULES:
             out.append(f"schedule={self.schedule!r}: expected one of {sorted(SCHEDULES)}")
-        if self.precision not in PRECISIONS:
-            out.append(f"precision={self.precision!r}: expected one of {PRECISIONS}")
-        if self.precision == "fp16" and not self.use_gpu:
-            out.append("precision='fp16' needs a GPU (use_gpu: true): CPU autocast has no fp16 "
-                       "grad scaling; use precision: bf16 on CPU")
-        if self.mode not in MODES:
-            out.append(f"mode={self.mode!r}: expected one of {MODES}")
+        if self.precision not in TRAIN_PRECISIONS:
+            out.append(f"precision={self.precision!r}: expected one of {TRAIN_PRECISIONS}")
+        if self.precision == "float16" and not self.use_gpu:
+            out.append("precision='float16' needs a GPU (use_gpu: true): CPU autocast has no "
+                       "float16 grad scaling; use precision: bfloat16 on CPU")
+        if self.mode not in MONITOR_MODES:
+            out.append(f"mode={self.mode!r}: expected one of {MONITOR_MODES}")
         if not 0.0 <= self.label_smoothing < 1.0:
             out.append(f"label_smoothing={self.label_smoothing}: expected a value in [0, 1)")
         if isinstance(self.class_weights, str) and self.class_weights != "balanced":
@@ -273,8 +274,8 @@ class TrainConfig:
         return out
 
 
-PRECISIONS = ("fp32", "bf16", "fp16")
-MODES = ("auto", "min", "max")
+TRAIN_PRECISIONS = ("float32", "bfloat16", "float16")
+MONITOR_MODES = ("auto", "min", "max")
 
 
 def _positive(cfg: Any, *names: str) -> list[str]:

@@ -82,13 +82,13 @@ def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None) -> 
     r = spec.recipe
     base = build_head(spec.head).to(device)
     opt = build_optimizer(base.parameters(), r)
-    if r.precision == "fp16" and device.type != "cuda":
-        raise RuntimeError(f"precision='fp16' needs a CUDA device, but this worker has "
-                           f"{device.type}; use precision: bf16 on CPU")
+    if r.precision == "float16" and device.type != "cuda":
+        raise RuntimeError(f"precision='float16' needs a CUDA device, but this worker has "
+                           f"{device.type}; use precision: bfloat16 on CPU")
     weight = (torch.tensor(spec.class_weights, dtype=torch.float32, device=device)
               if spec.class_weights else None)
     return Parts(spec, base, base, opt, Schedule(opt, r, steps_per_epoch(spec, train_rows)),
-                 torch.amp.GradScaler(device.type, enabled=r.precision == "fp16"),
+                 torch.amp.GradScaler(device.type, enabled=r.precision == "float16"),
                  weight, device)
 
 
@@ -140,9 +140,9 @@ def compile_or_eager(model: torch.nn.Module, in_dim: int, device: torch.device) 
 
 def autocast(parts: Parts) -> Any:
     p = parts.spec.recipe.precision
-    if p == "fp32":
+    if p == "float32":
         return contextlib.nullcontext()
-    dtype = torch.bfloat16 if p == "bf16" else torch.float16
+    dtype = torch.bfloat16 if p == "bfloat16" else torch.float16
     return torch.autocast(parts.device.type, dtype=dtype)
 
 

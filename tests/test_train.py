@@ -109,7 +109,7 @@ def test_early_stopping_keeps_and_saves_the_best_weights(store):
 
 
 def test_precision_smoothing_and_class_weights(store):
-    bf16 = raycache.train(cfg(store, precision="bf16", resume=False))
+    bf16 = raycache.train(cfg(store, precision="bfloat16", resume=False))
     assert bf16.metrics["val_acc"] > 0.85
     plain = raycache.train(cfg(store, epochs=6, resume=False))
     smooth = raycache.train(cfg(store, epochs=6, label_smoothing=0.3, resume=False))
@@ -118,8 +118,8 @@ def test_precision_smoothing_and_class_weights(store):
     assert plain.metrics["val_acc"] > 0.95 and ignored.metrics["val_acc"] < 0.85
     with pytest.raises(ConfigError, match="class_weights has 2 values.*3 classes"):
         raycache.train(cfg(store, class_weights=[1.0, 2.0]))
-    with pytest.raises(ConfigError, match="fp16.*bf16"):
-        raycache.train(cfg(store, precision="fp16"))
+    with pytest.raises(ConfigError, match="float16.*bfloat16"):
+        raycache.train(cfg(store, precision="float16"))
 
 
 def test_stream_placement_in_ddp(store):

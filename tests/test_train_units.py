@@ -62,11 +62,11 @@ def test_headspec_round_trip_and_version_check():
 def test_config_problems_name_value_expectation_and_fix():
     with pytest.raises(ConfigError) as err:
         load(TrainConfig, {"cache": "c", "optimizer": "lamb", "schedule": "poly",
-                           "precision": "fp16", "num_workers": -1, "class_weights": "inverse",
+                           "precision": "float16", "num_workers": -1, "class_weights": "inverse",
                            "mode": "up", "label_smoothing": 1.0})
     text = str(err.value)
-    for part in ("optimizer='lamb'", "schedule='poly'", "precision='fp16' needs a GPU",
-                 "use precision: bf16 on CPU", "num_workers=-1", "class_weights='inverse'",
+    for part in ("optimizer='lamb'", "schedule='poly'", "precision='float16' needs a GPU",
+                 "use precision: bfloat16 on CPU", "num_workers=-1", "class_weights='inverse'",
                  "mode='up'", "label_smoothing=1.0"):
         assert part in text, text
     assert load(TrainConfig, {"cache": "c", "num_workers": 0}).num_workers == 0
@@ -202,7 +202,7 @@ def test_gradient_clipping_bounds_the_update(tmp_path):
 
 
 def test_bf16_autocast_trains_on_cpu(tmp_path):
-    parts, sums = one_epoch(tmp_path, batch_size=16, precision="bf16")
+    parts, sums = one_epoch(tmp_path, batch_size=16, precision="bfloat16")
     assert sums[2] == 64 and torch.isfinite(sums[0])
     from raycache.loop import autocast
 
@@ -213,8 +213,8 @@ def test_bf16_autocast_trains_on_cpu(tmp_path):
 def test_fp16_on_a_cpu_worker_is_a_clear_error(tmp_path):
     from raycache.loop import build_parts
 
-    with pytest.raises(RuntimeError, match="fp16' needs a CUDA device.*bf16"):
-        build_parts(spec(tmp_path, precision="fp16"), torch.device("cpu"), 64)
+    with pytest.raises(RuntimeError, match="float16' needs a CUDA device.*bfloat16"):
+        build_parts(spec(tmp_path, precision="float16"), torch.device("cpu"), 64)
 
 
 def test_compile_falls_back_to_eager_with_a_message(monkeypatch, capsys):
@@ -247,7 +247,7 @@ def test_empty_cache_every_and_fp16_on_gpu(tmp_path, monkeypatch):
 
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
-    s = dataclasses.replace(spec(tmp_path, precision="fp16", empty_cache_every=2,
+    s = dataclasses.replace(spec(tmp_path, precision="float16", empty_cache_every=2,
                                  batch_size=8, use_gpu=True), use_gpu=True)
     parts = build_parts(s, torch.device("cuda"), 64)
     x, y = data()
