@@ -28,10 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
     p.add_argument("--store", default=default_store())
     p.add_argument("--json", action="store_true", help="the whole manifest as JSON")
+    p = sub.add_parser("runs", help="list a cache's training runs with status and metrics")
+    p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
+    p.add_argument("--store", default=default_store())
     p = sub.add_parser("demo", help="fill and train on a real dataset and encoder, locally")
     p.add_argument("--store", default=".raycache/store")
     p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=_workers, default="auto",
+                   help="DDP workers; 0 trains in-process; auto picks by cache size")
     p.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     try:
@@ -63,10 +67,12 @@ def _pipeline(args: argparse.Namespace) -> int:
 
 
 def _print_history(result) -> None:
-    for m in result.history:
-        print(f"epoch {m['epoch']:3d}  train_loss {m['train_loss']:.4f}  "
-              f"train_acc {m['train_acc']:.3f}  val_loss {m['val_loss']:.4f}  "
-              f"val_acc {m['val_acc']:.3f}")
+    """Every epoch when the loop printed nothing (--no-progress); else only the final one."""
+    history = result.history if not result.spec.progress else result.history[-1:]
+    for m in history:
+        print(f"{'final ' if result.spec.progress else ''}epoch {m['epoch']:3d}  "
+              f"train_loss {m['train_loss']:.4f}  train_acc {m['train_acc']:.3f}  "
+              f"val_loss {m['val_loss']:.4f}  val_acc {m['val_acc']:.3f}")
     print(result.summary())
 
 
@@ -106,6 +112,24 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workers(text: str) -> int | str:
+    return text if text == "auto" else int(text)
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from raycache.cache import open_cache
+    from raycache.runs import list_runs
+
+    name, _, fp = args.cache.partition("/")
+    cache = open_cache(name, args.store, fp or None)
+    runs = list_runs(cache)
+    if not runs:
+        print(f"no training runs of {cache.name}/{cache.fingerprint[:12]} in {args.store}")
+    for run in runs:
+        print(run.line())
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from raycache.demo import run
 
@@ -120,5 +144,6 @@ COMMANDS = {
     "pipeline": _pipeline,
     "ls": _ls,
     "inspect": _inspect,
+    "runs": _runs,
     "demo": _demo,
 }

@@ -163,39 +163,94 @@ class TrainConfig:
     label: str | None = None
     """Label column; the cache's first one when left out."""
     head: str = "linear"
-    """Head family, a key of raycache.heads.REGISTRY (linear, mlp)."""
+    """Head family, a key of raycache.heads.REGISTRY (linear, mlp) or "module:function"."""
     hidden: list[int] = field(default_factory=lambda: [256])
     """mlp: hidden layer widths."""
     dropout: float = 0.0
     epochs: int = 10
     batch_size: int = 256
-    """Rows per step on each worker."""
+    """Rows per step on each worker (one micro-batch when grad_accum > 1)."""
     lr: float = 1e-3
+    """Peak learning rate (after warmup)."""
     weight_decay: float = 0.0
+    optimizer: str = "adamw"
+    """adamw, adam, sgd, rmsprop or adagrad (raycache.optim.OPTIMIZERS)."""
+    momentum: float = 0.9
+    """sgd and rmsprop: momentum."""
+    nesterov: bool = False
+    """sgd: Nesterov momentum."""
+    schedule: str = "constant"
+    """LR schedule: constant, cosine, linear, one-cycle, step or plateau (reduce-on-plateau)."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warmup from 0 to lr, before the schedule."""
+    step_epochs: int = 10
+    """step: epochs between LR drops by `gamma`."""
+    gamma: float = 0.1
+    """step and plateau: factor the LR is multiplied by at each drop."""
+    plateau_patience: int = 2
+    """plateau: epochs without improvement of `monitor` before the LR drops."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step (no DDP all-reduce on the accumulating ones)."""
+    precision: str = "float32"
+    """float32, bfloat16 (autocast on CPU and GPU) or float16 (autocast and a grad scaler; GPU
+    only): the same names as an encoder's precision."""
+    grad_clip: float = 0.0
+    """Clip the gradients' global norm to this; 0 turns clipping off."""
+    label_smoothing: float = 0.0
+    """Cross-entropy label smoothing, in [0, 1)."""
+    class_weights: list[float] | str | None = None
+    """Per-class loss weights: a list (one per class), "balanced" (inverse frequency), or none."""
+    monitor: str = "val_loss"
+    """Metric that picks the best epoch (and drives early stopping and the plateau schedule)."""
+    mode: str = "auto"
+    """min or max for `monitor`; auto: max for *acc, min otherwise."""
+    early_stopping: bool = False
+    """Stop when `monitor` has not improved by min_delta for `patience` epochs; the head saved
+    is then the best epoch's weights."""
+    patience: int = 5
+    min_delta: float = 0.0
+    compile: bool = False
+    """torch.compile the head (falls back to eager, with a message, where it cannot compile)."""
+    empty_cache_every: int = 0
+    """GPU: torch.cuda.empty_cache() every N optimizer steps; 0 never."""
     val_fraction: float = 0.2
     """Share of rows held out for validation, chosen by a hash of the key (stable across runs)."""
     seed: int = 0
-    num_workers: int = 2
-    """DDP workers."""
+    num_workers: int | str = "auto"
+    """DDP workers; 0 trains in the driver process (Ray Train local mode); auto: 0 for a cache
+    that fits comfortably in one process, else DDP on every GPU (use_gpu) or 2 CPU workers."""
     cpus_per_worker: float = 0.5
     """Fractional CPUs leave room for Ray Data's read tasks on small machines."""
     use_gpu: bool = False
     """One GPU per worker, NCCL between them."""
     placement: str = "auto"
     """Where each worker keeps its share: stream (read every epoch), cpu, gpu, or auto."""
+    prefetch_batches: int = 4
+    """stream: batches read ahead of the training step."""
     checkpoint_every: int = 0
-    """Epochs between checkpoints; 0 saves only after the last epoch."""
+    """Epochs between checkpoints; 0 saves only after the last epoch (and on checkpoint_seconds)."""
+    checkpoint_seconds: float = 300.0
+    """Also checkpoint when this many seconds have passed since the last one; 0 turns it off."""
+    max_failures: int = 3
+    """Times Ray Train restarts a failed worker group, resuming from the last checkpoint."""
     run_name: str | None = None
-    """Checkpoint folder name under the cache's runs/; a timestamp when left out."""
+    """Run folder under the cache's runs/; derived from this config when left out, so running
+    the same config again resumes (or returns) that run."""
+    resume: bool = True
+    """Continue the run of the same name from its last checkpoint; false starts a new run
+    (a new derived name, or an error if run_name already holds one)."""
     progress: bool = True
-    """Show Ray Data progress bars while streaming shards."""
+    """Print one line per epoch, and show Ray Data progress bars while streaming shards."""
 
     def problems(self) -> list[str]:
-        from raycache.heads import REGISTRY
+        from raycache.heads import REGISTRY as HEADS
+        from raycache.optim import OPTIMIZERS, SCHEDULES
 
-        out = _positive(self, "epochs", "batch_size", "num_workers")
-        if self.head not in REGISTRY:
-            out.append(f"head={self.head!r}: unknown; expected one of {sorted(REGISTRY)}")
+        out = _positive(self, "epochs", "batch_size", "grad_accum", "patience",
+                        "step_epochs", "plateau_patience", "prefetch_batches")
+        if self.head not in HEADS and ":" not in self.head:
+            out.append(f"head={self.head!r}: unknown; expected one of {sorted(HEADS)} "
+                       "or 'package.module:function'")
         if not 0.0 < self.val_fraction < 1.0:
             out.append(f"val_fraction={self.val_fraction}: expected a value in (0, 1), e.g. 0.2")
         if self.placement not in PLACEMENTS:
@@ -208,7 +263,41 @@ class TrainConfig:
             out.append(f"cpus_per_worker={self.cpus_per_worker}: must be > 0, e.g. 0.5")
         if self.run_name is not None and not _is_name(self.run_name):
             out.append(f"run_name={self.run_name!r}: use letters, digits, '-', '_' or '.'")
+        if not (self.num_workers == "auto" or (isinstance(self.num_workers, int)
+                                               and self.num_workers >= 0)):
+            out.append(f"num_workers={self.num_workers!r}: expected 'auto', 0 (in-process) or "
+                       "a number of DDP workers")
+        if self.optimizer not in OPTIMIZERS:
+            out.append(f"optimizer={self.optimizer!r}: expected one of {sorted(OPTIMIZERS)}")
+        if self.schedule not in SCHEDULES:
+            out.append(f"schedule={self.schedule!r}: expected one of {sorted(SCHEDULES)}")
+        if self.precision not in TRAIN_PRECISIONS:
+            out.append(f"precision={self.precision!r}: expected one of {TRAIN_PRECISIONS}")
+        if self.precision == "float16" and not self.use_gpu:
+            out.append("precision='float16' needs a GPU (use_gpu: true): CPU autocast has no "
+                       "float16 grad scaling; use precision: bfloat16 on CPU")
+        if self.mode not in MONITOR_MODES:
+            out.append(f"mode={self.mode!r}: expected one of {MONITOR_MODES}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            out.append(f"label_smoothing={self.label_smoothing}: expected a value in [0, 1)")
+        if isinstance(self.class_weights, str) and self.class_weights != "balanced":
+            out.append(f"class_weights={self.class_weights!r}: expected 'balanced' or a list "
+                       "of one weight per class")
+        if isinstance(self.class_weights, list) and any(w < 0 for w in self.class_weights):
+            out.append(f"class_weights={self.class_weights}: weights must be >= 0")
+        for name in ("warmup_steps", "empty_cache_every", "checkpoint_every", "max_failures"):
+            if getattr(self, name) < 0:
+                out.append(f"{name}={getattr(self, name)}: must be >= 0")
+        for name in ("grad_clip", "checkpoint_seconds", "min_delta", "weight_decay"):
+            if getattr(self, name) < 0:
+                out.append(f"{name}={getattr(self, name)}: must be >= 0 (0 turns it off)")
+        if not 0.0 < self.gamma <= 1.0:
+            out.append(f"gamma={self.gamma}: expected a factor in (0, 1], e.g. 0.1")
         return out
+
+
+TRAIN_PRECISIONS = ("float32", "bfloat16", "float16")
+MONITOR_MODES = ("auto", "min", "max")
 
 
 def _positive(cfg: Any, *names: str) -> list[str]:

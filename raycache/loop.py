@@ -1,193 +1,326 @@
-"""The per-worker training loop that Ray Train runs on each DDP worker."""
+"""The per-worker training loop that Ray Train runs (in the driver in local mode, else on each
+DDP worker): set up, resume, then epochs of steps; metrics all-reduced, logged by rank 0, and
+reported to Ray Train only with a checkpoint."""
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
+import logging
+import math
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import ray.train
 import ray.train.torch
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from raycache.heads import REGISTRY as HEADS
-from raycache.split import split
-from raycache.store import Store
+from raycache import checkpoint as ckpt
+from raycache.heads import build_head
+from raycache.metrics_log import epoch_line, write_artifacts, write_metrics
+from raycache.optim import Schedule, build_optimizer
+from raycache.runspec import RunSpec
+from raycache.shares import InMemory, Streamed
 
-HEAD_WEIGHTS = "head.pt"
-HEAD_CONFIG = "head.json"
+__all__ = ["train_loop"]
 
-
-def to_tensors(
-    batch: pa.Table, encoders: list[str], label: str, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Concatenated embedding columns as float32 features, and the label column as int64."""
-    feats = []
-    for name in encoders:
-        col = batch.column(name).combine_chunks()
-        flat = col.flatten().to_numpy(zero_copy_only=False)
-        feats.append(flat.reshape(len(col), col.type.list_size))
-    x = torch.from_numpy(np.concatenate(feats, axis=1, dtype=np.float32))
-    y = torch.from_numpy(batch.column(label).to_numpy().astype(np.int64))
-    return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+KEEP_CHECKPOINTS = 2
+# Slots of the per-epoch sums all-reduced across workers.
+TRAIN_LOSS, TRAIN_HIT, TRAIN_N, VAL_LOSS, VAL_HIT, VAL_N, SAVE_NOW = range(7)
 
 
-def build_head(spec: dict[str, Any]) -> torch.nn.Module:
-    return HEADS[spec["head"]](spec["in_dim"], spec["num_classes"], spec["hidden"], spec["dropout"])
+@dataclass
+class Progress:
+    """What survives a restart besides the weights: epoch, early stopping, history."""
+
+    epoch: int = 0
+    best: float | None = None
+    best_epoch: int = 0
+    bad_epochs: int = 0
+    stopped: bool = False
+    history: list[dict[str, Any]] = field(default_factory=list)
+    resumed_from: list[int] = field(default_factory=list)
 
 
-def load_share(spec: dict[str, Any], rank: int, world: int) -> pa.Table:
-    """This worker's contiguous 1/world of the cache's rows, read straight from the store."""
-    store = Store(spec["store"]["uri"], spec["store"]["options"])
-    total = sum(rows for _, rows in spec["shards"])
-    lo, hi = total * rank // world, total * (rank + 1) // world
-    columns = [spec["key"], spec["label"], *spec["encoders"]]
-    tables, start = [], 0
-    for path, rows in spec["shards"]:
-        end = start + rows
-        if end > lo and start < hi:
-            with store.fs.open(path, "rb") as f:
-                t = pq.read_table(f, columns=columns)
-            tables.append(t.slice(max(lo - start, 0), min(hi, end) - max(lo, start)))
-        start = end
-    return pa.concat_tables(tables) if tables else None
+@dataclass
+class Parts:
+    """The objects a step needs, built once per worker."""
+
+    spec: RunSpec
+    base: torch.nn.Module
+    """The head itself (its state_dict is what gets saved)."""
+    model: torch.nn.Module
+    """What the step calls: the head, maybe DDP-wrapped and compiled."""
+    opt: torch.optim.Optimizer
+    schedule: Schedule
+    scaler: torch.amp.GradScaler
+    loss_weight: torch.Tensor | None
+    device: torch.device
+    best_weights: dict[str, torch.Tensor] | None = None
 
 
-class InMemory:
-    """A worker's share held as two tensors (host or device memory), reshuffled every epoch."""
-
-    def __init__(self, table: pa.Table | None, spec: dict[str, Any], device: torch.device):
-        if table is None or table.num_rows == 0:
-            self.x = torch.empty(0, spec["in_dim"], device=device)
-            self.y = torch.empty(0, dtype=torch.int64, device=device)
-        else:
-            self.x, self.y = to_tensors(table, spec["encoders"], spec["label"], device)
-
-    def batches(self, batch_size: int, seed: int | None) -> Iterator[tuple[torch.Tensor, ...]]:
-        n = len(self.y)
-        if seed is None:
-            order = torch.arange(n, device=self.x.device)
-        else:
-            g = torch.Generator().manual_seed(seed)
-            order = torch.randperm(n, generator=g).to(self.x.device)
-        for i in range(0, n, batch_size):
-            idx = order[i : i + batch_size]
-            yield self.x[idx], self.y[idx]
-
-
-class Streamed:
-    """A worker's share read from the store on every pass (for caches larger than memory)."""
-
-    def __init__(self, shard: Any, spec: dict[str, Any], device: torch.device):
-        self.shard, self.spec, self.device = shard, spec, device
-
-    def batches(self, batch_size: int, seed: int | None) -> Iterator[tuple[torch.Tensor, ...]]:
-        shuffle = {} if seed is None else {
-            "local_shuffle_buffer_size": batch_size * 8, "local_shuffle_seed": seed
-        }
-        for batch in self.shard.iter_batches(
-            batch_size=batch_size, batch_format="pyarrow", **shuffle
-        ):
-            yield to_tensors(batch, self.spec["encoders"], self.spec["label"], self.device)
-
-
-def holders(spec: dict[str, Any], rank: int, world: int, device: torch.device) -> tuple:
+def holders(spec: RunSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
     """(train, validation) data of this worker, in the spec's placement."""
-    placement = spec["placement"]
-    if placement == "stream":
-        return tuple(
-            Streamed(ray.train.get_dataset_shard(name), spec, device) for name in ("train", "val")
-        )
-    if placement == "gpu" and device.type != "cuda":
+    if spec.placement == "stream":
+        return Streamed(spec, rank, False, device), Streamed(spec, rank, True, device)
+    if spec.placement == "gpu" and device.type != "cuda":
         raise RuntimeError("placement 'gpu' needs use_gpu: true and a CUDA device")
-    table = load_share(spec, rank, world)
-    where = device if placement == "gpu" else torch.device("cpu")
-    parts = [
-        None if table is None else split(table, spec["key"], spec["val_fraction"], validation)
-        for validation in (False, True)
-    ]
-    return tuple(InMemory(part, spec, where) for part in parts)
+    return InMemory.for_worker(spec, rank, device if spec.placement == "gpu" else
+                               torch.device("cpu"))
 
 
-def train_loop(spec: dict[str, Any]) -> list[dict[str, float]]:
-    """Train the head on this worker's share of the cache; rank 0 returns the metric history."""
-    torch.manual_seed(spec["seed"])
+def steps_per_epoch(spec: RunSpec, train_rows: int | None) -> int:
+    rows = train_rows if train_rows else spec.rows * (1 - spec.recipe.val_fraction) / spec.world
+    return max(math.ceil(rows / spec.recipe.batch_size / spec.recipe.grad_accum), 1)
+
+
+def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None) -> Parts:
+    r = spec.recipe
+    base = build_head(spec.head).to(device)
+    opt = build_optimizer(base.parameters(), r)
+    if r.precision == "float16" and device.type != "cuda":
+        raise RuntimeError(f"precision='float16' needs a CUDA device, but this worker has "
+                           f"{device.type}; use precision: bfloat16 on CPU")
+    weight = (torch.tensor(spec.class_weights, dtype=torch.float32, device=device)
+              if spec.class_weights else None)
+    return Parts(spec, base, base, opt, Schedule(opt, r, steps_per_epoch(spec, train_rows)),
+                 torch.amp.GradScaler(device.type, enabled=r.precision == "float16"),
+                 weight, device)
+
+
+def restore(parts: Parts) -> Progress:
+    """Load the latest checkpoint of this run: Ray Train's (after a worker restart, or a driver
+    restart under DDP), else the newest complete one in the run folder (local mode)."""
+    given = ray.train.get_checkpoint()
+    state = None
+    if given is not None:
+        with given.as_directory() as d, open(f"{d}/{ckpt.STATE}", "rb") as f:
+            state = torch.load(f, map_location="cpu", weights_only=False)
+    else:
+        path = ckpt.latest(parts.spec.store, parts.spec.run_dir)
+        if path is not None:
+            state = ckpt.read_state(parts.spec.store, path)
+    if state is None:
+        return Progress()
+    parts.base.load_state_dict(state["model"])
+    parts.opt.load_state_dict(state["optimizer"])
+    parts.schedule.load_state_dict(state["schedule"])
+    parts.scaler.load_state_dict(state["scaler"])
+    parts.best_weights = state["best_weights"]
+    ckpt.set_rng_state(state["rng"])
+    progress = Progress(**state["progress"])
+    progress.resumed_from.append(progress.epoch)
+    return progress
+
+
+def wrap(parts: Parts) -> None:
+    """DDP across workers (after the weights are restored), then torch.compile if asked."""
+    if parts.spec.world > 1:
+        parts.model = ray.train.torch.prepare_model(parts.base, move_to_device=False)
+    if parts.spec.recipe.compile:
+        parts.model = compile_or_eager(parts.model, parts.spec.head.in_dim, parts.device)
+
+
+def compile_or_eager(model: torch.nn.Module, in_dim: int, device: torch.device) -> Any:
+    """torch.compile, checked on a dummy batch; eager with a message where it cannot compile."""
+    try:
+        compiled = torch.compile(model)
+        with torch.no_grad():
+            compiled(torch.zeros(2, in_dim, device=device))
+        return compiled
+    except Exception as exc:  # inductor raises many types (no compiler, unsupported op, ...)
+        say(f"compile: true could not compile the head here ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); training in eager mode")
+        return model
+
+
+def autocast(parts: Parts) -> Any:
+    p = parts.spec.recipe.precision
+    if p == "float32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if p == "bfloat16" else torch.float16
+    return torch.autocast(parts.device.type, dtype=dtype)
+
+
+def epoch_seed(spec: RunSpec, epoch: int, rank: int) -> int:
+    """Every epoch's randomness (shuffle, dropout) depends only on (seed, epoch, rank), so a
+    resumed run repeats exactly what an uninterrupted one would have done."""
+    return spec.recipe.seed * 1_000_003 + epoch * 7_919 + rank
+
+
+def train_epoch(parts: Parts, data: Any, seed: int, sums: torch.Tensor) -> None:
+    """One pass over the training share: micro-batches, accumulation, clipping, stepping."""
+    r, model = parts.spec.recipe, parts.model
+    model.train()
+    accum = r.grad_accum
+    ddp = isinstance(parts.model, torch.nn.parallel.DistributedDataParallel)
+    join = parts.model.join() if ddp else contextlib.nullcontext()
+    micro = 0
+    with join:
+        for x, y in data.batches(r.batch_size, seed=seed):
+            x, y = x.to(parts.device, non_blocking=True), y.to(parts.device, non_blocking=True)
+            micro += 1
+            last = micro % accum == 0
+            sync = contextlib.nullcontext() if (last or not ddp) else parts.model.no_sync()
+            with sync:
+                with autocast(parts):
+                    logits = model(x)
+                loss = F.cross_entropy(logits.float(), y, weight=parts.loss_weight,
+                                       label_smoothing=r.label_smoothing)
+                parts.scaler.scale(loss / accum).backward()
+            if last:
+                step(parts)
+            sums[TRAIN_LOSS] += loss.detach().double() * len(y)
+            sums[TRAIN_HIT] += (logits.argmax(1) == y).sum()
+            sums[TRAIN_N] += len(y)
+    if micro % accum:
+        step(parts)  # the epoch's last, partial accumulation
+
+
+def step(parts: Parts) -> None:
+    r = parts.spec.recipe
+    if r.grad_clip > 0:
+        parts.scaler.unscale_(parts.opt)
+        torch.nn.utils.clip_grad_norm_(parts.base.parameters(), r.grad_clip)
+    parts.scaler.step(parts.opt)
+    parts.scaler.update()
+    parts.opt.zero_grad(set_to_none=True)
+    parts.schedule.step_batch()
+    every = r.empty_cache_every
+    if every and parts.device.type == "cuda" and parts.schedule.step_no % every == 0:
+        torch.cuda.empty_cache()
+
+
+def evaluate(parts: Parts, data: Any, sums: torch.Tensor) -> None:
+    parts.model.eval()
+    with torch.inference_mode():
+        for x, y in data.batches(parts.spec.recipe.batch_size * 4, seed=None):
+            x, y = x.to(parts.device, non_blocking=True), y.to(parts.device, non_blocking=True)
+            with autocast(parts):
+                logits = parts.base(x)
+            sums[VAL_LOSS] += F.cross_entropy(logits.float(), y, reduction="sum").double()
+            sums[VAL_HIT] += (logits.argmax(1) == y).sum()
+            sums[VAL_N] += len(y)
+
+
+def epoch_metrics(parts: Parts, s: list[float], epoch: int, seconds: float) -> dict[str, Any]:
+    return {
+        "epoch": epoch + 1,
+        "train_loss": s[TRAIN_LOSS] / max(s[TRAIN_N], 1),
+        "train_acc": s[TRAIN_HIT] / max(s[TRAIN_N], 1),
+        "val_loss": s[VAL_LOSS] / max(s[VAL_N], 1),
+        "val_acc": s[VAL_HIT] / max(s[VAL_N], 1),
+        "train_rows": int(s[TRAIN_N]),
+        "val_rows": int(s[VAL_N]),
+        "lr": parts.opt.param_groups[0]["lr"],
+        "epoch_seconds": seconds,
+        "rows_per_s": s[TRAIN_N] / max(seconds, 1e-9),
+        "placement": parts.spec.placement,
+    }
+
+
+def track_best(parts: Parts, progress: Progress, metrics: dict[str, Any]) -> None:
+    """Best epoch on the monitored metric (its weights kept), and early stopping."""
+    r = parts.spec.recipe
+    value = metrics.get(r.monitor)
+    if value is None:
+        raise RuntimeError(f"monitor={r.monitor!r} is not a metric; expected one of "
+                           f"{sorted(k for k in metrics if k != 'placement')}")
+    if progress.best is None or r.better(value, progress.best):
+        progress.best, progress.best_epoch, progress.bad_epochs = value, metrics["epoch"], 0
+        parts.best_weights = {k: v.detach().cpu().clone()
+                              for k, v in parts.base.state_dict().items()}
+    else:
+        progress.bad_epochs += 1
+        progress.stopped = r.early_stopping and progress.bad_epochs >= r.patience
+    parts.schedule.step_epoch(value, r.better)
+
+
+def save(parts: Parts, progress: Progress, rank: int) -> None:
+    """Report to Ray Train with the whole state attached by rank 0 (local mode: write it to
+    the run folder here, since local mode keeps checkpoints in memory only)."""
+    spec, metrics = parts.spec, progress.history[-1]
+    name = ckpt.checkpoint_name(progress.epoch)
+    if rank != 0:
+        ray.train.report(metrics, checkpoint_dir_name=name)
+        return
+    state = {
+        "model": parts.base.state_dict(), "optimizer": parts.opt.state_dict(),
+        "schedule": parts.schedule.state_dict(), "scaler": parts.scaler.state_dict(),
+        "best_weights": parts.best_weights, "rng": ckpt.rng_state(),
+        "progress": vars(progress),
+    }
+    use_best = spec.recipe.early_stopping and parts.best_weights is not None
+    head_weights = parts.best_weights if use_best else parts.base.state_dict()
+    info = {"metrics": metrics, "best": {spec.recipe.monitor: progress.best,
+                                         "epoch": progress.best_epoch},
+            "weights": "best" if use_best else "last", "history": progress.history}
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt.write_folder(tmp, spec.head, head_weights, state, info)
+        if spec.num_workers == 0:
+            ckpt.upload(spec.store, tmp, f"{spec.run_dir}/{name}")
+            ckpt.prune(spec.store, spec.run_dir, KEEP_CHECKPOINTS)
+            ray.train.report(metrics)
+        else:
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
+                             checkpoint_dir_name=name)
+    write_metrics(spec.store, spec.run_dir, progress.history)
+
+
+def quiet_ray_train() -> None:
+    """No INFO dumps per report ("Reporting training result ...", "Reported metrics ...")."""
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
+
+
+def say(line: str) -> None:
+    """One line to stdout, once: Ray Train's worker print() goes both to stdout and to a
+    logger, which showed every epoch twice."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def train_loop(config: dict[str, Any]) -> dict[str, Any]:
+    """Train the head on this worker's share; returns the history and where it resumed."""
+    spec: RunSpec = config["spec"]
+    quiet_ray_train()
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
-    device = ray.train.torch.get_device()
-    train_data, val_data = holders(spec, rank, ctx.get_world_size(), device)
-    model = ray.train.torch.prepare_model(build_head(spec))
-    opt = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
-    bs = spec["batch_size"]
-    history: list[dict[str, float]] = []
-    for epoch in range(spec["epochs"]):
-        start = time.perf_counter()
-        model.train()
-        sums = torch.zeros(6, dtype=torch.float64, device=device)
-        join = model.join() if hasattr(model, "join") else contextlib.nullcontext()
-        with join:
-            for x, y in train_data.batches(bs, seed=spec["seed"] * 100_003 + epoch * 101 + rank):
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                logits = model(x)
-                loss = F.cross_entropy(logits, y)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                sums[0] += loss.detach().double() * len(y)
-                sums[1] += (logits.argmax(1) == y).sum()
-                sums[2] += len(y)
-        model.eval()
-        with torch.inference_mode():
-            for x, y in val_data.batches(bs * 4, seed=None):
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                logits = model(x)
-                sums[3] += F.cross_entropy(logits, y, reduction="sum").double()
-                sums[4] += (logits.argmax(1) == y).sum()
-                sums[5] += len(y)
+    device = (ray.train.torch.get_device() if spec.num_workers else
+              torch.device("cuda" if spec.use_gpu else "cpu"))
+    train_data, val_data = holders(spec, rank, device)
+    torch.manual_seed(spec.recipe.seed)  # the same initial weights on every worker and run
+    parts = build_parts(spec, device, len(train_data) or None)
+    progress = restore(parts)
+    wrap(parts)
+    r, last_save, started = spec.recipe, time.monotonic(), time.monotonic()
+    first = progress.epoch
+    while progress.epoch < r.epochs and not progress.stopped:
+        epoch, t0 = progress.epoch, time.perf_counter()
+        torch.manual_seed(epoch_seed(spec, epoch, rank))
+        sums = torch.zeros(7, dtype=torch.float64, device=device)
+        train_epoch(parts, train_data, epoch_seed(spec, epoch, rank), sums)
+        evaluate(parts, val_data, sums)
+        due = spec.checkpoint_seconds and time.monotonic() - last_save >= spec.checkpoint_seconds
+        sums[SAVE_NOW] = float(rank == 0 and bool(due))
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(sums)
-        s = sums.tolist()
-        metrics = {
-            "epoch": epoch + 1,
-            "train_loss": s[0] / max(s[2], 1),
-            "train_acc": s[1] / max(s[2], 1),
-            "val_loss": s[3] / max(s[5], 1),
-            "val_acc": s[4] / max(s[5], 1),
-            "train_rows": int(s[2]),
-            "val_rows": int(s[5]),
-            "epoch_seconds": time.perf_counter() - start,
-            "placement": spec["placement"],
-        }
-        history.append(metrics)
-        if spec["progress"] and rank == 0:
-            print(f"epoch {epoch + 1}/{spec['epochs']}  train_loss {metrics['train_loss']:.4f}  "
-                  f"val_loss {metrics['val_loss']:.4f}  val_acc {metrics['val_acc']:.3f}",
-                  flush=True)
-        every = spec["checkpoint_every"]
-        save = epoch + 1 == spec["epochs"] or (every > 0 and (epoch + 1) % every == 0)
-        _report(model, spec, metrics, history, checkpoint=save and rank == 0)
-    return history
-
-
-def _report(
-    model: torch.nn.Module, spec: dict, metrics: dict, history: list, checkpoint: bool
-) -> None:
-    """Every worker reports; rank 0 attaches the head and its config when it is time to save."""
-    if not checkpoint:
-        ray.train.report(metrics)
-        return
-    state = (model.module if hasattr(model, "module") else model).state_dict()
-    with tempfile.TemporaryDirectory() as tmp:
-        torch.save({k: v.cpu() for k, v in state.items()}, os.path.join(tmp, HEAD_WEIGHTS))
-        with open(os.path.join(tmp, HEAD_CONFIG), "w") as f:
-            json.dump({**spec, "metrics": metrics, "history": history}, f, indent=2)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp))
+        metrics = epoch_metrics(parts, sums.tolist(), epoch, time.perf_counter() - t0)
+        metrics["wall_s"] = time.monotonic() - started  # since this worker's loop began
+        progress.epoch = epoch + 1
+        progress.history.append(metrics)
+        track_best(parts, progress, metrics)
+        if rank == 0 and spec.progress:
+            pace = (time.monotonic() - started) / (progress.epoch - first)
+            say(epoch_line(metrics, r.epochs, pace * (r.epochs - progress.epoch)))
+        every = spec.checkpoint_every
+        end = progress.epoch == r.epochs or progress.stopped
+        if end or sums[SAVE_NOW] > 0 or (every and progress.epoch % every == 0):
+            save(parts, progress, rank)
+            last_save = time.monotonic()
+    if rank == 0:
+        write_artifacts(spec.store, spec.run_dir, progress.history)
+    return {"history": progress.history, "resumed_from": progress.resumed_from}

@@ -1,4 +1,5 @@
-"""Use a trained head: load its checkpoint, and predict from raw inputs or from embeddings."""
+"""Use a trained head: load it from its checkpoint folder alone (no Ray, no cache), and predict
+from raw inputs (running its frozen encoders live) or from embeddings."""
 
 from __future__ import annotations
 
@@ -11,21 +12,21 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from raycache.cache import open_cache
 from raycache.config import EncoderConfig
-from raycache.encoders import REGISTRY
 from raycache.errors import RaycacheError
-from raycache.loop import HEAD_CONFIG, HEAD_WEIGHTS, build_head
-from raycache.store import Store
+from raycache.heads import HEAD_CONFIG, HEAD_WEIGHTS, HeadSpec, build_head
+
+__all__ = ["Head", "load_head"]
 
 
 @dataclass
 class Head:
-    """A trained head, with the spec it was trained with (encoders, label, classes)."""
+    """A trained head, with the spec it was built from (encoders, label, classes)."""
 
     model: torch.nn.Module
-    spec: dict[str, Any]
-    store: Store
+    spec: HeadSpec
+    info: dict[str, Any] = field(default_factory=dict, repr=False)
+    """head.json's metrics, best epoch and history."""
     _encoders: list | None = field(default=None, repr=False)
 
     def predict_embeddings(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
@@ -34,43 +35,60 @@ class Head:
             return self.model(torch.as_tensor(x, dtype=torch.float32)).argmax(1).numpy()
 
     def predict(self, inputs: dict[str, list] | list) -> np.ndarray:
-        """Class ids for raw inputs: runs the cache's frozen encoders live, then the head.
+        """Class ids for raw inputs: runs the head's frozen encoders live, then the head.
 
         `inputs` maps each encoder's input column to values; a plain list is enough when the
         head uses one encoder.
         """
-        configs = self._encoder_configs()
+        configs = self.encoder_configs()
         if not isinstance(inputs, dict):
             if len(configs) != 1:
                 raise RaycacheError(f"this head uses {len(configs)} encoders; pass a dict of "
                                     f"columns {[c.input for c in configs]}")
             inputs = {configs[0].input: list(inputs)}
         if self._encoders is None:
+            from raycache.encoders import REGISTRY
+
             self._encoders = [REGISTRY[c.kind].load(c, "cpu") for c in configs]
+            for enc, c in zip(self._encoders, configs, strict=True):
+                want, got = self.spec.weights_digests.get(c.name), enc.weights_digest()
+                if want and got != want:
+                    self._encoders = None
+                    raise RaycacheError(
+                        f"encoder {c.name!r} loads weights {got[:12]}, but the head was trained "
+                        f"on embeddings of weights {want[:12]}; install the model the cache "
+                        "was filled with, or retrain the head on a fill of this model")
         feats = [enc.encode(pa.array(inputs[c.input]))
                  for enc, c in zip(self._encoders, configs, strict=True)]
         return self.predict_embeddings(np.concatenate(feats, axis=1))
 
-    def _encoder_configs(self) -> list[EncoderConfig]:
-        cache = open_cache(self.spec["cache"], self.store, self.spec["fingerprint"])
-        saved = cache.manifest.extra.get("encoder_configs", {})
-        missing = [e for e in self.spec["encoders"] if e not in saved]
+    def encoder_configs(self) -> list[EncoderConfig]:
+        """The frozen encoders' fill configs, as recorded in head.json."""
+        missing = [e for e in self.spec.encoders if e not in self.spec.encoder_configs]
         if missing:
-            raise RaycacheError(f"cache {cache.name} does not record how to build {missing}; "
-                                "fill it again with this raycache version")
-        return [EncoderConfig(**saved[e]) for e in self.spec["encoders"]]
+            raise RaycacheError(f"head.json does not record how to build encoders {missing}; "
+                                "the cache was filled by an older raycache: fill it again and "
+                                "retrain to predict from raw inputs (predict_embeddings works)")
+        return [EncoderConfig(**self.spec.encoder_configs[e]) for e in self.spec.encoders]
 
 
-def load_head(checkpoint: str, store: Store | str | None = None) -> Head:
-    """Load head.pt and head.json from a checkpoint folder (a path or any fsspec URI)."""
+def load_head(checkpoint: str, **options: Any) -> Head:
+    """Load head.pt and head.json from a checkpoint folder (a path or any fsspec URI;
+    `options` are fsspec storage options, e.g. client_kwargs)."""
     import fsspec
 
-    fs, path = fsspec.core.url_to_fs(checkpoint)
-    spec = json.loads(fs.cat_file(f"{path}/{HEAD_CONFIG}"))
-    state = torch.load(io.BytesIO(fs.cat_file(f"{path}/{HEAD_WEIGHTS}")), map_location="cpu")
+    fs, path = fsspec.core.url_to_fs(checkpoint, **options)
+    path = path.rstrip("/")
+    where = f"{checkpoint}/{HEAD_CONFIG}"
+    try:
+        saved = json.loads(fs.cat_file(f"{path}/{HEAD_CONFIG}"))
+        blob = fs.cat_file(f"{path}/{HEAD_WEIGHTS}")
+    except FileNotFoundError as exc:
+        raise RaycacheError(f"{checkpoint!r} is not a head checkpoint ({exc}); pass a "
+                            "checkpoint folder holding head.json and head.pt, e.g. "
+                            "TrainResult.checkpoint") from exc
+    spec = HeadSpec.from_dict(saved["head"], where)
     model = build_head(spec)
-    model.load_state_dict(state)
+    model.load_state_dict(torch.load(io.BytesIO(blob), map_location="cpu"))
     model.eval()
-    if not isinstance(store, Store):
-        store = Store(store) if store else Store(spec["store"]["uri"], spec["store"]["options"])
-    return Head(model, spec, store)
+    return Head(model, spec, {k: v for k, v in saved.items() if k != "head"})

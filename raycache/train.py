@@ -1,45 +1,61 @@
-"""TRAIN: the Ray Train driver that fits a head on a committed cache with DDP workers."""
+"""TRAIN: the Ray Train driver: check the config against the cache, build the RunSpec once, run
+the loop in-process (local mode) or on DDP workers, resume, and record the run."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow.compute as pc
 
+from raycache import checkpoint as ckpt
 from raycache.cache import Cache, open_cache
 from raycache.config import TrainConfig, load
 from raycache.errors import ConfigError, RaycacheError
-from raycache.split import SplitByKey
-from raycache.store import RUNS, Store
+from raycache.heads import HEAD_CONFIG, HeadSpec
+from raycache.runs import read_record, runs_dir, write_record
+from raycache.runspec import Recipe, RunSpec, digest
+from raycache.store import Store
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from raycache.predict import Head
 
+__all__ = ["AUTO_LOCAL_BYTES", "TrainResult", "prepare", "train"]
+
+AUTO_LOCAL_BYTES = 512 * 2**20
+"""num_workers: auto trains in-process (Ray Train local mode) below this many feature bytes."""
+
 
 @dataclass
 class TrainResult:
     cache: Cache
-    history: list[dict[str, float]]
+    spec: RunSpec
+    history: list[dict[str, Any]]
     """One dict of metrics per epoch."""
     checkpoint: str
-    """URI of the final checkpoint folder (head.pt and head.json)."""
+    """URI of the final checkpoint folder (head.pt, head.json, state.pt)."""
     seconds: float
-    spec: dict[str, Any]
+    resumed_from: list[int] = field(default_factory=list)
+    """Epochs this run resumed from (empty for a run that never stopped)."""
 
     @property
-    def metrics(self) -> dict[str, float]:
+    def metrics(self) -> dict[str, Any]:
         return self.history[-1] if self.history else {}
+
+    @property
+    def run_dir(self) -> str:
+        return self.cache.store.url(self.spec.run_dir)
 
     def load_head(self) -> Head:
         """The trained head, ready to predict from raw inputs or embeddings."""
         from raycache.predict import load_head
 
-        return load_head(self.checkpoint, self.cache.store)
+        return load_head(self.checkpoint, **self.cache.store.options)
 
     def history_frame(self) -> pd.DataFrame:
         """Metrics per epoch as a DataFrame (plot it with .plot(x="epoch"))."""
@@ -48,32 +64,29 @@ class TrainResult:
         return pd.DataFrame(self.history)
 
     def summary(self) -> str:
-        m = self.metrics
+        m, s = self.metrics, self.spec
+        workers = f"{s.num_workers} workers" if s.num_workers else "1 worker (in-process)"
+        resumed = f", resumed from epoch {self.resumed_from}" if self.resumed_from else ""
         return (
-            f"train {self.spec['head']} on {self.cache.name}/{self.cache.fingerprint[:12]}: "
-            f"{len(self.history)} epochs, {self.spec['num_workers']} workers, "
+            f"train {s.head.head} on {self.cache.name}/{self.cache.fingerprint[:12]}: "
+            f"{len(self.history)} epochs, {workers}, "
             f"val_acc {m.get('val_acc', 0):.3f}, val_loss {m.get('val_loss', 0):.4f}, "
-            f"{self.seconds:.1f} s, checkpoint {self.checkpoint}"
+            f"{self.seconds:.1f} s, run {s.run_name}{resumed}, checkpoint {self.checkpoint}"
         )
 
     def __repr__(self) -> str:
         return f"TrainResult({self.summary()})"
 
 
-def prepare(cfg: TrainConfig) -> tuple[Cache, dict[str, Any]]:
-    """Check the config against the cache and derive the head's shape; no Ray yet."""
-    store = Store(cfg.store.uri, cfg.store.options, cfg.store.shared)
-    store.check_reachable()
+def check(cfg: TrainConfig, store: Store) -> tuple[Cache, HeadSpec, np.ndarray]:
+    """Check the config against the cache; the head's spec and the training class counts."""
     cache = open_cache(cfg.cache, store, cfg.fingerprint)
     m = cache.manifest
     problems = []
-    encoders = cfg.encoders or [e.name for e in m.encoders]
     have = [e.name for e in m.encoders]
-    problems += [
-        f"encoders: {e!r} is not in cache {m.name}/{m.fingerprint}; it holds {have}"
-        for e in encoders
-        if e not in have
-    ]
+    encoders = cfg.encoders or have
+    problems += [f"encoders: {e!r} is not in cache {m.name}/{m.fingerprint}; it holds {have}"
+                 for e in encoders if e not in have]
     label = cfg.label or (m.label_columns[0] if m.label_columns else None)
     if label is None:
         problems.append(f"cache {m.name} has no label column; fill it with source.labels set")
@@ -83,8 +96,7 @@ def prepare(cfg: TrainConfig) -> tuple[Cache, dict[str, Any]]:
         problems.append(
             f"label column {label!r} holds {m.label_types[label]} values; a classifier needs "
             "integer class ids 0..K-1. Map the labels to integers in the source and fill again, "
-            "or name an integer label column with `label:`"
-        )
+            "or name an integer label column with `label:`")
     if problems:
         raise ConfigError(problems)
     labels = cache.read_table(columns=[label]).column(label)
@@ -93,101 +105,201 @@ def prepare(cfg: TrainConfig) -> tuple[Cache, dict[str, Any]]:
     low, high = pc.min(labels).as_py(), pc.max(labels).as_py()
     if low is None or low < 0:
         raise ConfigError([f"label column {label!r}: smallest class id is {low}; expected >= 0"])
-    spec = {
-        "head": cfg.head,
-        "hidden": cfg.hidden,
-        "dropout": cfg.dropout,
-        "in_dim": sum(m.encoder(e).dim for e in encoders),
-        "num_classes": int(high) + 1,
-        "encoders": encoders,
-        "label": label,
-        "key": m.key_column,
-        "epochs": cfg.epochs,
-        "batch_size": cfg.batch_size,
-        "lr": cfg.lr,
-        "weight_decay": cfg.weight_decay,
-        "val_fraction": cfg.val_fraction,
-        "seed": cfg.seed,
-        "num_workers": cfg.num_workers,
-        "placement": cfg.placement,
-        "checkpoint_every": cfg.checkpoint_every,
-        "progress": cfg.progress,
-        "rows": m.rows,
-        "cache": m.name,
-        "fingerprint": m.fingerprint,
-        "store": {"uri": store.uri, "options": store.options},
-    }
-    return cache, spec
+    counts = np.bincount(labels.to_numpy(), minlength=int(high) + 1)
+    if isinstance(cfg.class_weights, list) and len(cfg.class_weights) != len(counts):
+        raise ConfigError([f"class_weights has {len(cfg.class_weights)} values; the label "
+                           f"{label!r} has {len(counts)} classes (0..{high}): give one each"])
+    saved = m.extra.get("encoder_configs", {})
+    head = HeadSpec(
+        head=cfg.head, in_dim=sum(m.encoder(e).dim for e in encoders),
+        num_classes=int(high) + 1, hidden=tuple(cfg.hidden), dropout=cfg.dropout,
+        encoders=tuple(encoders), label=label, cache=m.name, fingerprint=m.fingerprint,
+        encoder_configs={e: saved[e] for e in encoders if e in saved},
+        weights_digests={e: m.encoder(e).weights_digest for e in encoders},
+    )
+    return cache, head, counts
 
 
-def choose_placement(cfg: TrainConfig, spec: dict[str, Any]) -> str:
+def class_weights(cfg: TrainConfig, counts: np.ndarray) -> tuple[float, ...] | None:
+    if cfg.class_weights == "balanced":
+        return tuple(float(counts.sum() / (len(counts) * max(c, 1))) for c in counts)
+    return tuple(float(w) for w in cfg.class_weights) if cfg.class_weights else None
+
+
+def resolve_workers(cfg: TrainConfig, head: HeadSpec, rows: int) -> int:
+    """auto: in-process for a cache under AUTO_LOCAL_BYTES of features; else DDP on every GPU
+    (use_gpu) or on 2 CPU workers."""
+    if cfg.num_workers != "auto":
+        return int(cfg.num_workers)
+    if rows * (head.in_dim * 4 + 8) < AUTO_LOCAL_BYTES:
+        return 0
+    if cfg.use_gpu:
+        import ray
+
+        return max(int(ray.cluster_resources().get("GPU", 1)), 1)
+    return 2
+
+
+def resolve_placement(cfg: TrainConfig, head: HeadSpec, rows: int, world: int) -> str:
     """auto: in memory (gpu with use_gpu, else cpu) when each worker's share takes under a
     quarter of the smallest node's memory per worker; otherwise stream from the store."""
     if cfg.placement != "auto":
         return cfg.placement
     import ray
 
-    share = spec["rows"] * (spec["in_dim"] * 4 + 8) / cfg.num_workers
+    share = rows * (head.in_dim * 4 + 8) / world
     memory = min(n["Resources"].get("memory", 0) for n in ray.nodes() if n.get("Alive"))
-    if share < memory / 4 / cfg.num_workers:
+    if share < memory / 4 / world:
         return "gpu" if cfg.use_gpu else "cpu"
     return "stream"
 
 
+def run_name(cfg: TrainConfig, head: HeadSpec, recipe: Recipe) -> str:
+    """The user's run_name, or one derived from the config (the same config, the same run)."""
+    if cfg.run_name:
+        return cfg.run_name
+    family = "".join(c if c.isalnum() or c in "-_" else "-" for c in head.head)
+    name = f"{family}-{digest(head, recipe)[:12]}"
+    return name if cfg.resume else f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+
+
+def prepare(cfg: TrainConfig, checked: tuple | None = None) -> tuple[Cache, RunSpec]:
+    """Everything checked and resolved, and the RunSpec built (Ray must be up for the auto
+    choices; `checked` is check()'s result when the caller ran it before starting Ray)."""
+    if checked is None:
+        store = Store(cfg.store.uri, cfg.store.options, cfg.store.shared)
+        store.check_reachable()
+        checked = check(cfg, store)
+    cache, head, counts = checked
+    store = cache.store
+    recipe = Recipe.from_config(cfg)
+    rows = cache.manifest.rows
+    workers = resolve_workers(cfg, head, rows)
+    name = run_name(cfg, head, recipe)
+    spec = RunSpec(
+        head=head, recipe=recipe, run_name=name, key=cache.manifest.key_column, rows=rows,
+        placement=resolve_placement(cfg, head, rows, max(workers, 1)), num_workers=workers,
+        use_gpu=cfg.use_gpu, class_weights=class_weights(cfg, counts), store=store,
+        shards=tuple((p, s.rows) for p, s in zip(cache.shard_paths(), cache.manifest.shards,
+                                                  strict=True)),
+        run_dir=f"{runs_dir(cache)}/{name}", checkpoint_every=cfg.checkpoint_every,
+        checkpoint_seconds=cfg.checkpoint_seconds, prefetch_batches=cfg.prefetch_batches,
+        progress=cfg.progress,
+    )
+    guard_run_folder(cfg, spec)
+    return cache, spec
+
+
+def guard_run_folder(cfg: TrainConfig, spec: RunSpec) -> None:
+    """Never train over another run: the folder must be empty, or hold this config's run."""
+    record = read_record(spec.store, spec.run_dir)
+    if record is None:
+        return
+    if record.get("digest") != spec.digest():
+        raise ConfigError([
+            f"run_name={spec.run_name!r} already holds a run of a different config (digest "
+            f"{record.get('digest', '?')[:12]}, this one {spec.digest()[:12]}); choose another "
+            "run_name, or leave it out to derive one from the config"])
+    if not cfg.resume:
+        raise ConfigError([f"run_name={spec.run_name!r} already holds a run and resume is "
+                           "false; choose another run_name, or set resume: true to continue"])
+
+
+def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: float) -> Any:
+    from ray.train import (
+        CheckpointConfig,
+        FailureConfig,
+        LoggingConfig,
+        RunConfig,
+        ScalingConfig,
+    )
+    from ray.train.torch import TorchTrainer
+
+    if spec.num_workers:
+        resources = {"CPU": cpus_per_worker, **({"GPU": 1} if spec.use_gpu else {})}
+        scaling = ScalingConfig(num_workers=spec.num_workers, use_gpu=spec.use_gpu,
+                                resources_per_worker=resources)
+    else:
+        scaling = ScalingConfig(num_workers=0)
+    store = cache.store
+    return TorchTrainer(
+        _train_loop,
+        train_loop_config={"spec": spec},
+        scaling_config=scaling,
+        run_config=RunConfig(
+            name=spec.run_name,
+            storage_path=runs_dir(cache),
+            storage_filesystem=None if store.is_local else store.pyarrow_fs(),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+            failure_config=FailureConfig(max_failures=max_failures),
+            logging_config=LoggingConfig(log_level="WARNING"),  # no per-report INFO dumps
+        ),
+    )
+
+
+def _train_loop(config: dict[str, Any]) -> dict[str, Any]:
+    from raycache.loop import train_loop
+
+    return train_loop(config)
+
+
 def train(config: TrainConfig | dict | str, *, progress: bool | None = None) -> TrainResult:
-    """Train a head on a committed cache (config: a TrainConfig, a dict or a YAML path)."""
+    """Train a head on a committed cache (config: a TrainConfig, a dict or a YAML path).
+    Running the same config again resumes its run (or returns it, when it has finished)."""
     cfg = load(TrainConfig, config)
     if progress is not None:
         cfg.progress = progress
-    cache, spec = prepare(cfg)
-
-    from ray.train import CheckpointConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
+    start = time.perf_counter()
+    store = Store(cfg.store.uri, cfg.store.options, cfg.store.shared)
+    store.check_reachable()
+    checked = check(cfg, store)  # bad input fails here, before Ray starts
 
     from raycache.cluster import check_store_for_cluster, connect
-    from raycache.loop import train_loop
+    from raycache.loop import quiet_ray_train
 
     connect(cfg.progress)
+    quiet_ray_train()
+    cache, spec = prepare(cfg, checked)
     check_store_for_cluster(cache.store)
-    start = time.perf_counter()
-    spec["placement"] = choose_placement(cfg, spec)
-    datasets = {}
-    if spec["placement"] == "stream":
-        ds = cache.to_ray_dataset(columns=[spec["key"], spec["label"], *spec["encoders"]])
-        split = dict(key=spec["key"], fraction=cfg.val_fraction)
-        datasets = {
-            "train": ds.map_batches(SplitByKey(**split, validation=False), batch_format="pyarrow"),
-            "val": ds.map_batches(SplitByKey(**split, validation=True), batch_format="pyarrow"),
-        }
-    else:
-        spec["shards"] = [[p, s.rows] for p, s in zip(cache.shard_paths(), cache.manifest.shards,
-                                                        strict=True)]
-    resources = {"CPU": cfg.cpus_per_worker, **({"GPU": 1} if cfg.use_gpu else {})}
-    run_name = cfg.run_name or f"{cfg.head}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
-    store = cache.store
-    trainer = TorchTrainer(
-        train_loop,
-        train_loop_config=spec,
-        scaling_config=ScalingConfig(
-            num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources
-        ),
-        run_config=RunConfig(
-            name=run_name,
-            storage_path=store.path(cache.name, cache.fingerprint, RUNS),
-            storage_filesystem=None if store.is_local else store.pyarrow_fs(),
-            checkpoint_config=CheckpointConfig(num_to_keep=1),
-        ),
-        datasets=datasets or None,
-    )
-    result = trainer.fit()
-    if result.error is not None:
-        raise RaycacheError(f"training failed: {result.error}") from result.error
-    if result.checkpoint is None:
-        raise RaycacheError("training finished without a checkpoint; see the worker logs")
-    return TrainResult(
-        cache=cache,
-        history=list(result.return_value or []),
-        checkpoint=store.url(result.checkpoint.path),
-        seconds=time.perf_counter() - start,
-        spec=spec,
-    )
+    store = spec.store
+    record = read_record(store, spec.run_dir)
+    if record and record["status"] == "finished" and ckpt.latest(store, spec.run_dir):
+        return _result(cache, spec, start, {"resumed_from": []})
+    base = {**spec.record(), "started": (record or {}).get("started")}
+    base = {k: v for k, v in base.items() if v is not None}
+    write_record(store, spec.run_dir, base, "running")
+    try:
+        result = trainer(cache, spec, cfg.max_failures, cfg.cpus_per_worker).fit()
+        if result.error is not None:
+            raise result.error
+    except Exception as exc:
+        write_record(store, spec.run_dir, base, "failed", error=f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, RaycacheError):
+            raise
+        raise RaycacheError(f"training run {spec.run_name!r} failed: {exc}; it resumes from "
+                            "its last checkpoint when run again with the same config") from exc
+    out = _result(cache, spec, start, result.return_value or {})
+    best = {spec.recipe.monitor: _best(out, spec)}
+    write_record(store, spec.run_dir, base, "finished", best=best,
+                 metrics={k: v for k, v in out.metrics.items() if k != "placement"})
+    return out
+
+
+def _best(out: TrainResult, spec: RunSpec) -> float | None:
+    values = [m[spec.recipe.monitor] for m in out.history if spec.recipe.monitor in m]
+    if not values:
+        return None
+    return max(values) if spec.recipe.mode == "max" else min(values)
+
+
+def _result(cache: Cache, spec: RunSpec, start: float, value: dict[str, Any]) -> TrainResult:
+    path = ckpt.latest(spec.store, spec.run_dir)
+    if path is None:
+        raise RaycacheError(f"run {spec.run_name!r} finished without a checkpoint in "
+                            f"{spec.store.url(spec.run_dir)}; see the worker logs")
+    history = value.get("history")
+    if history is None:
+        history = spec.store.read_json(f"{path}/{HEAD_CONFIG}")["history"]
+    return TrainResult(cache=cache, spec=spec, history=list(history),
+                       checkpoint=spec.store.url(path), seconds=time.perf_counter() - start,
+                       resumed_from=list(value.get("resumed_from", [])))

@@ -125,7 +125,8 @@ def test_ddp_training_from_cache_without_the_source(ray_session, separable_sourc
         "epochs": 8, "batch_size": 32, "lr": 0.01, "num_workers": 2, "progress": False,
         "run_name": "ddp",
     })
-    assert len(run.history) == 8 and run.spec["in_dim"] == 20 and run.spec["num_classes"] == 3
+    assert len(run.history) == 8 and run.spec.num_workers == 2
+    assert run.spec.head.in_dim == 20 and run.spec.head.num_classes == 3
     last = run.metrics
     assert last["val_acc"] > 0.9, run.history  # chance is 1/3
     assert last["train_rows"] + last["val_rows"] >= 598  # equal splits drop < 1 row per worker
@@ -133,7 +134,8 @@ def test_ddp_training_from_cache_without_the_source(ray_session, separable_sourc
     ckpt = Path(run.checkpoint)
     assert ckpt.parent.name == "ddp" and "runs" in ckpt.parts
     head_cfg = json.loads((ckpt / "head.json").read_text())
-    assert head_cfg["head"] == "mlp" and head_cfg["metrics"]["val_acc"] == last["val_acc"]
+    assert head_cfg["head"]["head"] == "mlp" and head_cfg["metrics"]["val_acc"] == last["val_acc"]
+    assert head_cfg["head"]["encoders"] == ["proj", "proj16"] and store not in json.dumps(head_cfg)
     state = torch.load(ckpt / "head.pt")
     assert state["0.weight"].shape == (32, 20)
 
@@ -143,7 +145,9 @@ def test_streamed_placement_trains_too(ray_session, separable_source, tmp_path):
     raycache.fill(toy_fill(str(separable_source), store))
     run = raycache.train({"cache": "toy", "store": {"uri": store}, "epochs": 2, "lr": 0.05,
                           "batch_size": 32, "placement": "stream", "progress": False})
+    assert run.spec.num_workers == 0  # a small cache trains in-process (Ray Train local mode)
     assert [m["placement"] for m in run.history] == ["stream"] * 2
+    assert run.metrics["train_rows"] + run.metrics["val_rows"] == 600
     assert run.metrics["val_acc"] > 0.8
 
 

@@ -1,0 +1,120 @@
+"""Optimizers and learning-rate schedules, as dict registries keyed by their config names."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+__all__ = ["OPTIMIZERS", "SCHEDULES", "Schedule", "build_optimizer"]
+
+Params = Iterable[torch.nn.Parameter]
+
+OPTIMIZERS: dict[str, Callable[[Params, Any], torch.optim.Optimizer]] = {
+    "adamw": lambda p, r: torch.optim.AdamW(p, lr=r.lr, weight_decay=r.weight_decay),
+    "adam": lambda p, r: torch.optim.Adam(p, lr=r.lr, weight_decay=r.weight_decay),
+    "sgd": lambda p, r: torch.optim.SGD(p, lr=r.lr, momentum=r.momentum, nesterov=r.nesterov,
+                                        weight_decay=r.weight_decay),
+    "rmsprop": lambda p, r: torch.optim.RMSprop(p, lr=r.lr, momentum=r.momentum,
+                                                weight_decay=r.weight_decay),
+    "adagrad": lambda p, r: torch.optim.Adagrad(p, lr=r.lr, weight_decay=r.weight_decay),
+}
+"""name -> builder(params, recipe) where recipe has lr, weight_decay, momentum, nesterov."""
+
+
+def build_optimizer(params: Params, recipe: Any) -> torch.optim.Optimizer:
+    if recipe.nesterov and recipe.optimizer == "sgd" and recipe.momentum <= 0:
+        raise ValueError(f"nesterov: true needs momentum > 0 (got momentum={recipe.momentum}); "
+                         "set momentum: 0.9, or nesterov: false")
+    return OPTIMIZERS[recipe.optimizer](params, recipe)
+
+
+# Multipliers of the peak LR at optimizer step `t` of `total` (after warmup), per schedule.
+def _constant(t: int, total: int, r: Any, spe: int) -> float:
+    return 1.0
+
+
+def _cosine(t: int, total: int, r: Any, spe: int) -> float:
+    return 0.5 * (1.0 + math.cos(math.pi * min(t / max(total, 1), 1.0)))
+
+
+def _linear(t: int, total: int, r: Any, spe: int) -> float:
+    return max(0.0, 1.0 - t / max(total, 1))
+
+
+def _step(t: int, total: int, r: Any, spe: int) -> float:
+    return r.gamma ** (t // max(r.step_epochs * spe, 1))
+
+
+def _one_cycle(t: int, total: int, r: Any, spe: int) -> float:
+    """Up from lr/25 to lr over the first 30% of steps, then cosine down to lr/1e4."""
+    peak = max(int(0.3 * total), 1)
+    if t < peak:
+        return 0.04 + 0.96 * t / peak
+    frac = min((t - peak) / max(total - peak, 1), 1.0)
+    return 1e-4 + (1.0 - 1e-4) * 0.5 * (1.0 + math.cos(math.pi * frac))
+
+
+SCHEDULES: dict[str, Callable[[int, int, Any, int], float] | None] = {
+    "constant": _constant,
+    "cosine": _cosine,
+    "linear": _linear,
+    "step": _step,
+    "one-cycle": _one_cycle,
+    "plateau": None,  # epoch-driven: see Schedule.step_epoch
+}
+
+
+class Schedule:
+    """Warmup then the recipe's schedule, stepped once per optimizer step (plateau: per epoch)."""
+
+    def __init__(self, opt: torch.optim.Optimizer, recipe: Any, steps_per_epoch: int):
+        self.opt, self.recipe, self.spe = opt, recipe, max(steps_per_epoch, 1)
+        self.total = max(recipe.epochs * self.spe - recipe.warmup_steps, 1)
+        self.step_no = 0
+        self.plateau_scale = 1.0
+        self.best: float | None = None
+        self.bad_epochs = 0
+        self._apply()
+
+    def factor(self) -> float:
+        r, t = self.recipe, self.step_no
+        if t < r.warmup_steps:
+            return (t + 1) / (r.warmup_steps + 1)
+        fn = SCHEDULES[r.schedule]
+        body = self.plateau_scale if fn is None else fn(t - r.warmup_steps, self.total, r, self.spe)
+        return body
+
+    def lr(self) -> float:
+        return self.recipe.lr * self.factor()
+
+    def _apply(self) -> None:
+        for group in self.opt.param_groups:
+            group["lr"] = self.lr()
+
+    def step_batch(self) -> None:
+        self.step_no += 1
+        self._apply()
+
+    def step_epoch(self, value: float | None, better: Callable[[float, float], bool]) -> None:
+        """reduce-on-plateau: multiply the LR by gamma after plateau_patience flat epochs."""
+        if self.recipe.schedule != "plateau" or value is None:
+            return
+        if self.best is None or better(value, self.best):
+            self.best, self.bad_epochs = value, 0
+        else:
+            self.bad_epochs += 1
+            if self.bad_epochs > self.recipe.plateau_patience - 1:
+                self.plateau_scale *= self.recipe.gamma
+                self.bad_epochs = 0
+        self._apply()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step_no": self.step_no, "plateau_scale": self.plateau_scale,
+                "best": self.best, "bad_epochs": self.bad_epochs}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._apply()

@@ -1,0 +1,340 @@
+"""Training pieces without a cluster: RunSpec, HeadSpec, optimizers, schedules, the step
+(accumulation, no_sync, clipping, precision, compile fallback), checkpoints, logs, load_head."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from raycache import checkpoint as ckpt
+from raycache.config import TrainConfig, load
+from raycache.errors import ConfigError
+from raycache.heads import HEAD_CONFIG, HeadSpec, build_head
+from raycache.metrics_log import CURVES, METRICS, TENSORBOARD, write_artifacts
+from raycache.optim import OPTIMIZERS, SCHEDULES, Schedule, build_optimizer
+from raycache.runspec import Recipe, RunSpec, digest
+from raycache.store import Store
+from tests.conftest import free_port
+
+HEAD = HeadSpec(head="linear", in_dim=4, num_classes=3, hidden=(), dropout=0.0,
+                encoders=("e",), label="label", cache="c", fingerprint="f" * 24,
+                encoder_configs={"e": {"name": "e", "kind": "torch", "input": "x"}},
+                weights_digests={"e": "d" * 64})
+
+
+def recipe(**over) -> Recipe:
+    return Recipe.from_config(TrainConfig(cache="c", **over))
+
+
+def spec(tmp_path, **over) -> RunSpec:
+    return RunSpec(head=HEAD, recipe=recipe(**over), run_name="r", key="id", rows=64,
+                   placement="cpu", num_workers=0, use_gpu=False, class_weights=None,
+                   store=Store(str(tmp_path)), shards=(), run_dir=str(tmp_path / "run"),
+                   checkpoint_every=0, checkpoint_seconds=0, prefetch_batches=1, progress=False)
+
+
+def test_runspec_is_frozen_and_its_digest_follows_what_decides_the_result(tmp_path):
+    s = spec(tmp_path)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.placement = "gpu"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.recipe.lr = 1.0
+    assert s.digest() == spec(tmp_path).digest() == digest(HEAD, recipe())
+    assert spec(tmp_path, lr=0.5).digest() != s.digest()
+    assert dataclasses.replace(s, placement="stream").digest() == s.digest()  # placement: how,
+    record = json.dumps(s.record())  # not what; and the record never holds the store
+    assert str(tmp_path) not in record and "options" not in record
+
+
+def test_headspec_round_trip_and_version_check():
+    assert HeadSpec.from_dict(json.loads(json.dumps(HEAD.to_dict()))) == HEAD
+    with pytest.raises(ConfigError, match="format_version=99"):
+        HeadSpec.from_dict({**HEAD.to_dict(), "format_version": 99})
+    assert build_head(HEAD)(torch.zeros(2, 4)).shape == (2, 3)
+
+
+def test_config_problems_name_value_expectation_and_fix():
+    with pytest.raises(ConfigError) as err:
+        load(TrainConfig, {"cache": "c", "optimizer": "lamb", "schedule": "poly",
+                           "precision": "float16", "num_workers": -1, "class_weights": "inverse",
+                           "mode": "up", "label_smoothing": 1.0})
+    text = str(err.value)
+    for part in ("optimizer='lamb'", "schedule='poly'", "precision='float16' needs a GPU",
+                 "use precision: bfloat16 on CPU", "num_workers=-1", "class_weights='inverse'",
+                 "mode='up'", "label_smoothing=1.0"):
+        assert part in text, text
+    assert load(TrainConfig, {"cache": "c", "num_workers": 0}).num_workers == 0
+    assert load(TrainConfig, {"cache": "c"}).num_workers == "auto"
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_every_optimizer_reduces_the_loss(name):
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 4), torch.randint(0, 3, (64,))
+    model = build_head(HEAD)
+    r = recipe(optimizer=name, lr=0.05, nesterov=name == "sgd")
+    opt = build_optimizer(model.parameters(), r)
+    before = torch.nn.functional.cross_entropy(model(x), y).item()
+    for _ in range(30):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < before
+    if name == "sgd":
+        assert opt.param_groups[0]["nesterov"] and opt.param_groups[0]["momentum"] == 0.9
+    with pytest.raises(ValueError, match="nesterov: true needs momentum > 0"):
+        build_optimizer(model.parameters(), recipe(optimizer="sgd", nesterov=True, momentum=0))
+
+
+def lrs(r: Recipe, spe: int, epoch_values=None) -> list[float]:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=r.lr)
+    s = Schedule(opt, r, spe)
+    out = []
+    for epoch in range(r.epochs):
+        for _ in range(spe):
+            out.append(opt.param_groups[0]["lr"])
+            s.step_batch()
+        if epoch_values:
+            s.step_epoch(epoch_values[epoch], r.better)
+    return out
+
+
+def test_schedules_with_warmup():
+    assert set(SCHEDULES) == {"constant", "cosine", "linear", "one-cycle", "step", "plateau"}
+    const = lrs(recipe(lr=0.1, epochs=2, warmup_steps=4), spe=10)
+    assert const[:4] == pytest.approx([0.02, 0.04, 0.06, 0.08]) and set(const[4:]) == {0.1}
+    cos = lrs(recipe(lr=0.1, epochs=3, schedule="cosine"), spe=10)
+    assert cos[0] == pytest.approx(0.1) and all(a >= b for a, b in zip(cos, cos[1:], strict=False))
+    assert cos[-1] < 0.001
+    lin = lrs(recipe(lr=0.1, epochs=2, schedule="linear"), spe=10)
+    assert lin[10] == pytest.approx(0.05)
+    step = lrs(recipe(lr=0.1, epochs=4, schedule="step", step_epochs=2, gamma=0.5), spe=5)
+    assert step[9] == pytest.approx(0.1) and step[10] == pytest.approx(0.05)
+    assert step[19] == pytest.approx(0.05)
+    one = lrs(recipe(lr=0.1, epochs=10, schedule="one-cycle"), spe=10)
+    peak = int(np.argmax(one))
+    assert one[0] == pytest.approx(0.004) and max(one) == pytest.approx(0.1)
+    assert 25 <= peak <= 31 and one[-1] < 0.001
+    flat = [1.0, 0.9, 0.9, 0.9, 0.9, 0.9]  # val_loss stops improving after epoch 2
+    plat = lrs(recipe(lr=0.1, epochs=6, schedule="plateau", plateau_patience=2, gamma=0.1),
+               spe=1, epoch_values=flat)
+    assert plat == pytest.approx([0.1, 0.1, 0.1, 0.1, 0.01, 0.01])
+
+
+def data(n=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    return x, (x[:, 0] > 0).long() + (x[:, 1] > 1).long()
+
+
+class Fixed:
+    """A data holder yielding the same batches in order (like InMemory with seed None)."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.y)
+
+    def batches(self, batch_size, seed):
+        for i in range(0, len(self.y), batch_size):
+            yield self.x[i:i + batch_size], self.y[i:i + batch_size]
+
+
+def one_epoch(tmp_path, model=None, **over):
+    from raycache.loop import build_parts, train_epoch
+
+    s = spec(tmp_path, optimizer="sgd", momentum=0.0, lr=0.5, **over)
+    torch.manual_seed(0)
+    parts = build_parts(s, torch.device("cpu"), 64)
+    if model is not None:
+        parts.model = model(parts.base)
+    sums = torch.zeros(7, dtype=torch.float64)
+    train_epoch(parts, Fixed(*data()), seed=0, sums=sums)
+    return parts, sums
+
+
+def test_gradient_accumulation_equals_the_larger_batch(tmp_path):
+    big, _ = one_epoch(tmp_path, batch_size=32)
+    accum, sums = one_epoch(tmp_path, batch_size=16, grad_accum=2)
+    assert sums[2] == 64 and accum.schedule.step_no == big.schedule.step_no == 2
+    for a, b in zip(accum.base.parameters(), big.base.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_accumulating_steps_skip_the_ddp_all_reduce(tmp_path):
+    calls = []
+
+    def hook(state, bucket):
+        calls.append(1)
+        fut = torch.futures.Future()
+        fut.set_result(bucket.buffer())
+        return fut
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                            world_size=1)
+    try:
+        def ddp(module):
+            wrapped = torch.nn.parallel.DistributedDataParallel(module)
+            wrapped.register_comm_hook(None, hook)
+            return wrapped
+
+        parts, _ = one_epoch(tmp_path, model=ddp, batch_size=8, grad_accum=4)
+    finally:
+        dist.destroy_process_group()
+    assert parts.schedule.step_no == 2  # 8 micro-batches, 4 per step
+    assert len(calls) == 2  # one all-reduce per optimizer step, none on the 6 others
+
+
+def test_gradient_clipping_bounds_the_update(tmp_path):
+    parts, _ = one_epoch(tmp_path, batch_size=64, grad_clip=1e-3)
+    torch.manual_seed(0)
+    start = build_head(HEAD).state_dict()
+    moved = torch.cat([(p - start[n]).flatten() for n, p in parts.base.named_parameters()])
+    assert 0 < moved.norm() <= 0.5 * 1e-3 * 1.0001  # lr 0.5 x clipped norm
+
+
+def test_bf16_autocast_trains_on_cpu(tmp_path):
+    parts, sums = one_epoch(tmp_path, batch_size=16, precision="bfloat16")
+    assert sums[2] == 64 and torch.isfinite(sums[0])
+    from raycache.loop import autocast
+
+    with autocast(parts):
+        assert parts.base(torch.zeros(1, 4)).dtype == torch.bfloat16
+
+
+def test_fp16_on_a_cpu_worker_is_a_clear_error(tmp_path):
+    from raycache.loop import build_parts
+
+    with pytest.raises(RuntimeError, match="float16' needs a CUDA device.*bfloat16"):
+        build_parts(spec(tmp_path, precision="float16"), torch.device("cpu"), 64)
+
+
+def test_compile_falls_back_to_eager_with_a_message(monkeypatch, capsys):
+    from raycache.loop import compile_or_eager
+
+    def broken(model):
+        raise RuntimeError("no backend here")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    model = build_head(HEAD)
+    assert compile_or_eager(model, 4, torch.device("cpu")) is model
+    assert "could not compile the head here (RuntimeError: no backend here); training in " \
+           "eager mode" in capsys.readouterr().out
+
+
+def test_label_smoothing_and_class_weights_change_the_loss(tmp_path):
+    plain = one_epoch(tmp_path, batch_size=64)[1][0]
+    smooth = one_epoch(tmp_path, batch_size=64, label_smoothing=0.3)[1][0]
+    assert smooth != plain
+    from raycache.train import class_weights
+
+    cfg = TrainConfig(cache="c", class_weights="balanced")
+    assert class_weights(cfg, np.array([30, 10, 20])) == pytest.approx((60 / 90, 2.0, 1.0))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_empty_cache_every_and_fp16_on_gpu(tmp_path, monkeypatch):
+    from raycache.loop import build_parts, train_epoch
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
+    s = dataclasses.replace(spec(tmp_path, precision="float16", empty_cache_every=2,
+                                 batch_size=8, use_gpu=True), use_gpu=True)
+    parts = build_parts(s, torch.device("cuda"), 64)
+    x, y = data()
+    train_epoch(parts, Fixed(x.cuda(), y.cuda()), 0, torch.zeros(7, dtype=torch.float64,
+                                                                  device="cuda"))
+    assert parts.scaler.is_enabled() and len(calls) == 4  # 8 steps, every 2nd
+
+
+def test_checkpoint_folder_holds_the_whole_state_and_load_head_needs_no_ray(tmp_path):
+    model = build_head(HEAD)
+    state = {"model": model.state_dict(), "rng": ckpt.rng_state(), "progress": {"epoch": 3}}
+    local = tmp_path / "tmp"
+    local.mkdir()
+    ckpt.write_folder(str(local), HEAD, model.state_dict(), state, {"metrics": {"val_acc": 1}})
+    store = Store(str(tmp_path / "store"))
+    run = store.path("run")
+    ckpt.upload(store, str(local), f"{run}/{ckpt.checkpoint_name(3)}")
+    ckpt.upload(store, str(local), f"{run}/{ckpt.checkpoint_name(7)}")
+    os.remove(f"{run}/{ckpt.checkpoint_name(7)}/{ckpt.STATE}")  # a torn checkpoint
+    found = ckpt.latest(store, run)
+    assert found.endswith("checkpoint_000003")
+    assert ckpt.read_state(store, found)["progress"] == {"epoch": 3}
+    saved = json.loads(store.read_bytes(f"{found}/{HEAD_CONFIG}"))
+    assert saved["head"]["encoder_configs"]["e"]["kind"] == "torch"
+    code = ("import sys; from raycache.predict import load_head; "
+            f"h = load_head({found!r}); print(h.predict_embeddings([[0, 0, 0, 1]]).tolist()); "
+            "assert not any(m == 'ray' or m.startswith('ray.') for m in sys.modules), 'ray'")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    expected = model(torch.tensor([[0.0, 0, 0, 1]])).argmax(1).tolist()
+    assert out.stdout.strip() == str(expected)
+    ckpt.prune(store, run, keep=1)
+    assert store.listdir(run) == ["checkpoint_000007"]
+
+
+def test_run_artifacts_metrics_tensorboard_and_curves(tmp_path):
+    history = [{"epoch": e, "train_loss": 1 / e, "val_loss": 1.1 / e, "train_acc": 0.5,
+                "val_acc": 0.4 + e / 10, "placement": "cpu"} for e in (1, 2, 3)]
+    store = Store(str(tmp_path))
+    write_artifacts(store, str(tmp_path), history)
+    lines = (tmp_path / METRICS).read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2, 3]
+    assert (tmp_path / CURVES).read_bytes()[:4] == b"\x89PNG"
+    (events,) = (tmp_path / TENSORBOARD).iterdir()
+    assert scalars(events.read_bytes(), "val_acc") == pytest.approx([0.5, 0.6, 0.7])
+
+
+def scalars(blob: bytes, tag: str) -> list[float]:
+    """Values of one tag in a TFRecord event file (length, crc, Event proto, crc)."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    out, i = [], 0
+    while i < len(blob):
+        (n,) = struct.unpack("<Q", blob[i:i + 8])
+        event = event_pb2.Event.FromString(blob[i + 12:i + 12 + n])
+        out += [v.simple_value for v in event.summary.value if v.tag == tag]
+        i += 12 + n + 4
+    return out
+
+
+def test_streamed_share_sees_each_row_once_and_matches_the_in_memory_split(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raycache.shares import InMemory, Streamed
+
+    rng = np.random.default_rng(0)
+    shards = []
+    for i, n in enumerate((50, 70, 30)):
+        ids = [f"r{i}-{j}" for j in range(n)]
+        emb = rng.normal(size=(n, 4)).astype(np.float32)
+        table = pa.table({"id": ids, "label": pa.array(rng.integers(0, 3, n)),
+                          "e": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel()), 4)})
+        pq.write_table(table, tmp_path / f"s{i}.parquet")
+        shards.append((str(tmp_path / f"s{i}.parquet"), n))
+    base = dataclasses.replace(spec(tmp_path), rows=150, shards=tuple(shards), num_workers=2,
+                               prefetch_batches=2)
+    for rank in (0, 1):
+        mem_train, mem_val = InMemory.for_worker(base, rank, torch.device("cpu"))
+        for validation, mem in ((False, mem_train), (True, mem_val)):
+            stream = Streamed(base, rank, validation, torch.device("cpu"))
+            epoch = [torch.cat(t) for t in zip(*stream.batches(16, seed=3), strict=True)]
+            again = [torch.cat(t) for t in zip(*stream.batches(16, seed=4), strict=True)]
+            assert len(stream) == len(mem) > 0
+            key = lambda x: sorted(map(tuple, x.tolist()))  # noqa: E731
+            assert key(epoch[0]) == key(mem.x) == key(again[0])  # the same rows, each once
+            assert not torch.equal(epoch[0], again[0])  # in another order each epoch
