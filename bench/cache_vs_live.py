@@ -63,8 +63,7 @@ def main() -> None:
         fill = raycache.fill({
             "name": "bench", "source": {"path": str(src), "labels": ["label"]},
             "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text", "path": MODEL}],
-            "store": {"uri": store}, "batch_size": args.batch_size, "concurrency": 2,
-            "num_cpus": 0.75, "rows_per_shard": 64,
+            "store": {"uri": store},  # encoder pool, threads and batching: auto
         }, progress=False)
         fill_s = fill.cache.manifest.fill_seconds
         run = raycache.train({

@@ -86,8 +86,7 @@ def main() -> None:
         fill_cfg = {
             "name": "bench", "source": {"path": str(src), "labels": ["label"]},
             "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text", "path": MODEL}],
-            "store": store, "batch_size": 32, "concurrency": 2, "num_cpus": 0.75,
-            "rows_per_shard": 128,
+            "store": store,  # encoder pool, threads and batching: auto
         }
         t0 = time.perf_counter()
         filled = raycache.fill(fill_cfg, progress=False)
