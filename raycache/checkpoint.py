@@ -12,13 +12,15 @@ import io
 import json
 import os
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from raycache.heads import HEAD_CONFIG, HEAD_WEIGHTS, HeadSpec
 from raycache.store import Store
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "PREFIX",
@@ -43,6 +45,8 @@ def checkpoint_name(epoch: int) -> str:
 
 
 def rng_state() -> dict[str, Any]:
+    import torch
+
     state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
              "python": random.getstate()}
     if torch.cuda.is_available():
@@ -51,6 +55,8 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
@@ -61,6 +67,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def write_folder(folder: str, head: HeadSpec, head_weights: dict[str, torch.Tensor],
                  state: dict[str, Any], info: dict[str, Any]) -> None:
     """Write head.pt, head.json and state.pt (last) into a local folder."""
+    import torch
+
     torch.save({k: v.detach().cpu() for k, v in head_weights.items()},
                os.path.join(folder, HEAD_WEIGHTS))
     with open(os.path.join(folder, HEAD_CONFIG), "w") as f:
@@ -86,6 +94,8 @@ def latest(store: Store, run_dir: str) -> str | None:
 
 def read_state(store: Store, path: str) -> dict[str, Any]:
     """state.pt of a checkpoint folder (written by raycache itself, so fully unpickled)."""
+    import torch
+
     return torch.load(io.BytesIO(store.read_bytes(f"{path}/{STATE}")), map_location="cpu",
                       weights_only=False)
 

@@ -10,11 +10,12 @@ import dataclasses
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from raycache.errors import ConfigError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = [
     "HEAD_CONFIG",
@@ -35,11 +36,15 @@ HEAD_FORMAT_VERSION = 1
 
 def linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float) -> nn.Module:
     """A linear probe: one affine layer (dropout on its input when asked)."""
+    from torch import nn
+
     return nn.Sequential(nn.Dropout(dropout), nn.Linear(in_dim, out_dim))
 
 
 def mlp(in_dim: int, out_dim: int, hidden: list[int], dropout: float) -> nn.Module:
     """Hidden layers of Linear, GELU and dropout, then a linear output."""
+    from torch import nn
+
     layers: list[nn.Module] = []
     width = in_dim
     for h in hidden:
@@ -49,7 +54,7 @@ def mlp(in_dim: int, out_dim: int, hidden: list[int], dropout: float) -> nn.Modu
     return nn.Sequential(*layers)
 
 
-Builder = Callable[[int, int, list[int], float], nn.Module]
+Builder = Callable[[int, int, list[int], float], "nn.Module"]
 
 REGISTRY: dict[str, Builder] = {
     "linear": linear,
