@@ -27,7 +27,10 @@ from raycache.errors import (
     StoreError,
 )
 from raycache.fill import FillResult, fill
+from raycache.heads import HeadSpec
 from raycache.manifest import Manifest
+from raycache.runs import RunInfo, list_runs
+from raycache.runspec import RunSpec
 from raycache.train import TrainResult, train
 
 __all__ = [
@@ -40,8 +43,11 @@ __all__ = [
     "FillResult",
     "FingerprintError",
     "Head",
+    "HeadSpec",
     "Manifest",
     "RaycacheError",
+    "RunInfo",
+    "RunSpec",
     "SourceConfig",
     "SourceError",
     "StoreConfig",
@@ -49,6 +55,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "fill",
+    "list_runs",
     "load_head",
     "ls",
     "open_cache",
