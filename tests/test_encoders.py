@@ -93,3 +93,14 @@ def test_bfloat16_inference_stays_close_to_float32_and_is_fingerprinted():
     describe = REGISTRY["hf-text"].describe
     assert describe(minilm(precision="bfloat16"))["precision"] == "bfloat16"
     assert describe(minilm(precision="bfloat16")) != describe(minilm())
+
+
+@pytest.mark.parametrize(("max_length", "longest"), [(8, 8), (256, 18)])
+def test_light_tokenizer_gives_transformers_token_ids(minilm_dir, max_length, longest):
+    from transformers import AutoTokenizer
+
+    ours = REGISTRY["hf-text"].prepare(minilm(max_length=max_length))(pa.array(SENTENCES))
+    theirs = AutoTokenizer.from_pretrained(minilm_dir)(
+        SENTENCES, truncation=True, max_length=max_length)["input_ids"]
+    assert ours.to_pylist() == theirs
+    assert max(len(ids) for ids in ours) == longest  # 8: truncation was exercised

@@ -6,18 +6,18 @@ import contextlib
 import hashlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 import pyarrow as pa
-import torch
 
 from raycache.config import EncoderConfig
 from raycache.resources import Batching
 
-__all__ = ["Batching", "Encoder", "Family", "autocast", "digest_files", "freeze", "to_device"]
+if TYPE_CHECKING:
+    import torch
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+__all__ = ["Batching", "Encoder", "Family", "autocast", "digest_files", "freeze", "to_device"]
 
 
 class Encoder(Protocol):
@@ -63,14 +63,18 @@ def freeze(module: torch.nn.Module) -> torch.nn.Module:
 
 def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
     """Mixed-precision inference at `precision` (float32 runs as is)."""
+    import torch
+
     if precision == "float32":
         return contextlib.nullcontext()
     kind = "cuda" if device.startswith("cuda") else "cpu"
-    return torch.autocast(device_type=kind, dtype=DTYPES[precision])
+    return torch.autocast(device_type=kind, dtype=getattr(torch, precision))
 
 
 def to_device(array: np.ndarray, device: str) -> torch.Tensor:
     """A host array on `device`; to a GPU through pinned memory with a non-blocking copy."""
+    import torch
+
     t = torch.from_numpy(array)
     if device.startswith("cuda"):
         return t.pin_memory().to(device, non_blocking=True)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["by_length", "encode_sorted", "pad_ids"]
 

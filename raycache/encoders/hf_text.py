@@ -7,16 +7,18 @@ import importlib.resources
 import itertools
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import torch
 
 from raycache.config import EncoderConfig
 from raycache.encoders.base import Batching, Family, autocast, digest_files, freeze, to_device
 from raycache.encoders.batching import encode_sorted, pad_ids
 from raycache.errors import EncoderError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["HF_TEXT", "HFTextEncoder", "Tokenize", "describe", "resolve"]
 
@@ -75,8 +77,18 @@ def describe(cfg: EncoderConfig) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=8)
-def _tokenizer(folder: str) -> Any:
-    """One tokenizer per model folder per process (prepare tasks reuse their worker process)."""
+def _tokenizer(folder: str, max_length: int) -> Any:
+    """The folder's fast tokenizer (tokenizer.json, through the light `tokenizers` library: no
+    torch, no transformers import in the prepare actors), or transformers' AutoTokenizer for a
+    folder without one; once per process."""
+    path = Path(folder) / "tokenizer.json"
+    if path.is_file():
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(path))
+        tok.no_padding()
+        tok.enable_truncation(max_length)
+        return tok
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(folder)
@@ -87,7 +99,7 @@ class Tokenize:
 
     def __init__(self, cfg: EncoderConfig):
         self.cfg = cfg
-        self.tokenizer = _tokenizer(str(resolve(cfg.path, cfg.name)))
+        self.tokenizer = _tokenizer(str(resolve(cfg.path, cfg.name)), cfg.max_length)
 
     def __call__(self, values: pa.Array) -> pa.Array:
         texts = values.to_pylist()
@@ -98,8 +110,12 @@ class Tokenize:
                 f"({type(bad).__name__}); hf-text needs strings. Fill empty values in the source "
                 "or drop those rows"
             )
-        ids = self.tokenizer(texts, truncation=True, max_length=self.cfg.max_length,
-                             return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        if hasattr(self.tokenizer, "encode_batch"):
+            ids = [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=True)]
+        else:
+            ids = self.tokenizer(texts, truncation=True, max_length=self.cfg.max_length,
+                                 return_attention_mask=False,
+                                 return_token_type_ids=False)["input_ids"]
         lengths = np.fromiter((len(row) for row in ids), np.int32, len(ids))
         offsets = np.zeros(len(ids) + 1, np.int32)
         np.cumsum(lengths, out=offsets[1:])
@@ -118,7 +134,7 @@ class HFTextEncoder:
         folder = resolve(cfg.path, cfg.name)
         self.cfg, self.device, self.batching = cfg, device, batching or Batching()
         self.prepare = Tokenize(cfg)
-        self.pad_id = self.prepare.tokenizer.pad_token_id or 0
+        self.pad_id = 0  # padded positions are masked out of attention and pooling
         self.model = freeze(AutoModel.from_pretrained(folder)).to(device)
 
     def weights_digest(self) -> str:
@@ -128,8 +144,9 @@ class HFTextEncoder:
     def encode(self, values: pa.Array) -> np.ndarray:
         return self.forward(self.prepare(values))
 
-    @torch.inference_mode()
     def forward(self, prepared: pa.Array) -> np.ndarray:
+        import torch
+
         ids = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
         lengths = np.diff(ids.offsets.to_numpy())
 
@@ -148,7 +165,8 @@ class HFTextEncoder:
             return pooled
 
         b = self.batching
-        return encode_sorted(lengths, b.max_rows, b.token_budget, run)
+        with torch.inference_mode():
+            return encode_sorted(lengths, b.max_rows, b.token_budget, run)
 
 
 _OK = object()

@@ -6,15 +6,17 @@ import hashlib
 import importlib
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import torch
 
 from raycache.config import EncoderConfig
 from raycache.encoders.base import Batching, Family, autocast, freeze, to_device
 from raycache.errors import EncoderError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["TORCH_MODULE", "TorchModuleEncoder", "build", "describe", "state_digest"]
 
@@ -40,6 +42,8 @@ def build(cfg: EncoderConfig) -> torch.nn.Module:
             f"encoder {cfg.name!r}: factory={ref!r}: module {mod_name!r} has no callable "
             f"{fn_name!r}"
         )
+    import torch
+
     net = fn(**cfg.kwargs)
     if not isinstance(net, torch.nn.Module):
         raise EncoderError(
@@ -51,6 +55,8 @@ def build(cfg: EncoderConfig) -> torch.nn.Module:
 
 def state_digest(net: torch.nn.Module) -> str:
     """sha256 over every parameter and buffer: name, dtype, shape and bytes."""
+    import torch
+
     h = hashlib.sha256()
     for name, t in sorted(net.state_dict().items()):
         t = t.detach().cpu().contiguous()
@@ -102,8 +108,9 @@ class TorchModuleEncoder:
     def encode(self, values: pa.Array) -> np.ndarray:
         return self.forward(self.prepare(values))
 
-    @torch.inference_mode()
     def forward(self, prepared: pa.Array) -> np.ndarray:
+        import torch
+
         values = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
         if pa.types.is_fixed_size_list(values.type) or pa.types.is_list(values.type):
             x = np.stack(values.to_numpy(zero_copy_only=False)).astype(np.float32)
@@ -116,7 +123,7 @@ class TorchModuleEncoder:
             )
         parts = []
         for i in range(0, len(x), self.batching.max_rows):
-            with autocast(self.device, self.cfg.precision):
+            with torch.inference_mode(), autocast(self.device, self.cfg.precision):
                 out = self.net(to_device(x[i : i + self.batching.max_rows], self.device))
             parts.append(out.reshape(out.shape[0], -1).float().cpu().numpy())
         return np.concatenate(parts) if parts else np.empty((0, 0), np.float32)
