@@ -114,17 +114,25 @@ class Store:
         return self.fs.cat_file(path)
 
     def write_atomic(self, path: str, data: bytes) -> None:
-        """Write a whole object so a reader sees all of it or none of it."""
-        if self.is_local:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        else:
-            self.fs.pipe_file(path, data)  # one PUT of the complete object
+        """Write a whole object so a reader sees all of it or none of it; a failure is a
+        StoreError that names the store."""
+        try:
+            if self.is_local:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            else:
+                self.fs.pipe_file(path, data)  # one PUT of the complete object
+        except Exception as exc:  # each filesystem raises its own types
+            raise StoreError(
+                f"store {self.uri!r}: writing {self.url(path)!r} failed ({type(exc).__name__}: "
+                f"{exc}); check that the store is reachable and writable, then run again (a "
+                "fill resumes where it stopped)"
+            ) from exc
 
     def write_json(self, path: str, obj: Any) -> None:
         self.write_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
