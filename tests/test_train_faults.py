@@ -53,7 +53,9 @@ def test_a_killed_worker_is_restarted_and_resumes_from_its_checkpoint(store):
     run = raycache.train(cfg(store, "ddp-killed", num_workers=2, max_failures=2))
     killer.join(timeout=5)
     assert killer.result, "no Ray Train worker was found to kill"
-    assert run.resumed_from and run.resumed_from[0] >= 2, run.resumed_from
+    # from a checkpoint, not from scratch: the newest one Ray Train had registered when the
+    # kill landed (checkpoint 2's files may exist before its report reaches the controller)
+    assert run.resumed_from and run.resumed_from[0] >= 1, run.resumed_from
     assert len(run.history) == 6
     assert results(run) == pytest.approx(results(reference), rel=1e-6)
 
