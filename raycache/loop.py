@@ -152,8 +152,10 @@ def epoch_seed(spec: RunSpec, epoch: int, rank: int) -> int:
     return spec.recipe.seed * 1_000_003 + epoch * 7_919 + rank
 
 
-def train_epoch(parts: Parts, data: Any, seed: int, sums: torch.Tensor) -> None:
-    """One pass over the training share: micro-batches, accumulation, clipping, stepping."""
+def train_epoch(parts: Parts, data: Any, seed: int, sums: torch.Tensor,
+                then: int | None = None) -> None:
+    """One pass over the training share: micro-batches, accumulation, clipping, stepping
+    (`then`: the next epoch's seed, so a streamed share can read ahead for it)."""
     r, model = parts.spec.recipe, parts.model
     model.train()
     accum = r.grad_accum
@@ -161,7 +163,7 @@ def train_epoch(parts: Parts, data: Any, seed: int, sums: torch.Tensor) -> None:
     join = parts.model.join() if ddp else contextlib.nullcontext()
     micro = 0
     with join:
-        for x, y in data.batches(r.batch_size, seed=seed):
+        for x, y in data.batches(r.batch_size, seed=seed, then=then):
             x, y = x.to(parts.device, non_blocking=True), y.to(parts.device, non_blocking=True)
             micro += 1
             last = micro % accum == 0
@@ -302,7 +304,8 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
         epoch, t0 = progress.epoch, time.perf_counter()
         torch.manual_seed(epoch_seed(spec, epoch, rank))
         sums = torch.zeros(7, dtype=torch.float64, device=device)
-        train_epoch(parts, train_data, epoch_seed(spec, epoch, rank), sums)
+        then = epoch_seed(spec, epoch + 1, rank) if epoch + 1 < r.epochs else None
+        train_epoch(parts, train_data, epoch_seed(spec, epoch, rank), sums, then)
         evaluate(parts, val_data, sums)
         due = spec.checkpoint_seconds and time.monotonic() - last_save >= spec.checkpoint_seconds
         sums[SAVE_NOW] = float(rank == 0 and bool(due))
