@@ -59,7 +59,7 @@ class Cache:
                 break
         if not tables:
             return pa.table({})
-        table = pa.concat_tables(tables)
+        table = pa.concat_tables(tables, promote_options="default")  # shards of older writers
         return table if limit is None else table.slice(0, limit)
 
     def to_pandas(self, columns: list[str] | None = None, limit: int | None = None) -> pd.DataFrame:

@@ -39,6 +39,9 @@ class StoreConfig:
     """fsspec storage options (e.g. client_kwargs.endpoint_url). Keep credentials in the env."""
     shared: bool = False
     """Set when a local-folder store is mounted on every node (NFS), to allow multi-node use."""
+    timeout_s: float = 300.0
+    """Seconds one object-store write or read may take before it fails (a hung endpoint then
+    fails the fill with a StoreError instead of stalling it; the fill resumes when run again)."""
 
 
 @dataclass

@@ -92,7 +92,7 @@ def plan(cfg: FillConfig) -> Plan:
     """Check every input and compute the fingerprint; no Ray, no encoding."""
     from raycache.encoders import REGISTRY
 
-    store = Store(cfg.store.uri, cfg.store.options, cfg.store.shared)
+    store = Store.from_config(cfg.store)
     store.check_reachable()
     fmt, files = sources.list_files(cfg.source)
     schema = sources.read_schema(files[0], fmt, cfg.source.options)

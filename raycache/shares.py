@@ -40,7 +40,7 @@ def load_share(spec: RunSpec, rank: int, world: int) -> pa.Table | None:
     for path, start, stop in pieces(spec, rank, world):
         with spec.store.fs.open(path, "rb") as f:
             tables.append(pq.read_table(f, columns=columns).slice(start, stop - start))
-    return pa.concat_tables(tables) if tables else None
+    return pa.concat_tables(tables, promote_options="default") if tables else None
 
 
 class InMemory:

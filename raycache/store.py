@@ -12,6 +12,7 @@ from typing import Any
 
 import fsspec
 import pyarrow.fs as pafs
+from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from raycache.errors import StoreError
@@ -41,6 +42,14 @@ class Store:
     uri: str
     options: dict[str, Any] = field(default_factory=dict)
     shared: bool = False
+    timeout_s: float = 300.0
+    """Deadline of one remote read or write (async filesystems such as s3fs: their own
+    connect and read timeouts do not cover a server that accepts and never answers)."""
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Store:
+        """The store of a StoreConfig."""
+        return cls(cfg.uri, cfg.options, cfg.shared, cfg.timeout_s)
 
     def __post_init__(self) -> None:
         if "://" not in self.uri:
@@ -48,7 +57,8 @@ class Store:
         self.uri = self.uri.rstrip("/")
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self.uri, "options": self.options, "shared": self.shared}
+        return {"uri": self.uri, "options": self.options, "shared": self.shared,
+                "timeout_s": self.timeout_s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -110,8 +120,11 @@ class Store:
     def exists(self, path: str) -> bool:
         return self.fs.exists(path)
 
+    def _deadline(self) -> dict[str, float]:
+        return {"timeout": self.timeout_s} if isinstance(self.fs, AsyncFileSystem) else {}
+
     def read_bytes(self, path: str) -> bytes:
-        return self.fs.cat_file(path)
+        return self.fs.cat_file(path, **self._deadline())
 
     def write_atomic(self, path: str, data: bytes) -> None:
         """Write a whole object so a reader sees all of it or none of it; a failure is a
@@ -126,7 +139,7 @@ class Store:
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
             else:
-                self.fs.pipe_file(path, data)  # one PUT of the complete object
+                self.fs.pipe_file(path, data, **self._deadline())  # one PUT, whole
         except Exception as exc:  # each filesystem raises its own types
             raise StoreError(
                 f"store {self.uri!r}: writing {self.url(path)!r} failed ({type(exc).__name__}: "

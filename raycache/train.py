@@ -179,7 +179,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None) -> tuple[Cache, RunS
     """Everything checked and resolved, and the RunSpec built (Ray is joined only where an auto
     choice needs the cluster; `checked` is check()'s result when the caller already ran it)."""
     if checked is None:
-        store = Store(cfg.store.uri, cfg.store.options, cfg.store.shared)
+        store = Store.from_config(cfg.store)
         store.check_reachable()
         checked = check(cfg, store)
     cache, head, counts = checked
@@ -262,7 +262,7 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None) -> 
     if progress is not None:
         cfg.progress = progress
     start = time.perf_counter()
-    store = Store(cfg.store.uri, cfg.store.options, cfg.store.shared)
+    store = Store.from_config(cfg.store)
     store.check_reachable()
     checked = check(cfg, store)  # bad input fails here, before Ray starts
 

@@ -99,3 +99,61 @@ def test_a_shard_written_but_never_recorded_is_encoded_again(ray_session, source
     for s in result.cache.manifest.shards:
         blob = Path(p.dir, s.path).read_bytes()
         assert hashlib.sha256(blob).hexdigest() == s.sha256 and len(blob) == s.bytes
+
+
+
+@pytest.mark.s3
+def test_s3_server_stopped_mid_fill_fails_clearly_and_resumes(ray_session, source, tmp_path):
+    """A moto server process of its own, SIGSTOPped mid-fill (a hung S3 endpoint: requests time
+    out), then SIGCONTed with everything it held."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    import s3fs
+
+    from raycache.errors import StoreError
+    from tests.conftest import free_port
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                               "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        def listening() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        assert wait_for(listening, 60)
+        options = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"},
+                   "config_kwargs": {"connect_timeout": 2, "read_timeout": 4,
+                                     "retries": {"max_attempts": 2}}}
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+        fs.mkdir("rc-stopped")
+        cfg = slow_fill(source, "s3://rc-stopped/caches", delay=0.5)
+        cfg["store"].update(options=options, timeout_s=10)  # a hung request fails in 10 s
+
+        def s3_records() -> int:
+            fs.invalidate_cache()
+            return len(fs.glob("rc-stopped/caches/toy/*/_progress/*.json"))
+
+        stopper = when(lambda: s3_records() >= 2,
+                       lambda: server.send_signal(signal.SIGSTOP) or True)
+        with pytest.raises(StoreError) as err:
+            raycache.fill(cfg)
+        stopper.join(timeout=60)
+        assert stopper.result, "the fill ended before the server was stopped"
+        assert "s3://rc-stopped/caches" in str(err.value)
+
+        server.send_signal(signal.SIGCONT)  # back, with what it held
+        assert not fs.glob("rc-stopped/caches/**/manifest.json")
+        left = s3_records()
+        assert left >= 2
+        result = raycache.fill(cfg)
+        assert result.resumed_rows >= 50 * 2 and "resumed" in result.summary()
+        check_complete(result, resumed_at_least=50 * 2)
+    finally:
+        server.send_signal(signal.SIGCONT)
+        server.kill()
+        server.wait(timeout=30)
