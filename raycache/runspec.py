@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from raycache.config import GroupsConfig, PairsConfig
 from raycache.heads import HeadSpec
 from raycache.store import Store
 
@@ -46,6 +47,12 @@ class Recipe:
     empty_cache_every: int
     val_fraction: float
     seed: int
+    objective: str = "classification"
+    groups: GroupsConfig = GroupsConfig()
+    pairs: PairsConfig | None = None
+    """The pairs table and loss, without its storage options (those travel in the RunSpec)."""
+    distance: str = "cosine"
+    metrics_k: tuple[int, ...] = (1, 5, 10)
 
     @classmethod
     def from_config(cls, cfg: Any) -> Recipe:
@@ -53,7 +60,13 @@ class Recipe:
         if isinstance(kw["class_weights"], list):
             kw["class_weights"] = tuple(float(w) for w in kw["class_weights"])
         if kw["mode"] == "auto":
-            kw["mode"] = "max" if kw["monitor"].endswith("acc") else "min"
+            kw["mode"] = "min" if kw["monitor"].endswith("loss") else "max"
+        kw["metrics_k"] = tuple(kw["metrics_k"])
+        if kw["pairs"] is not None:
+            paths = kw["pairs"].path
+            kw["pairs"] = dataclasses.replace(
+                kw["pairs"], options={},
+                path=tuple(paths) if isinstance(paths, list) else paths)
         return cls(**kw)
 
     def better(self, new: float, old: float) -> bool:
@@ -89,6 +102,9 @@ class RunSpec:
     checkpoint_seconds: float
     prefetch_batches: int
     progress: bool
+    pairs_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """fsspec options of the pairs table (kept out of the record and the digest, like the
+    store's)."""
     version: int = RUN_SPEC_VERSION
 
     @property
