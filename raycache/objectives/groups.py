@@ -21,8 +21,8 @@ __all__ = ["GROUPS", "GATHERING", "LOSSES", "MINERS", "Groups", "Retrieval", "bu
            "build_miner", "nearest_hits"]
 
 LOSSES = ("contrastive", "triplet", "infonce", "mnr", "arcface", "cosface", "softmax")
-"""mnr is infonce by its sentence-transformers name: every other row of the batch (of every
-worker) is a candidate, the rows of the same group the right answers."""
+"""infonce (mnr, its sentence-transformers name): a softmax over every other row of the batch
+(of every worker), the rows of the same group the right answers (supervised contrastive)."""
 GATHERING = ("contrastive", "triplet", "infonce", "mnr")
 """Losses over in-batch pairs: they see every worker's rows. The others are per row."""
 MINERS = {"contrastive": ("none", "hard"), "triplet": ("none", "all", "hard", "semihard")}
@@ -45,7 +45,9 @@ def build_loss(g: GroupsConfig, distance: str, groups: int, dim: int) -> torch.n
                                         smooth_loss=g.soft_margin,
                                         distance=pml_distance(distance))
     if g.loss in ("infonce", "mnr"):
-        return losses.NTXentLoss(temperature=1.0 / (g.scale or DEFAULT_SCALE),
+        # SupConLoss is InfoNCE with every same-group row a positive, on the batch's score
+        # matrix; NTXentLoss builds a (positive pairs x negative pairs) matrix, GBs at batch 256
+        return losses.SupConLoss(temperature=1.0 / (g.scale or DEFAULT_SCALE),
                                  distance=pml_distance(distance))
     if g.loss == "arcface":
         return losses.ArcFaceLoss(groups, dim, **given)
