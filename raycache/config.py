@@ -14,6 +14,24 @@ import yaml
 
 from raycache.errors import ConfigError
 
+__all__ = [
+    "AUTO",
+    "DEFAULT_STORE",
+    "PLACEMENTS",
+    "PRECISIONS",
+    "SOURCE_FORMATS",
+    "STORAGE_DTYPES",
+    "STORE_ENV",
+    "EncoderConfig",
+    "FillConfig",
+    "GroupsConfig",
+    "SourceConfig",
+    "StoreConfig",
+    "TrainConfig",
+    "default_store",
+    "load",
+]
+
 DEFAULT_STORE = ".raycache/store"
 STORE_ENV = "RAYCACHE_STORE"
 
@@ -173,35 +191,6 @@ class GroupsConfig:
     """triplet: the soft-margin form log(1 + exp(d_ap - d_an)) instead of a hinge."""
 
 
-@dataclass(frozen=True)
-class PairsConfig:
-    """objective: pairs: a table of (key, key, score) pairs joined against the cache by key."""
-
-    path: str | list[str]
-    """Parquet or JSONL file(s) of pairs, local or any fsspec URI."""
-    format: str | None = None
-    """parquet or jsonl; inferred from the suffix when left out."""
-    left: str = "left"
-    """Column holding the first row's key (the cache's key values)."""
-    right: str = "right"
-    """Column holding the second row's key."""
-    score: str = "score"
-    """Column holding the pair's target: a 0/1 label, or a similarity score in [0, 1]."""
-    loss: str = "cosine"
-    """cosine (regress cos(a, b) onto the score), contrastive (0/1 labels), or mnr
-    (multiple-negatives ranking over the positive pairs, other pairs' rows as negatives)."""
-    margin: float | None = None
-    """contrastive: negative margin (default 0 for similarities, 1 for distances)."""
-    pos_margin: float | None = None
-    """contrastive: positive margin (default 1 for similarities, 0 for distances)."""
-    scale: float = 20.0
-    """mnr: 1/temperature of the softmax over in-batch candidates."""
-    symmetric: bool = False
-    """mnr: also rank the left rows for each right row, and average the two losses."""
-    options: dict[str, Any] = field(default_factory=dict)
-    """fsspec storage options for the pairs file."""
-
-
 @dataclass
 class TrainConfig:
     cache: str
@@ -215,11 +204,9 @@ class TrainConfig:
     """Label column; the cache's first one when left out."""
     objective: str = "classification"
     """What the head learns, a key of raycache.objectives.REGISTRY: classification (the label
-    column holds class ids), groups (it holds group ids: similarity learning) or pairs."""
+    column holds class ids) or groups (it holds group ids: similarity learning)."""
     groups: GroupsConfig = field(default_factory=GroupsConfig)
     """objective: groups: the loss and its settings."""
-    pairs: PairsConfig | None = None
-    """objective: pairs: the pairs table and the loss."""
     distance: str = "cosine"
     """Similarity objectives: cosine, dot, euclidean or manhattan (losses, miners, retrieval)."""
     embedding_dim: int = 128

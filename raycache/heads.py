@@ -2,8 +2,7 @@
 
 A head is rebuilt from its `HeadSpec` alone (no Ray, no store): the spec names the family, its
 shape, and the frozen encoders (configs and weights digests) whose embeddings it reads. Every
-builder takes (in_dim, out_dim, hidden, dropout) and works on any leading batch shape (pairs
-objectives feed (batch, 2, in_dim)).
+builder takes (in_dim, out_dim, hidden, dropout) and works on any leading batch shape.
 """
 
 from __future__ import annotations

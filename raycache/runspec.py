@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from raycache.config import GroupsConfig, PairsConfig
+from raycache.config import GroupsConfig
 from raycache.heads import HeadSpec
 from raycache.store import Store
 
@@ -49,8 +49,6 @@ class Recipe:
     seed: int
     objective: str = "classification"
     groups: GroupsConfig = GroupsConfig()
-    pairs: PairsConfig | None = None
-    """The pairs table and loss, without its storage options (those travel in the RunSpec)."""
     distance: str = "cosine"
     metrics_k: tuple[int, ...] = (1, 5, 10)
 
@@ -62,11 +60,6 @@ class Recipe:
         if kw["mode"] == "auto":
             kw["mode"] = "min" if kw["monitor"].endswith("loss") else "max"
         kw["metrics_k"] = tuple(kw["metrics_k"])
-        if kw["pairs"] is not None:
-            paths = kw["pairs"].path
-            kw["pairs"] = dataclasses.replace(
-                kw["pairs"], options={},
-                path=tuple(paths) if isinstance(paths, list) else paths)
         return cls(**kw)
 
     def better(self, new: float, old: float) -> bool:
@@ -102,9 +95,6 @@ class RunSpec:
     checkpoint_seconds: float
     prefetch_batches: int
     progress: bool
-    pairs_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """fsspec options of the pairs table (kept out of the record and the digest, like the
-    store's)."""
     version: int = RUN_SPEC_VERSION
 
     @property
