@@ -81,5 +81,7 @@ class EncodeActor:
         for e in self.cfg.encoders:
             emb = self.encoders[e.name].forward(table.column(prepared(e))).astype(e.dtype)
             flat = pa.array(emb.reshape(-1), type=pa.from_numpy_dtype(emb.dtype))
-            out = out.append_column(e.name, pa.FixedSizeListArray.from_arrays(flat, emb.shape[1]))
+            # non-null elements: no definition levels to decode when training reads the shard
+            kind = pa.list_(pa.field("element", flat.type, nullable=False), emb.shape[1])
+            out = out.append_column(e.name, pa.FixedSizeListArray.from_arrays(flat, type=kind))
         return out.append_column(STARTED, pa.array(np.full(table.num_rows, started)))

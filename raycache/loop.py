@@ -174,15 +174,17 @@ def epoch_seed(spec: RunSpec, epoch: int, rank: int) -> int:
     return spec.recipe.seed * 1_000_003 + epoch * 7_919 + rank
 
 
-def train_epoch(parts: Parts, data: Any, seed: int, sums: torch.Tensor) -> None:
-    """One pass over the training share: micro-batches, accumulation, clipping, stepping."""
+def train_epoch(parts: Parts, data: Any, seed: int, sums: torch.Tensor,
+                then: int | None = None) -> None:
+    """One pass over the training share: micro-batches, accumulation, clipping, stepping
+    (`then`: the next epoch's seed, so a streamed share can read ahead for it)."""
     r, model = parts.spec.recipe, parts.model
     model.train()
     accum = r.grad_accum
     ddp = isinstance(parts.model, torch.nn.parallel.DistributedDataParallel)
     join = parts.model.join() if ddp else contextlib.nullcontext()
     micro = 0
-    batches = data.batches(r.batch_size, seed=seed)
+    batches = data.batches(r.batch_size, seed=seed, then=then)
     if parts.objective.gathers:
         batches = lockstep(batches, parts.device)  # every worker at every gathering step
     with join:
@@ -337,7 +339,8 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
         epoch, t0 = progress.epoch, time.perf_counter()
         torch.manual_seed(epoch_seed(spec, epoch, rank))
         sums = torch.zeros(7, dtype=torch.float64, device=device)
-        train_epoch(parts, train_data, epoch_seed(spec, epoch, rank), sums)
+        then = epoch_seed(spec, epoch + 1, rank) if epoch + 1 < r.epochs else None
+        train_epoch(parts, train_data, epoch_seed(spec, epoch, rank), sums, then)
         evaluator = evaluate(parts, val_data, sums)
         extra = evaluator.compute()  # a collective, on every worker
         due = spec.checkpoint_seconds and time.monotonic() - last_save >= spec.checkpoint_seconds

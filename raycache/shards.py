@@ -33,6 +33,15 @@ def write_stage(table: pa.Table, store: Store, cache_dir: str, fingerprint: str,
     return pa.table({"record": pa.array(records, pa.string())})
 
 
+def _parquet_options(schema: pa.Schema) -> dict:
+    """Embedding columns plain: float32 embeddings barely compress (zstd saved nothing on
+    MiniLM's, dictionaries made them bigger), and training reads them every epoch, so they are
+    stored as raw floats that decode at memory speed; keys and labels get dictionaries + zstd."""
+    embeddings = {f.name for f in schema if pa.types.is_fixed_size_list(f.type)}
+    return {"compression": {f.name: "none" if f.name in embeddings else "zstd" for f in schema},
+            "use_dictionary": [f.name for f in schema if f.name not in embeddings]}
+
+
 def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> str:
     ranges = _ranges(table)
     rel = shard_name([r[:3] for r in ranges])
@@ -40,7 +49,7 @@ def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> s
         {"raycache.fingerprint": fingerprint}
     )
     buf = io.BytesIO()
-    pq.write_table(data, buf, compression="zstd")
+    pq.write_table(data, buf, **_parquet_options(data.schema))
     blob = buf.getvalue()
     store.write_atomic(f"{cache_dir}/{rel}", blob)
     record = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +25,11 @@ def to_arrays(batch: pa.Table, encoders: tuple[str, ...], label: str) -> tuple[n
         col = batch.column(name).combine_chunks()
         flat = col.flatten().to_numpy(zero_copy_only=False)
         feats.append(flat.reshape(len(col), col.type.list_size))
-    x = np.concatenate(feats, axis=1, dtype=np.float32) if feats else np.empty((0, 0), np.float32)
+    if len(feats) == 1 and feats[0].dtype == np.float32:
+        x = feats[0]  # a read-only view of the Arrow buffer: callers copy what they keep
+    else:
+        x = (np.concatenate(feats, axis=1, dtype=np.float32) if feats
+             else np.empty((0, 0), np.float32))
     return x, batch.column(label).to_numpy().astype(np.int64)
 
 
@@ -48,12 +52,13 @@ class InMemory:
             self.y = torch.empty(0, dtype=torch.int64, device=where)
         else:
             x, y = to_arrays(table, spec.head.encoders, spec.head.label)
-            self.x, self.y = torch.from_numpy(x).to(where), torch.from_numpy(y).to(where)
+            self.x, self.y = torch.tensor(x, device=where), torch.from_numpy(y).to(where)
 
     def __len__(self) -> int:
         return len(self.y)
 
-    def batches(self, batch_size: int, seed: int | None) -> Batches:
+    def batches(self, batch_size: int, seed: int | None, then: int | None = None) -> Batches:
+        """One pass in an order drawn from `seed` (None: as stored); `then` is unused here."""
         n = len(self.y)
         if seed is None:
             for i in range(0, n, batch_size):
@@ -75,9 +80,13 @@ class InMemory:
 
 
 class Streamed:
-    """A worker's share read from the store piece by piece on every pass, never all in memory:
-    a background thread reads `prefetch_batches` pieces ahead; the key split of each piece is
-    computed once and kept (a byte per row), not redone every epoch."""
+    """A worker's share read from the store piece by piece on every pass, never all in memory.
+
+    One background thread per share reads `prefetch_batches` pieces ahead, across passes too:
+    when a pass ends, the next one's first pieces are already being read (for training, the
+    caller names the next pass's seed with `then`). The key split of each piece is computed
+    on the first read and kept (a byte per row); later reads skip the key column.
+    """
 
     def __init__(self, spec: RunSpec, rank: int, validation: bool, device: torch.device):
         self.spec, self.validation, self.device = spec, validation, device
@@ -85,42 +94,64 @@ class Streamed:
         self.masks: dict[int, np.ndarray] = {}
         self.rows = 0
         self.fs = spec.store.pyarrow_fs()  # native for local folders and S3-like via fsspec
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raycache-stream")
+        self.ahead: tuple[int | None, list[Future]] | None = None
+        """(seed, reads under way) of the next pass, started when the last one ended."""
 
     def __len__(self) -> int:
         return self.rows
 
-    def read(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def read(self, i: int, seed: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Piece i's rows of this split, shuffled by `seed` (None: in stored order)."""
         path, start, stop = self.pieces[i]
         spec = self.spec
-        columns = [spec.key, spec.head.label, *spec.head.encoders]
-        table = pq.read_table(path, columns=columns, filesystem=self.fs)
-        table = table.slice(start, stop - start)
-        if i not in self.masks:
+        columns = [spec.head.label, *spec.head.encoders]
+        first = i not in self.masks
+        table = pq.read_table(path, columns=[spec.key, *columns] if first else columns,
+                              filesystem=self.fs).slice(start, stop - start)
+        if first:
             self.masks[i] = np.asarray(validation_mask(table.column(spec.key),
                                                        spec.recipe.val_fraction))
-        keep = self.masks[i] if self.validation else ~self.masks[i]
-        x, y = to_arrays(table.filter(pa.array(keep)), spec.head.encoders, spec.head.label)
-        return torch.from_numpy(x), torch.from_numpy(y)
-
-    def batches(self, batch_size: int, seed: int | None) -> Batches:
-        order = list(range(len(self.pieces)))
+        rows = np.flatnonzero(self.masks[i] if self.validation else ~self.masks[i])
         if seed is not None:
-            order = torch.randperm(len(order), generator=torch.Generator().manual_seed(seed))
-            order = order.tolist()
+            rows = rows[torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)
+                                       ).numpy()]
+        x, y = to_arrays(table, spec.head.encoders, spec.head.label)
+        return torch.from_numpy(np.take(x, rows, axis=0)), torch.from_numpy(y[rows])
+
+    def order(self, seed: int | None) -> list[int]:
+        if seed is None:
+            return list(range(len(self.pieces)))
+        return torch.randperm(len(self.pieces), generator=torch.Generator().manual_seed(seed)
+                              ).tolist()
+
+    def submit(self, order: list[int], k: int, seed: int | None) -> Future:
+        """Read the k-th piece of a pass in the background (rows shuffled by seed + k)."""
+        return self.pool.submit(self.read, order[k], None if seed is None else seed + k)
+
+    def start(self, seed: int | None) -> list[Future]:
+        order = self.order(seed)
+        return [self.submit(order, k, seed)
+                for k in range(min(self.spec.prefetch_batches, len(order)))]
+
+    def batches(self, batch_size: int, seed: int | None, then: int | None = None) -> Batches:
+        """One pass: pieces in an order drawn from `seed` (None: as stored, unshuffled), rows
+        shuffled within each piece; `then` is the next pass's seed (training's next epoch)."""
+        order = self.order(seed)
+        ready, self.ahead = self.ahead, None
+        ahead = ready[1] if ready is not None and ready[0] == seed else self.start(seed)
         rows = 0
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            ahead = [pool.submit(self.read, i) for i in order[: self.spec.prefetch_batches]]
-            for k in range(len(order)):
-                x, y = ahead.pop(0).result()
-                nxt = k + self.spec.prefetch_batches
-                if nxt < len(order):
-                    ahead.append(pool.submit(self.read, order[nxt]))
-                if seed is not None:
-                    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed + k))
-                    x, y = x[perm], y[perm]
-                rows += len(y)
-                for j in range(0, len(y), batch_size):
-                    yield x[j : j + batch_size], y[j : j + batch_size]
+        for k in range(len(order)):
+            x, y = ahead.pop(0).result()
+            nxt = k + self.spec.prefetch_batches
+            if nxt < len(order):
+                ahead.append(self.submit(order, nxt, seed))
+            rows += len(y)
+            if k == len(order) - 1 and (seed is None or then is not None):
+                nxt_seed = None if seed is None else then  # read ahead for the next pass
+                self.ahead = (nxt_seed, self.start(nxt_seed))
+            for j in range(0, len(y), batch_size):
+                yield x[j : j + batch_size], y[j : j + batch_size]
         self.rows = rows
 
 

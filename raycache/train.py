@@ -139,24 +139,36 @@ def resolve_workers(cfg: TrainConfig, head: HeadSpec, rows: int) -> int:
     if rows * (head.in_dim * 4 + 8) < AUTO_LOCAL_BYTES:
         return 0
     if cfg.use_gpu:
-        import ray
-
-        return max(int(ray.cluster_resources().get("GPU", 1)), 1)
+        return max(int(_cluster(cfg).cluster_resources().get("GPU", 1)), 1)
     return 2
 
 
-def resolve_placement(cfg: TrainConfig, head: HeadSpec, rows: int, world: int) -> str:
+def resolve_placement(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int) -> str:
     """auto: in memory (gpu with use_gpu, else cpu) when each worker's share takes under a
-    quarter of the smallest node's memory per worker; otherwise stream from the store."""
+    quarter of its memory (the smallest node's, split between the workers); else stream."""
     if cfg.placement != "auto":
         return cfg.placement
-    import ray
+    if workers == 0:  # local mode: this process's machine
+        import psutil
 
-    share = rows * (head.in_dim * 4 + 8) / world
-    memory = min(n["Resources"].get("memory", 0) for n in ray.nodes() if n.get("Alive"))
-    if share < memory / 4 / world:
+        world, memory = 1, psutil.virtual_memory().total
+    else:
+        world = workers
+        memory = min(n["Resources"].get("memory", 0)
+                     for n in _cluster(cfg).nodes() if n.get("Alive"))
+    if rows * (head.in_dim * 4 + 8) / world < memory / 4 / world:
         return "gpu" if cfg.use_gpu else "cpu"
     return "stream"
+
+
+def _cluster(cfg: TrainConfig) -> Any:
+    """Ray, connected: only the DDP path and its auto choices need a cluster."""
+    import ray
+
+    from raycache.cluster import connect
+
+    connect(cfg.progress)
+    return ray
 
 
 def run_name(cfg: TrainConfig, head: HeadSpec, recipe: Recipe) -> str:
@@ -169,8 +181,8 @@ def run_name(cfg: TrainConfig, head: HeadSpec, recipe: Recipe) -> str:
 
 
 def prepare(cfg: TrainConfig, checked: tuple | None = None) -> tuple[Cache, RunSpec]:
-    """Everything checked and resolved, and the RunSpec built (Ray must be up for the auto
-    choices; `checked` is check()'s result when the caller ran it before starting Ray)."""
+    """Everything checked and resolved, and the RunSpec built (Ray is joined only where an auto
+    choice needs the cluster; `checked` is check()'s result when the caller already ran it)."""
     if checked is None:
         store = Store(cfg.store.uri, cfg.store.options, cfg.store.shared)
         store.check_reachable()
@@ -183,7 +195,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None) -> tuple[Cache, RunS
     name = run_name(cfg, head, recipe)
     spec = RunSpec(
         head=head, recipe=recipe, run_name=name, key=cache.manifest.key_column, rows=rows,
-        placement=resolve_placement(cfg, head, rows, max(workers, 1)), num_workers=workers,
+        placement=resolve_placement(cfg, head, rows, workers), num_workers=workers,
         use_gpu=cfg.use_gpu, class_weights=class_weights(cfg, counts), store=store,
         shards=tuple((p, s.rows) for p, s in zip(cache.shard_paths(), cache.manifest.shards,
                                                   strict=True)),
@@ -259,13 +271,15 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None) -> 
     store.check_reachable()
     checked = check(cfg, store)  # bad input fails here, before Ray starts
 
-    from raycache.cluster import check_store_for_cluster, connect
     from raycache.loop import quiet_ray_train
 
-    connect(cfg.progress)
     quiet_ray_train()
     cache, spec = prepare(cfg, checked)
-    check_store_for_cluster(cache.store)
+    if spec.num_workers:  # local mode runs in this process: no Ray cluster to start or join
+        from raycache.cluster import check_store_for_cluster
+
+        _cluster(cfg)
+        check_store_for_cluster(cache.store)
     store = spec.store
     record = read_record(store, spec.run_dir)
     if record and record["status"] == "finished" and ckpt.latest(store, spec.run_dir):

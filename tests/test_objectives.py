@@ -54,7 +54,7 @@ class Holder:
     def __len__(self):
         return len(self.y)
 
-    def batches(self, batch_size, seed):
+    def batches(self, batch_size, seed, then=None):
         order = (torch.arange(len(self.y)) if seed is None else
                  torch.randperm(len(self.y), generator=torch.Generator().manual_seed(seed)))
         for i in range(0, len(order), batch_size):

@@ -2,6 +2,7 @@
 re-running a config, never overwriting another run, and the efficient-training options."""
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -58,6 +59,22 @@ def test_small_cache_trains_in_process_and_leaves_a_complete_run_folder(store, c
     assert main(["runs", "toy", "--store", store]) == 0
     listing = capfd.readouterr().out
     assert "local" in listing and "finished" in listing and " 4/4 " in listing
+
+
+def test_local_mode_neither_starts_nor_joins_a_ray_cluster(store, tmp_path):
+    """In a fresh process (this one runs the session's Ray): a small cache trains in-process
+    and Ray is never initialised, not even to pick the placement."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys, ray, raycache\n"
+            "run = raycache.train(json.loads(sys.argv[1]))\n"
+            "print(run.spec.num_workers, run.spec.placement, ray.is_initialized())")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(cfg(store, run_name="fresh"))],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-3:] == ["0", "cpu", "False"]
 
 
 def test_same_config_again_returns_its_run_and_other_runs_are_never_overwritten(store):

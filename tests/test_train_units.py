@@ -143,7 +143,7 @@ class Fixed:
     def __len__(self):
         return len(self.y)
 
-    def batches(self, batch_size, seed):
+    def batches(self, batch_size, seed, then=None):
         for i in range(0, len(self.y), batch_size):
             yield self.x[i:i + batch_size], self.y[i:i + batch_size]
 
@@ -338,3 +338,42 @@ def test_streamed_share_sees_each_row_once_and_matches_the_in_memory_split(tmp_p
             key = lambda x: sorted(map(tuple, x.tolist()))  # noqa: E731
             assert key(epoch[0]) == key(mem.x) == key(again[0])  # the same rows, each once
             assert not torch.equal(epoch[0], again[0])  # in another order each epoch
+
+
+def test_streamed_share_reads_the_next_pass_ahead_with_the_same_rows_in_the_same_order(
+        tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raycache.shares import Streamed
+
+    rng = np.random.default_rng(1)
+    shards = []
+    for i, n in enumerate((40, 40, 40)):
+        emb = rng.normal(size=(n, 4)).astype(np.float32)
+        table = pa.table({"id": [f"r{i}-{j}" for j in range(n)],
+                          "label": pa.array(rng.integers(0, 3, n)),
+                          "e": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel()), 4)})
+        pq.write_table(table, tmp_path / f"s{i}.parquet")
+        shards.append((str(tmp_path / f"s{i}.parquet"), n))
+    base = dataclasses.replace(spec(tmp_path), rows=120, shards=tuple(shards), prefetch_batches=2)
+    ahead = Streamed(base, 0, False, torch.device("cpu"))
+    fresh = Streamed(base, 0, False, torch.device("cpu"))
+    for epoch in range(3):
+        got = list(ahead.batches(16, seed=epoch, then=epoch + 1))
+        assert ahead.ahead is not None and ahead.ahead[0] == epoch + 1  # next pass under way
+        assert len(ahead.ahead[1]) == 2
+        want = list(fresh.batches(16, seed=epoch))  # no read-ahead: the reference
+        assert len(got) == len(want)
+        for (x, y), (wx, wy) in zip(got, want, strict=True):
+            assert torch.equal(x, wx) and torch.equal(y, wy)
+    # a pass with another seed than the one read ahead for discards the read-ahead
+    other = [torch.cat(t) for t in zip(*ahead.batches(16, seed=99), strict=True)]
+    ref = [torch.cat(t) for t in zip(*fresh.batches(16, seed=99), strict=True)]
+    assert torch.equal(other[0], ref[0])
+    # validation passes (seed None) always read the next pass ahead
+    val = Streamed(base, 0, True, torch.device("cpu"))
+    first = [torch.cat(t) for t in zip(*val.batches(64, seed=None), strict=True)]
+    assert val.ahead is not None and val.ahead[0] is None
+    second = [torch.cat(t) for t in zip(*val.batches(64, seed=None), strict=True)]
+    assert torch.equal(first[0], second[0])
