@@ -14,6 +14,24 @@ import yaml
 
 from raycache.errors import ConfigError
 
+__all__ = [
+    "AUTO",
+    "DEFAULT_STORE",
+    "PLACEMENTS",
+    "PRECISIONS",
+    "SOURCE_FORMATS",
+    "STORAGE_DTYPES",
+    "STORE_ENV",
+    "EncoderConfig",
+    "FillConfig",
+    "GroupsConfig",
+    "SourceConfig",
+    "StoreConfig",
+    "TrainConfig",
+    "default_store",
+    "load",
+]
+
 DEFAULT_STORE = ".raycache/store"
 STORE_ENV = "RAYCACHE_STORE"
 
@@ -154,6 +172,28 @@ class FillConfig:
         return out
 
 
+@dataclass(frozen=True)
+class GroupsConfig:
+    """objective: groups: similarity learning where the label column names each row's group
+    (rows of a group are similar, rows of different groups are not)."""
+
+    loss: str = "triplet"
+    """contrastive, triplet, infonce (alias mnr: multiple-negatives ranking), arcface, cosface
+    or softmax (raycache.objectives.groups.LOSSES)."""
+    miner: str = "none"
+    """contrastive: none (every pair) or hard (hardest positive and negative per anchor);
+    triplet: none (every triplet), all (those inside the margin), hard or semihard."""
+    margin: float | None = None
+    """triplet: margin; contrastive: negative margin; arcface: angle (degrees); cosface:
+    cosine margin. Left out: pytorch-metric-learning's default for the loss and distance."""
+    pos_margin: float | None = None
+    """contrastive: positive margin (default 0 for distances, 1 for similarities)."""
+    scale: float | None = None
+    """infonce, softmax: 1/temperature (default 20); arcface, cosface: the logit scale (64)."""
+    soft_margin: bool = False
+    """triplet: the soft-margin form log(1 + exp(d_ap - d_an)) instead of a hinge."""
+
+
 @dataclass
 class TrainConfig:
     cache: str
@@ -165,10 +205,25 @@ class TrainConfig:
     """Embedding columns to train on, concatenated; all of them when left out."""
     label: str | None = None
     """Label column; the cache's first one when left out."""
+    objective: str = "classification"
+    """What the head learns, a key of raycache.objectives.REGISTRY: classification (the label
+    column holds class ids) or groups (it holds group ids: similarity learning)."""
+    groups: GroupsConfig = field(default_factory=GroupsConfig)
+    """objective: groups: the loss and its settings."""
+    distance: str = "cosine"
+    """Similarity objectives: cosine, dot, euclidean or manhattan (losses, miners, retrieval)."""
+    embedding_dim: int = 128
+    """Similarity objectives: width of the head's output embedding."""
+    normalize: bool = False
+    """L2-normalise the head's output (for similarity heads)."""
+    metrics_k: list[int] = field(default_factory=lambda: [1, 5, 10])
+    """k of the top-k metrics: top-k accuracy (classification); precision, recall and mAP at
+    k over the validation rows (groups)."""
     head: str = "linear"
-    """Head family, a key of raycache.heads.REGISTRY (linear, mlp) or "module:function"."""
+    """Head family, a key of raycache.heads.REGISTRY (linear, mlp, stacked, widening, gated,
+    skip) or "module:function"."""
     hidden: list[int] = field(default_factory=lambda: [256])
-    """mlp: hidden layer widths."""
+    """mlp, stacked, skip: hidden layer widths."""
     dropout: float = 0.0
     epochs: int = 10
     batch_size: int = 256
@@ -206,7 +261,7 @@ class TrainConfig:
     monitor: str = "val_loss"
     """Metric that picks the best epoch (and drives early stopping and the plateau schedule)."""
     mode: str = "auto"
-    """min or max for `monitor`; auto: max for *acc, min otherwise."""
+    """min or max for `monitor`; auto: min for *loss, max otherwise (accuracy, F1, retrieval)."""
     early_stopping: bool = False
     """Stop when `monitor` has not improved by min_delta for `patience` epochs; the head saved
     is then the best epoch's weights."""
@@ -247,6 +302,7 @@ class TrainConfig:
 
     def problems(self) -> list[str]:
         from raycache.heads import REGISTRY as HEADS
+        from raycache.objectives import REGISTRY as OBJECTIVES
         from raycache.optim import OPTIMIZERS, SCHEDULES
 
         out = _positive(self, "epochs", "batch_size", "grad_accum", "patience",
@@ -296,6 +352,16 @@ class TrainConfig:
                 out.append(f"{name}={getattr(self, name)}: must be >= 0 (0 turns it off)")
         if not 0.0 < self.gamma <= 1.0:
             out.append(f"gamma={self.gamma}: expected a factor in (0, 1], e.g. 0.1")
+        if self.embedding_dim < 1:
+            out.append(f"embedding_dim={self.embedding_dim}: must be >= 1, e.g. 128")
+        if not self.metrics_k or any(k < 1 for k in self.metrics_k):
+            out.append(f"metrics_k={self.metrics_k}: expected a list of whole numbers >= 1, "
+                       "e.g. [1, 5, 10]")
+        if self.objective not in OBJECTIVES:
+            out.append(f"objective={self.objective!r}: unknown; expected one of "
+                       f"{sorted(OBJECTIVES)}")
+        else:
+            out += OBJECTIVES[self.objective].problems(self)
         return out
 
 

@@ -1,6 +1,7 @@
 """The per-worker training loop that Ray Train runs (in the driver in local mode, else on each
 DDP worker): set up, resume, then epochs of steps; metrics all-reduced, logged by rank 0, and
-reported to Ray Train only with a checkpoint."""
+reported to Ray Train only with a checkpoint. The objective (raycache.objectives) supplies the
+loss, what counts as a hit, and the validation metrics."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ import ray.train
 import ray.train.torch
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from raycache import checkpoint as ckpt
 from raycache.heads import build_head
 from raycache.metrics_log import epoch_line, write_artifacts, write_metrics
+from raycache.objectives import REGISTRY as OBJECTIVES
+from raycache.objectives import Evaluator, Objective
+from raycache.objectives.gather import lockstep
 from raycache.optim import Schedule, build_optimizer
 from raycache.runspec import RunSpec
 from raycache.shares import InMemory, Streamed
@@ -54,17 +57,33 @@ class Parts:
     base: torch.nn.Module
     """The head itself (its state_dict is what gets saved)."""
     model: torch.nn.Module
-    """What the step calls: the head, maybe DDP-wrapped and compiled."""
+    """What the step calls: the head (with the loss's learnable parts, when it has any), maybe
+    DDP-wrapped and compiled."""
     opt: torch.optim.Optimizer
     schedule: Schedule
     scaler: torch.amp.GradScaler
-    loss_weight: torch.Tensor | None
+    objective: Objective
     device: torch.device
     best_weights: dict[str, torch.Tensor] | None = None
 
 
+class Trained(torch.nn.Module):
+    """The head and the loss's learnable parts as one module, so that DDP averages the
+    gradients of both; it computes what the head computes."""
+
+    def __init__(self, head: torch.nn.Module, criterion: torch.nn.Module):
+        super().__init__()
+        self.head, self.criterion = head, criterion
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x)
+
+
 def holders(spec: RunSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
     """(train, validation) data of this worker, in the spec's placement."""
+    custom = OBJECTIVES[spec.recipe.objective].holders
+    if custom is not None:
+        return custom(spec, rank, device)
     if spec.placement == "stream":
         return Streamed(spec, rank, False, device), Streamed(spec, rank, True, device)
     if spec.placement == "gpu" and device.type != "cuda":
@@ -81,15 +100,16 @@ def steps_per_epoch(spec: RunSpec, train_rows: int | None) -> int:
 def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None) -> Parts:
     r = spec.recipe
     base = build_head(spec.head).to(device)
-    opt = build_optimizer(base.parameters(), r)
+    objective = OBJECTIVES[r.objective].build(spec, device)
+    learnable = list(objective.criterion.parameters())
+    opt = build_optimizer([*base.parameters(), *learnable], r)
     if r.precision == "float16" and device.type != "cuda":
         raise RuntimeError(f"precision='float16' needs a CUDA device, but this worker has "
                            f"{device.type}; use precision: bfloat16 on CPU")
-    weight = (torch.tensor(spec.class_weights, dtype=torch.float32, device=device)
-              if spec.class_weights else None)
-    return Parts(spec, base, base, opt, Schedule(opt, r, steps_per_epoch(spec, train_rows)),
+    model = Trained(base, objective.criterion) if learnable else base
+    return Parts(spec, base, model, opt, Schedule(opt, r, steps_per_epoch(spec, train_rows)),
                  torch.amp.GradScaler(device.type, enabled=r.precision == "float16"),
-                 weight, device)
+                 objective, device)
 
 
 def restore(parts: Parts) -> Progress:
@@ -107,6 +127,8 @@ def restore(parts: Parts) -> Progress:
     if state is None:
         return Progress()
     parts.base.load_state_dict(state["model"])
+    if "criterion" in state:
+        parts.objective.criterion.load_state_dict(state["criterion"])
     parts.opt.load_state_dict(state["optimizer"])
     parts.schedule.load_state_dict(state["schedule"])
     parts.scaler.load_state_dict(state["scaler"])
@@ -120,7 +142,7 @@ def restore(parts: Parts) -> Progress:
 def wrap(parts: Parts) -> None:
     """DDP across workers (after the weights are restored), then torch.compile if asked."""
     if parts.spec.world > 1:
-        parts.model = ray.train.torch.prepare_model(parts.base, move_to_device=False)
+        parts.model = ray.train.torch.prepare_model(parts.model, move_to_device=False)
     if parts.spec.recipe.compile:
         parts.model = compile_or_eager(parts.model, parts.spec.head.in_dim, parts.device)
 
@@ -162,22 +184,24 @@ def train_epoch(parts: Parts, data: Any, seed: int, sums: torch.Tensor,
     ddp = isinstance(parts.model, torch.nn.parallel.DistributedDataParallel)
     join = parts.model.join() if ddp else contextlib.nullcontext()
     micro = 0
+    batches = data.batches(r.batch_size, seed=seed, then=then)
+    if parts.objective.gathers:
+        batches = lockstep(batches, parts.device)  # every worker at every gathering step
     with join:
-        for x, y in data.batches(r.batch_size, seed=seed, then=then):
+        for x, y in batches:
             x, y = x.to(parts.device, non_blocking=True), y.to(parts.device, non_blocking=True)
             micro += 1
             last = micro % accum == 0
             sync = contextlib.nullcontext() if (last or not ddp) else parts.model.no_sync()
             with sync:
                 with autocast(parts):
-                    logits = model(x)
-                loss = F.cross_entropy(logits.float(), y, weight=parts.loss_weight,
-                                       label_smoothing=r.label_smoothing)
+                    out = model(x)
+                loss, value = parts.objective.loss(out.float(), y)
                 parts.scaler.scale(loss / accum).backward()
             if last:
                 step(parts)
-            sums[TRAIN_LOSS] += loss.detach().double() * len(y)
-            sums[TRAIN_HIT] += (logits.argmax(1) == y).sum()
+            sums[TRAIN_LOSS] += value.double() * len(y)
+            sums[TRAIN_HIT] += parts.objective.hits(out.detach().float(), y)
             sums[TRAIN_N] += len(y)
     if micro % accum:
         step(parts)  # the epoch's last, partial accumulation
@@ -187,7 +211,8 @@ def step(parts: Parts) -> None:
     r = parts.spec.recipe
     if r.grad_clip > 0:
         parts.scaler.unscale_(parts.opt)
-        torch.nn.utils.clip_grad_norm_(parts.base.parameters(), r.grad_clip)
+        params = [p for group in parts.opt.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, r.grad_clip)
     parts.scaler.step(parts.opt)
     parts.scaler.update()
     parts.opt.zero_grad(set_to_none=True)
@@ -197,19 +222,27 @@ def step(parts: Parts) -> None:
         torch.cuda.empty_cache()
 
 
-def evaluate(parts: Parts, data: Any, sums: torch.Tensor) -> None:
+def evaluate(parts: Parts, data: Any, sums: torch.Tensor) -> Evaluator:
+    """Validation loss and hits into `sums`; the objective's metrics fed (computed later, when
+    every worker is done, since computing them is a collective)."""
     parts.model.eval()
+    metrics = parts.objective.evaluator()
     with torch.inference_mode():
         for x, y in data.batches(parts.spec.recipe.batch_size * 4, seed=None):
             x, y = x.to(parts.device, non_blocking=True), y.to(parts.device, non_blocking=True)
             with autocast(parts):
-                logits = parts.base(x)
-            sums[VAL_LOSS] += F.cross_entropy(logits.float(), y, reduction="sum").double()
-            sums[VAL_HIT] += (logits.argmax(1) == y).sum()
+                out = parts.base(x).float()
+            sums[VAL_LOSS] += parts.objective.eval_loss(out, y).double() * len(y)
+            sums[VAL_HIT] += parts.objective.hits(out, y)
             sums[VAL_N] += len(y)
+            metrics.update(out, y)
+    return metrics
 
 
-def epoch_metrics(parts: Parts, s: list[float], epoch: int, seconds: float) -> dict[str, Any]:
+def epoch_metrics(parts: Parts, s: list[float], epoch: int, seconds: float,
+                  extra: dict[str, float] | None = None) -> dict[str, Any]:
+    """The epoch's metrics: losses and accuracies from the summed slots, then the objective's
+    (which may refine val_acc, e.g. as precision@1 over every worker's validation rows)."""
     return {
         "epoch": epoch + 1,
         "train_loss": s[TRAIN_LOSS] / max(s[TRAIN_N], 1),
@@ -222,6 +255,7 @@ def epoch_metrics(parts: Parts, s: list[float], epoch: int, seconds: float) -> d
         "epoch_seconds": seconds,
         "rows_per_s": s[TRAIN_N] / max(seconds, 1e-9),
         "placement": parts.spec.placement,
+        **(extra or {}),
     }
 
 
@@ -251,7 +285,8 @@ def save(parts: Parts, progress: Progress, rank: int) -> None:
         ray.train.report(metrics, checkpoint_dir_name=name)
         return
     state = {
-        "model": parts.base.state_dict(), "optimizer": parts.opt.state_dict(),
+        "model": parts.base.state_dict(), "criterion": parts.objective.criterion.state_dict(),
+        "optimizer": parts.opt.state_dict(),
         "schedule": parts.schedule.state_dict(), "scaler": parts.scaler.state_dict(),
         "best_weights": parts.best_weights, "rng": ckpt.rng_state(),
         "progress": vars(progress),
@@ -306,12 +341,13 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
         sums = torch.zeros(7, dtype=torch.float64, device=device)
         then = epoch_seed(spec, epoch + 1, rank) if epoch + 1 < r.epochs else None
         train_epoch(parts, train_data, epoch_seed(spec, epoch, rank), sums, then)
-        evaluate(parts, val_data, sums)
+        evaluator = evaluate(parts, val_data, sums)
+        extra = evaluator.compute()  # a collective, on every worker
         due = spec.checkpoint_seconds and time.monotonic() - last_save >= spec.checkpoint_seconds
         sums[SAVE_NOW] = float(rank == 0 and bool(due))
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(sums)
-        metrics = epoch_metrics(parts, sums.tolist(), epoch, time.perf_counter() - t0)
+        metrics = epoch_metrics(parts, sums.tolist(), epoch, time.perf_counter() - t0, extra)
         metrics["wall_s"] = time.monotonic() - started  # since this worker's loop began
         progress.epoch = epoch + 1
         progress.history.append(metrics)

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from raycache.config import GroupsConfig
 from raycache.heads import HeadSpec
 from raycache.store import Store
 
@@ -46,6 +47,10 @@ class Recipe:
     empty_cache_every: int
     val_fraction: float
     seed: int
+    objective: str = "classification"
+    groups: GroupsConfig = GroupsConfig()
+    distance: str = "cosine"
+    metrics_k: tuple[int, ...] = (1, 5, 10)
 
     @classmethod
     def from_config(cls, cfg: Any) -> Recipe:
@@ -53,7 +58,8 @@ class Recipe:
         if isinstance(kw["class_weights"], list):
             kw["class_weights"] = tuple(float(w) for w in kw["class_weights"])
         if kw["mode"] == "auto":
-            kw["mode"] = "max" if kw["monitor"].endswith("acc") else "min"
+            kw["mode"] = "min" if kw["monitor"].endswith("loss") else "max"
+        kw["metrics_k"] = tuple(kw["metrics_k"])
         return cls(**kw)
 
     def better(self, new: float, old: float) -> bool:

@@ -16,6 +16,7 @@ from raycache.cache import Cache, open_cache
 from raycache.config import TrainConfig, load
 from raycache.errors import ConfigError, RaycacheError
 from raycache.heads import HEAD_CONFIG, HeadSpec
+from raycache.objectives import REGISTRY as OBJECTIVES
 from raycache.runs import read_record, runs_dir, write_record
 from raycache.runspec import Recipe, RunSpec, digest
 from raycache.store import Store
@@ -88,15 +89,17 @@ def check(cfg: TrainConfig, store: Store) -> tuple[Cache, HeadSpec, np.ndarray]:
     problems += [f"encoders: {e!r} is not in cache {m.name}/{m.fingerprint}; it holds {have}"
                  for e in encoders if e not in have]
     label = cfg.label or (m.label_columns[0] if m.label_columns else None)
+    family = OBJECTIVES[cfg.objective]
     if label is None:
         problems.append(f"cache {m.name} has no label column; fill it with source.labels set")
     elif label not in m.label_columns:
         problems.append(f"label={label!r} is not cached; the cache holds {m.label_columns}")
     elif not m.label_types[label].startswith(("int", "uint")):
+        ids = "group" if family.labels == "groups" else "class"
         problems.append(
-            f"label column {label!r} holds {m.label_types[label]} values; a classifier needs "
-            "integer class ids 0..K-1. Map the labels to integers in the source and fill again, "
-            "or name an integer label column with `label:`")
+            f"label column {label!r} holds {m.label_types[label]} values; objective "
+            f"{cfg.objective!r} needs integer {ids} ids 0..K-1. Map the labels to integers in "
+            "the source and fill again, or name an integer label column with `label:`")
     if problems:
         raise ConfigError(problems)
     labels = cache.read_table(columns=[label]).column(label)
@@ -113,6 +116,8 @@ def check(cfg: TrainConfig, store: Store) -> tuple[Cache, HeadSpec, np.ndarray]:
     head = HeadSpec(
         head=cfg.head, in_dim=sum(m.encoder(e).dim for e in encoders),
         num_classes=int(high) + 1, hidden=tuple(cfg.hidden), dropout=cfg.dropout,
+        objective=cfg.objective, out_dim=family.out_dim(cfg, int(high) + 1),
+        normalize=cfg.normalize,
         encoders=tuple(encoders), label=label, cache=m.name, fingerprint=m.fingerprint,
         encoder_configs={e: saved[e] for e in encoders if e in saved},
         weights_digests={e: m.encoder(e).weights_digest for e in encoders},
