@@ -205,6 +205,31 @@ def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
     assert 0.5 < found["val_f1"] <= 1 and found["val_top5_acc"] >= acc > 0.5
 
 
+def test_classification_metrics_equal_torchmetrics():
+    from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
+
+    from raycache.objectives.classification import ClassMetrics
+
+    g = torch.Generator().manual_seed(3)
+    for classes in (2, 5, 9):
+        metrics = ClassMetrics(classes, (1, 3, 5), torch.device("cpu"))
+        outs, ys = [], []
+        for n in (7, 40, 13):  # several batches, like an evaluation pass
+            out, y = torch.randn(n, classes, generator=g), torch.randint(0, classes, (n,),
+                                                                         generator=g)
+            y[: n // 2] = out[: n // 2].argmax(-1)  # better than chance
+            metrics.update(out, y)
+            outs.append(out)
+            ys.append(y)
+        found, out, y = metrics.compute(), torch.cat(outs), torch.cat(ys)
+        f1 = multiclass_f1_score(out, y, num_classes=classes, average="macro")
+        assert found["val_f1"] == pytest.approx(float(f1), abs=1e-6)
+        for k in (3, 5):
+            if k < classes:
+                acc = multiclass_accuracy(out, y, num_classes=classes, top_k=k, average="micro")
+                assert found[f"val_top{k}_acc"] == pytest.approx(float(acc), abs=1e-6)
+
+
 GATHERED = [{"loss": "infonce"}, {"loss": "contrastive"},
             {"loss": "triplet", "miner": "hard", "margin": 0.3}]
 
