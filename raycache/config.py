@@ -30,6 +30,7 @@ __all__ = [
     "TrainConfig",
     "default_store",
     "load",
+    "parse_value",
 ]
 
 DEFAULT_STORE = ".raycache/store"
@@ -299,11 +300,20 @@ class TrainConfig:
     (a new derived name, or an error if run_name already holds one)."""
     progress: bool = True
     """Print one line per epoch, and show Ray Data progress bars while streaming shards."""
+    sweep: dict[str, list[Any]] = field(default_factory=dict)
+    """Many heads in one pass: values to try per setting (raycache.sweep.KEYS: lr,
+    weight_decay, head, hidden, ...); every combination trains on the same batches, each with
+    its own optimizer and early stopping, and the best by `select` is saved."""
+    select: str | None = None
+    """Sweep: the metric that picks the best head (`monitor` when left out)."""
+    select_mode: str = "auto"
+    """Sweep: min or max for `select`; auto: min for *loss, max otherwise."""
 
     def problems(self) -> list[str]:
         from raycache.heads import REGISTRY as HEADS
         from raycache.objectives import REGISTRY as OBJECTIVES
         from raycache.optim import OPTIMIZERS, SCHEDULES
+        from raycache.sweep import problems as sweep_problems
 
         out = _positive(self, "epochs", "batch_size", "grad_accum", "patience",
                         "step_epochs", "plateau_patience", "prefetch_batches")
@@ -362,7 +372,9 @@ class TrainConfig:
                        f"{sorted(OBJECTIVES)}")
         else:
             out += OBJECTIVES[self.objective].problems(self)
-        return out
+        if self.select_mode not in MONITOR_MODES:
+            out.append(f"select_mode={self.select_mode!r}: expected one of {MONITOR_MODES}")
+        return out + sweep_problems(self)
 
 
 TRAIN_PRECISIONS = ("float32", "bfloat16", "float16")
@@ -407,6 +419,11 @@ def load(cls: type[T], data: dict[str, Any] | str | Path | T) -> T:
     if problems:
         raise ConfigError(problems)
     return obj
+
+
+def parse_value(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
+    """`value` checked against the type `tp` (a field's annotation), each problem appended."""
+    return _value(tp, value, where, problems)
 
 
 def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:

@@ -1,7 +1,8 @@
 """The per-worker training loop that Ray Train runs (in the driver in local mode, else on each
 DDP worker): set up, resume, then epochs of steps; metrics all-reduced, logged by rank 0, and
 reported to Ray Train only with a checkpoint. The objective (raycache.objectives) supplies the
-loss, what counts as a hit, and the validation metrics."""
+loss, what counts as a hit, and the validation metrics. A sweep's heads (a Team) train on the
+same batches in the same pass, each with its own optimizer, schedule and early stopping."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ import torch.distributed as dist
 
 from raycache import checkpoint as ckpt
 from raycache.heads import build_head
-from raycache.metrics_log import epoch_line, write_artifacts, write_metrics
+from raycache.members import Members
+from raycache.metrics_log import epoch_line, write_artifacts, write_metrics, write_sweep
 from raycache.objectives import REGISTRY as OBJECTIVES
 from raycache.objectives import Evaluator, Objective
 from raycache.objectives.gather import lockstep
@@ -29,11 +31,12 @@ from raycache.optim import Schedule, build_optimizer
 from raycache.runspec import RunSpec
 from raycache.shares import InMemory, Streamed
 
-__all__ = ["train_loop"]
+__all__ = ["Parts", "Progress", "Team", "train_loop"]
 
 KEEP_CHECKPOINTS = 2
-# Slots of the per-epoch sums all-reduced across workers.
+# Slots of the per-epoch sums all-reduced across workers (one row of them per head).
 TRAIN_LOSS, TRAIN_HIT, TRAIN_N, VAL_LOSS, VAL_HIT, VAL_N, SAVE_NOW = range(7)
+SLOTS = 7
 
 
 @dataclass
@@ -65,6 +68,41 @@ class Parts:
     objective: Objective
     device: torch.device
     best_weights: dict[str, torch.Tensor] | None = None
+
+
+@dataclass
+class Team:
+    """Every head the run trains (one, or a sweep's members) on the same batches: each one's
+    parts and progress, the run's own progress, and, for a sweep, the module that runs all its
+    heads in one call."""
+
+    spec: RunSpec
+    members: list[Parts]
+    progress: list[Progress]
+    run: Progress
+    """The one head's progress; a sweep's: its epochs and its leading member's metrics."""
+    heads: Members | None = None
+    """A sweep's heads as one module; None for a single head (its parts.model runs it)."""
+    model: Any = None
+    """What a sweep's training step calls: `heads`, maybe DDP-wrapped and compiled."""
+    leader: int = 0
+    """The member best by the run's select metric so far."""
+
+    @classmethod
+    def of(cls, parts: Parts) -> Team:
+        progress = Progress()
+        return cls(parts.spec, [parts], [progress], progress)
+
+    def runner(self) -> Any:
+        """The module the training step calls."""
+        return self.members[0].model if self.heads is None else self.model
+
+    def forward(self, x: torch.Tensor, training: bool) -> tuple[torch.Tensor, ...]:
+        """Every head's output for the batch x."""
+        if self.heads is None:
+            p = self.members[0]
+            return ((p.model if training else p.base)(x),)
+        return (self.model if training else self.heads)(x)
 
 
 class Trained(torch.nn.Module):
@@ -112,7 +150,40 @@ def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None) -> 
                  objective, device)
 
 
-def restore(parts: Parts) -> Progress:
+def build_team(spec: RunSpec, device: torch.device, train_rows: int | None) -> Team:
+    """Each head's parts, seeded alike: a sweep's member starts from the weights a lone run of
+    its settings would start from."""
+    members = []
+    for member in spec.members():
+        torch.manual_seed(spec.recipe.seed)
+        members.append(build_parts(member, device, train_rows))
+    progress = [Progress() for _ in members]
+    run = progress[0] if not spec.sweep else Progress()
+    return Team(spec, members, progress, run)
+
+
+def member_state(parts: Parts, progress: Progress) -> dict[str, Any]:
+    """One head's whole training state (what state.pt holds for it)."""
+    return {
+        "model": parts.base.state_dict(), "criterion": parts.objective.criterion.state_dict(),
+        "optimizer": parts.opt.state_dict(),
+        "schedule": parts.schedule.state_dict(), "scaler": parts.scaler.state_dict(),
+        "best_weights": parts.best_weights, "progress": vars(progress),
+    }
+
+
+def load_member(parts: Parts, state: dict[str, Any]) -> Progress:
+    parts.base.load_state_dict(state["model"])
+    if "criterion" in state:
+        parts.objective.criterion.load_state_dict(state["criterion"])
+    parts.opt.load_state_dict(state["optimizer"])
+    parts.schedule.load_state_dict(state["schedule"])
+    parts.scaler.load_state_dict(state["scaler"])
+    parts.best_weights = state["best_weights"]
+    return Progress(**state["progress"])
+
+
+def restore(team: Team) -> None:
     """Load the latest checkpoint of this run: Ray Train's (after a worker restart, or a driver
     restart under DDP), else the newest complete one in the run folder (local mode)."""
     given = ray.train.get_checkpoint()
@@ -121,30 +192,39 @@ def restore(parts: Parts) -> Progress:
         with given.as_directory() as d, open(f"{d}/{ckpt.STATE}", "rb") as f:
             state = torch.load(f, map_location="cpu", weights_only=False)
     else:
-        path = ckpt.latest(parts.spec.store, parts.spec.run_dir)
+        path = ckpt.latest(team.spec.store, team.spec.run_dir)
         if path is not None:
-            state = ckpt.read_state(parts.spec.store, path)
+            state = ckpt.read_state(team.spec.store, path)
     if state is None:
-        return Progress()
-    parts.base.load_state_dict(state["model"])
-    if "criterion" in state:
-        parts.objective.criterion.load_state_dict(state["criterion"])
-    parts.opt.load_state_dict(state["optimizer"])
-    parts.schedule.load_state_dict(state["schedule"])
-    parts.scaler.load_state_dict(state["scaler"])
-    parts.best_weights = state["best_weights"]
+        return
+    if team.spec.sweep:
+        team.progress = [load_member(p, s)
+                         for p, s in zip(team.members, state["members"], strict=True)]
+        team.run = Progress(**state["progress"])
+        team.leader = state["leader"]
+    else:
+        team.run = load_member(team.members[0], state)
+        team.progress = [team.run]
     ckpt.set_rng_state(state["rng"])
-    progress = Progress(**state["progress"])
-    progress.resumed_from.append(progress.epoch)
-    return progress
+    team.run.resumed_from.append(team.run.epoch)
 
 
-def wrap(parts: Parts) -> None:
-    """DDP across workers (after the weights are restored), then torch.compile if asked."""
-    if parts.spec.world > 1:
-        parts.model = ray.train.torch.prepare_model(parts.model, move_to_device=False)
-    if parts.spec.recipe.compile:
-        parts.model = compile_or_eager(parts.model, parts.spec.head.in_dim, parts.device)
+def wrap(team: Team) -> None:
+    """DDP across workers (after the weights are restored), then torch.compile if asked: each
+    head alone, or a sweep's heads as one module (so one DDP all-reduces all of them)."""
+    spec = team.spec
+    if not spec.sweep:
+        parts = team.members[0]
+        if spec.world > 1:
+            parts.model = ray.train.torch.prepare_model(parts.model, move_to_device=False)
+        if spec.recipe.compile:
+            parts.model = compile_or_eager(parts.model, spec.head.in_dim, parts.device)
+        return
+    team.heads = team.model = Members([p.model for p in team.members])
+    if spec.world > 1:
+        team.model = ray.train.torch.prepare_model(team.model, move_to_device=False)
+    if spec.recipe.compile:
+        team.model = compile_or_eager(team.model, spec.head.in_dim, team.members[0].device)
 
 
 def compile_or_eager(model: torch.nn.Module, in_dim: int, device: torch.device) -> Any:
@@ -174,69 +254,87 @@ def epoch_seed(spec: RunSpec, epoch: int, rank: int) -> int:
     return spec.recipe.seed * 1_000_003 + epoch * 7_919 + rank
 
 
-def train_epoch(parts: Parts, data: Any, seed: int, sums: torch.Tensor,
+def train_epoch(parts: Parts | Team, data: Any, seed: int, sums: torch.Tensor,
                 then: int | None = None) -> None:
     """One pass over the training share: micro-batches, accumulation, clipping, stepping
-    (`then`: the next epoch's seed, so a streamed share can read ahead for it)."""
-    r, model = parts.spec.recipe, parts.model
+    (`then`: the next epoch's seed, so a streamed share can read ahead for it). Every head of a
+    team sees every batch; `sums` holds one row of slots per head."""
+    team = parts if isinstance(parts, Team) else Team.of(parts)
+    lead, sums = team.members[0], sums.view(-1, SLOTS)
+    r, model = lead.spec.recipe, team.runner()
     model.train()
     accum = r.grad_accum
-    ddp = isinstance(parts.model, torch.nn.parallel.DistributedDataParallel)
-    join = parts.model.join() if ddp else contextlib.nullcontext()
+    ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+    join = model.join() if ddp else contextlib.nullcontext()
     micro = 0
     batches = data.batches(r.batch_size, seed=seed, then=then)
-    if parts.objective.gathers:
-        batches = lockstep(batches, parts.device)  # every worker at every gathering step
+    if any(p.objective.gathers for p in team.members):
+        batches = lockstep(batches, lead.device)  # every worker at every gathering step
     with join:
         for x, y in batches:
-            x, y = x.to(parts.device, non_blocking=True), y.to(parts.device, non_blocking=True)
+            x, y = x.to(lead.device, non_blocking=True), y.to(lead.device, non_blocking=True)
             micro += 1
             last = micro % accum == 0
-            sync = contextlib.nullcontext() if (last or not ddp) else parts.model.no_sync()
+            sync = contextlib.nullcontext() if (last or not ddp) else model.no_sync()
             with sync:
-                with autocast(parts):
-                    out = model(x)
-                loss, value = parts.objective.loss(out.float(), y)
-                parts.scaler.scale(loss / accum).backward()
+                with autocast(lead):
+                    outs = team.forward(x, training=True)
+                total = None
+                for i, (p, out) in enumerate(zip(team.members, outs, strict=True)):
+                    loss, value = p.objective.loss(out.float(), y)
+                    total = loss if total is None else total + loss
+                    sums[i, TRAIN_LOSS] += value.double() * len(y)
+                    sums[i, TRAIN_HIT] += p.objective.hits(out.detach().float(), y)
+                    sums[i, TRAIN_N] += len(y)
+                lead.scaler.scale(total / accum).backward()
             if last:
-                step(parts)
-            sums[TRAIN_LOSS] += value.double() * len(y)
-            sums[TRAIN_HIT] += parts.objective.hits(out.detach().float(), y)
-            sums[TRAIN_N] += len(y)
+                step(team)
     if micro % accum:
-        step(parts)  # the epoch's last, partial accumulation
+        step(team)  # the epoch's last, partial accumulation
 
 
-def step(parts: Parts) -> None:
-    r = parts.spec.recipe
-    if r.grad_clip > 0:
-        parts.scaler.unscale_(parts.opt)
-        params = [p for group in parts.opt.param_groups for p in group["params"]]
-        torch.nn.utils.clip_grad_norm_(params, r.grad_clip)
-    parts.scaler.step(parts.opt)
-    parts.scaler.update()
-    parts.opt.zero_grad(set_to_none=True)
-    parts.schedule.step_batch()
-    every = r.empty_cache_every
-    if every and parts.device.type == "cuda" and parts.schedule.step_no % every == 0:
+def step(team: Team) -> None:
+    """An optimizer step of every head still training (a stopped head's gradients dropped)."""
+    lead = team.members[0]
+    for parts, progress in zip(team.members, team.progress, strict=True):
+        if progress.stopped:
+            parts.opt.zero_grad(set_to_none=True)
+            continue
+        r = parts.spec.recipe
+        if r.grad_clip > 0:
+            lead.scaler.unscale_(parts.opt)
+            params = [p for group in parts.opt.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, r.grad_clip)
+        lead.scaler.step(parts.opt)
+        parts.opt.zero_grad(set_to_none=True)
+        parts.schedule.step_batch()
+    lead.scaler.update()
+    every = lead.spec.recipe.empty_cache_every
+    if every and lead.device.type == "cuda" and lead.schedule.step_no % every == 0:
         torch.cuda.empty_cache()
 
 
-def evaluate(parts: Parts, data: Any, sums: torch.Tensor) -> Evaluator:
+def evaluate(parts: Parts | Team, data: Any,
+             sums: torch.Tensor) -> Evaluator | list[Evaluator]:
     """Validation loss and hits into `sums`; the objective's metrics fed (computed later, when
-    every worker is done, since computing them is a collective)."""
-    parts.model.eval()
-    metrics = parts.objective.evaluator()
+    every worker is done, since computing them is a collective). A team: one Evaluator per
+    head, and one row of `sums` each."""
+    team = parts if isinstance(parts, Team) else Team.of(parts)
+    lead, rows = team.members[0], sums.view(-1, SLOTS)
+    team.runner().eval()
+    metrics = [p.objective.evaluator() for p in team.members]
     with torch.inference_mode():
-        for x, y in data.batches(parts.spec.recipe.batch_size * 4, seed=None):
-            x, y = x.to(parts.device, non_blocking=True), y.to(parts.device, non_blocking=True)
-            with autocast(parts):
-                out = parts.base(x).float()
-            sums[VAL_LOSS] += parts.objective.eval_loss(out, y).double() * len(y)
-            sums[VAL_HIT] += parts.objective.hits(out, y)
-            sums[VAL_N] += len(y)
-            metrics.update(out, y)
-    return metrics
+        for x, y in data.batches(lead.spec.recipe.batch_size * 4, seed=None):
+            x, y = x.to(lead.device, non_blocking=True), y.to(lead.device, non_blocking=True)
+            with autocast(lead):
+                outs = team.forward(x, training=False)
+            for i, (p, out) in enumerate(zip(team.members, outs, strict=True)):
+                out = out.float()
+                rows[i, VAL_LOSS] += p.objective.eval_loss(out, y).double() * len(y)
+                rows[i, VAL_HIT] += p.objective.hits(out, y)
+                rows[i, VAL_N] += len(y)
+                metrics[i].update(out, y)
+    return metrics if isinstance(parts, Team) else metrics[0]
 
 
 def epoch_metrics(parts: Parts, s: list[float], epoch: int, seconds: float,
@@ -276,28 +374,79 @@ def track_best(parts: Parts, progress: Progress, metrics: dict[str, Any]) -> Non
     parts.schedule.step_epoch(value, r.better)
 
 
-def save(parts: Parts, progress: Progress, rank: int) -> None:
+def saved_epoch(parts: Parts, progress: Progress) -> dict[str, Any]:
+    """The metrics of the epoch whose weights a head saves: its best (early stopping), else
+    its last."""
+    use_best = parts.spec.recipe.early_stopping and parts.best_weights is not None
+    epoch = progress.best_epoch if use_best else progress.history[-1]["epoch"]
+    return next(m for m in progress.history if m["epoch"] == epoch)
+
+
+def score(team: Team, i: int) -> float:
+    """Member i's value of the select metric, at the epoch whose weights it saves."""
+    spec, metrics = team.spec, saved_epoch(team.members[i], team.progress[i])
+    if spec.select not in metrics:
+        raise RuntimeError(f"select={spec.select!r} is not a metric; expected one of "
+                           f"{sorted(k for k in metrics if k != 'placement')}")
+    return metrics[spec.select]
+
+
+def end_sweep_epoch(team: Team, latest: list[dict[str, Any]]) -> None:
+    """A sweep's run-level progress after an epoch: the leader by the select metric, whose
+    metrics this epoch are the run's; stopped when every member has stopped."""
+    spec, run = team.spec, team.run
+    scores = [score(team, i) for i in range(len(team.members))]
+    pick = max if spec.select_mode == "max" else min
+    team.leader = scores.index(pick(scores))
+    lead = saved_epoch(team.members[team.leader], team.progress[team.leader])
+    run.epoch += 1
+    run.history.append({**latest[team.leader], "member": team.leader,
+                        "active": sum(not p.stopped for p in team.progress)})
+    run.best, run.best_epoch = scores[team.leader], lead["epoch"]
+    run.stopped = all(p.stopped for p in team.progress)
+
+
+def sweep_rows(team: Team) -> list[dict[str, Any]]:
+    """One record per member: its settings, score, best epoch, last metrics and history."""
+    out = []
+    for i, (m, progress) in enumerate(zip(team.spec.sweep, team.progress, strict=True)):
+        out.append({
+            "member": i, "settings": m.settings_dict(), team.spec.select: score(team, i),
+            "epoch": saved_epoch(team.members[i], progress)["epoch"],
+            "selected": i == team.leader, "stopped": progress.stopped,
+            "epochs": len(progress.history),
+            "metrics": {k: v for k, v in progress.history[-1].items() if k != "placement"},
+            "history": progress.history})
+    return out
+
+
+def save(team: Team, rank: int) -> None:
     """Report to Ray Train with the whole state attached by rank 0 (local mode: write it to
-    the run folder here, since local mode keeps checkpoints in memory only)."""
-    spec, metrics = parts.spec, progress.history[-1]
+    the run folder here, since local mode keeps checkpoints in memory only). The head saved
+    is the one head's, or a sweep's leader's."""
+    spec, progress = team.spec, team.run
+    metrics = progress.history[-1]
     name = ckpt.checkpoint_name(progress.epoch)
     if rank != 0:
         ray.train.report(metrics, checkpoint_dir_name=name)
         return
-    state = {
-        "model": parts.base.state_dict(), "criterion": parts.objective.criterion.state_dict(),
-        "optimizer": parts.opt.state_dict(),
-        "schedule": parts.schedule.state_dict(), "scaler": parts.scaler.state_dict(),
-        "best_weights": parts.best_weights, "rng": ckpt.rng_state(),
-        "progress": vars(progress),
-    }
-    use_best = spec.recipe.early_stopping and parts.best_weights is not None
-    head_weights = parts.best_weights if use_best else parts.base.state_dict()
-    info = {"metrics": metrics, "best": {spec.recipe.monitor: progress.best,
-                                         "epoch": progress.best_epoch},
+    states = [member_state(p, g) for p, g in zip(team.members, team.progress, strict=True)]
+    if spec.sweep:
+        state = {"members": states, "leader": team.leader, "progress": vars(progress)}
+    else:
+        state = states[0]
+    state["rng"] = ckpt.rng_state()
+    lead = team.members[team.leader]
+    use_best = lead.spec.recipe.early_stopping and lead.best_weights is not None
+    head_weights = lead.best_weights if use_best else lead.base.state_dict()
+    key = spec.select if spec.sweep else spec.recipe.monitor
+    info = {"metrics": metrics, "best": {key: progress.best, "epoch": progress.best_epoch},
             "weights": "best" if use_best else "last", "history": progress.history}
+    rows = sweep_rows(team) if spec.sweep else []
+    if rows:
+        info["sweep"] = [{k: v for k, v in row.items() if k != "history"} for row in rows]
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt.write_folder(tmp, spec.head, head_weights, state, info)
+        ckpt.write_folder(tmp, lead.spec.head, head_weights, state, info)
         if spec.num_workers == 0:
             ckpt.upload(spec.store, tmp, f"{spec.run_dir}/{name}")
             ckpt.prune(spec.store, spec.run_dir, KEEP_CHECKPOINTS)
@@ -306,6 +455,8 @@ def save(parts: Parts, progress: Progress, rank: int) -> None:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
                              checkpoint_dir_name=name)
     write_metrics(spec.store, spec.run_dir, progress.history)
+    if rows:
+        write_sweep(spec.store, spec.run_dir, rows)
 
 
 def quiet_ray_train() -> None:
@@ -321,7 +472,8 @@ def say(line: str) -> None:
 
 
 def train_loop(config: dict[str, Any]) -> dict[str, Any]:
-    """Train the head on this worker's share; returns the history and where it resumed."""
+    """Train the head (or a sweep's heads) on this worker's share; returns the history, where
+    it resumed, and a sweep's per-member records."""
     spec: RunSpec = config["spec"]
     quiet_ray_train()
     ctx = ray.train.get_context()
@@ -329,37 +481,50 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     device = (ray.train.torch.get_device() if spec.num_workers else
               torch.device("cuda" if spec.use_gpu else "cpu"))
     train_data, val_data = holders(spec, rank, device)
-    torch.manual_seed(spec.recipe.seed)  # the same initial weights on every worker and run
-    parts = build_parts(spec, device, len(train_data) or None)
-    progress = restore(parts)
-    wrap(parts)
+    team = build_team(spec, device, len(train_data) or None)
+    restore(team)
+    wrap(team)
     r, last_save, started = spec.recipe, time.monotonic(), time.monotonic()
-    first = progress.epoch
-    while progress.epoch < r.epochs and not progress.stopped:
-        epoch, t0 = progress.epoch, time.perf_counter()
+    first, heads = team.run.epoch, len(team.members)
+    while team.run.epoch < r.epochs and not team.run.stopped:
+        epoch, t0 = team.run.epoch, time.perf_counter()
         torch.manual_seed(epoch_seed(spec, epoch, rank))
-        sums = torch.zeros(7, dtype=torch.float64, device=device)
+        sums = torch.zeros(heads, SLOTS, dtype=torch.float64, device=device)
         then = epoch_seed(spec, epoch + 1, rank) if epoch + 1 < r.epochs else None
-        train_epoch(parts, train_data, epoch_seed(spec, epoch, rank), sums, then)
-        evaluator = evaluate(parts, val_data, sums)
-        extra = evaluator.compute()  # a collective, on every worker
+        train_epoch(team, train_data, epoch_seed(spec, epoch, rank), sums, then)
+        evaluators = evaluate(team, val_data, sums)
+        extras = [e.compute() for e in evaluators]  # collectives, on every worker
         due = spec.checkpoint_seconds and time.monotonic() - last_save >= spec.checkpoint_seconds
-        sums[SAVE_NOW] = float(rank == 0 and bool(due))
+        sums[0, SAVE_NOW] = float(rank == 0 and bool(due))
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(sums)
-        metrics = epoch_metrics(parts, sums.tolist(), epoch, time.perf_counter() - t0, extra)
-        metrics["wall_s"] = time.monotonic() - started  # since this worker's loop began
-        progress.epoch = epoch + 1
-        progress.history.append(metrics)
-        track_best(parts, progress, metrics)
+        seconds, latest = time.perf_counter() - t0, []
+        for parts, progress, row, extra in zip(team.members, team.progress, sums.tolist(),
+                                               extras, strict=True):
+            metrics = epoch_metrics(parts, row, epoch, seconds, extra)
+            metrics["wall_s"] = time.monotonic() - started  # since this worker's loop began
+            latest.append(metrics)
+            if not progress.stopped:
+                progress.epoch = epoch + 1
+                progress.history.append(metrics)
+                track_best(parts, progress, metrics)
+        if spec.sweep:
+            end_sweep_epoch(team, latest)
         if rank == 0 and spec.progress:
-            pace = (time.monotonic() - started) / (progress.epoch - first)
-            say(epoch_line(metrics, r.epochs, pace * (r.epochs - progress.epoch)))
+            pace = (time.monotonic() - started) / (team.run.epoch - first)
+            now = team.run.history[-1]
+            line = epoch_line(now, r.epochs, pace * (r.epochs - team.run.epoch))
+            if spec.sweep:
+                line += f"  sweep: best #{team.leader} of {heads}, {now['active']} training"
+            say(line)
         every = spec.checkpoint_every
-        end = progress.epoch == r.epochs or progress.stopped
-        if end or sums[SAVE_NOW] > 0 or (every and progress.epoch % every == 0):
-            save(parts, progress, rank)
+        end = team.run.epoch == r.epochs or team.run.stopped
+        if end or sums[0, SAVE_NOW] > 0 or (every and team.run.epoch % every == 0):
+            save(team, rank)
             last_save = time.monotonic()
+    out = {"history": team.run.history, "resumed_from": team.run.resumed_from}
     if rank == 0:
-        write_artifacts(spec.store, spec.run_dir, progress.history)
-    return {"history": progress.history, "resumed_from": progress.resumed_from}
+        write_artifacts(spec.store, spec.run_dir, team.run.history)
+    if spec.sweep and team.run.history:
+        out["sweep"] = sweep_rows(team)
+    return out

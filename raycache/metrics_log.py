@@ -10,11 +10,13 @@ from typing import Any
 
 from raycache.store import Store
 
-__all__ = ["CURVES", "METRICS", "TENSORBOARD", "epoch_line", "write_artifacts", "write_metrics"]
+__all__ = ["CURVES", "METRICS", "SWEEP", "TENSORBOARD", "epoch_line", "read_sweep",
+           "write_artifacts", "write_metrics", "write_sweep"]
 
 METRICS = "metrics.jsonl"
 CURVES = "curves.png"
 TENSORBOARD = "tensorboard"
+SWEEP = "sweep.jsonl"
 
 
 def epoch_line(m: dict[str, Any], epochs: int, eta_s: float) -> str:
@@ -29,6 +31,20 @@ def write_metrics(store: Store, run_dir: str, history: list[dict[str, Any]]) -> 
     """metrics.jsonl: one JSON object per epoch (rewritten whole, so it is never torn)."""
     text = "".join(json.dumps(m, sort_keys=True) + "\n" for m in history)
     store.write_atomic(f"{run_dir}/{METRICS}", text.encode())
+
+
+def write_sweep(store: Store, run_dir: str, rows: list[dict[str, Any]]) -> None:
+    """sweep.jsonl: one JSON object per sweep member (settings, score, metrics, history)."""
+    text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+    store.write_atomic(f"{run_dir}/{SWEEP}", text.encode())
+
+
+def read_sweep(store: Store, run_dir: str) -> list[dict[str, Any]]:
+    """A sweep run's member records (empty for a single head's run)."""
+    path = f"{run_dir}/{SWEEP}"
+    if not store.exists(path):
+        return []
+    return [json.loads(line) for line in store.read_bytes(path).splitlines()]
 
 
 def write_artifacts(store: Store, run_dir: str, history: list[dict[str, Any]]) -> None:

@@ -12,7 +12,7 @@ from raycache.config import GroupsConfig
 from raycache.heads import HeadSpec
 from raycache.store import Store
 
-__all__ = ["RUN_SPEC_VERSION", "Recipe", "RunSpec", "digest"]
+__all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "digest", "sweep_record"]
 
 RUN_SPEC_VERSION = 1
 
@@ -70,6 +70,19 @@ class Recipe:
 
 
 @dataclass(frozen=True)
+class Member:
+    """One head of a sweep: the settings that set it apart, and its head and recipe."""
+
+    settings: tuple[tuple[str, Any], ...]
+    """(sweep key, value) pairs; list values as tuples."""
+    head: HeadSpec
+    recipe: Recipe
+
+    def settings_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.settings}
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """Built once on the driver (raycache.train.prepare), never mutated, sent to every worker."""
 
@@ -95,25 +108,48 @@ class RunSpec:
     checkpoint_seconds: float
     prefetch_batches: int
     progress: bool
+    sweep: tuple[Member, ...] = ()
+    """A sweep's members, trained together on the same batches; empty for a single head."""
+    select: str = "val_loss"
+    """Sweep: the metric that picks the best member."""
+    select_mode: str = "min"
     version: int = RUN_SPEC_VERSION
 
     @property
     def world(self) -> int:
         return max(self.num_workers, 1)
 
+    def members(self) -> list[RunSpec]:
+        """One spec per head trained: the sweep's members, or this run's one head."""
+        if not self.sweep:
+            return [self]
+        return [dataclasses.replace(self, head=m.head, recipe=m.recipe, sweep=())
+                for m in self.sweep]
+
+    def sweep_record(self) -> dict[str, Any]:
+        return sweep_record(self.sweep, self.select, self.select_mode)
+
     def record(self) -> dict[str, Any]:
         """What a run folder keeps about the run: everything but the store and its options."""
         return {"version": self.version, "run_name": self.run_name,
                 "head": self.head.to_dict(), "recipe": dataclasses.asdict(self.recipe),
                 "placement": self.placement, "num_workers": self.num_workers,
-                "rows": self.rows, "digest": self.digest()}
+                "rows": self.rows, "digest": self.digest(), **self.sweep_record()}
 
     def digest(self) -> str:
-        return digest(self.head, self.recipe)
+        return digest(self.head, self.recipe, self.sweep_record())
 
 
-def digest(head: HeadSpec, recipe: Recipe) -> str:
-    """A hash of what decides a run's result: the head (with the cache's fill) and the recipe."""
+def sweep_record(sweep: tuple[Member, ...], select: str, mode: str) -> dict[str, Any]:
+    """What a run record says of its sweep (empty for a single head)."""
+    if not sweep:
+        return {}
+    return {"sweep": [m.settings_dict() for m in sweep], "select": select, "select_mode": mode}
+
+
+def digest(head: HeadSpec, recipe: Recipe, sweep: dict[str, Any] | None = None) -> str:
+    """A hash of what decides a run's result: the head (with the cache's fill), the recipe, and
+    a sweep's members and selection when there is one."""
     what = {"head": head.to_dict(), "recipe": dataclasses.asdict(recipe),
-            "version": RUN_SPEC_VERSION}
+            "version": RUN_SPEC_VERSION, **(sweep or {})}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()

@@ -3,6 +3,7 @@ the loop in-process (local mode) or on DDP workers, resume, and record the run."
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,10 +17,12 @@ from raycache.cache import Cache, open_cache
 from raycache.config import TrainConfig, load
 from raycache.errors import ConfigError, RaycacheError
 from raycache.heads import HEAD_CONFIG, HeadSpec
+from raycache.metrics_log import read_sweep
 from raycache.objectives import REGISTRY as OBJECTIVES
 from raycache.runs import read_record, runs_dir, write_record
-from raycache.runspec import Recipe, RunSpec, digest
+from raycache.runspec import Member, Recipe, RunSpec, digest, sweep_record
 from raycache.store import Store
+from raycache.sweep import apply, members
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,6 +46,9 @@ class TrainResult:
     seconds: float
     resumed_from: list[int] = field(default_factory=list)
     """Epochs this run resumed from (empty for a run that never stopped)."""
+    sweep: list[dict[str, Any]] = field(default_factory=list)
+    """A sweep's members, one dict each: member, settings, the select metric's value, epoch
+    (whose weights count), selected, stopped, epochs, metrics (last epoch's) and history."""
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -64,12 +70,30 @@ class TrainResult:
 
         return pd.DataFrame(self.history)
 
+    @property
+    def best(self) -> dict[str, Any]:
+        """A sweep's selected member (empty for a single head)."""
+        return next((row for row in self.sweep if row["selected"]), {})
+
+    def sweep_frame(self) -> pd.DataFrame:
+        """A sweep's members as a DataFrame: one row each, its settings as columns."""
+        import pandas as pd
+
+        return pd.DataFrame([{**row["settings"], **{k: v for k, v in row.items()
+                                                     if k not in ("settings", "history")}}
+                             for row in self.sweep])
+
     def summary(self) -> str:
         m, s = self.metrics, self.spec
         workers = f"{s.num_workers} workers" if s.num_workers else "1 worker (in-process)"
         resumed = f", resumed from epoch {self.resumed_from}" if self.resumed_from else ""
+        what = s.head.head
+        if self.sweep:
+            best = self.best
+            what = (f"sweep of {len(self.sweep)} heads, best: {best['settings']} "
+                    f"({s.select} {best[s.select]:.4g}),")
         return (
-            f"train {s.head.head} on {self.cache.name}/{self.cache.fingerprint[:12]}: "
+            f"train {what} on {self.cache.name}/{self.cache.fingerprint[:12]}: "
             f"{len(self.history)} epochs, {workers}, "
             f"val_acc {m.get('val_acc', 0):.3f}, val_loss {m.get('val_loss', 0):.4f}, "
             f"{self.seconds:.1f} s, run {s.run_name}{resumed}, checkpoint {self.checkpoint}"
@@ -171,12 +195,37 @@ def _cluster(cfg: TrainConfig) -> Any:
     return ray
 
 
-def run_name(cfg: TrainConfig, head: HeadSpec, recipe: Recipe) -> str:
+def sweep_members(cfg: TrainConfig, head: HeadSpec) -> tuple[Member, ...]:
+    """The sweep's members, each with its own head and recipe (none without a sweep)."""
+    out = []
+    for settings in members(cfg):
+        c = apply(cfg, settings)
+        out.append(Member(
+            settings=tuple((k, tuple(v) if isinstance(v, list) else v)
+                           for k, v in settings.items()),
+            head=dataclasses.replace(head, head=c.head, hidden=tuple(c.hidden),
+                                     dropout=c.dropout),
+            recipe=Recipe.from_config(c)))
+    return tuple(out)
+
+
+def selection(cfg: TrainConfig, recipe: Recipe) -> tuple[str, str]:
+    """(metric, mode) that picks a sweep's best member: `select`, else the monitor's."""
+    if cfg.select is None:
+        return recipe.monitor, (recipe.mode if cfg.select_mode == "auto" else cfg.select_mode)
+    if cfg.select_mode != "auto":
+        return cfg.select, cfg.select_mode
+    return cfg.select, "min" if cfg.select.endswith("loss") else "max"
+
+
+def run_name(cfg: TrainConfig, head: HeadSpec, recipe: Recipe,
+             sweep: dict[str, Any] | None = None) -> str:
     """The user's run_name, or one derived from the config (the same config, the same run)."""
     if cfg.run_name:
         return cfg.run_name
-    family = "".join(c if c.isalnum() or c in "-_" else "-" for c in head.head)
-    name = f"{family}-{digest(head, recipe)[:12]}"
+    family = "sweep" if sweep else "".join(c if c.isalnum() or c in "-_" else "-"
+                                           for c in head.head)
+    name = f"{family}-{digest(head, recipe, sweep)[:12]}"
     return name if cfg.resume else f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
 
 
@@ -192,7 +241,9 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None) -> tuple[Cache, RunS
     recipe = Recipe.from_config(cfg)
     rows = cache.manifest.rows
     workers = resolve_workers(cfg, head, rows)
-    name = run_name(cfg, head, recipe)
+    select, select_mode = selection(cfg, recipe)
+    sweep = sweep_members(cfg, head)
+    name = run_name(cfg, head, recipe, sweep_record(sweep, select, select_mode))
     spec = RunSpec(
         head=head, recipe=recipe, run_name=name, key=cache.manifest.key_column, rows=rows,
         placement=resolve_placement(cfg, head, rows, workers), num_workers=workers,
@@ -201,7 +252,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None) -> tuple[Cache, RunS
                                                   strict=True)),
         run_dir=f"{runs_dir(cache)}/{name}", checkpoint_every=cfg.checkpoint_every,
         checkpoint_seconds=cfg.checkpoint_seconds, prefetch_batches=cfg.prefetch_batches,
-        progress=cfg.progress,
+        progress=cfg.progress, sweep=sweep, select=select, select_mode=select_mode,
     )
     guard_run_folder(cfg, spec)
     return cache, spec
@@ -299,6 +350,9 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None) -> 
                             "its last checkpoint when run again with the same config") from exc
     out = _result(cache, spec, start, result.return_value or {})
     best = {spec.recipe.monitor: _best(out, spec)}
+    if out.sweep:
+        best = {spec.select: out.best[spec.select], "member": out.best["member"],
+                "settings": out.best["settings"]}
     write_record(store, spec.run_dir, base, "finished", best=best,
                  metrics={k: v for k, v in out.metrics.items() if k != "placement"})
     return out
@@ -319,6 +373,9 @@ def _result(cache: Cache, spec: RunSpec, start: float, value: dict[str, Any]) ->
     history = value.get("history")
     if history is None:
         history = spec.store.read_json(f"{path}/{HEAD_CONFIG}")["history"]
+    sweep = value.get("sweep")
+    if sweep is None and spec.sweep:
+        sweep = read_sweep(spec.store, spec.run_dir)
     return TrainResult(cache=cache, spec=spec, history=list(history),
                        checkpoint=spec.store.url(path), seconds=time.perf_counter() - start,
-                       resumed_from=list(value.get("resumed_from", [])))
+                       resumed_from=list(value.get("resumed_from", [])), sweep=list(sweep or []))
