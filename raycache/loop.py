@@ -135,12 +135,14 @@ def steps_per_epoch(spec: RunSpec, train_rows: int | None) -> int:
     return max(math.ceil(rows / spec.recipe.batch_size / spec.recipe.grad_accum), 1)
 
 
-def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None) -> Parts:
+def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None,
+                fused: bool = False) -> Parts:
+    """One head's parts (`fused`: its optimizer's fused implementation, for a sweep)."""
     r = spec.recipe
     base = build_head(spec.head).to(device)
     objective = OBJECTIVES[r.objective].build(spec, device)
     learnable = list(objective.criterion.parameters())
-    opt = build_optimizer([*base.parameters(), *learnable], r)
+    opt = build_optimizer([*base.parameters(), *learnable], r, fused=fused)
     if r.precision == "float16" and device.type != "cuda":
         raise RuntimeError(f"precision='float16' needs a CUDA device, but this worker has "
                            f"{device.type}; use precision: bfloat16 on CPU")
@@ -156,7 +158,7 @@ def build_team(spec: RunSpec, device: torch.device, train_rows: int | None) -> T
     members = []
     for member in spec.members():
         torch.manual_seed(spec.recipe.seed)
-        members.append(build_parts(member, device, train_rows))
+        members.append(build_parts(member, device, train_rows, fused=bool(spec.sweep)))
     progress = [Progress() for _ in members]
     run = progress[0] if not spec.sweep else Progress()
     return Team(spec, members, progress, run)
@@ -279,14 +281,16 @@ def train_epoch(parts: Parts | Team, data: Any, seed: int, sums: torch.Tensor,
             with sync:
                 with autocast(lead):
                     outs = team.forward(x, training=True)
-                total = None
-                for i, (p, out) in enumerate(zip(team.members, outs, strict=True)):
+                total, values, hits = None, [], []
+                for p, out in zip(team.members, outs, strict=True):
                     loss, value = p.objective.loss(out.float(), y)
                     total = loss if total is None else total + loss
-                    sums[i, TRAIN_LOSS] += value.double() * len(y)
-                    sums[i, TRAIN_HIT] += p.objective.hits(out.detach().float(), y)
-                    sums[i, TRAIN_N] += len(y)
+                    values.append(value)
+                    hits.append(p.objective.hits(out.detach().float(), y))
                 lead.scaler.scale(total / accum).backward()
+            sums[:, TRAIN_LOSS] += torch.stack(values).double() * len(y)
+            sums[:, TRAIN_HIT] += torch.stack(hits)
+            sums[:, TRAIN_N] += len(y)
             if last:
                 step(team)
     if micro % accum:
@@ -328,12 +332,15 @@ def evaluate(parts: Parts | Team, data: Any,
             x, y = x.to(lead.device, non_blocking=True), y.to(lead.device, non_blocking=True)
             with autocast(lead):
                 outs = team.forward(x, training=False)
-            for i, (p, out) in enumerate(zip(team.members, outs, strict=True)):
+            losses, hits = [], []
+            for p, out, evaluator in zip(team.members, outs, metrics, strict=True):
                 out = out.float()
-                rows[i, VAL_LOSS] += p.objective.eval_loss(out, y).double() * len(y)
-                rows[i, VAL_HIT] += p.objective.hits(out, y)
-                rows[i, VAL_N] += len(y)
-                metrics[i].update(out, y)
+                losses.append(p.objective.eval_loss(out, y))
+                hits.append(p.objective.hits(out, y))
+                evaluator.update(out, y)
+            rows[:, VAL_LOSS] += torch.stack(losses).double() * len(y)
+            rows[:, VAL_HIT] += torch.stack(hits)
+            rows[:, VAL_N] += len(y)
     return metrics if isinstance(parts, Team) else metrics[0]
 
 

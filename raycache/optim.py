@@ -8,27 +8,35 @@ from typing import Any
 
 import torch
 
-__all__ = ["OPTIMIZERS", "SCHEDULES", "Schedule", "build_optimizer"]
+__all__ = ["FUSED", "OPTIMIZERS", "SCHEDULES", "Schedule", "build_optimizer"]
 
 Params = Iterable[torch.nn.Parameter]
 
-OPTIMIZERS: dict[str, Callable[[Params, Any], torch.optim.Optimizer]] = {
-    "adamw": lambda p, r: torch.optim.AdamW(p, lr=r.lr, weight_decay=r.weight_decay),
-    "adam": lambda p, r: torch.optim.Adam(p, lr=r.lr, weight_decay=r.weight_decay),
-    "sgd": lambda p, r: torch.optim.SGD(p, lr=r.lr, momentum=r.momentum, nesterov=r.nesterov,
-                                        weight_decay=r.weight_decay),
-    "rmsprop": lambda p, r: torch.optim.RMSprop(p, lr=r.lr, momentum=r.momentum,
-                                                weight_decay=r.weight_decay),
-    "adagrad": lambda p, r: torch.optim.Adagrad(p, lr=r.lr, weight_decay=r.weight_decay),
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "adamw": lambda p, r, **kw: torch.optim.AdamW(p, lr=r.lr, weight_decay=r.weight_decay, **kw),
+    "adam": lambda p, r, **kw: torch.optim.Adam(p, lr=r.lr, weight_decay=r.weight_decay, **kw),
+    "sgd": lambda p, r, **kw: torch.optim.SGD(p, lr=r.lr, momentum=r.momentum,
+                                              nesterov=r.nesterov, weight_decay=r.weight_decay,
+                                              **kw),
+    "rmsprop": lambda p, r, **kw: torch.optim.RMSprop(p, lr=r.lr, momentum=r.momentum,
+                                                      weight_decay=r.weight_decay, **kw),
+    "adagrad": lambda p, r, **kw: torch.optim.Adagrad(p, lr=r.lr, weight_decay=r.weight_decay,
+                                                      **kw),
 }
-"""name -> builder(params, recipe) where recipe has lr, weight_decay, momentum, nesterov."""
+"""name -> builder(params, recipe, **torch options) where recipe has lr, weight_decay,
+momentum, nesterov."""
+FUSED = ("adamw", "adam", "sgd", "adagrad")
+"""Optimizers with a fused implementation (one kernel per step, CPU and GPU)."""
 
 
-def build_optimizer(params: Params, recipe: Any) -> torch.optim.Optimizer:
+def build_optimizer(params: Params, recipe: Any, fused: bool = False) -> torch.optim.Optimizer:
+    """The recipe's optimizer; `fused`: its fused implementation where it has one (a sweep's
+    many small heads step at a fraction of the per-tensor implementation's overhead)."""
     if recipe.nesterov and recipe.optimizer == "sgd" and recipe.momentum <= 0:
         raise ValueError(f"nesterov: true needs momentum > 0 (got momentum={recipe.momentum}); "
                          "set momentum: 0.9, or nesterov: false")
-    return OPTIMIZERS[recipe.optimizer](params, recipe)
+    options = {"fused": True} if fused and recipe.optimizer in FUSED else {}
+    return OPTIMIZERS[recipe.optimizer](params, recipe, **options)
 
 
 # Multipliers of the peak LR at optimizer step `t` of `total` (after warmup), per schedule.
