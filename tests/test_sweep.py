@@ -154,3 +154,20 @@ def test_a_sweep_resumes_from_its_checkpoint(store, monkeypatch):
     assert results(run.history) == pytest.approx(results(reference.history), rel=1e-6)
     for got, want in zip(run.sweep, reference.sweep, strict=True):
         assert results(got["history"]) == pytest.approx(results(want["history"]), rel=1e-6)
+
+
+@pytest.mark.ray
+@pytest.mark.slow  # DDP worker start-up: ~20-30 s here
+@pytest.mark.timeout(300)
+def test_a_sweep_under_ddp_all_reduces_every_member(store):
+    sweep = {"lr": [0.01, 0.05], "head": ["linear", "mlp"]}
+    run = raycache.train(cfg(store, epochs=2, num_workers=2, sweep=sweep, run_name="ddp"))
+    assert run.spec.num_workers == 2 and len(run.sweep) == 4
+    assert all(r["metrics"]["train_rows"] + r["metrics"]["val_rows"] == 600 for r in run.sweep)
+    members = state(run)["members"]
+    assert run.best["metrics"]["val_acc"] > 0.8
+    # the members moved apart (own optimizers), and the saved head is the selected one's
+    assert not torch.equal(members[0]["model"]["1.weight"], members[2]["model"]["1.weight"])
+    head = run.load_head()
+    for k, v in head.model.state_dict().items():
+        torch.testing.assert_close(v, members[run.best["member"]]["model"][k])
