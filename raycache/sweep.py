@@ -44,7 +44,10 @@ def apply(cfg: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
 
 
 def members(cfg: TrainConfig) -> list[dict[str, Any]]:
-    """Every combination of the sweep's values, in a stable order (the first key slowest)."""
+    """Every combination of the sweep's values, in a stable order (the first key slowest);
+    none without a sweep."""
+    if not cfg.sweep:
+        return []
     keys = list(cfg.sweep)
     return [dict(zip(keys, combo, strict=True))
             for combo in itertools.product(*(cfg.sweep[k] for k in keys))]

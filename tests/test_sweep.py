@@ -85,6 +85,7 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
     for i, settings in ((7, {"lr": 0.05, "head": "mlp", "hidden": [32]}),
                         (4, {"lr": 0.05, "head": "linear"})):
         lone = raycache.train(cfg(store, **settings, run_name=f"lone-{i}"))
+        assert not lone.spec.sweep and not lone.sweep  # a plain single-head run
         assert results(rows[i]["history"]) == pytest.approx(results(lone.history), rel=1e-5)
         for k, v in torch.load(Path(lone.checkpoint) / "head.pt").items():
             torch.testing.assert_close(members[i]["model"][k], v, rtol=1e-5, atol=1e-6)
@@ -171,3 +172,10 @@ def test_a_sweep_under_ddp_all_reduces_every_member(store):
     head = run.load_head()
     for k, v in head.model.state_dict().items():
         torch.testing.assert_close(v, members[run.best["member"]]["model"][k])
+
+
+def test_no_sweep_is_a_single_head_run():
+    from raycache.sweep import members
+
+    assert members(TrainConfig(cache="c")) == []
+    assert len(members(TrainConfig(cache="c", sweep={"lr": [0.1, 0.2], "dropout": [0.0]}))) == 2
