@@ -129,6 +129,10 @@ class FillConfig:
     autoscaling: bool = False
     """The cluster adds nodes on demand (KubeRay autoscaler): ask for the pool's resources
     and wait for them, instead of refusing a pool the cluster cannot hold now."""
+    in_process: bool | str = AUTO
+    """Run the same stages (read, prepare, encode, write) in this process, without Ray: no
+    start-up, for small fills. auto: in-process for a CPU fill of at most 20,000 Parquet rows
+    to encode when no Ray cluster is running or named (RAY_ADDRESS); else Ray Data."""
     progress: bool = True
     """Show one progress bar (rows, rows/s, ETA) and the summary."""
     verbose: bool = False
@@ -145,6 +149,11 @@ class FillConfig:
             out.append(f"num_gpus={self.num_gpus}: above 1 it must be a whole number of GPUs")
         if self.num_cpus != AUTO and (isinstance(self.num_cpus, str) or self.num_cpus <= 0):
             out.append(f"num_cpus={self.num_cpus!r}: expected a number > 0, or 'auto'")
+        if self.in_process not in (True, False, AUTO):
+            out.append(f"in_process={self.in_process!r}: expected true, false or 'auto'")
+        elif self.in_process is True and self.num_gpus > 0:
+            out.append("in_process=true runs no Ray actors, so num_gpus does not apply; set "
+                       "num_gpus: 0, or in_process: auto to encode on GPU actors")
         if not _is_name(self.name):
             out.append(f"name={self.name!r}: use letters, digits, '-', '_' or '.'")
         if self.source.format not in (None, *SOURCE_FORMATS):

@@ -1,13 +1,17 @@
-"""FILL: read the source, prepare and encode it in Ray Data stages, write shards, commit."""
+"""FILL: read the source, prepare and encode it in Ray Data stages (or, for a small CPU fill,
+the same stages in this process), write shards, commit."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import json
+import os
 import pickle
+import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -16,14 +20,19 @@ import pyarrow as pa
 
 from raycache import sources
 from raycache.cache import Cache, read_manifest
-from raycache.config import FillConfig, load
+from raycache.config import AUTO, FillConfig, load
 from raycache.errors import ConfigError, RaycacheError
 from raycache.fingerprint import fingerprint
 from raycache.manifest import FORMAT_VERSION, EncoderEntry, Manifest, ShardEntry, human_bytes
 from raycache.resources import LIGHT_CPUS, READ_CPUS, Pool
 from raycache.store import MANIFEST, PROGRESS, Store
 
-__all__ = ["FillResult", "Plan", "build_pipeline", "fill", "plan"]
+__all__ = ["AUTO_IN_PROCESS_ROWS", "FillResult", "Plan", "build_pipeline", "fill", "in_process",
+           "plan", "run_in_process"]
+
+AUTO_IN_PROCESS_ROWS = 20_000
+"""in_process: auto runs a CPU fill of at most this many rows to encode without Ray (a couple
+of minutes of one process on a small machine, where Ray's start-up costs ~25 s)."""
 
 
 @dataclass
@@ -125,27 +134,36 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
     if manifest is not None:
         return FillResult(Cache(p.store, manifest), True, 0.0, 0)
 
-    from raycache.cluster import check_store_for_cluster, connect
-    from raycache.resources import nodes, request, size_pool
+    from raycache.resources import request, size_pool
 
     start = time.perf_counter()
-    connect(cfg.progress, cfg.verbose)
-    check_store_for_cluster(p.store)
     done = _resumable(p)
     resumed = sum(r["rows"] for r in done)
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
                                        _done_ranges(done))
     todo = sum(u.todo() or 0 for u in units) if p.format == "parquet" else None
-    pool = size_pool(cfg, nodes(), None if todo is None else -(-todo // cfg.rows_per_shard))
-    if cfg.autoscaling:
+    blocks = None if todo is None else -(-todo // cfg.rows_per_shard)
+    local = in_process(cfg, todo)
+    if local:
+        pool = size_pool(cfg, [{"CPU": float(os.cpu_count() or 1)}], 1)
+    else:
+        from raycache.cluster import check_store_for_cluster, connect
+        from raycache.resources import nodes
+
+        connect(cfg.progress, cfg.verbose)
+        check_store_for_cluster(p.store)
+        pool = size_pool(cfg, nodes(), blocks)
+    if cfg.autoscaling and not local:
         from ray.autoscaler.sdk import request_resources
 
         request_resources(**request(pool))
     new: list[dict[str, Any]] = []
     first = None
     if units:
+        records = (run_in_process(p, units, pool) if local
+                   else _records(build_pipeline(p, units, pool)))
         with _progress_bar(cfg, todo) as bar:
-            for record in _records(build_pipeline(p, units, pool)):
+            for record in records:
                 first = first or time.perf_counter() - start
                 new.append(record)
                 bar.update(record["rows"])
@@ -155,8 +173,45 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
     encode_s = (max(r["written"] for r in new) - min(r["encode_started"] for r in new)
                 if new else 0.0)
     manifest = _commit(p, records, time.perf_counter() - start)
+    where = f"in-process, {pool.threads} thread(s)" if local else pool.describe()
     return FillResult(Cache(p.store, manifest), False, time.perf_counter() - start, encoded,
-                      resumed, first or 0.0, encode_s, pool.describe())
+                      resumed, first or 0.0, encode_s, where)
+
+
+def in_process(cfg: FillConfig, todo: int | None) -> bool:
+    """Whether the fill runs its stages in this process (see FillConfig.in_process)."""
+    if cfg.in_process != AUTO:
+        return bool(cfg.in_process)
+    ray = sys.modules.get("ray")
+    cluster = os.environ.get("RAY_ADDRESS") or (ray is not None and ray.is_initialized())
+    return (not cluster and cfg.num_gpus == 0 and cfg.concurrency == AUTO
+            and todo is not None and todo <= AUTO_IN_PROCESS_ROWS)
+
+
+def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool) -> Iterator[dict]:
+    """The pipeline's stages called in this process, one shard-sized piece at a time: the
+    same reads, tokeniser, encoder and writer, hence the same shards and records."""
+    from raycache.fill_stages import EncodeActor, PrepareActor
+    from raycache.shards import write_stage
+
+    cfg = p.cfg
+    keep = list(dict.fromkeys([cfg.source.key, *cfg.source.labels]))
+    columns = list(dict.fromkeys([*keep, *(e.input for e in cfg.encoders)]))
+    import torch
+
+    threads = torch.get_num_threads()  # the encoder sets its own; the caller's come back after
+    try:
+        prepare = PrepareActor(cfg.encoders, keep)
+        encode = EncodeActor(cfg, pool, {k: v["weights_digest"]
+                                         for k, v in p.inputs["encoders"].items()})
+        for unit in units:
+            for piece in sources.read_unit(unit, p.format, cfg.source.options,
+                                           cfg.rows_per_shard, columns):
+                out = write_stage(encode(prepare(piece)), p.store, p.dir, p.fingerprint,
+                                  cfg.rows_per_shard)
+                yield from (json.loads(text) for text in out.column("record").to_pylist())
+    finally:
+        torch.set_num_threads(threads)
 
 
 def build_pipeline(p: Plan, units: list[sources.Unit], pool: Pool) -> Any:

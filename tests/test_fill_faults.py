@@ -132,7 +132,7 @@ def test_s3_server_stopped_mid_fill_fails_clearly_and_resumes(ray_session, sourc
         fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
         fs.mkdir("rc-stopped")
         cfg = slow_fill(source, "s3://rc-stopped/caches", delay=0.5)
-        cfg["store"].update(options=options, timeout_s=10)  # a hung request fails in 10 s
+        cfg["store"].update(options=options, timeout_s=30)  # a hung request fails in 30 s
 
         def s3_records() -> int:
             fs.invalidate_cache()

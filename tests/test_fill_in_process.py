@@ -1,0 +1,102 @@
+"""Small CPU fills run the pipeline's stages in the calling process, without Ray: the same
+shards and embeddings as Ray Data's pipeline, the same resume, and auto picks it only where
+no cluster is running or named."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import raycache
+from raycache import sources
+from raycache.config import FillConfig, load
+from raycache.errors import ConfigError
+from raycache.fill import AUTO_IN_PROCESS_ROWS, in_process, plan, run_in_process
+from raycache.resources import size_pool
+from tests.conftest import TESTS, separable, toy_fill
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    (tmp_path / "source").mkdir()
+    pq.write_table(separable(n=600), tmp_path / "source" / "a.parquet")
+    return tmp_path / "source"
+
+
+def columns(cache) -> tuple[list, np.ndarray, list]:
+    t = cache.read_table()
+    return (t.column("id").to_pylist(), np.stack(t.column("proj").to_numpy(zero_copy_only=False)),
+            t.column("label").to_pylist())
+
+
+@pytest.mark.ray
+def test_in_process_fill_equals_the_ray_pipeline_and_starts_no_ray(ray_session, source, tmp_path):
+    cfg = toy_fill(str(source), str(tmp_path / "local"), rows_per_shard=150)
+    code = ("import json, sys, raycache\n"
+            "r = raycache.fill(json.loads(sys.argv[1]))\n"
+            "ray = sys.modules.get('ray')\n"
+            "print(json.dumps([r.pool, r.cache.fingerprint, r.encoded_rows,\n"
+            "                  bool(ray and ray.is_initialized())]))")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(cfg)], capture_output=True,
+                         text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    pool, fingerprint, encoded, ray_started = json.loads(out.stdout.strip().splitlines()[-1])
+    assert pool.startswith("in-process") and encoded == 600 and not ray_started
+
+    piped = raycache.fill({**cfg, "store": {"uri": str(tmp_path / "ray")}, "in_process": False})
+    assert "encoder actor" in piped.pool and piped.cache.fingerprint == fingerprint
+    local = raycache.open_cache("toy", str(tmp_path / "local"))
+    (k1, x1, y1), (k2, x2, y2) = columns(local), columns(piped.cache)
+    assert k1 == k2 and y1 == y2 and np.array_equal(x1, x2)  # the same bits
+    assert [s.rows for s in local.manifest.shards] == [150] * 4
+
+
+def test_in_process_fill_resumes_at_the_shard(source, tmp_path):
+    cfg = load(FillConfig, toy_fill(str(source), str(tmp_path / "store"), rows_per_shard=50,
+                                    in_process=True))
+    p = plan(cfg)
+    [unit], _ = sources.plan_units(p.files, p.format, {}, cfg.rows_per_shard)
+    first_200 = sources.Unit(unit.file, unit.groups, 0, 600, done=((200, 600),))
+    pool = size_pool(cfg, [{"CPU": 2.0}], 1)
+    assert len(list(run_in_process(p, [first_200], pool))) == 4  # an interrupted fill's shards
+    result = raycache.fill(cfg)
+    assert result.resumed_rows == 200 and result.encoded_rows == 400
+    keys = result.cache.read_table().column("id").to_pylist()
+    assert len(keys) == len(set(keys)) == 600
+
+
+def test_auto_runs_in_process_only_for_small_cpu_fills_with_no_cluster(monkeypatch, tmp_path):
+    def cfg(**over) -> FillConfig:
+        return load(FillConfig, toy_fill("src", str(tmp_path), **over))
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    assert in_process(cfg(), 600)
+    assert not in_process(cfg(), AUTO_IN_PROCESS_ROWS + 1)  # large: Ray Data's actor pool
+    assert not in_process(cfg(), None)  # CSV/JSONL: rows unknown before reading
+    assert not in_process(cfg(num_gpus=1), 600)  # GPU actors
+    assert not in_process(cfg(concurrency=2), 600)  # an actor pool was asked for
+    assert in_process(cfg(in_process=True), 10**9)
+    assert not in_process(cfg(in_process=False), 600)
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    assert not in_process(cfg(), 600)  # under `ray job submit`: the cluster
+
+
+def test_in_process_setting_is_checked():
+    with pytest.raises(ConfigError) as err:
+        load(FillConfig, toy_fill("src", "store", in_process="yes"))
+    assert "in_process='yes'" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load(FillConfig, toy_fill("src", "store", in_process=True, num_gpus=1))
+    assert "num_gpus" in str(err.value)
