@@ -29,10 +29,26 @@ class Head:
     """head.json's metrics, best epoch and history."""
     _encoders: list | None = field(default=None, repr=False)
 
+    def embed_embeddings(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
+        """The head's output for rows of concatenated embeddings (the cache's columns, in spec
+        order): a similarity head's embeddings (unit length when trained with normalize), a
+        classifier's logits."""
+        with torch.inference_mode():
+            return self.model(torch.as_tensor(x, dtype=torch.float32)).float().numpy()
+
+    def embed(self, inputs: dict[str, list] | list) -> np.ndarray:
+        """Head embeddings for raw inputs: runs the head's frozen encoders live, then the head
+        (search with them: cosine or dot against a gallery embedded the same way)."""
+        return self.embed_embeddings(self.features(inputs))
+
     def predict_embeddings(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
         """Class ids for rows of concatenated embeddings (the cache's columns, in spec order)."""
-        with torch.inference_mode():
-            return self.model(torch.as_tensor(x, dtype=torch.float32)).argmax(1).numpy()
+        if self.spec.objective != "classification":
+            raise RaycacheError(
+                f"this head was trained with objective {self.spec.objective!r}: it maps rows to "
+                f"{self.spec.width}-d embeddings and has no classes to predict; use "
+                "Head.embed / embed_embeddings, and compare embeddings (nearest neighbours)")
+        return self.embed_embeddings(x).argmax(1)
 
     def predict(self, inputs: dict[str, list] | list) -> np.ndarray:
         """Class ids for raw inputs: runs the head's frozen encoders live, then the head.
@@ -40,6 +56,11 @@ class Head:
         `inputs` maps each encoder's input column to values; a plain list is enough when the
         head uses one encoder.
         """
+        return self.predict_embeddings(self.features(inputs))
+
+    def features(self, inputs: dict[str, list] | list) -> np.ndarray:
+        """Raw inputs through the head's frozen encoders (weights checked against the ones the
+        head was trained on): the concatenated embeddings the head reads."""
         configs = self.encoder_configs()
         if not isinstance(inputs, dict):
             if len(configs) != 1:
@@ -60,7 +81,7 @@ class Head:
                         "was filled with, or retrain the head on a fill of this model")
         feats = [enc.encode(pa.array(inputs[c.input]))
                  for enc, c in zip(self._encoders, configs, strict=True)]
-        return self.predict_embeddings(np.concatenate(feats, axis=1))
+        return np.concatenate(feats, axis=1)
 
     def encoder_configs(self) -> list[EncoderConfig]:
         """The frozen encoders' fill configs, as recorded in head.json."""

@@ -5,11 +5,13 @@ parts (ArcFace) checkpointed with the run, and a head that loads without Ray."""
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
 
 import raycache
+from raycache.errors import RaycacheError
 from raycache.heads import HeadSpec
 from tests.conftest import separable, toy_fill
 
@@ -39,6 +41,19 @@ def test_groups_objective_trains_in_process_and_reports_retrieval(store):
     assert head.spec.objective == "groups" and head.spec.width == 8 and head.spec.num_classes == 6
     out = head.model(torch.randn(3, run.spec.head.in_dim))
     assert out.shape == (3, 8) and torch.allclose(out.norm(dim=1), torch.ones(3))
+    # search with the trained head: raw inputs -> frozen encoder (live) -> head embeddings
+    new = separable(n=400, classes=6, seed=0).slice(0, 60)  # same groups as the cache
+    vectors = head.embed(new.column("features").to_pylist())
+    assert vectors.shape == (60, 8) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    cached = raycache.open_cache("toy", store).read_table().slice(0, 60)
+    x = np.stack(cached.column("proj").to_numpy(zero_copy_only=False))
+    assert np.allclose(head.embed_embeddings(x), vectors, atol=1e-5)  # the same as from cache
+    sims = vectors @ vectors.T
+    np.fill_diagonal(sims, -np.inf)
+    labels = new.column("label").to_numpy()
+    assert (labels[sims.argmax(1)] == labels).mean() > 0.8  # nearest neighbour: same group
+    with pytest.raises(RaycacheError, match="Head.embed"):
+        head.predict(new.column("features").to_pylist())
     state = torch.load(Path(run.checkpoint) / "state.pt", weights_only=False)
     assert state["criterion"]["W"].shape == (8, 6)  # ArcFace's class centres, kept to resume
     record = json.loads((Path(run.spec.run_dir) / "run.json").read_text())
