@@ -12,7 +12,6 @@ Measured in one run on the same machine (these machines are noisy, so only ratio
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -20,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import torch
+from plain import docs, parser, step
 
 import raycache
 from raycache.config import EncoderConfig
 from raycache.demo import MODEL
-from raycache.demo_data import stdlib_docs
 from raycache.encoders import REGISTRY
 from raycache.heads import REGISTRY as HEADS
 
@@ -39,22 +38,15 @@ def head_epochs(batches, epochs: int, num_classes: int, encode=None) -> float:
         for x, y in batches:
             if encode is not None:
                 x = torch.from_numpy(encode(x))
-            loss = torch.nn.functional.cross_entropy(head(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            step(opt, torch.nn.functional.cross_entropy(head(x), y))
     return time.perf_counter() - start
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=300)
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(2)
-    table = stdlib_docs(per_topic=1000).slice(0, args.rows)
+    arguments = parser(__doc__, epochs=5)
+    arguments.add_argument("--workers", type=int, default=2)
+    args = arguments.parse_args()
+    table = docs(args.rows)
     num_classes = 6
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp, "docs.parquet")

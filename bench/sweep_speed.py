@@ -55,8 +55,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--placement", default="cpu", help="cpu (in memory) or stream")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "src").mkdir()
@@ -80,7 +81,7 @@ def main() -> None:
     comp1, comp16 = (statistics.median(t[1] for t in ts) for ts in (one, many))
     best = many[-1][2]
     print(f"{args.rows} rows x {DIM}-d, {args.epochs} epochs, batch {args.batch}, "
-          f"placement {args.placement}, median of {args.repeat}")
+          f"placement {args.placement}, {args.threads} torch thread(s), median of {args.repeat}")
     print(f"one linear head           wall {wall1:7.2f} s   epochs' compute {comp1:7.2f} s")
     print(f"sweep of 16 linear heads  wall {wall16:7.2f} s   epochs' compute {comp16:7.2f} s")
     print(f"ratio sweep16 : one       wall {wall16 / wall1:6.2f}x   epochs' compute "

@@ -5,7 +5,11 @@ The SDK:
     import raycache
     result = raycache.fill("fill.yaml")           # or a dict, or a FillConfig
     cache = raycache.open_cache("docs")           # manifest, to_pandas(), to_ray_dataset()
+    raycache.verify(cache).ok                     # every shard checked against the manifest
+    raycache.gc(keep_last=2, delete=True)         # unfinished fills, old fingerprints
     run = raycache.train({"cache": "docs", "epochs": 10})
+    raycache.predict_file({"checkpoint": run.checkpoint, "input": "new.jsonl",
+                           "output": "predictions.parquet"})
 
 `import raycache` stays light: no Ray, no torch until a fill, a train or a Head needs them.
 """
@@ -20,7 +24,9 @@ from raycache.config import EncoderConfig, FillConfig, SourceConfig, StoreConfig
 from raycache.errors import (
     CacheNotFound,
     ConfigError,
+    CorruptShard,
     EncoderError,
+    FillFailed,
     FingerprintError,
     RaycacheError,
     SourceError,
@@ -28,24 +34,35 @@ from raycache.errors import (
 )
 from raycache.fill import FillResult, fill
 from raycache.heads import HeadSpec
+from raycache.integrity import Report, verify
 from raycache.manifest import Manifest
+from raycache.predict_file import PredictConfig, PredictResult, predict_file
+from raycache.repair import repair
+from raycache.retention import GcResult, gc
 from raycache.runs import RunInfo, list_runs
 from raycache.runspec import RunSpec
 from raycache.train import TrainResult, train
+from raycache.usage import Usage, du
 
 __all__ = [
     "Cache",
     "CacheNotFound",
     "ConfigError",
+    "CorruptShard",
     "EncoderConfig",
     "EncoderError",
     "FillConfig",
+    "FillFailed",
     "FillResult",
     "FingerprintError",
+    "GcResult",
     "Head",
     "HeadSpec",
     "Manifest",
+    "PredictConfig",
+    "PredictResult",
     "RaycacheError",
+    "Report",
     "RunInfo",
     "RunSpec",
     "SourceConfig",
@@ -54,12 +71,18 @@ __all__ = [
     "StoreError",
     "TrainConfig",
     "TrainResult",
+    "Usage",
+    "du",
     "fill",
+    "gc",
     "list_runs",
     "load_head",
     "ls",
     "open_cache",
+    "predict_file",
+    "repair",
     "train",
+    "verify",
 ]
 
 

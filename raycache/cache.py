@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -9,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raycache.errors import CacheNotFound
-from raycache.manifest import Manifest
+from raycache.integrity import THREADS, map_ordered, read_shard
+from raycache.manifest import Manifest, ShardEntry
 from raycache.store import MANIFEST, Store
 
 if TYPE_CHECKING:
@@ -47,23 +50,33 @@ class Cache:
     def shard_urls(self) -> list[str]:
         return [self.store.url(p) for p in self.shard_paths()]
 
-    def read_table(self, columns: list[str] | None = None, limit: int | None = None) -> pa.Table:
-        """Rows as one Arrow table, reading shards in order until `limit` rows."""
+    def read_table(self, columns: list[str] | None = None, limit: int | None = None,
+                   verify: bool = True) -> pa.Table:
+        """Rows as one Arrow table, reading shards in order until `limit` rows. Each shard is
+        read whole and checked against the manifest's size and sha256 (CorruptShard on a
+        mismatch); verify=False reads only `columns` from each shard, unchecked."""
+        def read(entry: ShardEntry) -> pa.Table:
+            if verify:
+                return read_shard(self.store, self.dir, entry, columns)
+            with self.store.fs.open(f"{self.dir}/{entry.path}", "rb") as f:
+                return pq.read_table(f, columns=columns)
+
         tables, n = [], 0
-        for path in self.shard_paths():
-            with self.store.fs.open(path, "rb") as f:
-                t = pq.read_table(f, columns=columns)
+        reads = map_ordered(read, self.manifest.shards, 1 if limit else THREADS)
+        for t in reads:
             tables.append(t)
             n += t.num_rows
             if limit is not None and n >= limit:
+                reads.close()
                 break
         if not tables:
             return pa.table({})
         table = pa.concat_tables(tables, promote_options="default")  # shards of older writers
         return table if limit is None else table.slice(0, limit)
 
-    def to_pandas(self, columns: list[str] | None = None, limit: int | None = None) -> pd.DataFrame:
-        return self.read_table(columns, limit).to_pandas()
+    def to_pandas(self, columns: list[str] | None = None, limit: int | None = None,
+                  verify: bool = True) -> pd.DataFrame:
+        return self.read_table(columns, limit, verify).to_pandas()
 
     def to_ray_dataset(self, columns: list[str] | None = None) -> ray.data.Dataset:
         """The shards as a Ray Dataset, streamed from the store."""
@@ -85,17 +98,29 @@ class Cache:
         )
         return (
             f"<b>raycache</b> {m.name}/{m.fingerprint} &mdash; {m.rows} rows, "
-            f"{len(m.shards)} shards, labels {m.label_columns}, at <code>{self.uri}</code>"
+            f"{m.shard_count} shards, labels {m.label_columns}, at <code>{self.uri}</code>"
             f"<table><tr><th>encoder</th><th>kind</th><th>input</th><th>dim</th><th>dtype</th>"
             f"</tr>{rows}</table>"
         )
 
 
 def read_manifest(store: Store, cache_dir: str) -> Manifest | None:
+    """The committed manifest of a cache folder (its shard list read on first use), or None."""
     path = f"{cache_dir}/{MANIFEST}"
-    if not store.exists(path):
+    try:
+        data = store.read_json(path)
+    except (FileNotFoundError, NotADirectoryError):  # no manifest, or not a folder at all
         return None
-    return Manifest.from_dict(store.read_json(path), where=store.url(path))
+    return Manifest.from_dict(data, where=store.url(path),
+                              shards=functools.partial(_shard_list, store, cache_dir))
+
+
+def _shard_list(store: Store, cache_dir: str, info: dict[str, Any]) -> list[dict[str, Any]]:
+    """A format 3 manifest's shard list, checked against the size and sha256 it records."""
+    from raycache.integrity import cache_label, read_bytes_checked
+
+    return json.loads(read_bytes_checked(store, f"{cache_dir}/{info['path']}", info["bytes"],
+                                         info["sha256"], cache_label(cache_dir)))
 
 
 def ls(store: Store | str, name: str | None = None) -> list[Cache]:

@@ -21,6 +21,18 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=text)
         p.add_argument("--config", required=True, help="YAML file")
         p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p = sub.add_parser("predict", help="run a trained head over a file, write Parquet")
+    p.add_argument("--checkpoint", required=True, help="head checkpoint folder (path or URI)")
+    p.add_argument("--input", required=True, help="Parquet, JSONL or CSV file, folder or glob")
+    p.add_argument("--output", required=True, help="Parquet file to write (path or URI)")
+    p.add_argument("--keep", nargs="+", metavar="COLUMN",
+                   help="input columns to copy to the output (default: the cache's key)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--in-process", choices=["auto", "true", "false"], default="auto",
+                   help="run without Ray (auto: for small CPU jobs with no cluster)")
+    p.add_argument("--num-gpus", type=_gpus, default="auto",
+                   help="GPUs per actor (auto: 1 where the cluster has GPUs)")
+    p.add_argument("--no-progress", action="store_true")
     p = sub.add_parser("ls", help="list the committed caches in a store")
     p.add_argument("store", nargs="?", default=default_store(),
                    help="store URI (default: $RAYCACHE_STORE, else .raycache/store)")
@@ -28,9 +40,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
     p.add_argument("--store", default=default_store())
     p.add_argument("--json", action="store_true", help="the whole manifest as JSON")
+    p = sub.add_parser("repair", help="re-encode a cache's bad or missing shards from its source")
+    p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
+    p.add_argument("--store", default=default_store())
+    p.add_argument("--no-progress", action="store_true")
     p = sub.add_parser("runs", help="list a cache's training runs with status and metrics")
     p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
     p.add_argument("--store", default=default_store())
+    p = sub.add_parser("verify", help="check every shard of a cache against its manifest")
+    p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
+    p.add_argument("--store", default=default_store())
+    p.add_argument("--fingerprint", help="this fill (default: the newest)")
+    p = sub.add_parser("du", help="bytes, rows and shards of every cache folder in a store")
+    p.add_argument("--store", default=default_store())
+    p = sub.add_parser("gc", help="remove unfinished fills and old fingerprints (dry run unless "
+                                  "--delete)")
+    p.add_argument("--store", default=default_store())
+    p.add_argument("--keep-last", type=int, help="keep the newest N committed fingerprints of "
+                                                 "each name")
+    p.add_argument("--older-than", help="remove fingerprints created longer ago, e.g. 7d")
+    p.add_argument("--max-size", help="remove the oldest until the caches fit, e.g. 50GB")
+    p.add_argument("--grace", default="24h",
+                   help="unfinished fills untouched for this long are removed (default 24h)")
+    p.add_argument("--include-newest", action="store_true",
+                   help="the newest fingerprint of a name may go too")
+    p.add_argument("--delete", action="store_true", help="remove; without it, only list")
     p = sub.add_parser("demo", help="fill and train on a real dataset and encoder, locally")
     p.add_argument("--store", default=".raycache/store")
     p.add_argument("--epochs", type=int, default=30)
@@ -63,6 +97,17 @@ def _pipeline(args: argparse.Namespace) -> int:
     from raycache.pipeline import pipeline
 
     _print_history(pipeline(args.config, progress=not args.no_progress).train)
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from raycache.predict_file import predict_file
+
+    flags = {"auto": "auto", "true": True, "false": False}
+    print(predict_file({"checkpoint": args.checkpoint, "input": args.input,
+                        "output": args.output, "keep": args.keep, "overwrite": args.overwrite,
+                        "in_process": flags[args.in_process], "num_gpus": args.num_gpus},
+                       progress=not args.no_progress).summary())
     return 0
 
 
@@ -102,13 +147,29 @@ def _inspect(args: argparse.Namespace) -> int:
         return 0
     print(f"cache        {m.name}\nfingerprint  {m.fingerprint}\nlocation     {cache.uri}")
     print(f"format       v{m.format_version}\ncreated      {m.created}")
-    print(f"rows         {m.rows} in {len(m.shards)} shards ({m.bytes} bytes)")
+    print(f"rows         {m.rows} in {m.shard_count} shards ({m.bytes} bytes)")
     print(f"key          {m.key_column}\nlabels       {m.label_types}")
     for e in m.encoders:
         print(f"encoder      {e.name}: {e.kind} on {e.input!r}, dim {e.dim}, {e.dtype}, "
               f"weights {e.weights_digest[:16]}")
     for f in m.inputs["source"]["files"]:
         print(f"source       {f['uri']} ({f['size']} bytes, version {f['version']})")
+    return 0
+
+
+def _gpus(text: str) -> float | str:
+    return text if text == "auto" else float(text)
+
+
+def _repair(args: argparse.Namespace) -> int:
+    from raycache.repair import repair
+
+    name, _, fp = args.cache.partition("/")
+    result = repair(name, args.store, fp or None, progress=not args.no_progress)
+    if result.hit:
+        print(f"repair {name}/{result.cache.fingerprint[:12]}: every shard is good; nothing to do")
+    else:
+        print(result.summary().replace("fill ", "repair ", 1))
     return 0
 
 
@@ -130,6 +191,44 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify(args: argparse.Namespace) -> int:
+    from raycache.cache import open_cache
+    from raycache.integrity import verify
+
+    name, _, fp = args.cache.partition("/")
+    report = verify(open_cache(name, args.store, args.fingerprint or fp or None))
+    for line in report.lines():
+        print(line)
+    if not report.ok:
+        print(f"{report.cache}: {len(report.bad)} of {report.shards} shards bad; re-encode them "
+              f"with `raycache repair {name} --store {args.store}`", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def _du(args: argparse.Namespace) -> int:
+    from raycache.manifest import human_bytes
+    from raycache.usage import du
+
+    found = du(args.store)
+    for u in found:
+        print(u.line())
+    total = sum(u.bytes for u in found)
+    print(f"total {human_bytes(total)} ({total} bytes) in {len(found)} cache folder(s) of "
+          f"{args.store}")
+    return 0
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from raycache.retention import gc
+
+    result = gc(args.store, keep_last=args.keep_last, older_than=args.older_than,
+                max_size=args.max_size, grace=args.grace, delete=args.delete,
+                include_newest=args.include_newest)
+    for line in result.lines():
+        print(line)
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from raycache.demo import run
 
@@ -142,8 +241,13 @@ COMMANDS = {
     "fill": _fill,
     "train": _train,
     "pipeline": _pipeline,
+    "predict": _predict,
     "ls": _ls,
     "inspect": _inspect,
+    "repair": _repair,
     "runs": _runs,
+    "verify": _verify,
+    "du": _du,
+    "gc": _gc,
     "demo": _demo,
 }

@@ -13,10 +13,13 @@ from typing import Any
 import yaml
 
 from raycache.errors import ConfigError
+from raycache.manifest import input_column
+from raycache.secrets import seal
 
 __all__ = [
     "AUTO",
     "DEFAULT_STORE",
+    "DUPLICATES",
     "PLACEMENTS",
     "PRECISIONS",
     "SOURCE_FORMATS",
@@ -25,9 +28,11 @@ __all__ = [
     "EncoderConfig",
     "FillConfig",
     "GroupsConfig",
+    "PairsConfig",
     "SourceConfig",
     "StoreConfig",
     "TrainConfig",
+    "ViewsConfig",
     "default_store",
     "load",
     "parse_value",
@@ -47,6 +52,7 @@ PRECISIONS = ("float32", "bfloat16", "float16")
 AUTO = "auto"
 SOURCE_FORMATS = ("parquet", "jsonl", "csv")
 PLACEMENTS = ("auto", "stream", "cpu", "gpu")
+DUPLICATES = ("error", "first", "last")
 
 
 @dataclass
@@ -55,12 +61,17 @@ class StoreConfig:
     """Where caches live: a local folder, or s3://bucket/prefix or any fsspec URI
     ($RAYCACHE_STORE, else .raycache/store, when left out)."""
     options: dict[str, Any] = field(default_factory=dict)
-    """fsspec storage options (e.g. client_kwargs.endpoint_url). Keep credentials in the env."""
+    """fsspec storage options (e.g. client_kwargs.endpoint_url). Credentials (key, secret,
+    token, ...; raycache.secrets) are used but never written or shown; the environment works
+    too."""
     shared: bool = False
     """Set when a local-folder store is mounted on every node (NFS), to allow multi-node use."""
     timeout_s: float = 300.0
     """Seconds one object-store write or read may take before it fails (a hung endpoint then
     fails the fill with a StoreError instead of stalling it; the fill resumes when run again)."""
+
+    def __post_init__(self) -> None:
+        self.options = seal(self.options)
 
 
 @dataclass
@@ -74,9 +85,15 @@ class SourceConfig:
     labels: list[str] = field(default_factory=list)
     """Label columns copied into the cache as they are."""
     options: dict[str, Any] = field(default_factory=dict)
-    """fsspec storage options for the source."""
+    """fsspec storage options for the source (credentials as in store.options)."""
     version: str | None = None
     """A version you name for sources whose files carry no mtime or ETag."""
+    duplicates: str = "error"
+    """Rows that share a key: error (the fill commits nothing and lists a few), or keep the
+    first or the last of them in source order (files sorted, then rows)."""
+
+    def __post_init__(self) -> None:
+        self.options = seal(self.options)
 
 
 @dataclass
@@ -103,7 +120,55 @@ class EncoderConfig:
     """Inference precision: float32, bfloat16 or float16 (autocast; part of the fingerprint).
     On a GPU bfloat16/float16 are faster; on CPUs without bf16 units they are slower."""
     trainable: bool = False
-    """A trainable encoder changes as it learns, so raycache refuses to cache it."""
+    """Trained with the head: its outputs change as it learns, so the fill does not encode it
+    but stores its input (hf-text: token ids) in column `<name>__input`, and training runs it
+    live beside the cached frozen columns (torch and hf-text)."""
+
+
+@dataclass
+class ViewsConfig:
+    """Cached augmentation views: K augmented copies of each row's input, each encoded."""
+
+    count: int
+    """K: views cached per row (one embedding each, besides the clean one)."""
+    augment: list[dict[str, Any]]
+    """Steps applied in order, each {kind: <raycache.augment.REGISTRY key>, **params}, e.g.
+    [{kind: word_dropout, p: 0.1}, {kind: word_swap, swaps: 1}, {kind: crop, max_words: 64}]."""
+    seed: int = 0
+    """View v of a row is drawn from (seed, the sha256 of the row's input, v): the same views
+    whatever the batching, shard size or worker."""
+    encoders: list[str] | None = None
+    """Encoders that get views (their inputs augmented); all of them when left out."""
+
+    def problems(self, encoders: list[str]) -> list[str]:
+        import inspect
+
+        from raycache.augment import REGISTRY
+
+        out = []
+        if self.count < 1:
+            out.append(f"views.count={self.count}: must be >= 1 (views per row), e.g. 4; "
+                       "leave views out for a cache without views")
+        if not self.augment:
+            out.append("views.augment: empty; list at least one step, e.g. "
+                       "[{kind: word_dropout, p: 0.1}]")
+        for i, step in enumerate(self.augment):
+            kind = step.get("kind")
+            if kind not in REGISTRY:
+                out.append(f"views.augment[{i}].kind={kind!r}: unknown; expected one of "
+                           f"{sorted(REGISTRY)}")
+                continue
+            params = {k: v for k, v in step.items() if k != "kind"}
+            try:
+                inspect.signature(REGISTRY[kind]).bind(None, None, **params)
+            except TypeError as exc:
+                out.append(f"views.augment[{i}] ({kind}): {exc}; its parameters are "
+                           f"{list(inspect.signature(REGISTRY[kind]).parameters)[2:]}")
+        for name in self.encoders or []:
+            if name not in encoders:
+                out.append(f"views.encoders: {name!r} is not an encoder of this fill; "
+                           f"expected some of {encoders}")
+        return out
 
 
 @dataclass
@@ -133,6 +198,12 @@ class FillConfig:
     """Run the same stages (read, prepare, encode, write) in this process, without Ray: no
     start-up, for small fills. auto: in-process for a CPU fill of at most 20,000 Parquet rows
     to encode when no Ray cluster is running or named (RAY_ADDRESS); else Ray Data."""
+    views: ViewsConfig | None = None
+    """Cache K augmented views of each row per encoder too (a column <encoder>@views); training
+    draws one per row per epoch. Part of the fingerprint."""
+    reuse: bool = True
+    """Take the embeddings that caches in the store already hold for the same encoder and the
+    same input value (by a sha256 of the input, per row) instead of encoding them again."""
     progress: bool = True
     """Show one progress bar (rows, rows/s, ETA) and the summary."""
     verbose: bool = False
@@ -158,8 +229,13 @@ class FillConfig:
             out.append(f"name={self.name!r}: use letters, digits, '-', '_' or '.'")
         if self.source.format not in (None, *SOURCE_FORMATS):
             out.append(f"source.format={self.source.format!r}: expected one of {SOURCE_FORMATS}")
+        if self.source.duplicates not in DUPLICATES:
+            out.append(f"source.duplicates={self.source.duplicates!r}: expected one of "
+                       f"{DUPLICATES}")
         if not self.encoders:
             out.append("encoders: empty; list at least one frozen encoder")
+        if self.views is not None:
+            out += self.views.problems([e.name for e in self.encoders])
         names = [e.name for e in self.encoders]
         for dup in sorted({n for n in names if names.count(n) > 1}):
             out.append(f"encoders: name {dup!r} is used twice; each needs its own column")
@@ -171,12 +247,15 @@ class FillConfig:
                 out.append(f"{where}.dtype={e.dtype!r}: expected one of {STORAGE_DTYPES}")
             if e.precision not in PRECISIONS:
                 out.append(f"{where}.precision={e.precision!r}: expected one of {PRECISIONS}")
-            if e.trainable:
-                out.append(
-                    f"{where}.trainable=true: a trainable encoder's outputs change as it learns, "
-                    "so they cannot be cached; set trainable: false, or leave it out of the fill "
-                    "and feed its raw input to training"
-                )
+            if e.trainable and e.kind in REGISTRY and REGISTRY[e.kind].live is None:
+                trainables = sorted(k for k, f in REGISTRY.items() if f.live is not None)
+                out.append(f"{where}.trainable=true: kind {e.kind!r} cannot be trained; "
+                           f"trainable encoders are of kinds {trainables}, or set trainable: "
+                           "false to cache its embeddings")
+            if e.trainable and input_column(e.name) in (self.source.key, *self.source.labels,
+                                                        *names):
+                out.append(f"{where}: its input column {input_column(e.name)!r} clashes with a "
+                           "key, label or encoder column; rename the encoder")
             if e.name in (self.source.key, *self.source.labels):
                 out.append(f"{where}: name clashes with a key or label column; rename it")
         return out
@@ -204,6 +283,41 @@ class GroupsConfig:
     """triplet: the soft-margin form log(1 + exp(d_ap - d_an)) instead of a hinge."""
 
 
+@dataclass(frozen=True)
+class PairsConfig:
+    """objective: pairs: similarity learned from a table of pairs of cache keys, each with a
+    score (a graded similarity, e.g. STS in [0, 1]) or a 0/1 label (Quaterion's
+    SimilarityPairSample; sentence-transformers' pair losses)."""
+
+    path: str | None = None
+    """The pairs table: a Parquet or JSONL (or CSV) file, folder or glob, local or any fsspec
+    URI (credentials from the environment). Its keys are joined against the cache's key."""
+    format: str | None = None
+    """parquet, jsonl or csv; inferred from the file suffix when left out."""
+    left: str = "left"
+    """Column holding the first key of each pair."""
+    right: str = "right"
+    """Column holding the second key of each pair."""
+    score: str | None = "score"
+    """Column holding the pair's score or 0/1 label; none (mnr only): every pair is a
+    positive pair (anchor, positive)."""
+    loss: str = "cosine"
+    """contrastive (0/1 labels, margins on `distance`), cosine (MSE between the cosine of the
+    two embeddings and the score) or mnr (multiple-negatives ranking over in-batch
+    negatives, gathered across DDP workers)."""
+    margin: float | None = None
+    """contrastive: the negative margin (default 0 for similarities, 1 for distances)."""
+    pos_margin: float | None = None
+    """contrastive: the positive margin (default 1 for similarities, 0 for distances)."""
+    scale: float = 20.0
+    """mnr: the similarities' scale (1/temperature), as sentence-transformers' `scale`."""
+    symmetric: bool = True
+    """mnr: average the left->right and right->left losses (false: left->right only)."""
+    positives: float | None = None
+    """mnr: train only on pairs whose score is at least this (e.g. 1 for 0/1 labels); none:
+    every pair is a positive pair. Validation keeps every pair."""
+
+
 @dataclass
 class TrainConfig:
     cache: str
@@ -217,9 +331,12 @@ class TrainConfig:
     """Label column; the cache's first one when left out."""
     objective: str = "classification"
     """What the head learns, a key of raycache.objectives.REGISTRY: classification (the label
-    column holds class ids) or groups (it holds group ids: similarity learning)."""
+    column holds class ids), groups (it holds group ids: similarity learning) or pairs (a
+    table of scored pairs of keys: similarity learning; no label column needed)."""
     groups: GroupsConfig = field(default_factory=GroupsConfig)
     """objective: groups: the loss and its settings."""
+    pairs: PairsConfig = field(default_factory=PairsConfig)
+    """objective: pairs: the pairs table, its columns, the loss and its settings."""
     distance: str = "cosine"
     """Similarity objectives: cosine, dot, euclidean or manhattan (losses, miners, retrieval)."""
     embedding_dim: int = 128
@@ -240,6 +357,9 @@ class TrainConfig:
     """Rows per step on each worker (one micro-batch when grad_accum > 1)."""
     lr: float = 1e-3
     """Peak learning rate (after warmup)."""
+    encoder_lr: float | None = None
+    """Peak learning rate of the cache's trainable encoders (their own parameter group, on the
+    same schedule); lr when left out. Pre-trained encoders usually want 10-100x less."""
     weight_decay: float = 0.0
     optimizer: str = "adamw"
     """adamw, adam, sgd, rmsprop or adagrad (raycache.optim.OPTIMIZERS)."""
@@ -295,6 +415,13 @@ class TrainConfig:
     """Where each worker keeps its share: stream (read every epoch), cpu, gpu, or auto."""
     prefetch_batches: int = 4
     """stream: batches read ahead of the training step."""
+    views: bool | str = "auto"
+    """A cache filled with views: draw one view per training row per epoch (seeded by the
+    epoch's seed and the row's key, so reruns and resumes repeat it); validation uses the
+    clean embeddings. auto: use them when the cache has them; false: clean rows only."""
+    verify: bool = True
+    """Check each shard's size and sha256 against the manifest the first time a worker reads it
+    in a run (a mismatch stops the run, naming the shard and `raycache repair`)."""
     checkpoint_every: int = 0
     """Epochs between checkpoints; 0 saves only after the last epoch (and on checkpoint_seconds)."""
     checkpoint_seconds: float = 300.0
@@ -333,10 +460,15 @@ class TrainConfig:
             out.append(f"val_fraction={self.val_fraction}: expected a value in (0, 1), e.g. 0.2")
         if self.placement not in PLACEMENTS:
             out.append(f"placement={self.placement!r}: expected one of {PLACEMENTS}")
+        if self.views not in (True, False, AUTO):
+            out.append(f"views={self.views!r}: expected true, false or 'auto'")
         if self.placement == "gpu" and not self.use_gpu:
             out.append("placement='gpu' needs use_gpu: true (or use placement: cpu)")
         if self.lr <= 0:
             out.append(f"lr={self.lr}: must be > 0, e.g. 1e-3")
+        if self.encoder_lr is not None and self.encoder_lr <= 0:
+            out.append(f"encoder_lr={self.encoder_lr}: must be > 0, e.g. 2e-5, or left out "
+                       "to use lr")
         if self.cpus_per_worker <= 0:
             out.append(f"cpus_per_worker={self.cpus_per_worker}: must be > 0, e.g. 0.5")
         if self.run_name is not None and not _is_name(self.run_name):

@@ -32,3 +32,21 @@ class StoreError(RaycacheError):
 
 class CacheNotFound(StoreError):
     """No committed cache matches the request."""
+
+
+class CorruptShard(StoreError):
+    """A shard's bytes do not match its manifest entry (size or sha256), or it is missing;
+    `uri`, `cache` (name/fingerprint) and `problems` say which and what."""
+
+    def __init__(self, message: str, uri: str = "", cache: str = "",
+                 problems: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.uri, self.cache, self.problems = uri, cache, problems
+
+    def __reduce__(self) -> tuple:  # keep the fields across processes (Ray workers)
+        return type(self), (str(self), self.uri, self.cache, self.problems)
+
+
+class FillFailed(RaycacheError):
+    """A fill that training was reading as it ran (pipeline overlap) stopped with an error; its
+    written shards are kept, so running it again resumes."""

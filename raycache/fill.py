@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import pickle
@@ -14,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -23,12 +24,23 @@ from raycache.cache import Cache, read_manifest
 from raycache.config import AUTO, FillConfig, load
 from raycache.errors import ConfigError, RaycacheError
 from raycache.fingerprint import fingerprint
-from raycache.manifest import FORMAT_VERSION, EncoderEntry, Manifest, ShardEntry, human_bytes
+from raycache.keys import scan
+from raycache.manifest import (
+    FORMAT_VERSION,
+    EncoderEntry,
+    Manifest,
+    ShardEntry,
+    human_bytes,
+    input_column,
+)
 from raycache.resources import LIGHT_CPUS, READ_CPUS, Pool
 from raycache.store import MANIFEST, PROGRESS, Store
 
-__all__ = ["AUTO_IN_PROCESS_ROWS", "FillResult", "Plan", "build_pipeline", "fill", "in_process",
-           "plan", "run_in_process"]
+if TYPE_CHECKING:
+    from raycache.reuse import Reuse
+
+__all__ = ["AUTO_IN_PROCESS_ROWS", "FillResult", "Plan", "build_pipeline", "complete", "fill",
+           "in_process", "manifest_of", "plan", "resumable", "run_in_process"]
 
 AUTO_IN_PROCESS_ROWS = 20_000
 """in_process: auto runs a CPU fill of at most this many rows to encode without Ray (a couple
@@ -61,8 +73,14 @@ class FillResult:
     seconds: float
     """Wall time of the fill call, start-up included."""
     encoded_rows: int
+    """Rows that at least one encoder encoded."""
     resumed_rows: int = 0
     """Rows an interrupted fill had already encoded, kept and not encoded again."""
+    reused_rows: int = 0
+    """Rows whose every embedding was taken from caches already in the store (same encoder,
+    same input value), not encoded."""
+    encoded_by: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Rows each encoder encoded (the rest of its rows it reused or resumed)."""
     first_shard_seconds: float = 0.0
     """From the start of the fill to its first shard written: the start-up cost."""
     encode_seconds: float = 0.0
@@ -84,14 +102,19 @@ class FillResult:
         m = self.cache.manifest
         head = f"fill {m.name}/{m.fingerprint[:12]}: "
         if self.hit:
-            return head + f"hit, {m.rows} rows in {len(m.shards)} shards, encoded nothing"
+            return head + f"hit, {m.rows} rows in {m.shard_count} shards, encoded nothing"
         resumed = f", {self.resumed_rows} resumed" if self.resumed_rows else ""
         return head + (
-            f"miss, {m.rows} rows ({self.encoded_rows} encoded{resumed}), {len(m.shards)} "
+            f"miss, {m.rows} rows ({self.encoded_rows} encoded{self._by()}, {self.reused_rows} "
+            f"reused{resumed}), {m.shard_count} "
             f"shards, {human_bytes(m.bytes)}, {self.seconds:.1f} s, "
             f"{self.rows_per_second:.1f} rows/s ({self.encode_rows_per_second:.1f} rows/s after "
             f"a start-up of {self.first_shard_seconds:.1f} s to the first shard)"
         )
+
+    def _by(self) -> str:
+        by = self.encoded_by
+        return f" [{', '.join(f'{k} {v}' for k, v in by.items())}]" if len(by) > 1 else ""
 
     def __repr__(self) -> str:
         return f"FillResult({self.summary()})"
@@ -117,10 +140,15 @@ def plan(cfg: FillConfig) -> Plan:
             "files": [f.describe() for f in files],
             "key": cfg.source.key,
             "labels": cfg.source.labels,
+            "duplicates": cfg.source.duplicates,
         },
         "encoders": {e.name: REGISTRY[e.kind].describe(e) for e in cfg.encoders},
         "rows_per_shard": cfg.rows_per_shard,
     }
+    if cfg.views is not None:  # left out otherwise, so caches without views keep their keys
+        from raycache.views import describe
+
+        inputs["views"] = describe(cfg.views, cfg.encoders)
     return Plan(cfg, store, fmt, files, schema, inputs, fingerprint(inputs))
 
 
@@ -134,10 +162,16 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
     if manifest is not None:
         return FillResult(Cache(p.store, manifest), True, 0.0, 0)
 
+    return complete(p, resumable(p))
+
+
+def complete(p: Plan, done: list[dict[str, Any]], *, replace: bool = False) -> FillResult:
+    """Encode every row that the shard records `done` do not cover, check, and commit (with
+    `replace`, over a committed manifest: a repair)."""
     from raycache.resources import request, size_pool
 
+    cfg = p.cfg
     start = time.perf_counter()
-    done = _resumable(p)
     resumed = sum(r["rows"] for r in done)
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
                                        _done_ranges(done))
@@ -160,8 +194,9 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
     new: list[dict[str, Any]] = []
     first = None
     if units:
-        records = (run_in_process(p, units, pool) if local
-                   else _records(build_pipeline(p, units, pool)))
+        reuse = _reuse(p) if cfg.reuse else None
+        records = (run_in_process(p, units, pool, reuse) if local
+                   else _records(build_pipeline(p, units, pool, reuse)))
         with _progress_bar(cfg, todo) as bar:
             for record in records:
                 first = first or time.perf_counter() - start
@@ -169,13 +204,22 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
                 bar.update(record["rows"])
     records = done + new
     _check_complete(p, records, totals)
-    encoded = sum(r["rows"] for r in new)
+    records, label_stats = scan(p.store, p.dir, records, p.cfg.source.key, p.cfg.source.duplicates,
+                                [c for c in p.cfg.source.labels
+                                 if pa.types.is_integer(p.schema.field(c).type)], p.cfg.name)
+    reused = sum(r.get("reused", 0) for r in new)
+    by = {e.name: sum(r.get("encoded", {}).get(e.name, r["rows"]) for r in new)
+          for e in cfg.encoders if not e.trainable}
+    encoded = sum(r["rows"] for r in new) - reused
     encode_s = (max(r["written"] for r in new) - min(r["encode_started"] for r in new)
                 if new else 0.0)
-    manifest = _commit(p, records, time.perf_counter() - start)
+    manifest, committed = _commit(p, records, time.perf_counter() - start, replace, label_stats)
+    if not committed:  # another fill of this cache committed first: that cache is the result
+        return FillResult(Cache(p.store, manifest), True, time.perf_counter() - start, 0)
     where = f"in-process, {pool.threads} thread(s)" if local else pool.describe()
     return FillResult(Cache(p.store, manifest), False, time.perf_counter() - start, encoded,
-                      resumed, first or 0.0, encode_s, where)
+                      resumed_rows=resumed, reused_rows=reused, first_shard_seconds=first or 0.0,
+                      encode_seconds=encode_s, pool=where, encoded_by=by)
 
 
 def in_process(cfg: FillConfig, todo: int | None) -> bool:
@@ -188,7 +232,19 @@ def in_process(cfg: FillConfig, todo: int | None) -> bool:
             and todo is not None and todo <= AUTO_IN_PROCESS_ROWS)
 
 
-def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool) -> Iterator[dict]:
+def _reuse(p: Plan) -> Reuse | None:
+    """What the store's other committed caches hold for this fill's encoders (see
+    raycache.reuse)."""
+    from raycache.cache import ls
+    from raycache.reuse import Reuse
+
+    return Reuse.scan(p.store, [e for e in p.cfg.encoders if not e.trainable],
+                      p.inputs["encoders"],
+                      [c.manifest for c in ls(p.store) if c.dir != p.dir])
+
+
+def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse | None = None
+                   ) -> Iterator[dict]:
     """The pipeline's stages called in this process, one shard-sized piece at a time: the
     same reads, tokeniser, encoder and writer, hence the same shards and records."""
     from raycache.fill_stages import EncodeActor, PrepareActor
@@ -201,9 +257,9 @@ def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool) -> Iterator[d
 
     threads = torch.get_num_threads()  # the encoder sets its own; the caller's come back after
     try:
-        prepare = PrepareActor(cfg.encoders, keep)
+        prepare = PrepareActor(cfg.encoders, keep, reuse, cfg.views)
         encode = EncodeActor(cfg, pool, {k: v["weights_digest"]
-                                         for k, v in p.inputs["encoders"].items()})
+                                         for k, v in p.inputs["encoders"].items()}, lazy=True)
         for unit in units:
             for piece in sources.read_unit(unit, p.format, cfg.source.options,
                                            cfg.rows_per_shard, columns):
@@ -214,7 +270,8 @@ def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool) -> Iterator[d
         torch.set_num_threads(threads)
 
 
-def build_pipeline(p: Plan, units: list[sources.Unit], pool: Pool) -> Any:
+def build_pipeline(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse | None = None
+                   ) -> Any:
     """The fill as a lazy Ray Data dataset of shard records (nothing runs until consumed):
     read units -> prepare (tokenise) -> encoder actor pool -> write shards."""
     import ray.data
@@ -234,7 +291,8 @@ def build_pipeline(p: Plan, units: list[sources.Unit], pool: Pool) -> Any:
         batch_size=1, num_cpus=READ_CPUS, batch_format="pyarrow",
     ).repartition(target_num_rows_per_block=cfg.rows_per_shard)  # blocks spread over the pool
     ds = ds.map_batches(
-        PrepareActor, fn_constructor_kwargs=dict(encoders=cfg.encoders, keep=keep),
+        PrepareActor, fn_constructor_kwargs=dict(encoders=cfg.encoders, keep=keep, reuse=reuse,
+                                                 views=cfg.views),
         batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(min_size=1, max_size=pool.prepare_actors),
     )
@@ -280,12 +338,15 @@ def _progress_bar(cfg: FillConfig, total: int | None) -> Any:
         bar.close()
 
 
-def _resumable(p: Plan) -> list[dict[str, Any]]:
+def resumable(p: Plan) -> list[dict[str, Any]]:
     """Records of the shards an earlier, interrupted fill of this fingerprint wrote."""
     out = []
     for name in p.store.listdir(f"{p.dir}/{PROGRESS}"):
         if name.endswith(".json"):
-            record = p.store.read_json(f"{p.dir}/{PROGRESS}/{name}")
+            try:  # another fill of this cache may commit (and clear the records) meanwhile
+                record = p.store.read_json(f"{p.dir}/{PROGRESS}/{name}")
+            except FileNotFoundError:
+                continue
             if p.store.exists(f"{p.dir}/{record['path']}"):
                 out.append(record)
     return out
@@ -320,11 +381,54 @@ def _check_complete(p: Plan, records: list[dict], totals: dict[str, int]) -> Non
         )
 
 
-def _commit(p: Plan, records: list[dict[str, Any]], seconds: float) -> Manifest:
+def _commit(p: Plan, records: list[dict[str, Any]], seconds: float, replace: bool = False,
+            label_stats: dict[str, Any] | None = None) -> tuple[Manifest, bool]:
+    """Write the manifest, exclusively: (the manifest, True), or, when another fill of the same
+    cache committed first, (that fill's manifest, False). `replace` writes over it (repair)."""
+    manifest = manifest_of(p, records, seconds, label_stats)
+    # the shard list first, named by its content (two fills of one cache write the same
+    # object), then the manifest that names it and its checksum: the commit
+    listing = (json.dumps([dataclasses.asdict(s) for s in manifest.shards], sort_keys=True,
+                          separators=(",", ":")) + "\n").encode()
+    digest = hashlib.sha256(listing).hexdigest()
+    manifest.shard_list = {"path": f"shards-{digest[:16]}.json", "bytes": len(listing),
+                           "sha256": digest}
+    manifest.totals = {"rows": manifest.rows, "bytes": manifest.bytes,
+                       "shards": len(manifest.shards)}
+    p.store.write_atomic(f"{p.dir}/{manifest.shard_list['path']}", listing)
+    committed = p.store.write_json(f"{p.dir}/{MANIFEST}", manifest.head(), exclusive=not replace)
+    if not committed:
+        manifest = read_manifest(p.store, p.dir)
+    _clear_progress(p)
+    for name in p.store.listdir(p.dir):  # a repair's earlier shard list
+        if name.startswith("shards-") and name != manifest.shard_list.get("path"):
+            p.store.rm(f"{p.dir}/{name}")
+    return manifest, committed
+
+
+def _clear_progress(p: Plan, attempts: int = 3) -> None:
+    """Remove the progress records once committed. Another fill of the same cache may still be
+    writing records while they go (the folder is not empty again): retry, then leave them; they
+    are inert beside a manifest and the last fill to commit clears them."""
+    for _ in range(attempts):
+        try:
+            p.store.fs.rm(f"{p.dir}/{PROGRESS}", recursive=True)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
+def manifest_of(p: Plan, records: list[dict[str, Any]], seconds: float,
+                label_stats: dict[str, Any] | None = None) -> Manifest:
+    """The manifest of the shards `records` (in source order), not written."""
+    from raycache.reuse import encoder_identity
+
     records = sorted(records, key=lambda r: (r["ranges"][0][3], r["ranges"][0][1]))
     dims = records[0]["dims"] if records else {}
     described = p.inputs["encoders"]
-    manifest = Manifest(
+    return Manifest(
         name=p.cfg.name,
         fingerprint=p.fingerprint,
         inputs=p.inputs,
@@ -336,6 +440,9 @@ def _commit(p: Plan, records: list[dict[str, Any]], seconds: float) -> Manifest:
                 dim=int(dims.get(e.name) or described[e.name].get("dim") or 0),
                 dtype=e.dtype,
                 weights_digest=described[e.name]["weights_digest"],
+                identity="" if e.trainable else encoder_identity(described[e.name]),
+                trainable=e.trainable,
+                column=input_column(e.name) if e.trainable else "",
             )
             for e in p.cfg.encoders
         ],
@@ -347,11 +454,9 @@ def _commit(p: Plan, records: list[dict[str, Any]], seconds: float) -> Manifest:
                        [x[:3] for x in r["ranges"]])
             for r in records
         ],
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        created=datetime.now(UTC).isoformat(timespec="milliseconds"),
         fill_seconds=round(seconds, 3),
-        extra={"encoder_configs": {e.name: dataclasses.asdict(e) for e in p.cfg.encoders}},
+        extra={"encoder_configs": {e.name: dataclasses.asdict(e) for e in p.cfg.encoders},
+               **({"views": p.inputs["views"]} if "views" in p.inputs else {})},
+        label_stats=label_stats or {},
     )
-    p.store.write_json(f"{p.dir}/{MANIFEST}", manifest.to_dict())
-    with contextlib.suppress(FileNotFoundError):
-        p.store.fs.rm(f"{p.dir}/{PROGRESS}", recursive=True)
-    return manifest

@@ -153,6 +153,9 @@ class HeadSpec:
     """Width of the head's output: an embedding dim; 0 means num_classes (a classifier)."""
     normalize: bool = False
     """L2-normalise the head's output (similarity heads on cosine or dot distances)."""
+    trainable: tuple[str, ...] = ()
+    """The encoders (of `encoders`) trained with the head, run live on their cached input;
+    their outputs follow the cached frozen columns, in `encoders` order (raycache.joint)."""
     format_version: int = HEAD_FORMAT_VERSION
 
     @property
@@ -160,9 +163,17 @@ class HeadSpec:
         """The head's output width: out_dim, or num_classes for a classifier."""
         return self.out_dim or self.num_classes
 
+    @property
+    def frozen(self) -> tuple[str, ...]:
+        """The encoders whose embeddings are read from the cache."""
+        return tuple(e for e in self.encoders if e not in self.trainable)
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["hidden"], d["encoders"] = list(self.hidden), list(self.encoders)
+        d["trainable"] = list(self.trainable)
+        if not self.trainable:  # so heads and run digests without one read as before
+            del d["trainable"]
         return d
 
     @classmethod
@@ -175,6 +186,7 @@ class HeadSpec:
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in data.items() if k in names}
         kw["hidden"], kw["encoders"] = tuple(kw["hidden"]), tuple(kw["encoders"])
+        kw["trainable"] = tuple(kw.get("trainable", ()))
         kw["format_version"] = HEAD_FORMAT_VERSION  # older versions lack fields, not meaning
         return cls(**kw)
 

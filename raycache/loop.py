@@ -2,7 +2,8 @@
 DDP worker): set up, resume, then epochs of steps; metrics all-reduced, logged by rank 0, and
 reported to Ray Train only with a checkpoint. The objective (raycache.objectives) supplies the
 loss, what counts as a hit, and the validation metrics. A sweep's heads (a Team) train on the
-same batches in the same pass, each with its own optimizer, schedule and early stopping."""
+same batches in the same pass, each with its own optimizer, schedule and early stopping; a
+sweep of plain linear classifiers trains as one Stack (one product, loss and step for all)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from raycache import checkpoint as ckpt
-from raycache.heads import build_head
+from raycache.joint import build_model, param_groups
 from raycache.members import Members
 from raycache.metrics_log import epoch_line, write_artifacts, write_metrics, write_sweep
 from raycache.objectives import REGISTRY as OBJECTIVES
@@ -30,6 +31,7 @@ from raycache.objectives.gather import lockstep
 from raycache.optim import Schedule, build_optimizer
 from raycache.runspec import RunSpec
 from raycache.shares import InMemory, Streamed
+from raycache.stack import Stack, stackable
 
 __all__ = ["Parts", "Progress", "Team", "train_loop"]
 
@@ -58,7 +60,8 @@ class Parts:
 
     spec: RunSpec
     base: torch.nn.Module
-    """The head itself (its state_dict is what gets saved)."""
+    """The head itself, or the Joint of the trainable encoders and the head (raycache.joint);
+    its state_dict is what gets saved."""
     model: torch.nn.Module
     """What the step calls: the head (with the loss's learnable parts, when it has any), maybe
     DDP-wrapped and compiled."""
@@ -87,6 +90,8 @@ class Team:
     """What a sweep's training step calls: `heads`, maybe DDP-wrapped and compiled."""
     leader: int = 0
     """The member best by the run's select metric so far."""
+    stack: Stack | None = None
+    """A stackable sweep's heads as one (then `heads` is its module); None otherwise."""
 
     @classmethod
     def of(cls, parts: Parts) -> Team:
@@ -97,8 +102,8 @@ class Team:
         """The module the training step calls."""
         return self.members[0].model if self.heads is None else self.model
 
-    def forward(self, x: torch.Tensor, training: bool) -> tuple[torch.Tensor, ...]:
-        """Every head's output for the batch x."""
+    def forward(self, x: torch.Tensor, training: bool) -> Any:
+        """Every head's output for the batch x: a tuple, or a Stack's [B, M, out] tensor."""
         if self.heads is None:
             p = self.members[0]
             return ((p.model if training else p.base)(x),)
@@ -119,6 +124,10 @@ class Trained(torch.nn.Module):
 
 def holders(spec: RunSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
     """(train, validation) data of this worker, in the spec's placement."""
+    if spec.landing:  # the fill is still under way: epoch 1 reads its shards as they land
+        from raycache.landing import first_pass
+
+        return first_pass(spec, rank, device, holders)
     custom = OBJECTIVES[spec.recipe.objective].holders
     if custom is not None:
         return custom(spec, rank, device)
@@ -139,10 +148,10 @@ def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None,
                 fused: bool = False) -> Parts:
     """One head's parts (`fused`: its optimizer's fused implementation, for a sweep)."""
     r = spec.recipe
-    base = build_head(spec.head).to(device)
+    base = build_model(spec.head).to(device)
     objective = OBJECTIVES[r.objective].build(spec, device)
     learnable = list(objective.criterion.parameters())
-    opt = build_optimizer([*base.parameters(), *learnable], r, fused=fused)
+    opt = build_optimizer(param_groups(base, learnable, r), r, fused=fused)
     if r.precision == "float16" and device.type != "cuda":
         raise RuntimeError(f"precision='float16' needs a CUDA device, but this worker has "
                            f"{device.type}; use precision: bfloat16 on CPU")
@@ -161,7 +170,15 @@ def build_team(spec: RunSpec, device: torch.device, train_rows: int | None) -> T
         members.append(build_parts(member, device, train_rows, fused=bool(spec.sweep)))
     progress = [Progress() for _ in members]
     run = progress[0] if not spec.sweep else Progress()
-    return Team(spec, members, progress, run)
+    team = Team(spec, members, progress, run)
+    learnable = any(list(p.objective.criterion.parameters()) for p in members)
+    recipes = [p.spec.recipe for p in members]
+    if spec.sweep and stackable([p.base for p in members], recipes, learnable):
+        team.stack = Stack([p.base for p in members], recipes, spec.class_weights)
+        for parts, view in zip(members, team.stack.opt.members, strict=True):
+            parts.opt = view  # the member's slice of the stack's optimizer
+            parts.schedule = Schedule(view, parts.spec.recipe, parts.schedule.spe)
+    return team
 
 
 def member_state(parts: Parts, progress: Progress) -> dict[str, Any]:
@@ -217,12 +234,20 @@ def wrap(team: Team) -> None:
     spec = team.spec
     if not spec.sweep:
         parts = team.members[0]
-        if spec.world > 1:
-            parts.model = ray.train.torch.prepare_model(parts.model, move_to_device=False)
-        if spec.recipe.compile:
+        if spec.world > 1:  # a pre-trained encoder may hold parameters the model never uses
+            unused = {"find_unused_parameters": True} if spec.head.trainable else None
+            parts.model = ray.train.torch.prepare_model(parts.model, move_to_device=False,
+                                                        parallel_strategy_kwargs=unused)
+        if spec.recipe.compile and spec.head.trainable:
+            say("compile: true compiles a head on cached features; with trainable encoders "
+                "the model trains in eager mode")
+        elif spec.recipe.compile:
             parts.model = compile_or_eager(parts.model, spec.head.in_dim, parts.device)
         return
-    team.heads = team.model = Members([p.model for p in team.members])
+    if team.stack is not None:
+        team.stack.push()  # the members' (maybe restored) weights
+    team.heads = team.model = (team.stack.module if team.stack is not None
+                               else Members([p.model for p in team.members]))
     if spec.world > 1:
         team.model = ray.train.torch.prepare_model(team.model, move_to_device=False)
     if spec.recipe.compile:
@@ -281,15 +306,10 @@ def train_epoch(parts: Parts | Team, data: Any, seed: int, sums: torch.Tensor,
             with sync:
                 with autocast(lead):
                     outs = team.forward(x, training=True)
-                total, values, hits = None, [], []
-                for p, out in zip(team.members, outs, strict=True):
-                    loss, value = p.objective.loss(out.float(), y)
-                    total = loss if total is None else total + loss
-                    values.append(value)
-                    hits.append(p.objective.hits(out.detach().float(), y))
+                total, values, hits = losses(team, outs, y)
                 lead.scaler.scale(total / accum).backward()
-            sums[:, TRAIN_LOSS] += torch.stack(values).double() * len(y)
-            sums[:, TRAIN_HIT] += torch.stack(hits)
+            sums[:, TRAIN_LOSS] += values.double() * len(y)
+            sums[:, TRAIN_HIT] += hits
             sums[:, TRAIN_N] += len(y)
             if last:
                 step(team)
@@ -297,8 +317,39 @@ def train_epoch(parts: Parts | Team, data: Any, seed: int, sums: torch.Tensor,
         step(team)  # the epoch's last, partial accumulation
 
 
+def losses(team: Team, outs: Any, y: torch.Tensor
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(what to back-propagate, each head's loss [M], each head's hits [M]) of a batch."""
+    if team.stack is not None:
+        return team.stack.losses(outs.float(), y)
+    total, values, hits = None, [], []
+    for p, out in zip(team.members, outs, strict=True):
+        loss, value = p.objective.loss(out.float(), y)
+        total = loss if total is None else total + loss
+        values.append(value)
+        hits.append(p.objective.hits(out.detach().float(), y))
+    return total, torch.stack(values), torch.stack(hits)
+
+
 def step(team: Team) -> None:
     """An optimizer step of every head still training (a stopped head's gradients dropped)."""
+    lead = team.members[0]
+    if team.stack is not None:  # one step for every member: a stopped one's is a no-op
+        active = [not p.stopped for p in team.progress]
+        team.stack.step(active)
+        for parts, on in zip(team.members, active, strict=True):
+            if on:
+                parts.schedule.step_batch()
+    else:
+        step_each(team)
+    lead.scaler.update()
+    every = lead.spec.recipe.empty_cache_every
+    if every and lead.device.type == "cuda" and lead.schedule.step_no % every == 0:
+        torch.cuda.empty_cache()
+
+
+def step_each(team: Team) -> None:
+    """Each head's own optimizer step, one after another."""
     lead = team.members[0]
     for parts, progress in zip(team.members, team.progress, strict=True):
         if progress.stopped:
@@ -312,34 +363,38 @@ def step(team: Team) -> None:
         lead.scaler.step(parts.opt)
         parts.opt.zero_grad(set_to_none=True)
         parts.schedule.step_batch()
-    lead.scaler.update()
-    every = lead.spec.recipe.empty_cache_every
-    if every and lead.device.type == "cuda" and lead.schedule.step_no % every == 0:
-        torch.cuda.empty_cache()
 
 
 def evaluate(parts: Parts | Team, data: Any,
              sums: torch.Tensor) -> Evaluator | list[Evaluator]:
     """Validation loss and hits into `sums`; the objective's metrics fed (computed later, when
     every worker is done, since computing them is a collective). A team: one Evaluator per
-    head, and one row of `sums` each."""
+    head (a Stack: one for all its heads, whose compute_each gives each head's), and one row
+    of `sums` each."""
     team = parts if isinstance(parts, Team) else Team.of(parts)
     lead, rows = team.members[0], sums.view(-1, SLOTS)
     team.runner().eval()
-    metrics = [p.objective.evaluator() for p in team.members]
+    metrics = ([lead.objective.evaluator(members=len(team.members))]
+               if team.stack is not None else [p.objective.evaluator() for p in team.members])
     with torch.inference_mode():
         for x, y in data.batches(lead.spec.recipe.batch_size * 4, seed=None):
             x, y = x.to(lead.device, non_blocking=True), y.to(lead.device, non_blocking=True)
             with autocast(lead):
                 outs = team.forward(x, training=False)
-            losses, hits = [], []
-            for p, out, evaluator in zip(team.members, outs, metrics, strict=True):
-                out = out.float()
-                losses.append(p.objective.eval_loss(out, y))
-                hits.append(p.objective.hits(out, y))
-                evaluator.update(out, y)
-            rows[:, VAL_LOSS] += torch.stack(losses).double() * len(y)
-            rows[:, VAL_HIT] += torch.stack(hits)
+            if team.stack is not None:
+                outs = outs.float()
+                loss, hits = team.stack.eval_losses(outs, y), team.stack.hits(outs, y)
+                metrics[0].update(outs, y)
+            else:
+                values, counts = [], []
+                for p, out, evaluator in zip(team.members, outs, metrics, strict=True):
+                    out = out.float()
+                    values.append(p.objective.eval_loss(out, y))
+                    counts.append(p.objective.hits(out, y))
+                    evaluator.update(out, y)
+                loss, hits = torch.stack(values), torch.stack(counts)
+            rows[:, VAL_LOSS] += loss.double() * len(y)
+            rows[:, VAL_HIT] += hits
             rows[:, VAL_N] += len(y)
     return metrics if isinstance(parts, Team) else metrics[0]
 
@@ -448,7 +503,8 @@ def save(team: Team, rank: int) -> None:
     head_weights = lead.best_weights if use_best else lead.base.state_dict()
     key = spec.select if spec.sweep else spec.recipe.monitor
     info = {"metrics": metrics, "best": {key: progress.best, "epoch": progress.best_epoch},
-            "weights": "best" if use_best else "last", "history": progress.history}
+            "weights": "best" if use_best else "last", "history": progress.history,
+            "key": spec.key}  # the cache's key column: what predict keeps by default
     rows = sweep_rows(team) if spec.sweep else []
     if rows:
         info["sweep"] = [{k: v for k, v in row.items() if k != "history"} for row in rows]
@@ -500,7 +556,11 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
         then = epoch_seed(spec, epoch + 1, rank) if epoch + 1 < r.epochs else None
         train_epoch(team, train_data, epoch_seed(spec, epoch, rank), sums, then)
         evaluators = evaluate(team, val_data, sums)
-        extras = [e.compute() for e in evaluators]  # collectives, on every worker
+        if team.stack is not None:
+            team.stack.pull()  # each member's head, for its best weights and checkpoint
+        # collectives, on every worker
+        extras = (evaluators[0].compute_each() if team.stack is not None
+                  else [e.compute() for e in evaluators])
         due = spec.checkpoint_seconds and time.monotonic() - last_save >= spec.checkpoint_seconds
         sums[0, SAVE_NOW] = float(rank == 0 and bool(due))
         if dist.is_available() and dist.is_initialized():

@@ -76,7 +76,8 @@ SCHEDULES: dict[str, Callable[[int, int, Any, int], float] | None] = {
 
 
 class Schedule:
-    """Warmup then the recipe's schedule, stepped once per optimizer step (plateau: per epoch)."""
+    """Warmup then the recipe's schedule, stepped once per optimizer step (plateau: per epoch);
+    a parameter group with a `peak_lr` follows the schedule from that peak instead of lr."""
 
     def __init__(self, opt: torch.optim.Optimizer, recipe: Any, steps_per_epoch: int):
         self.opt, self.recipe, self.spe = opt, recipe, max(steps_per_epoch, 1)
@@ -99,8 +100,9 @@ class Schedule:
         return self.recipe.lr * self.factor()
 
     def _apply(self) -> None:
-        for group in self.opt.param_groups:
-            group["lr"] = self.lr()
+        factor = self.factor()
+        for group in self.opt.param_groups:  # a group's own peak (e.g. encoder_lr), else lr
+            group["lr"] = group.get("peak_lr", self.recipe.lr) * factor
 
     def step_batch(self) -> None:
         self.step_no += 1

@@ -1,7 +1,9 @@
-"""Fill then train as one run: the train section defaults its cache and store to the fill's."""
+"""Fill then train as one run: the train section defaults its cache and store to the fill's;
+with overlap: true, training starts on the fill's shards while it is still encoding."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,10 @@ from raycache.errors import ConfigError
 from raycache.fill import FillResult, fill
 from raycache.train import TrainResult, train
 
+__all__ = ["PipelineResult", "configs", "document", "pipeline"]
+
+SECTIONS = ("fill", "train", "overlap")
+
 
 @dataclass
 class PipelineResult:
@@ -23,17 +29,28 @@ class PipelineResult:
         return f"{self.fill.summary()}\n{self.train.summary()}"
 
 
-def configs(config: dict[str, Any] | str | Path) -> tuple[FillConfig, TrainConfig]:
-    """Both configs, checked before any work starts."""
+def document(config: dict[str, Any] | str | Path) -> dict[str, Any]:
+    """The pipeline config as a dict (read from YAML where it is a path), its sections checked.
+    overlap: true trains while the fill encodes (raycache.landing); false (the default) fills
+    first."""
     if isinstance(config, str | Path):
         path = Path(config)
         if not path.is_file():
             raise ConfigError([f"config file {str(path)!r} does not exist; check the path"])
         config = yaml.safe_load(path.read_text()) or {}
-    unknown = sorted(set(config) - {"fill", "train"})
+    unknown = sorted(set(config) - set(SECTIONS))
     if unknown or "fill" not in config:
-        raise ConfigError([f"pipeline config: expected sections 'fill' and 'train', got "
-                           f"{sorted(config)}"])
+        raise ConfigError([f"pipeline config: expected sections 'fill' and 'train' (and "
+                           f"'overlap'), got {sorted(config)}"])
+    if not isinstance(config.get("overlap", False), bool):
+        raise ConfigError([f"overlap={config['overlap']!r}: expected true (train while the "
+                           "fill encodes) or false (fill first)"])
+    return config
+
+
+def configs(config: dict[str, Any] | str | Path) -> tuple[FillConfig, TrainConfig]:
+    """Both configs, checked before any work starts."""
+    config = document(config)
     fill_cfg = load(FillConfig, config["fill"])
     train_dict = {"cache": fill_cfg.name, "store": config["fill"].get("store", {}),
                   **(config.get("train") or {})}
@@ -42,9 +59,42 @@ def configs(config: dict[str, Any] | str | Path) -> tuple[FillConfig, TrainConfi
 
 def pipeline(config: dict[str, Any] | str | Path, *, progress: bool | None = None
              ) -> PipelineResult:
-    """Fill (or hit) the cache, then train a head on exactly that fill."""
+    """Fill (or hit) the cache, then train a head on exactly that fill; with overlap: true,
+    the first epoch trains on the fill's shards as they are written."""
     fill_cfg, train_cfg = configs(config)
+    if document(config).get("overlap"):
+        return overlapped(fill_cfg, train_cfg, progress)
     filled = fill(fill_cfg, progress=progress)
     print(filled.summary(), flush=True)
     train_cfg.fingerprint = filled.cache.fingerprint
     return PipelineResult(filled, train(train_cfg, progress=progress))
+
+
+def overlapped(fill_cfg: FillConfig, train_cfg: TrainConfig, progress: bool | None
+               ) -> PipelineResult:
+    """The fill in a background thread, training's first epoch on its shards as they land
+    (raycache.landing); a cache already committed is trained on as usual. A training error
+    waits for the fill to end, so that its work is committed (or resumable)."""
+    from raycache.cache import read_manifest
+    from raycache.fill import plan
+    from raycache.landing import Landing, problems
+
+    if progress is not None:
+        fill_cfg = dataclasses.replace(fill_cfg, progress=progress)
+    bad = problems(train_cfg)
+    if bad:
+        raise ConfigError(bad)
+    p = plan(fill_cfg)
+    train_cfg.fingerprint = p.fingerprint
+    if read_manifest(p.store, p.dir) is not None:  # a hit: nothing to overlap with
+        filled = fill(fill_cfg)
+        print(filled.summary(), flush=True)
+        return PipelineResult(filled, train(train_cfg, progress=progress))
+    landing = Landing.start(p, train_cfg.verify)
+    try:
+        trained = train(train_cfg, progress=progress, landing=landing)
+    finally:
+        landing.close()
+    filled = landing.result()
+    print(filled.summary(), flush=True)
+    return PipelineResult(filled, trained)

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from raycache.config import GroupsConfig
+from raycache.config import GroupsConfig, PairsConfig
 from raycache.heads import HeadSpec
 from raycache.store import Store
 
@@ -47,8 +47,10 @@ class Recipe:
     empty_cache_every: int
     val_fraction: float
     seed: int
+    encoder_lr: float | None = None
     objective: str = "classification"
     groups: GroupsConfig = GroupsConfig()
+    pairs: PairsConfig = PairsConfig()
     distance: str = "cosine"
     metrics_k: tuple[int, ...] = (1, 5, 10)
 
@@ -113,6 +115,17 @@ class RunSpec:
     select: str = "val_loss"
     """Sweep: the metric that picks the best member."""
     select_mode: str = "min"
+    checks: tuple[tuple[int, str], ...] = ()
+    """(bytes, sha256) of every shard, in `shards` order, what a worker checks a shard against
+    on its first read in a run; empty: shards are read unchecked (TrainConfig.verify false)."""
+    landing: str = ""
+    """The id of a fill still under way on the driver, whose shards the first training pass
+    reads as they land (raycache.landing; DDP workers ask its Board actor by that name);
+    empty: a committed cache."""
+    views: int = 0
+    """K: training draws one of each row's K cached views per epoch; 0 trains on clean rows."""
+    view_encoders: tuple[str, ...] = ()
+    """The head's encoders whose views columns it trains on (the rest give their clean rows)."""
     version: int = RUN_SPEC_VERSION
 
     @property
@@ -137,7 +150,7 @@ class RunSpec:
                 "rows": self.rows, "digest": self.digest(), **self.sweep_record()}
 
     def digest(self) -> str:
-        return digest(self.head, self.recipe, self.sweep_record())
+        return digest(self.head, self.recipe, self.sweep_record(), self.views)
 
 
 def sweep_record(sweep: tuple[Member, ...], select: str, mode: str) -> dict[str, Any]:
@@ -147,9 +160,15 @@ def sweep_record(sweep: tuple[Member, ...], select: str, mode: str) -> dict[str,
     return {"sweep": [m.settings_dict() for m in sweep], "select": select, "select_mode": mode}
 
 
-def digest(head: HeadSpec, recipe: Recipe, sweep: dict[str, Any] | None = None) -> str:
-    """A hash of what decides a run's result: the head (with the cache's fill), the recipe, and
-    a sweep's members and selection when there is one."""
-    what = {"head": head.to_dict(), "recipe": dataclasses.asdict(recipe),
-            "version": RUN_SPEC_VERSION, **(sweep or {})}
+def digest(head: HeadSpec, recipe: Recipe, sweep: dict[str, Any] | None = None,
+           views: int = 0) -> str:
+    """A hash of what decides a run's result: the head (with the cache's fill), the recipe, a
+    sweep's members and selection when there is one, and whether it trains on views."""
+    settings = dataclasses.asdict(recipe)
+    if recipe.objective != "pairs":  # so runs of other objectives keep their names
+        settings.pop("pairs")
+    if recipe.encoder_lr is None:  # so runs without trainable encoders keep their names
+        settings.pop("encoder_lr")
+    what = {"head": head.to_dict(), "recipe": settings, "version": RUN_SPEC_VERSION,
+            **(sweep or {}), **({"views": views} if views else {})}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from raycache.config import SOURCE_FORMATS, SourceConfig
 from raycache.errors import FingerprintError, SourceError
+from raycache.secrets import reveal
 
 __all__ = ["META", "SourceFile", "Unit", "check_columns", "list_files", "plan_units",
            "read_schema", "read_stage", "read_unit"]
@@ -49,7 +50,7 @@ def list_files(cfg: SourceConfig) -> tuple[str, list[SourceFile]]:
     paths = [cfg.path] if isinstance(cfg.path, str) else list(cfg.path)
     files: dict[str, SourceFile] = {}
     for path in paths:
-        fs, root = fsspec.core.url_to_fs(path, **cfg.options)
+        fs, root = fsspec.core.url_to_fs(path, **reveal(cfg.options))
         exists = _has_magic(root) or fs.exists(root)
         found = (fs.glob(root) if _has_magic(root) else [root]) if exists else []
         if not found:
@@ -106,7 +107,7 @@ def _infer_format(uris: list[str]) -> str:
 
 def read_schema(file: SourceFile, fmt: str, options: dict[str, Any]) -> pa.Schema:
     """The schema of one file, read cheaply (a footer, or the first block)."""
-    with fsspec.open(file.uri, "rb", **options) as f:
+    with fsspec.open(file.uri, "rb", **reveal(options)) as f:
         if fmt == "parquet":
             return pq.read_schema(f)
         reader = pjson.open_json(f) if fmt == "jsonl" else pcsv.open_csv(f)
@@ -155,7 +156,7 @@ def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows:
         if fmt != "parquet":
             units.append(Unit(f, done=skip))
             continue
-        with fsspec.open(f.uri, "rb", **options) as fh:
+        with fsspec.open(f.uri, "rb", **reveal(options)) as fh:
             meta = pq.ParquetFile(fh).metadata
         totals[f.block] = meta.num_rows
         groups: list[int] = []
@@ -174,7 +175,7 @@ def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows:
 def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: list[str]
               ) -> Iterator[pa.Table]:
     """The unit's rows not yet done, in pieces of at most `rows` rows, each with META columns."""
-    with fsspec.open(u.file.uri, "rb", **options) as f:
+    with fsspec.open(u.file.uri, "rb", **reveal(options)) as f:
         if fmt == "parquet":
             pf = pq.ParquetFile(f)
             total, offset = pf.metadata.num_rows, u.start

@@ -15,6 +15,9 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
 
+RAY_EXPORTS = ("EXPORT_DATASET_METADATA", "EXPORT_TRAIN_RUN", "EXPORT_TRAIN_RUN_ATTEMPT")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -64,6 +67,9 @@ def ray_session(request: pytest.FixtureRequest):
         request.getfixturevalue("s3_endpoint")
 
     os.environ["HF_HUB_OFFLINE"] = "1"
+    # What Ray Train and Ray Data record of a run (operator arguments, loop and run configs)
+    # goes to the session's export-event logs too, where tests look for leaked credentials.
+    os.environ.setdefault("RAY_enable_export_api_write_config", ",".join(RAY_EXPORTS))
     path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
     os.environ["PYTHONPATH"] = path
     ray.init(

@@ -135,10 +135,11 @@ def test_jobs_on_two_nodes_share_one_s3_store(cluster, bucket, tmp_path):
     (tmp_path / "fill.yaml").write_text(yaml.safe_dump(fill_cfg))
     done = submit(cluster, tmp_path / "fill.yaml", "fill")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "miss, 400 rows (400 encoded), 8 shards" in done.stdout
+    assert "miss, 400 rows (400 encoded, 0 reused), 8 shards" in done.stdout
     [manifest] = fs.glob(f"{store}/toy/*/manifest.json")
     committed = json.loads(fs.cat(manifest))
-    assert sum(s["rows"] for s in committed["shards"]) == 400
+    listed = json.loads(fs.cat(manifest.rsplit("/", 1)[0] + "/" + committed["shard_list"]["path"]))
+    assert sum(s["rows"] for s in listed) == committed["totals"]["rows"] == 400
     assert len(actor_nodes(cluster, "EncodeActor")) == 2
 
     (tmp_path / "train.yaml").write_text(yaml.safe_dump({

@@ -38,7 +38,7 @@ def test_semantic_problems_name_value_and_fix():
     bad = fill_dict(
         encoders=[
             {"name": "e", "kind": "bert-ish", "input": "text"},
-            {"name": "e", "kind": "torch", "input": "x", "trainable": True, "dtype": "int8"},
+            {"name": "e", "kind": "torch", "input": "x", "dtype": "int8"},
         ],
         batch_size=0,
     )
@@ -46,7 +46,6 @@ def test_semantic_problems_name_value_and_fix():
         load(FillConfig, bad)
     text = str(err.value)
     assert "kind='bert-ish': unknown; expected one of ['hf-text', 'torch']" in text
-    assert "trainable=true" in text and "cannot be cached" in text
     assert "dtype='int8'" in text
     assert "name 'e' is used twice" in text
     assert "batch_size=0: expected a whole number >= 1, or 'auto'" in text

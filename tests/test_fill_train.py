@@ -42,10 +42,11 @@ def test_fill_commits_plain_parquet_and_second_fill_hits(ray_session, separable_
         assert len(blob) == shard.bytes and hashlib.sha256(blob).hexdigest() == shard.sha256
     # plain Parquet: pandas reads the shards with no raycache code
     df = pd.concat(pd.read_parquet(p) for p in sorted(cache_dir.glob("shards/*.parquet")))
-    assert sorted(df.columns) == ["id", "label", "name", "proj"] and len(df) == 600
+    assert sorted(df.columns) == ["_sha256_features", "id", "label", "name", "proj"]
+    assert len(df) == 600
     assert df["id"].is_unique
     assert not (cache_dir / "_progress").exists()
-    assert json.loads((cache_dir / "manifest.json").read_text())["format_version"] == 2
+    assert json.loads((cache_dir / "manifest.json").read_text())["format_version"] == 3
 
     mtimes = {p: p.stat().st_mtime_ns for p in cache_dir.rglob("*")}
     second = raycache.fill(cfg)
@@ -74,7 +75,9 @@ def test_changed_source_is_a_miss_and_keeps_the_old_cache(ray_session, separable
                                                          tmp_path):
     cfg = toy_fill(str(separable_source), str(tmp_path / "store"))
     old = raycache.fill(cfg)
-    pq.write_table(separable(n=20, seed=5), separable_source / "b.parquet")
+    changed = separable(n=20, seed=5)  # new rows, with keys of their own
+    changed = changed.set_column(0, "id", pa.array([f"new-{i}" for i in range(20)]))
+    pq.write_table(changed, separable_source / "b.parquet")
     new = raycache.fill(cfg)
     assert not new.hit and new.cache.fingerprint != old.cache.fingerprint
     assert new.cache.manifest.rows == 350 + 20

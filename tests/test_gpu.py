@@ -84,3 +84,21 @@ def test_minilm_fill_on_fractional_gpus_in_bfloat16_matches_cpu(ray_session, tmp
     gpu = np.stack(table.column("m").to_numpy(zero_copy_only=False))
     cosine = (cpu * gpu).sum(1) / np.linalg.norm(cpu, axis=1) / np.linalg.norm(gpu, axis=1)
     assert cosine.min() >= 0.999
+
+
+def test_predict_on_gpu_actors_matches_head_predict(ray_session, separable_source, tmp_path):
+    store = str(tmp_path / "store")
+    raycache.fill(toy_fill(str(separable_source), store, in_process=True))
+    run = raycache.train({"cache": "toy", "store": {"uri": store}, "epochs": 2, "lr": 0.05,
+                          "num_workers": 0, "progress": False})
+    rows = pa.concat_tables(
+        pa.parquet.read_table(p) for p in sorted(separable_source.glob("*.parquet")))
+    out = tmp_path / "pred.parquet"
+    result = raycache.predict_file({"checkpoint": run.checkpoint, "input": str(separable_source),
+                                    "output": str(out), "in_process": False,
+                                    "rows_per_batch": 128, "progress": False})
+    assert "1 GPU" in result.where  # num_gpus auto: this cluster has GPUs
+    table = pa.parquet.read_table(out)
+    assert table.column("id").equals(rows.column("id"))
+    expected = run.load_head().predict(rows.column("features").to_pylist())
+    assert table.column("prediction").to_pylist() == expected.tolist()

@@ -1,4 +1,6 @@
-"""examples/quickstart.ipynb runs top to bottom in a fresh kernel and shows what it promises.
+"""examples/quickstart.ipynb and examples/similarity.ipynb run top to bottom in fresh kernels
+and show what they promise (the similarity notebook after the quickstart, in its store: its fill
+is a hit, as it is for a reader who runs them in order).
 
 The kernel is a separate process with its own in-process Ray, so it does not share (or clash
 with) a Ray the pytest process may already run for other tests.
@@ -17,6 +19,7 @@ from raycache.demo_data import TOPICS
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
+SIMILARITY = ROOT / "examples" / "similarity.ipynb"
 KERNEL = "python3"
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
@@ -40,21 +43,26 @@ def text_of(output) -> str:
     return data.get("text/plain", "") + data.get("text/html", "")
 
 
-@pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory):
+def execute(path: Path, work: Path):
+    """The notebook at `path`, run in a fresh kernel in `work`, with its outputs."""
     import nbformat
     from jupyter_client import KernelManager
     from nbclient import NotebookClient
 
     cmd = KernelManager(kernel_name=KERNEL).format_kernel_cmd()
     assert cmd[0] == sys.executable, f"kernel {KERNEL!r} would run {cmd[0]}, not {sys.executable}"
-    work = tmp_path_factory.mktemp("quickstart")
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb, timeout=600, kernel_name=KERNEL, resources={"metadata": {"path": str(work)}}
     )
     client.execute(env=kernel_env(work / "store"))
-    return nb, work
+    return nb
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory):
+    work = tmp_path_factory.mktemp("quickstart")
+    return execute(NOTEBOOK, work), work
 
 
 def outputs(nb, marker: str) -> list:
@@ -71,26 +79,29 @@ def printed(nb, marker: str) -> str:
     )
 
 
-def test_notebook_is_stored_without_outputs():
+@pytest.mark.parametrize("path", [NOTEBOOK, SIMILARITY], ids=lambda p: p.stem)
+def test_notebook_is_stored_without_outputs(path):
     import nbformat
 
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert nb.metadata.kernelspec.name == KERNEL
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(not c.outputs and c.execution_count is None for c in code)
 
 
+def errors_of(nb) -> list:
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if o.output_type == "error"]
+
+
 def test_quickstart_runs(executed):
     nb, work = executed
-    errors = [
-        o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
-    ]
-    assert not errors, errors
+    assert not errors_of(nb), errors_of(nb)
 
     fill = printed(nb, "raycache.fill(")
-    assert re.search(r"fill stdlib-docs/\w+: miss, 150 rows \(150 encoded\), \d+ shards",
-                     fill), fill
+    assert re.search(
+        r"fill stdlib-docs/\w+: miss, 150 rows \(150 encoded, 0 reused\), \d+ shards", fill), fill
     assert (work / "store" / "stdlib-docs").is_dir()
 
     cache_repr = "".join(text_of(o) for o in outputs(nb, "raycache.open_cache("))
@@ -116,3 +127,42 @@ def test_quickstart_runs(executed):
     assert len(predictions) == 2, predictions
     assert predictions[0].split()[0] == "math", predictions
     assert all(line.split()[0] in TOPICS for line in predictions), predictions
+
+
+QUERY_TOPICS = {"greatest common divisor": "math", "HTTP request": "network",
+                "day of the week": "time"}
+"""What each of the similarity notebook's queries asks about."""
+
+
+def test_similarity_notebook_beats_a_random_projection_and_finds_the_topic(executed):
+    import time
+
+    _, work = executed  # the quickstart's store: this notebook's fill is a hit
+    start = time.perf_counter()
+    nb = execute(SIMILARITY, work)
+    seconds = time.perf_counter() - start
+    assert not errors_of(nb), errors_of(nb)
+    assert "hit, 150 rows" in printed(nb, "raycache.fill("), printed(nb, "raycache.fill(")
+    assert "in-process" in printed(nb, "raycache.train(")
+
+    scores = {}
+    for line in printed(nb, "retrieval_metrics(").splitlines():
+        found = re.match(r"\s*(.+?)\s+precision@1 ([\d.]+)\s+mAP@5 ([\d.]+)", line)
+        if found:
+            scores[found.group(1)] = (float(found.group(2)), float(found.group(3)))
+    assert set(scores) == {"random projection", "MiniLM as is", "trained head"}, scores
+    head, rand = scores["trained head"], scores["random projection"]
+    assert head[0] > rand[0] and head[1] > rand[1], scores
+
+    results: dict[str, list[str]] = {}
+    for line in printed(nb, "head.embed(queries)").splitlines():
+        if line.startswith("query: "):
+            query = next(k for k in QUERY_TOPICS if k in line)
+            results[query] = []
+        else:
+            results[query].append(line.split()[1])  # "  0.930  network  id: text"
+    assert set(results) == set(QUERY_TOPICS) and all(len(v) == 3 for v in results.values())
+    for query, topics in results.items():
+        assert topics[0] == QUERY_TOPICS[query], results  # the nearest row: the query's topic
+        assert topics.count(QUERY_TOPICS[query]) >= 2, results
+    print(f"similarity notebook: {seconds:.1f} s")  # shown with -s; the brief's budget is ~60 s

@@ -1,7 +1,7 @@
 """Objectives: every group loss learns groups hidden in noise (the loss falls, retrieval beats the
 untrained head's random projection), retrieval metrics match a brute-force computation, a loss
-gathered across two real DDP workers equals the one-process loss of the same global batch, and
-the config checks name the bad value."""
+gathered across two real DDP workers (groups', and pairs' symmetric MNR) equals the one-process
+loss of the same global batch, and the config checks name the bad value."""
 
 import dataclasses
 import os
@@ -18,6 +18,7 @@ from raycache.config import GroupsConfig, TrainConfig, load
 from raycache.errors import ConfigError
 from raycache.heads import HeadSpec
 from raycache.objectives.groups import Groups
+from raycache.objectives.pairs import Pairs
 from raycache.objectives.retrieval import retrieval_metrics
 from raycache.runspec import Recipe, RunSpec
 from raycache.store import Store
@@ -230,6 +231,23 @@ def test_classification_metrics_equal_torchmetrics():
                 assert found[f"val_top{k}_acc"] == pytest.approx(float(acc), abs=1e-6)
 
 
+def test_class_metrics_of_many_heads_at_once_equal_each_heads_own():
+    from raycache.objectives.classification import ClassMetrics
+
+    g = torch.Generator().manual_seed(4)
+    joint = ClassMetrics(5, (1, 3), torch.device("cpu"), members=3)
+    alone = [ClassMetrics(5, (1, 3), torch.device("cpu")) for _ in range(3)]
+    for n in (9, 30):
+        out, y = torch.randn(n, 3, 5, generator=g), torch.randint(0, 5, (n,), generator=g)
+        out[: n // 2, 1] += 10 * torch.nn.functional.one_hot(y[: n // 2], 5)  # head 1 better
+        joint.update(out, y)
+        for i, metrics in enumerate(alone):
+            metrics.update(out[:, i], y)
+    found, want = joint.compute_each(), [m.compute() for m in alone]
+    assert found == [pytest.approx(w, abs=1e-12) for w in want]
+    assert found[1]["val_f1"] > found[0]["val_f1"]
+
+
 GATHERED = [{"loss": "infonce"}, {"loss": "contrastive"},
             {"loss": "triplet", "miner": "hard", "margin": 0.3}]
 
@@ -251,6 +269,18 @@ def groups_spec(loss: dict) -> RunSpec:
     return run_spec(Path(tempfile.gettempdir()), out_dim=6, groups=loss)
 
 
+def pairs_batch() -> tuple[torch.Tensor, torch.Tensor, Pairs]:
+    """8 positive pairs (score, left key id, right key id), pair 6 repeating pair 1's right
+    key (across the two workers' parts), and the symmetric MNR objective."""
+    x = hidden_groups(16, 4)[0].reshape(8, 2, DIM)
+    x[6, 1] = x[1, 1]
+    y = torch.tensor([[1.0, i, 100 + i] for i in range(8)], dtype=torch.float64)
+    y[6, 2] = y[1, 2]
+    spec = run_spec(Path(tempfile.gettempdir()), out_dim=6, objective="pairs",
+                    pairs={"path": "unused.parquet", "loss": "mnr"})
+    return x, y, Pairs(spec, torch.device("cpu"))
+
+
 def _worker(rank: int, init: str, out: str) -> None:
     """One of two gloo workers: its part of the global batch (5 rows or 3), under DDP."""
     torch.set_num_threads(1)
@@ -268,6 +298,12 @@ def _worker(rank: int, init: str, out: str) -> None:
                 model(x[mine]), y[mine])
             backprop.backward()
             found.append({"loss": value, "grad": head.weight.grad})
+        x, y, pairs = pairs_batch()
+        head = fixed_head()
+        model = torch.nn.parallel.DistributedDataParallel(head)  # kept alive for backward
+        backprop, value = pairs.loss(model(x[mine]), y[mine])
+        backprop.backward()
+        found.append({"loss": value, "grad": head.weight.grad})
         steps = list(lockstep(iter([0] * (2 + rank)), torch.device("cpu")))
         torch.save({"found": found, "steps": len(steps)}, f"{out}/{rank}.pt")
     finally:
@@ -291,6 +327,15 @@ def test_loss_gathered_across_two_workers_equals_the_one_process_loss(tmp_path):
             # average is the gradient of the global batch's loss
             torch.testing.assert_close(got["found"][i]["grad"], head.weight.grad,
                                        rtol=1e-4, atol=1e-6)
+    x, y, pairs = pairs_batch()  # symmetric MNR over the pairs of both workers
+    head = fixed_head()
+    backprop, value = pairs.loss(head(x), y)
+    backprop.backward()
+    assert float(value) > 0
+    for got in ranks:
+        assert float(got["found"][-1]["loss"]) == pytest.approx(float(value), rel=1e-5)
+        torch.testing.assert_close(got["found"][-1]["grad"], head.weight.grad, rtol=1e-4,
+                                   atol=1e-6)
     assert [got["steps"] for got in ranks] == [2, 2]  # lockstep: both stop with the shorter
 
 

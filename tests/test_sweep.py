@@ -4,6 +4,7 @@ saved, every member is recorded, and a sweep resumes from its checkpoint."""
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow.parquet as pq
 import pytest
@@ -14,6 +15,9 @@ from raycache.config import TrainConfig, load
 from raycache.errors import ConfigError, RaycacheError
 from raycache.heads import HeadSpec, build_head
 from raycache.members import Members
+from raycache.optim import build_optimizer
+from raycache.stack import Stack
+from raycache.stack_optim import BUFFERS, UPDATES
 from tests.conftest import separable, toy_fill
 
 RESULT_KEYS = ("train_loss", "train_acc", "val_loss", "val_acc")
@@ -48,6 +52,62 @@ def test_members_module_runs_linear_heads_as_one_product_and_others_alone():
     x = torch.randn(4, 6)
     for head, out in zip(heads, team(x), strict=True):
         torch.testing.assert_close(out, head(x))
+
+
+@pytest.mark.parametrize("optimizer", [*sorted(UPDATES), "sgd-nesterov"])
+def test_a_stack_steps_each_member_as_its_own_torch_optimizer_would(optimizer):
+    name, nesterov = optimizer.removesuffix("-nesterov"), optimizer.endswith("-nesterov")
+    settings = [(0.05, 0.0, 0.9, 0.0), (0.01, 0.1, 0.5, 0.1), (0.2, 0.01, 0.0, 0.2),
+                (0.02, 0.0, 0.9, 0.0)]  # lr, weight_decay, momentum, label_smoothing
+    recipes = [SimpleNamespace(optimizer=name, lr=lr, weight_decay=wd,
+                               momentum=mom if not nesterov else 0.9, nesterov=nesterov,
+                               label_smoothing=ls, grad_clip=0.5)
+               for lr, wd, mom, ls in settings]
+    weights = (1.0, 2.0, 0.5)
+    torch.manual_seed(0)
+    lone = [torch.nn.Sequential(torch.nn.Dropout(0.0), torch.nn.Linear(6, 3)) for _ in recipes]
+    stack = Stack([torch.nn.Sequential(torch.nn.Dropout(0.0), torch.nn.Linear(6, 3))
+                   for _ in recipes], recipes, weights)
+    stack.module.load_from([head[1] for head in lone])
+    opts = [build_optimizer(head.parameters(), r) for head, r in zip(lone, recipes, strict=True)]
+    for t in range(6):
+        x, y = torch.randn(16, 6) * 4, torch.randint(0, 3, (16,))
+        active = [True, True, True, t < 3]  # the last member stops after 3 steps
+        total, values, hits = stack.losses(stack.module(x), y)
+        total.backward()
+        for i, (head, opt, r) in enumerate(zip(lone, opts, recipes, strict=True)):
+            out = head(x)
+            loss = torch.nn.functional.cross_entropy(out, y, torch.tensor(weights),
+                                                     label_smoothing=r.label_smoothing)
+            torch.testing.assert_close(values[i], loss.detach())
+            assert hits[i] == (out.argmax(-1) == y).sum()
+            if active[i]:
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(head.parameters(), r.grad_clip)
+                opt.step()
+                opt.zero_grad()
+        frozen = stack.module.weight[3].clone()
+        stack.step(active)
+        if not active[3]:
+            assert torch.equal(stack.module.weight[3], frozen)
+    for i, (head, opt) in enumerate(zip(lone, opts, strict=True)):
+        # float rounding differs (one kernel for all members): equal to 1e-5
+        torch.testing.assert_close(stack.module.weight[i], head[1].weight, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(stack.module.bias[i], head[1].bias, rtol=1e-5, atol=1e-5)
+        mine, theirs = stack.opt.members[i].state_dict()["state"], opt.state_dict()["state"]
+        for j in (0, 1):
+            buffers = theirs.get(j, {})  # sgd without momentum keeps none
+            for k in BUFFERS[name]:
+                if buffers.get(k) is not None:
+                    torch.testing.assert_close(mine[j][k], buffers[k], rtol=1e-5, atol=1e-5)
+            if "step" in buffers:
+                assert float(mine[j]["step"]) == float(buffers["step"]) == (6 if i < 3 else 3)
+    # a member's state loads back into its slice (resume), and from torch's own optimizer
+    saved = stack.opt.members[1].state_dict()
+    stack.opt.members[1].load_state_dict(stack.opt.members[2].state_dict())
+    stack.opt.members[1].load_state_dict(opts[1].state_dict())
+    for k in BUFFERS[name]:
+        torch.testing.assert_close(stack.opt.state[0][k][1], saved["state"][0][k])
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +172,28 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
     again = raycache.train(cfg(store, sweep=sweep, run_name="sweep"))
     assert again.checkpoint == run.checkpoint and again.best["member"] == best["member"]
     assert len(run.sweep_frame()) == 8
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_a_sweep_of_linear_heads_trains_as_one_stack_and_each_ends_as_a_lone_run(store,
+                                                                                monkeypatch):
+    from raycache import loop
+
+    built = []
+    monkeypatch.setattr(loop, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
+    sweep = {"lr": [0.01, 0.05], "label_smoothing": [0.0, 0.1]}
+    run = raycache.train(cfg(store, sweep=sweep, grad_clip=1.0, run_name="stacked"))
+    assert len(built) == 1 and built[0].module.weight.shape[0] == 4
+    members = state(run)["members"]
+    for i in (0, 3):
+        settings = run.sweep[i]["settings"]
+        lone = raycache.train(cfg(store, **settings, grad_clip=1.0, run_name=f"stacked-{i}"))
+        assert results(run.sweep[i]["history"]) == pytest.approx(results(lone.history),
+                                                                 rel=1e-5)
+        for k, v in torch.load(Path(lone.checkpoint) / "head.pt").items():
+            torch.testing.assert_close(members[i]["model"][k], v, rtol=1e-5, atol=1e-5)
+    assert len(built) == 1  # lone runs are no stack
 
 
 @pytest.mark.ray

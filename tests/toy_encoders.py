@@ -1,5 +1,7 @@
 """Small deterministic torch encoders for tests: fixed-seed projections, importable by workers."""
 
+import threading
+
 import torch
 
 
@@ -35,3 +37,83 @@ class _Slow(torch.nn.Module):
 def slow_projection(in_dim: int = 8, out_dim: int = 16, delay: float = 0.5) -> torch.nn.Module:
     """projection() that takes `delay` seconds per forward pass."""
     return _Slow(projection(in_dim, out_dim), delay)
+
+
+GATE = threading.Event()
+"""gated_projection's forward passes after the first `after` wait for this (a test sets it)."""
+FAIL_AT: int | None = None
+"""flaky_projection raises on its forward pass number FAIL_AT (counting from 1); None: never."""
+
+
+class _Gated(torch.nn.Module):
+    """Waits for GATE (at most `timeout` seconds) before every forward pass after the first
+    `after`, so a test can hold a fill open until something else has happened."""
+
+    def __init__(self, inner: torch.nn.Module, after: int, timeout: float):
+        super().__init__()
+        self.inner, self.after, self.timeout, self.calls = inner, after, timeout, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls > self.after:
+            GATE.wait(self.timeout)
+        return self.inner(x)
+
+
+def gated_projection(in_dim: int = 8, out_dim: int = 16, after: int = 1,
+                     timeout: float = 30.0) -> torch.nn.Module:
+    """projection() whose forward passes after the first `after` wait for GATE."""
+    return _Gated(projection(in_dim, out_dim), after, timeout)
+
+
+class _Flaky(torch.nn.Module):
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner, self.calls = inner, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if FAIL_AT is not None and self.calls >= FAIL_AT:
+            raise RuntimeError(f"toy encoder failed on purpose at call {self.calls}")
+        return self.inner(x)
+
+
+def flaky_projection(in_dim: int = 8, out_dim: int = 16) -> torch.nn.Module:
+    """projection() that raises on forward pass FAIL_AT (a module setting, so that a resumed
+    fill has the same fingerprint)."""
+    return _Flaky(projection(in_dim, out_dim))
+
+
+WORDS = (
+    "the", "a", "one", "two", "red", "blue", "green", "cat", "dog", "bird", "runs", "sits",
+    "sees", "big", "small", "old", "new", "fast", "slow", "near", "far", "over", "under",
+    "this", "that", "and",
+)
+
+
+def tiny_text_model(folder: str) -> str:
+    """Write a tiny hf-text model folder (a word-level tokenizer over WORDS and a one-layer
+    BERT with seeded weights): a real text encoder that loads in well under a second."""
+    from pathlib import Path
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import BertConfig, BertModel
+
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    vocab = {w: i for i, w in enumerate([*special, *WORDS])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    tok.save(f"{folder}/tokenizer.json")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=128)
+    BertModel(config).save_pretrained(folder)
+    return folder
+def small_mlp(in_dim: int = 8, out_dim: int = 8, seed: int = 1) -> torch.nn.Module:
+    """A seeded two-layer MLP: the trainable encoder of the tests (its weights should move)."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(in_dim, 16), torch.nn.ReLU(),
+                               torch.nn.Linear(16, out_dim))

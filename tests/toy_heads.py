@@ -17,3 +17,77 @@ class Sleep(torch.nn.Module):
 def slow_linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float) -> torch.nn.Module:
     """A linear head whose every forward pass takes DELAY_S longer."""
     return torch.nn.Sequential(torch.nn.Linear(in_dim, out_dim), Sleep())
+
+
+WATCH: str = ""
+"""A store folder: recording_linear notes whether a manifest was in it at its first training
+step (in FIRST_STEP) and then sets toy_encoders.GATE. In a DDP worker (no WATCH there) it tells
+the FirstStep actor named SIGNAL instead, which holds the folder."""
+FIRST_STEP: list[bool] = []
+SIGNAL, NAMESPACE = "toy-first-step", "raycache-tests"
+
+
+class FirstStep:
+    """A Ray actor (made with ray.remote by the test): the folder to watch, and whether the
+    first training step of any worker found a manifest in it (None: no step yet)."""
+
+    def __init__(self, watch: str):
+        self.watch, self.committed = watch, None
+
+    def where(self) -> str:
+        return self.watch
+
+    def step(self, committed: bool) -> None:
+        if self.committed is None:
+            self.committed = committed
+
+    def first(self) -> bool | None:
+        return self.committed
+
+
+class Record(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and not FIRST_STEP:
+            import glob
+
+            import toy_encoders
+
+            if WATCH:  # in the process that runs the fill
+                FIRST_STEP.append(bool(glob.glob(f"{WATCH}/*/*/manifest.json")))
+                toy_encoders.GATE.set()
+            else:
+                import ray
+
+                if not ray.is_initialized():  # local mode, no test watching
+                    return x
+                try:
+                    signal = ray.get_actor(SIGNAL, namespace=NAMESPACE)
+                except ValueError:  # no test is watching this run
+                    return x
+                watch = ray.get(signal.where.remote())
+                FIRST_STEP.append(bool(glob.glob(f"{watch}/*/*/manifest.json")))
+                ray.get(signal.step.remote(FIRST_STEP[0]))
+        return x
+
+
+def recording_linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float
+                     ) -> torch.nn.Module:
+    """A linear head that records, at its first training step, whether the cache under WATCH
+    was committed yet."""
+    return torch.nn.Sequential(torch.nn.Linear(in_dim, out_dim), Record())
+
+
+SEEN: list[tuple[bool, torch.Tensor]] = []
+"""(training?, inputs) of every forward pass of a seeing head in this process."""
+
+
+class See(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        SEEN.append((self.training, x.detach().clone()))
+        return x
+
+
+def seeing_linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float
+                  ) -> torch.nn.Module:
+    """A linear head that appends every input batch to SEEN (local-mode runs only)."""
+    return torch.nn.Sequential(See(), torch.nn.Linear(in_dim, out_dim))

@@ -43,7 +43,8 @@ class Encoder(Protocol):
 
 class Family(NamedTuple):
     """An encoder family: `describe` is cheap and runs on the driver; `prepare` builds the CPU
-    stage's function (light: no model weights); `load` builds the frozen model in actors."""
+    stage's function (light: no model weights); `load` builds the frozen model in actors;
+    `live` and `rows`, where the family has them, train it (raycache.joint)."""
 
     describe: Callable[[EncoderConfig], dict[str, Any]]
     """Stable description for the fingerprint: settings plus a `weights_digest`."""
@@ -51,6 +52,12 @@ class Family(NamedTuple):
     """load(cfg, device, batching=Batching()) -> Encoder on "cpu" or "cuda"."""
     prepare: Callable[[EncoderConfig], Callable[[pa.Array], pa.Array]]
     """prepare(cfg) -> values -> model-ready inputs."""
+    live: Callable[[EncoderConfig], torch.nn.Module] | None = None
+    """live(cfg) -> the encoder as a trainable module: a tensor of `rows` in, (n, dim) out
+    (None: the family cannot be trained)."""
+    rows: Callable[[EncoderConfig, pa.Array], np.ndarray] | None = None
+    """rows(cfg, prepared) -> what the cache stored for a trainable encoder (its prepared inputs)
+    as one array of rows, the tensor its `live` module takes."""
 
 
 def freeze(module: torch.nn.Module) -> torch.nn.Module:

@@ -20,7 +20,7 @@ from raycache.errors import EncoderError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["HF_TEXT", "HFTextEncoder", "Tokenize", "describe", "resolve"]
+__all__ = ["HF_TEXT", "HFTextEncoder", "Tokenize", "describe", "resolve", "rows", "trainable"]
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 SKIP = {"README.md", ".gitattributes"}
@@ -71,8 +71,9 @@ def describe(cfg: EncoderConfig) -> dict[str, Any]:
         "dtype": cfg.dtype,
         "precision": cfg.precision,
         "dim": hidden,
-        "weights_digest": digest_files(weights, folder),
+        "weights_digest": "" if cfg.trainable else digest_files(weights, folder),
         "config_digest": digest_files(others, folder),
+        **({"trainable": True} if cfg.trainable else {}),
     }
 
 
@@ -171,4 +172,23 @@ class HFTextEncoder:
 
 _OK = object()
 
-HF_TEXT = Family(describe=describe, load=HFTextEncoder, prepare=Tokenize)
+def rows(cfg: EncoderConfig, prepared: pa.Array) -> np.ndarray:
+    """Token ids (Tokenize's lists) as an (n, longest) int32 matrix padded with -1."""
+    ids = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
+    matrix, _ = pad_ids(ids, np.arange(len(ids)), -1)
+    return matrix.astype(np.int32)
+
+
+def trainable(cfg: EncoderConfig) -> torch.nn.Module:
+    """The model, trainable: `rows` of token ids in, mean-pooled (n, hidden) out."""
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    from raycache.encoders.live import MeanPooled
+
+    hf_logging.disable_progress_bar()
+    return MeanPooled(AutoModel.from_pretrained(resolve(cfg.path, cfg.name)), cfg.normalize)
+
+
+HF_TEXT = Family(describe=describe, load=HFTextEncoder, prepare=Tokenize, live=trainable,
+                 rows=rows)

@@ -18,7 +18,8 @@ from raycache.errors import EncoderError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TORCH_MODULE", "TorchModuleEncoder", "build", "describe", "state_digest"]
+__all__ = ["TORCH_MODULE", "TorchModuleEncoder", "build", "describe", "rows", "state_digest",
+           "trainable"]
 
 
 def build(cfg: EncoderConfig) -> torch.nn.Module:
@@ -66,7 +67,7 @@ def state_digest(net: torch.nn.Module) -> str:
 
 
 def describe(cfg: EncoderConfig) -> dict[str, Any]:
-    net = build(cfg)
+    net = None if cfg.trainable else build(cfg)  # a trainable one's weights change: not hashed
     module = importlib.import_module(cfg.factory.partition(":")[0])
     try:
         code = hashlib.sha256(inspect.getsource(module).encode()).hexdigest()
@@ -83,7 +84,8 @@ def describe(cfg: EncoderConfig) -> dict[str, Any]:
         "dtype": cfg.dtype,
         "precision": cfg.precision,
         "code_digest": code,
-        "weights_digest": state_digest(net),
+        "weights_digest": "" if net is None else state_digest(net),
+        **({"trainable": True} if cfg.trainable else {}),
     }
 
 
@@ -111,16 +113,7 @@ class TorchModuleEncoder:
     def forward(self, prepared: pa.Array) -> np.ndarray:
         import torch
 
-        values = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
-        if pa.types.is_fixed_size_list(values.type) or pa.types.is_list(values.type):
-            x = np.stack(values.to_numpy(zero_copy_only=False)).astype(np.float32)
-        elif pa.types.is_integer(values.type) or pa.types.is_floating(values.type):
-            x = values.to_numpy(zero_copy_only=False).astype(np.float32)[:, None]
-        else:
-            raise EncoderError(
-                f"encoder {self.cfg.name!r}: column {self.cfg.input!r} is {values.type}; "
-                "the torch family takes numbers or lists of numbers"
-            )
+        x = rows(self.cfg, prepared)
         parts = []
         for i in range(0, len(x), self.batching.max_rows):
             with torch.inference_mode(), autocast(self.device, self.cfg.precision):
@@ -129,4 +122,27 @@ class TorchModuleEncoder:
         return np.concatenate(parts) if parts else np.empty((0, 0), np.float32)
 
 
-TORCH_MODULE = Family(describe=describe, load=TorchModuleEncoder, prepare=prepare)
+def rows(cfg: EncoderConfig, prepared: pa.Array) -> np.ndarray:
+    """A column of numbers or lists of numbers as float32 rows, (n, d)."""
+    values = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
+    if pa.types.is_fixed_size_list(values.type) or pa.types.is_list(values.type):
+        if len(values) == 0:
+            return np.empty((0, 0), np.float32)
+        return np.stack(values.to_numpy(zero_copy_only=False)).astype(np.float32)
+    if pa.types.is_integer(values.type) or pa.types.is_floating(values.type):
+        return values.to_numpy(zero_copy_only=False).astype(np.float32)[:, None]
+    raise EncoderError(
+        f"encoder {cfg.name!r}: column {cfg.input!r} is {values.type}; the torch family takes "
+        "numbers or lists of numbers"
+    )
+
+
+def trainable(cfg: EncoderConfig) -> torch.nn.Module:
+    """The factory's module, trainable: float32 rows (see `rows`) in, (n, dim) out."""
+    from raycache.encoders.live import Flatten
+
+    return Flatten(build(cfg))
+
+
+TORCH_MODULE = Family(describe=describe, load=TorchModuleEncoder, prepare=prepare,
+                      live=trainable, rows=rows)

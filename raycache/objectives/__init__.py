@@ -3,10 +3,12 @@
 from raycache.objectives.base import Evaluator, Family, Objective
 from raycache.objectives.classification import CLASSIFICATION
 from raycache.objectives.groups import GROUPS
+from raycache.objectives.pairs import PAIRS
 
 REGISTRY: dict[str, Family] = {
     "classification": CLASSIFICATION,
     "groups": GROUPS,
+    "pairs": PAIRS,
 }
 
 __all__ = ["REGISTRY", "Evaluator", "Family", "Objective"]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 if TYPE_CHECKING:
     import torch
 
+    from raycache.cache import Cache
     from raycache.config import TrainConfig
     from raycache.runspec import RunSpec
 
@@ -64,3 +65,6 @@ class Family(NamedTuple):
     holders: Callable[..., Any] | None = None
     """holders(spec, rank, device) -> (train, validation) data, where the objective reads
     other rows than the cache's (pairs); None: the cache's rows and labels."""
+    data_problems: Callable[[TrainConfig, Cache], list[str]] | None = None
+    """Problems with the data the objective reads besides the cache, checked against the cache
+    on the driver before any work (pairs: keys missing from the cache); None: nothing to read."""

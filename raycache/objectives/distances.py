@@ -1,5 +1,5 @@
-"""Distances for similarity objectives: pytorch-metric-learning's, by name, and one
-higher-is-closer score matrix for retrieval."""
+"""Distances for similarity objectives: pytorch-metric-learning's, by name, and
+higher-is-closer scores: a matrix for retrieval, one per pair for pairs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DISTANCES", "SIMILARITIES", "pml_distance", "scores"]
+__all__ = ["DISTANCES", "SIMILARITIES", "pair_scores", "pml_distance", "scores"]
 
 DISTANCES = ("cosine", "dot", "euclidean", "manhattan")
 SIMILARITIES = ("cosine", "dot")
@@ -39,3 +39,14 @@ def scores(queries: torch.Tensor, gallery: torch.Tensor, name: str) -> torch.Ten
     if name == "dot":
         return queries @ gallery.T
     return -torch.cdist(queries, gallery, p=2.0 if name == "euclidean" else 1.0)
+
+
+def pair_scores(left: torch.Tensor, right: torch.Tensor, name: str) -> torch.Tensor:
+    """The score of each (left[i], right[i]) pair, higher meaning closer (as `scores`)."""
+    import torch
+
+    if name == "cosine":
+        return torch.nn.functional.cosine_similarity(left, right, dim=-1)
+    if name == "dot":
+        return (left * right).sum(-1)
+    return -(left - right).norm(p=2.0 if name == "euclidean" else 1.0, dim=-1)

@@ -8,13 +8,13 @@ so its loss is not the single-process loss of the same global batch; this one ke
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["all_gather", "distributed", "lockstep", "world"]
+__all__ = ["all_gather", "distributed", "gathered_loss", "lockstep", "world"]
 
 T = TypeVar("T")
 
@@ -44,6 +44,19 @@ def all_gather(x: torch.Tensor) -> torch.Tensor:
     out = [p[:r] for p, r in zip(parts, rows, strict=True)]
     out[dist.get_rank()] = x
     return torch.cat(out)
+
+
+def gathered_loss(batch_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                  out: torch.Tensor, y: torch.Tensor, gathers: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(what to back-propagate, the batch's loss to report) of an in-batch-negatives loss: over
+    every worker's rows when `gathers` under DDP, scaled by the world size so that DDP's
+    averaged gradient is the gradient of the global batch's loss."""
+    if gathers and distributed():
+        value = batch_loss(all_gather(out), all_gather(y))
+        return value * world(), value.detach()
+    value = batch_loss(out, y)
+    return value, value.detach()
 
 
 def lockstep(batches: Iterator[T], device: torch.device) -> Iterator[T]:

@@ -93,13 +93,9 @@ class Groups:
         return self.criterion(out, y, pairs)
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        from raycache.objectives.gather import all_gather, distributed, world
+        from raycache.objectives.gather import gathered_loss
 
-        if self.gathers and distributed():
-            value = self.batch_loss(all_gather(out), all_gather(y))
-            return value * world(), value.detach()
-        value = self.batch_loss(out, y)
-        return value, value.detach()
+        return gathered_loss(self.batch_loss, out, y, self.gathers)
 
     def eval_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.batch_loss(out, y)

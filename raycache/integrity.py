@@ -1,0 +1,218 @@
+"""Shard integrity: read a shard whole and check it against its manifest entry; verify a cache."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from raycache.errors import CorruptShard
+from raycache.manifest import Manifest, ShardEntry, human_bytes
+from raycache.store import Store
+
+if TYPE_CHECKING:
+    from raycache.cache import Cache
+
+__all__ = ["THREADS", "Duplicates", "Report", "map_ordered", "read_checked", "read_shard",
+           "verify"]
+
+THREADS = 8
+"""Shards read (and hashed: hashlib releases the GIL) at once."""
+EXAMPLES = 5
+"""Duplicate keys a report names."""
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_ordered(fn: Callable[[T], R], items: Iterable[T], threads: int = THREADS) -> Iterator[R]:
+    """fn over items on a thread pool, results in order, at most `threads` under way (so a
+    caller that stops early, or holds what it gets, never has every shard in memory at once)."""
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="raycache-read") as pool:
+        ahead: deque[Future[R]] = deque()
+        for item in items:
+            if len(ahead) >= threads:
+                yield ahead.popleft().result()
+            ahead.append(pool.submit(fn, item))
+        while ahead:
+            yield ahead.popleft().result()
+
+
+def _mismatch(blob: bytes, size: int, sha256: str) -> list[str]:
+    """What is wrong with a shard's bytes against the manifest's size and checksum."""
+    problems = []
+    if len(blob) != size:
+        how = "truncated" if len(blob) < size else "longer than written"
+        problems.append(f"{len(blob)} bytes, expected {size} ({how})")
+    digest = hashlib.sha256(blob).hexdigest()
+    if digest != sha256:
+        problems.append(f"sha256 {digest[:16]}, expected {sha256[:16]} (first 16 hex digits)")
+    return problems
+
+
+def _corrupt(store: Store, path: str, cache: str, problems: list[str]) -> CorruptShard:
+    name, uri = cache.split("/", 1)[0], store.url(path)
+    return CorruptShard(
+        f"shard {uri} of cache {cache} does not match its manifest entry: "
+        f"{'; '.join(problems)}. Re-encode it with `raycache repair {name} --store "
+        f"{store.uri}`; `raycache verify {name} --store {store.uri}` lists every bad shard",
+        uri, cache, tuple(problems))
+
+
+def read_bytes_checked(store: Store, path: str, size: int, sha256: str, cache: str) -> bytes:
+    """The object at `path` whole, its size and sha256 checked (CorruptShard on a mismatch)."""
+    try:
+        blob = store.read_bytes(path)
+    except FileNotFoundError:
+        raise _corrupt(store, path, cache, ["missing"]) from None
+    problems = _mismatch(blob, size, sha256)
+    if problems:
+        raise _corrupt(store, path, cache, problems)
+    return blob
+
+
+def read_checked(store: Store, path: str, size: int, sha256: str, cache: str,
+                 columns: list[str] | None = None) -> pa.Table:
+    """The shard at `path` read whole (one read), its size and sha256 checked, then parsed from
+    memory; `cache` ("name/fingerprint") names it in the CorruptShard raised on a mismatch."""
+    blob = read_bytes_checked(store, path, size, sha256, cache)
+    try:
+        return pq.read_table(pa.BufferReader(blob), columns=columns)
+    except pa.ArrowInvalid as exc:  # checksum matches: the writer wrote a bad file
+        raise _corrupt(store, path, cache, [f"not readable as Parquet ({exc})"]) from exc
+
+
+def cache_label(cache_dir: str) -> str:
+    """The "name/fingerprint" of a cache folder <store>/<name>/<fingerprint>."""
+    return "/".join(cache_dir.rstrip("/").rsplit("/", 2)[-2:])
+
+
+def read_shard(store: Store, cache_dir: str, entry: ShardEntry,
+               columns: list[str] | None = None) -> pa.Table:
+    """A manifest entry's shard, read whole and checked (CorruptShard on a mismatch)."""
+    return read_checked(store, f"{cache_dir}/{entry.path}", entry.bytes, entry.sha256,
+                        cache_label(cache_dir), columns)
+
+
+@dataclass
+class Duplicates:
+    """Keys held by more than one row of a cache."""
+
+    count: int = 0
+    """Distinct keys that appear more than once."""
+    examples: dict[Any, list[str]] = field(default_factory=dict)
+    """A few of them, each with the shard paths (relative to the cache folder) that hold it."""
+
+
+@dataclass
+class Report:
+    """What verify found: every bad shard with its reasons, and duplicate keys."""
+
+    cache: str
+    """name/fingerprint."""
+    shards: int
+    rows: int
+    bytes: int
+    seconds: float
+    bad: dict[str, list[str]] = field(default_factory=dict)
+    """Shard path relative to the cache folder -> what is wrong with it."""
+    duplicate_keys: Duplicates = field(default_factory=Duplicates)
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad and not self.duplicate_keys.count
+
+    def lines(self) -> list[str]:
+        """One line per bad shard and one for duplicate keys; a one-line summary when OK."""
+        if self.ok:
+            return [f"OK {self.cache}: {self.shards} shards, {self.rows} rows, "
+                    f"{human_bytes(self.bytes)} checked in {self.seconds:.1f} s"]
+        out = [f"BAD {path}: {'; '.join(reasons)}" for path, reasons in self.bad.items()]
+        dup = self.duplicate_keys
+        if dup.count:
+            shown = ", ".join(f"{k!r} in {' and '.join(v)}" for k, v in dup.examples.items())
+            out.append(f"DUPLICATE KEYS: {dup.count} keys appear more than once, e.g. {shown}")
+        return out
+
+
+def _encoder_problems(schema: pa.Schema, manifest: Manifest) -> list[str]:
+    """Each encoder's column must be a fixed-size list of the manifest's dim and dtype."""
+    out = []
+    for e in manifest.encoders:
+        value = pa.from_numpy_dtype(np.dtype(e.dtype))
+        got = schema.field(e.name).type if schema.get_field_index(e.name) >= 0 else None
+        if not (got is not None and pa.types.is_fixed_size_list(got)
+                and got.list_size == e.dim and got.value_type == value):
+            out.append(f"column {e.name!r} is {got or 'missing'}, expected a fixed-size list "
+                       f"of {e.dim} {e.dtype}")
+    return out
+
+
+def _check(store: Store, cache_dir: str, manifest: Manifest, entry: ShardEntry
+           ) -> tuple[list[str], pa.Array | None]:
+    """One shard's problems, and its keys (None where they cannot be read)."""
+    try:
+        blob = store.read_bytes(f"{cache_dir}/{entry.path}")
+    except FileNotFoundError:
+        return ["missing"], None
+    except Exception as exc:  # each filesystem raises its own types
+        return [f"unreadable ({type(exc).__name__}: {exc})"], None
+    problems = _mismatch(blob, entry.bytes, entry.sha256)
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(blob))
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... on bad footers
+        return [*problems, f"Parquet footer unreadable ({exc})"], None
+    if pf.metadata.num_rows != entry.rows:
+        problems.append(f"{pf.metadata.num_rows} rows, the manifest says {entry.rows}")
+    schema = pf.schema_arrow
+    for column in (manifest.key_column, *manifest.label_columns):
+        if schema.get_field_index(column) < 0:
+            problems.append(f"no column {column!r}")
+    problems += _encoder_problems(schema, manifest)
+    keys = None
+    if schema.get_field_index(manifest.key_column) >= 0:
+        try:
+            keys = pf.read(columns=[manifest.key_column]).column(0).combine_chunks()
+        except Exception as exc:  # a damaged page
+            problems.append(f"key column unreadable ({exc})")
+    return problems, keys
+
+
+def _duplicates(paths: list[str], keys: list[pa.Array | None]) -> Duplicates:
+    present = [(p, k) for p, k in zip(paths, keys, strict=True) if k is not None and len(k)]
+    if not present:
+        return Duplicates()
+    counts = pc.value_counts(pa.chunked_array([k for _, k in present]))
+    repeated = counts.filter(pc.greater(counts.field("counts"), 1)).field("values")
+    if not len(repeated):
+        return Duplicates()
+    sample = repeated.slice(0, EXAMPLES)
+    examples: dict[Any, list[str]] = {k: [] for k in sample.to_pylist()}
+    for path, k in present:
+        for value in k.filter(pc.is_in(k, value_set=sample)).unique().to_pylist():
+            examples[value].append(path)
+    return Duplicates(len(repeated), examples)
+
+
+def verify(cache: Cache, threads: int = THREADS) -> Report:
+    """Check every shard of a committed cache: present, size, sha256, Parquet footer, row
+    count, schema (key, labels, each encoder's fixed-size list); and no key held twice."""
+    start = time.perf_counter()
+    m = cache.manifest
+    results = list(map_ordered(lambda e: _check(cache.store, cache.dir, m, e), m.shards,
+                               threads))
+    bad = {e.path: problems for e, (problems, _) in zip(m.shards, results, strict=True)
+           if problems}
+    dup = _duplicates([e.path for e in m.shards], [keys for _, keys in results])
+    return Report(cache=f"{m.name}/{m.fingerprint}", shards=len(m.shards), rows=m.rows,
+                  bytes=m.bytes, seconds=time.perf_counter() - start, bad=bad,
+                  duplicate_keys=dup)

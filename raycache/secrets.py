@@ -1,0 +1,112 @@
+"""Credentials in storage options: which names hold one, and their sealed and redacted forms.
+
+Options are sealed where a config or Store is built: every value under a secret name (at any
+depth of nested dicts) becomes a `Secret`, whose repr, str and JSON form are `REDACTED`, so
+printing, logging or recording a config never shows it. Only the call into fsspec `reveal`s.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["REDACTED", "SECRET_NAME", "Secret", "is_secret", "merge", "redact", "reveal",
+           "seal", "split"]
+
+REDACTED = "<redacted>"
+
+SECRET_NAME = re.compile(
+    r"(^|_)(key|keys|sas|sig|pwd|auth)(_|$)"  # whole words: key, account_key, sas_token ...
+    r"|tokens?(_|$)|secret|passw|passphrase|credential|authoriz|signature|cookie|private"
+    r"|apikey|accesskey|accountkey|sessionkey"
+)
+"""A name (snake or camel case, lowered, words joined by _) that holds a credential."""
+
+
+def is_secret(name: str) -> bool:
+    """Whether an option of this name holds a credential (AccessKeyId, aws_session_token...)."""
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", str(name)).lower()
+    return bool(SECRET_NAME.search(re.sub(r"[^a-z0-9]+", "_", snake)))
+
+
+class Secret:
+    """A credential's value: shown as REDACTED everywhere; `reveal()` gives it back."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Any):
+        self._value = value.reveal() if isinstance(value, Secret) else value
+
+    def reveal(self) -> Any:
+        return self._value
+
+    def __repr__(self) -> str:
+        return REDACTED
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(REDACTED)
+
+    def __reduce__(self) -> tuple:
+        return Secret, (self._value,)  # Ray's object store carries it to workers
+
+
+def seal(options: Any) -> Any:
+    """Options with every value under a secret name wrapped in a Secret (nested dicts too)."""
+    if isinstance(options, dict):
+        return {k: Secret(v) if is_secret(k) else seal(v) for k, v in options.items()}
+    if isinstance(options, list | tuple):
+        return type(options)(seal(v) for v in options)
+    return options
+
+
+def reveal(options: Any) -> Any:
+    """Options as fsspec takes them: every Secret replaced by its value."""
+    if isinstance(options, Secret):
+        return options.reveal()
+    if isinstance(options, dict):
+        return {k: reveal(v) for k, v in options.items()}
+    if isinstance(options, list | tuple):
+        return type(options)(reveal(v) for v in options)
+    return options
+
+
+def redact(options: Any) -> Any:
+    """Options safe to write or print (plain JSON types): secret values become REDACTED."""
+    if isinstance(options, Secret):
+        return REDACTED
+    if isinstance(options, dict):
+        return {k: REDACTED if is_secret(k) else redact(v) for k, v in options.items()}
+    if isinstance(options, list | tuple):
+        return [redact(v) for v in options]
+    return options
+
+
+def split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(public, secret): the options without their credentials, and only the credentials (a
+    list holding one goes whole to the secret side); merge(public, secret) rebuilds them."""
+    public: dict[str, Any] = {}
+    secret: dict[str, Any] = {}
+    for k, v in options.items():
+        if isinstance(v, dict) and not is_secret(k):
+            pub, sec = split(v)
+            public[k] = pub
+            if sec:
+                secret[k] = sec
+        elif is_secret(k) or redact(v) != reveal(v):
+            secret[k] = v
+        else:
+            public[k] = v
+    return public, secret
+
+
+def merge(public: dict[str, Any], secret: dict[str, Any]) -> dict[str, Any]:
+    """The options that split() took apart, whole again."""
+    out = dict(public)
+    for k, v in secret.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

@@ -1,0 +1,174 @@
+"""Reuse by content: a fill takes every embedding the store already holds for the same encoder
+identity and input value, and encodes only the rest; the new cache is still complete."""
+
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import torch
+from toy_encoders import projection
+
+import raycache
+from raycache.errors import RaycacheError
+from raycache.reuse import hash_column, input_hashes
+from tests.conftest import separable, toy_fill
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def embeddings(cache, column="proj") -> dict[str, np.ndarray]:
+    t = cache.read_table(columns=["id", column])
+    x = np.stack(t.column(column).to_numpy(zero_copy_only=False))
+    return dict(zip(t.column("id").to_pylist(), x, strict=True))
+
+
+@pytest.fixture
+def first(tmp_path):
+    """A committed cache of 600 rows in one file, and its config."""
+    (tmp_path / "v1").mkdir()
+    pq.write_table(separable(n=600), tmp_path / "v1" / "a.parquet")
+    cfg = toy_fill(str(tmp_path / "v1"), str(tmp_path / "store"), rows_per_shard=150,
+                   in_process=True)  # a warning raised in this process, with or without Ray
+    result = raycache.fill(cfg)
+    assert not result.hit and result.encoded_rows == 600 and result.reused_rows == 0
+    return cfg, result.cache
+
+
+def test_input_hashes_are_sha256_of_a_canonical_form_independent_of_the_arrow_type():
+    text = input_hashes(pa.array(["a", "b", "a"]))
+    assert text[0] == text[2] and text[0] != text[1] and len(text[0].as_py()) == 32
+    assert input_hashes(pa.array(["a"], pa.large_string())) == input_hashes(pa.array(["a"]))
+    f32 = pa.array([[1.0, 2.5]], pa.list_(pa.float32()))
+    f64 = pa.FixedSizeListArray.from_arrays(pa.array([1.0, 2.5]), 2)
+    assert input_hashes(f32) == input_hashes(f64)
+    assert input_hashes(pa.array([[1.0, 2.0]])) != input_hashes(f32)
+
+
+def test_the_same_bytes_at_a_new_path_encode_nothing(first, tmp_path):
+    cfg, old = first
+    (tmp_path / "v2").mkdir()
+    shutil.copy(tmp_path / "v1" / "a.parquet", tmp_path / "v2" / "renamed.parquet")
+    result = raycache.fill({**cfg, "source": {**cfg["source"], "path": str(tmp_path / "v2")}})
+    assert result.cache.fingerprint != old.fingerprint  # a new source version: a new cache
+    assert (result.encoded_rows, result.reused_rows) == (0, 600)
+    assert "0 encoded, 600 reused" in result.summary()
+    new, was = embeddings(result.cache), embeddings(old)
+    assert new.keys() == was.keys() and all(np.array_equal(new[k], was[k]) for k in new)
+    # self-contained: the new cache's shards hold every row, and the hashes travel with them
+    table = result.cache.read_table()
+    assert table.num_rows == 600 and hash_column("features") in table.column_names
+
+
+def test_one_percent_changed_encodes_only_those_rows(first, tmp_path):
+    cfg, old = first
+    table = separable(n=600)
+    feats = np.stack(table.column("features").to_numpy(zero_copy_only=False))
+    changed = np.arange(0, 600, 100)  # 6 rows of 600
+    feats[changed] += 1.0
+    table = table.set_column(1, "features", pa.FixedSizeListArray.from_arrays(
+        pa.array(feats.astype(np.float32).reshape(-1)), 8))
+    (tmp_path / "v2").mkdir()
+    pq.write_table(table, tmp_path / "v2" / "a.parquet")
+    result = raycache.fill({**cfg, "source": {**cfg["source"], "path": str(tmp_path / "v2")}})
+    assert (result.encoded_rows, result.reused_rows) == (6, 594)
+    fresh = raycache.fill({**cfg, "source": {**cfg["source"], "path": str(tmp_path / "v2")},
+                           "store": {"uri": str(tmp_path / "fresh")}})
+    assert fresh.encoded_rows == 600
+    new, want, was = embeddings(result.cache), embeddings(fresh.cache), embeddings(old)
+    ids = [f"row-{i:05d}" for i in changed]
+    assert all(np.allclose(new[k], want[k], atol=1e-6) for k in new)
+    assert all(not np.allclose(new[k], was[k]) for k in ids)
+
+
+def test_changed_labels_encode_nothing_and_reuse_false_encodes_everything(first, tmp_path):
+    cfg, _ = first
+    table = separable(n=600)
+    table = table.set_column(2, "label", pc.subtract(pa.array([2] * 600), table.column("label")))
+    (tmp_path / "v2").mkdir()
+    pq.write_table(table, tmp_path / "v2" / "a.parquet")
+    source = {**cfg["source"], "path": str(tmp_path / "v2")}
+    result = raycache.fill({**cfg, "source": source})
+    assert (result.encoded_rows, result.reused_rows) == (0, 600)
+    got = result.cache.read_table(columns=["label"]).column("label").to_pylist()
+    assert got == table.column("label").to_pylist()  # the new labels, the old embeddings
+    again = raycache.fill({**cfg, "source": source, "reuse": False, "rows_per_shard": 300})
+    assert (again.encoded_rows, again.reused_rows) == (600, 0)
+
+
+def test_a_new_encoder_added_runs_only_that_encoder(first):
+    cfg, old = first
+    wide = {**cfg["encoders"][0], "name": "wide", "kwargs": {"in_dim": 8, "out_dim": 32}}
+    result = raycache.fill({**cfg, "encoders": [*cfg["encoders"], wide]})
+    assert result.encoded_by == {"proj": 0, "wide": 600}
+    assert result.reused_rows == 0 and result.encoded_rows == 600
+    assert "proj 0, wide 600" in result.summary()
+    new, was = embeddings(result.cache), embeddings(old)
+    assert all(np.array_equal(new[k], was[k]) for k in new)
+    # and the same encoder under another name and input column is still the same encoder
+    renamed = {**cfg["encoders"][0], "name": "proj2"}
+    result = raycache.fill({**cfg, "encoders": [renamed]})
+    assert result.encoded_rows == 0 and result.reused_rows == 600
+
+
+def test_a_corrupt_shard_is_never_reused_its_rows_are_encoded(first, tmp_path):
+    cfg, old = first
+    path = old.shard_paths()[0]
+    with open(path, "r+b") as f:
+        f.seek(200)
+        byte = f.read(1)[0]
+        f.seek(200)
+        f.write(bytes([byte ^ 0xFF]))
+    (tmp_path / "v2").mkdir()
+    shutil.copy(tmp_path / "v1" / "a.parquet", tmp_path / "v2" / "a.parquet")
+    with pytest.warns(UserWarning, match=f"bad shard.*{old.manifest.shards[0].path}.*repair"):
+        result = raycache.fill({**cfg, "source": {**cfg["source"], "path": str(tmp_path / "v2")}})
+    assert (result.encoded_rows, result.reused_rows) == (150, 450)  # its rows encoded again
+
+
+def duplicated(tmp_path) -> str:
+    table = separable(n=300)
+    ids = table.column("id").to_pylist()
+    ids[10], ids[250] = ids[5], ids[5]  # row-00005 three times, across two shards
+    (tmp_path / "dup").mkdir()
+    pq.write_table(table.set_column(0, "id", pa.array(ids)), tmp_path / "dup" / "a.parquet")
+    return str(tmp_path / "dup")
+
+
+def test_duplicate_keys_fail_the_commit_and_name_a_few(tmp_path):
+    cfg = toy_fill(duplicated(tmp_path), str(tmp_path / "store"), rows_per_shard=150,
+                   in_process=True)
+    with pytest.raises(RaycacheError, match=r"1 key\(s\).*row-00005.*source.duplicates"):
+        raycache.fill(cfg)
+    assert raycache.ls(str(tmp_path / "store")) == []
+
+
+@pytest.mark.parametrize("keep, row", [("first", 5), ("last", 250)])
+def test_duplicate_keys_keep_first_or_last(tmp_path, keep, row):
+    cfg = toy_fill(duplicated(tmp_path), str(tmp_path / "store"), rows_per_shard=150,
+                   in_process=True)
+    cfg["source"]["duplicates"] = keep
+    cache = raycache.fill(cfg).cache
+    table = cache.read_table()
+    assert table.num_rows == 298 and cache.manifest.rows == 298
+    assert sorted(set(table.column("id").to_pylist())) == sorted(table.column("id").to_pylist())
+    kept = embeddings(cache)["row-00005"]
+    features = pq.read_table(tmp_path / "dup" / "a.parquet").column("features")[row].as_py()
+    want = projection()(torch.tensor(np.asarray(features, np.float32))).detach().numpy()
+    assert np.allclose(kept, want, atol=1e-6)  # the copy the policy keeps, not another
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_reuse_in_the_ray_data_pipeline(ray_session, first, tmp_path):
+    cfg, old = first
+    (tmp_path / "v2").mkdir()
+    shutil.copy(tmp_path / "v1" / "a.parquet", tmp_path / "v2" / "b.parquet")
+    result = raycache.fill({**cfg, "source": {**cfg["source"], "path": str(tmp_path / "v2")},
+                            "in_process": False})
+    assert "encoder actor" in result.pool
+    assert (result.encoded_rows, result.reused_rows) == (0, 600)
+    new, was = embeddings(result.cache), embeddings(old)
+    assert all(np.array_equal(new[k], was[k]) for k in new)
