@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import sys
 import time
 from collections import defaultdict
@@ -381,6 +382,9 @@ def _check_complete(p: Plan, records: list[dict], totals: dict[str, int]) -> Non
         )
 
 
+SHARD_LIST = re.compile(r"shards-[0-9a-f]{16}\.json")
+
+
 def _commit(p: Plan, records: list[dict[str, Any]], seconds: float, replace: bool = False,
             label_stats: dict[str, Any] | None = None) -> tuple[Manifest, bool]:
     """Write the manifest, exclusively: (the manifest, True), or, when another fill of the same
@@ -400,9 +404,9 @@ def _commit(p: Plan, records: list[dict[str, Any]], seconds: float, replace: boo
     if not committed:
         manifest = read_manifest(p.store, p.dir)
     _clear_progress(p)
-    for name in p.store.listdir(p.dir):  # a repair's earlier shard list
-        if name.startswith("shards-") and name != manifest.shard_list.get("path"):
-            p.store.rm(f"{p.dir}/{name}")
+    for name in p.store.listdir(p.dir):  # a repair's earlier shard list, or a losing fill's
+        if SHARD_LIST.fullmatch(name) and name != manifest.shard_list.get("path"):
+            p.store.rm(f"{p.dir}/{name}")  # never another fill's temporary file: it renames it
     return manifest, committed
 
 

@@ -75,3 +75,23 @@ def test_exclusive_write_never_replaces_what_is_there(tmp_path):
     assert store.read_bytes(path) == b"first"
     assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["manifest.json"]
 
+
+def test_a_commit_leaves_another_fills_temporary_shard_list_alone(tmp_path):
+    """The committing fill clears old shard lists, but never another fill's half-written one
+    (a `.tmp-` file that fill is about to rename: removing it broke that fill)."""
+    from raycache.config import FillConfig, load
+    from raycache.fill import plan
+
+    (tmp_path / "src").mkdir()
+    pq.write_table(separable(n=200), tmp_path / "src" / "a.parquet")
+    cfg = {**toy_fill(str(tmp_path / "src"), str(tmp_path / "store")), "in_process": True}
+    folder = tmp_path / "store" / plan(load(FillConfig, cfg)).dir.rpartition("/store/")[2]
+    folder.mkdir(parents=True)
+    other = folder / "shards-0123456789abcdef.json.tmp-5f1e"  # another fill, mid-write
+    stale = folder / "shards-fedcba9876543210.json"  # a listing no manifest names
+    other.write_text("[]\n")
+    stale.write_text("[]\n")
+    result = raycache.fill(cfg)
+    assert not result.hit
+    assert other.exists() and not stale.exists()
+    assert result.cache.read_table().num_rows == 200
