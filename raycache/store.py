@@ -168,22 +168,7 @@ class Store:
         which two writers can race); False when something was there, and it is left as it was."""
         try:
             if self.is_local:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                if not exclusive:
-                    os.replace(tmp, path)
-                    return True
-                try:
-                    os.link(tmp, path)  # fails if path exists: atomic and exclusive
-                except FileExistsError:
-                    return False
-                finally:
-                    os.unlink(tmp)
-                return True
+                return self._write_local(path, data, exclusive)
             if exclusive and self.fs.protocol[0] in ("s3", "s3a"):
                 try:
                     self.fs.pipe_file(path, data, mode="create", **self._deadline())
@@ -200,6 +185,16 @@ class Store:
                 f"{exc}); check that the store is reachable and writable, then run again (a "
                 "fill resumes where it stopped)"
             ) from exc
+
+    @staticmethod
+    def _write_local(path: str, data: bytes, exclusive: bool, attempts: int = 4) -> bool:
+        """write_atomic on a local folder. A folder that another process removes meanwhile (a
+        fill that committed clears _progress/, trying 3 times) is made again, as an object store
+        needs none."""
+        for _ in range(attempts - 1):
+            with contextlib.suppress(FileNotFoundError):
+                return _write_local_once(path, data, exclusive)
+        return _write_local_once(path, data, exclusive)
 
     @contextlib.contextmanager
     def open_atomic(self, path: str) -> Iterator[IO[bytes]]:
@@ -275,3 +270,24 @@ class _StoreHandler(pafs.FSSpecHandler):
 
     def __reduce__(self) -> tuple:
         return _StoreHandler, (self.store,)
+
+
+def _write_local_once(path: str, data: bytes, exclusive: bool) -> bool:
+    """A temporary file beside `path`, renamed over it (or hard linked, when exclusive)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if not exclusive:
+        os.replace(tmp, path)
+        return True
+    try:
+        os.link(tmp, path)  # fails if path exists: atomic and exclusive
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return True

@@ -95,3 +95,29 @@ def test_a_commit_leaves_another_fills_temporary_shard_list_alone(tmp_path):
     assert not result.hit
     assert other.exists() and not stale.exists()
     assert result.cache.read_table().num_rows == 200
+
+
+
+def test_a_local_write_survives_its_folder_being_removed_meanwhile(tmp_path, monkeypatch):
+    """A fill that commits clears _progress/ while another fill of the cache may still write a
+    record into it: the write makes the folder again (as on S3, where there is no folder).
+    The removal is put where CI met it: after the temporary file is written, before its rename
+    (twice: the committing fill retries its removal)."""
+    import os
+    import shutil
+
+    store = Store(str(tmp_path))
+    folder = tmp_path / "toy" / "_progress"
+    rename = os.replace
+    removals = []
+
+    def removed_first(src, dst):
+        if len(removals) < 2:
+            removals.append(src)
+            shutil.rmtree(folder)
+        return rename(src, dst)
+
+    monkeypatch.setattr(os, "replace", removed_first)
+    assert store.write_atomic(str(folder / "part-0.json"), b"{}\n")
+    assert len(removals) == 2 and (folder / "part-0.json").read_bytes() == b"{}\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["part-0.json"]
