@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--older-than", help="remove fingerprints created longer ago, e.g. 7d")
     p.add_argument("--max-size", help="remove the oldest until the caches fit, e.g. 50GB")
     p.add_argument("--grace", default="24h",
-                   help="unfinished fills untouched for this long are removed (default 24h)")
+                   help="unfinished fills untouched for this long are removed; a cache whose run "
+                   "died with a checkpoint is kept this long, to resume (default 24h)")
     p.add_argument("--include-newest", action="store_true",
                    help="the newest fingerprint of a name may go too")
     p.add_argument("--delete", action="store_true", help="remove; without it, only list")

@@ -80,9 +80,16 @@ def _picked(committed: list[Usage], now: float, keep_last: int | None,
     return {k: "; ".join(v) for k, v in picked.items()}
 
 
-def _protected(u: Usage, newest: dict[str, str], include_newest: bool) -> str | None:
+def _protected(u: Usage, newest: dict[str, str], include_newest: bool, now: float,
+               grace_s: float | None) -> str | None:
     if u.live_runs:
         return f"run(s) in progress read it: {', '.join(u.live_runs)}"
+    waiting = [f"{name} (last written {human_duration(now - when)} ago)"
+               for name, when in u.resumable_runs if grace_s is None or now - when <= grace_s]
+    if waiting:
+        return (f"run(s) that died with a checkpoint read it and can resume: "
+                f"{', '.join(waiting)}; resume them, or pass a --grace shorter than that "
+                f"to let it go")
     if newest.get(u.name) == u.id and not include_newest:
         return f"the newest committed fingerprint of {u.name!r} (include_newest to remove it)"
     return None
@@ -97,8 +104,10 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     - committed fingerprints beyond the newest `keep_last` of each name;
     - committed fingerprints `created` more than `older_than` ago ("7d", "24h", seconds);
     - the oldest committed fingerprints until the store's caches fit in `max_size` ("50GB").
-    Never a cache a run in progress reads, nor the newest committed fingerprint of a name
-    unless include_newest. A cache's runs (checkpoints of heads) go with it."""
+    Never a cache a run in progress reads, nor one a run that died with a checkpoint reads
+    while its record is younger than `grace` (it can still resume), nor the newest committed
+    fingerprint of a name unless include_newest. A cache's runs (checkpoints of heads) go
+    with it."""
     problems = []
     if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int)
                                   or keep_last < 0):
@@ -119,9 +128,12 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
             result.removed.append(Removal(u, f"unfinished fill, newest file written "
                                              f"{human_duration(now - u.newest)} ago"))
     picked = _picked(committed, now, keep_last, older_s)
+
+    def protected(u: Usage) -> str | None:
+        return _protected(u, newest, include_newest, now, grace_s)
+
     if limit is not None:
-        doomed = {u.id for u in committed
-                  if u.id in picked and _protected(u, newest, include_newest) is None}
+        doomed = {u.id for u in committed if u.id in picked and protected(u) is None}
         left = (sum(u.bytes for u in found) - result.bytes
                 - sum(u.bytes for u in committed if u.id in doomed))
         for u in sorted(committed, key=_order):
@@ -129,10 +141,10 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
                 break
             if u.id not in doomed:
                 picked[u.id] = f"oldest while the store's caches exceed {human_bytes(limit)}"
-                left -= 0 if _protected(u, newest, include_newest) else u.bytes
+                left -= 0 if protected(u) else u.bytes
     for u in committed:
         if u.id in picked:
-            why = _protected(u, newest, include_newest)
+            why = protected(u)
             target = result.kept if why else result.removed
             target.append(Removal(u, why or picked[u.id]))
     if delete:

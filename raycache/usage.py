@@ -10,7 +10,10 @@ from raycache.manifest import human_bytes
 from raycache.runs import RECORD, list_runs
 from raycache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
 
-__all__ = ["Usage", "du"]
+__all__ = ["RESUMABLE", "Usage", "du"]
+
+RESUMABLE = ("resumable", "failed (resumable)")
+"""list_runs statuses of runs that died with a checkpoint: running them again resumes."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,9 @@ class Usage:
     """Modification time of the newest file (seconds since the epoch)."""
     live_runs: tuple[str, ...] = ()
     """Runs in progress on it (status running, their driver alive)."""
+    resumable_runs: tuple[tuple[str, float], ...] = ()
+    """Runs on it that died with a checkpoint (they can resume): name, and when their record
+    was last written (seconds since the epoch)."""
 
     @property
     def id(self) -> str:
@@ -48,6 +54,8 @@ class Usage:
         state = "committed" if self.committed else "unfinished"
         rows = "-" if self.rows is None else str(self.rows)
         live = f"  live runs: {', '.join(self.live_runs)}" if self.live_runs else ""
+        if self.resumable_runs:
+            live += f"  resumable runs: {', '.join(n for n, _ in self.resumable_runs)}"
         return (f"{self.id:<40} {state:<10} {rows:>9} rows {self.shards:>5} shards "
                 f"{human_bytes(self.bytes):>10}  runs {human_bytes(self.runs_bytes):>10}  "
                 f"{self.created}{live}")
@@ -70,10 +78,14 @@ def _folder(store: Store, name: str, fp: str) -> Usage | None:
         when = datetime.fromtimestamp(newest, UTC).isoformat(timespec="seconds")
         return Usage(name, fp, cache_dir, False, None, shards, total, runs_bytes, when, newest)
     live: tuple[str, ...] = ()
+    resumable: tuple[tuple[str, float], ...] = ()
     if any(rel.startswith(f"{RUNS}/") and rel.endswith(f"/{RECORD}") for rel in files):
-        live = tuple(r.name for r in list_runs(Cache(store, manifest)) if r.status == "running")
+        runs = list_runs(Cache(store, manifest))
+        live = tuple(r.name for r in runs if r.status == "running")
+        resumable = tuple((r.name, files[f"{RUNS}/{r.name}/{RECORD}"][1]) for r in runs
+                          if r.status in RESUMABLE)
     return Usage(name, fp, cache_dir, True, manifest.rows, manifest.shard_count, total,
-                 runs_bytes, manifest.created, newest, live)
+                 runs_bytes, manifest.created, newest, live, resumable)
 
 
 def du(store: Store | str | None = None) -> list[Usage]:

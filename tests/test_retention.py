@@ -1,10 +1,13 @@
 """A store's life: du counts every byte of every cache folder; gc lists by default, removes with
-delete, and never takes a cache a live run reads nor a name's newest fill (no Ray)."""
+delete, and never takes a cache a live run reads (or, within the grace, a run that can resume),
+nor a name's newest fill (no Ray)."""
 
 import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache.checkpoint import PREFIX, STATE
 from raycache.cli import main
 from raycache.errors import ConfigError
 from raycache.units import parse_duration, parse_size
@@ -137,6 +141,32 @@ def test_gc_older_than_and_max_size_pick_the_oldest(store):
     everything = raycache.gc(str(store), max_size=0, grace="30d", include_newest=True)
     assert {r.usage.id for r in everything.removed} == {ids[1], ids[2]}
     assert [r.usage.id for r in everything.kept] == [ids[0]]
+
+
+def test_gc_keeps_a_cache_a_died_run_can_resume_from_within_the_grace(store, capsys):
+    """A run whose driver died after a checkpoint can resume: its cache is kept while the
+    run's record is younger than the grace period, and may go once it is older."""
+    ids = committed_ids(store)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    run = Path(oldest(store).dir) / "runs" / "r1"
+    (run / "run.json").write_text(json.dumps({"status": "running", "pid": dead.pid,
+                                              "host": socket.gethostname(), "updated": "x"}))
+    (run / f"{PREFIX}000002").mkdir()
+    (run / f"{PREFIX}000002" / STATE).write_bytes(b"state")
+    [u] = [u for u in raycache.du(str(store)) if u.id == ids[0]]
+    assert u.live_runs == () and [name for name, _ in u.resumable_runs] == ["r1"]
+    assert "resumable runs: r1" in u.line()
+
+    result = raycache.gc(str(store), keep_last=1)
+    [kept] = [r for r in result.kept if r.usage.id == ids[0]]
+    assert "can resume: r1 (last written" in kept.reason
+    assert ids[0] not in {r.usage.id for r in result.removed}
+
+    hours_ago = time.time() - 30 * 3600
+    os.utime(run / "run.json", (hours_ago, hours_ago))
+    assert ids[0] in {r.usage.id for r in raycache.gc(str(store), keep_last=1).removed}
+    assert ids[0] in {r.usage.id for r in raycache.gc(str(store), keep_last=1, grace="2d").kept}
 
 
 def test_sizes_and_durations_parse_and_bad_values_are_named(store, capsys):
