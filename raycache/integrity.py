@@ -126,21 +126,31 @@ class Report:
     bad: dict[str, list[str]] = field(default_factory=dict)
     """Shard path relative to the cache folder -> what is wrong with it."""
     duplicate_keys: Duplicates = field(default_factory=Duplicates)
+    stray: dict[str, int] = field(default_factory=dict)
+    """Files in the cache folder (outside runs/) that the manifest does not name -> bytes.
+    Harmless to reads, so not a failure; gc removes them."""
 
     @property
     def ok(self) -> bool:
         return not self.bad and not self.duplicate_keys.count
 
     def lines(self) -> list[str]:
-        """One line per bad shard and one for duplicate keys; a one-line summary when OK."""
+        """One line per bad shard and one for duplicate keys; a one-line summary when OK;
+        a line for stray files either way."""
         if self.ok:
-            return [f"OK {self.cache}: {self.shards} shards, {self.rows} rows, "
-                    f"{human_bytes(self.bytes)} checked in {self.seconds:.1f} s"]
-        out = [f"BAD {path}: {'; '.join(reasons)}" for path, reasons in self.bad.items()]
+            out = [f"OK {self.cache}: {self.shards} shards, {self.rows} rows, "
+                   f"{human_bytes(self.bytes)} checked in {self.seconds:.1f} s"]
+        else:
+            out = [f"BAD {path}: {'; '.join(reasons)}" for path, reasons in self.bad.items()]
         dup = self.duplicate_keys
         if dup.count:
             shown = ", ".join(f"{k!r} in {' and '.join(v)}" for k, v in dup.examples.items())
             out.append(f"DUPLICATE KEYS: {dup.count} keys appear more than once, e.g. {shown}")
+        if self.stray:
+            shown = ", ".join(list(self.stray)[:3]) + (", ..." if len(self.stray) > 3 else "")
+            out.append(f"STRAY: {len(self.stray)} file(s), "
+                       f"{human_bytes(sum(self.stray.values()))}, that the manifest does not "
+                       f"name ({shown}); reads ignore them, `raycache gc --delete` removes them")
         return out
 
 
@@ -205,7 +215,10 @@ def _duplicates(paths: list[str], keys: list[pa.Array | None]) -> Duplicates:
 
 def verify(cache: Cache, threads: int = THREADS) -> Report:
     """Check every shard of a committed cache: present, size, sha256, Parquet footer, row
-    count, schema (key, labels, each encoder's fixed-size list); and no key held twice."""
+    count, schema (key, labels, each encoder's fixed-size list); and no key held twice.
+    Also lists stray files (raycache.strays)."""
+    from raycache.strays import strays
+
     start = time.perf_counter()
     m = cache.manifest
     results = list(map_ordered(lambda e: _check(cache.store, cache.dir, m, e), m.shards,
@@ -213,6 +226,7 @@ def verify(cache: Cache, threads: int = THREADS) -> Report:
     bad = {e.path: problems for e, (problems, _) in zip(m.shards, results, strict=True)
            if problems}
     dup = _duplicates([e.path for e in m.shards], [keys for _, keys in results])
+    stray = {rel: size for rel, (size, _) in strays(cache).items()}
     return Report(cache=f"{m.name}/{m.fingerprint}", shards=len(m.shards), rows=m.rows,
                   bytes=m.bytes, seconds=time.perf_counter() - start, bad=bad,
-                  duplicate_keys=dup)
+                  duplicate_keys=dup, stray=stray)

@@ -1,5 +1,6 @@
-"""Garbage collection of a store: unfinished fills past a grace period, and old fingerprints of
-each name by policy (keep-last, older-than, max-size), never what a live run reads."""
+"""Garbage collection of a store: unfinished fills and stray files past a grace period, and old
+fingerprints of each name by policy (keep-last, older-than, max-size), never what a live run
+reads."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from raycache.errors import ConfigError
+from raycache.cache import Cache, read_manifest
+from raycache.errors import ConfigError, RaycacheError
 from raycache.manifest import human_bytes
 from raycache.store import MANIFEST, Store
+from raycache.strays import strays
 from raycache.units import human_duration, parse_duration, parse_size
 from raycache.usage import Usage, du
 
-__all__ = ["GcResult", "Removal", "gc"]
+__all__ = ["GcResult", "Removal", "Stray", "gc"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,24 @@ class Removal:
         return f"{verb} {u.id}  {human_bytes(u.bytes)}{runs}: {self.reason}"
 
 
+@dataclass(frozen=True)
+class Stray:
+    """A file in a kept committed cache's folder that its manifest does not name
+    (raycache.strays), older than the grace period."""
+
+    usage: Usage
+    """The cache folder it is in."""
+    path: str
+    """Relative to the cache folder."""
+    bytes: int
+    age: float
+    """Seconds since it was last written."""
+
+    def line(self, verb: str) -> str:
+        return (f"{verb} {self.usage.id}/{self.path}  {human_bytes(self.bytes)}: stray (not in the "
+                f"manifest), written {human_duration(self.age)} ago")
+
+
 @dataclass
 class GcResult:
     """What gc removed (delete=True) or would remove (a dry run), and what it kept and why."""
@@ -38,20 +59,24 @@ class GcResult:
     removed: list[Removal] = field(default_factory=list)
     kept: list[Removal] = field(default_factory=list)
     deleted: bool = False
+    strays: list[Stray] = field(default_factory=list)
+    """Stray files of the committed caches it keeps."""
 
     @property
     def bytes(self) -> int:
-        return sum(r.usage.bytes for r in self.removed)
+        return sum(r.usage.bytes for r in self.removed) + sum(s.bytes for s in self.strays)
 
     def lines(self) -> list[str]:
         verb = "removed" if self.deleted else "would remove"
-        out = [r.line(verb) for r in self.removed] + [r.line("keep") for r in self.kept]
-        n = len(self.removed)
+        out = ([r.line(verb) for r in self.removed] + [s.line(verb) for s in self.strays]
+               + [r.line("keep") for r in self.kept])
+        what = f"{len(self.removed)} cache folder(s)"
+        if self.strays:
+            what += f" and {len(self.strays)} stray file(s)"
         if self.deleted:
-            out.append(f"removed {n} cache folder(s), {human_bytes(self.bytes)} ({self.bytes} "
-                       "bytes)")
+            out.append(f"removed {what}, {human_bytes(self.bytes)} ({self.bytes} bytes)")
         else:
-            out.append(f"dry run: would remove {n} cache folder(s), {human_bytes(self.bytes)} "
+            out.append(f"dry run: would remove {what}, {human_bytes(self.bytes)} "
                        f"({self.bytes} bytes); pass --delete (delete=True) to remove them")
         return out
 
@@ -103,7 +128,9 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     - unfinished fills (no manifest) whose newest file is older than `grace` (None: none);
     - committed fingerprints beyond the newest `keep_last` of each name;
     - committed fingerprints `created` more than `older_than` ago ("7d", "24h", seconds);
-    - the oldest committed fingerprints until the store's caches fit in `max_size` ("50GB").
+    - the oldest committed fingerprints until the store's caches fit in `max_size` ("50GB");
+    - in the committed caches it keeps, stray files (not named by the manifest) older than
+      `grace` (None: none).
     Never a cache a run in progress reads, nor one a run that died with a checkpoint reads
     while its record is younger than `grace` (it can still resume), nor the newest committed
     fingerprint of a name unless include_newest. A cache's runs (checkpoints of heads) go
@@ -147,10 +174,32 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
             why = protected(u)
             target = result.kept if why else result.removed
             target.append(Removal(u, why or picked[u.id]))
+    if grace_s is not None:
+        going = {r.usage.id for r in result.removed}
+        for u in committed:
+            if u.id not in going:
+                _find_strays(store, u, now, grace_s, result)
     if delete:
         for r in result.removed:
             _remove(store, r.usage)
+        for s in result.strays:
+            store.rm(f"{s.usage.dir}/{s.path}")
     return result
+
+
+def _find_strays(store: Store, u: Usage, now: float, grace_s: float, result: GcResult) -> None:
+    """Add a kept committed cache's stray files older than the grace to `result.strays`; a
+    cache whose shard list cannot be read is kept as it is, with the reason."""
+    manifest = read_manifest(store, u.dir)
+    if manifest is None:  # removed meanwhile
+        return
+    try:
+        found = strays(Cache(store, manifest))
+    except RaycacheError as exc:
+        result.kept.append(Removal(u, f"stray files not looked for: {exc}"))
+        return
+    result.strays += [Stray(u, rel, size, now - mtime) for rel, (size, mtime) in found.items()
+                      if now - mtime > grace_s]
 
 
 def _parsed(parse: Callable[[Any, str], float], value: Any, what: str, problems: list[str]

@@ -39,6 +39,7 @@ def check_one_commit(results: list, store: Store) -> None:
     names = store.listdir(store.cache_dir("toy", a.fingerprint))
     assert "manifest.json" in names and "_progress" not in names
     assert not [n for n in names if ".tmp-" in n]  # nothing half-written beside it
+    assert raycache.verify(a).stray == {}  # nor any file the manifest does not name
     for shard in a.manifest.shards:  # every listed shard is the bytes the manifest describes
         data = store.read_bytes(f"{a.dir}/{shard.path}")
         assert len(data) == shard.bytes and hashlib.sha256(data).hexdigest() == shard.sha256

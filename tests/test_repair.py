@@ -47,6 +47,7 @@ def test_repair_re_encodes_only_the_bad_and_missing_shards(cache, tmp_path, caps
     assert "300 encoded" in out  # two shards of 150 rows, not the whole cache
     fixed = raycache.open_cache("toy", str(tmp_path / "store"))
     assert fixed.fingerprint == cache.fingerprint and verify(fixed).ok
+    assert verify(fixed).stray == {}  # no old shard list or progress record left
     got = embeddings(fixed)
     assert got.keys() == want.keys() and all(np.allclose(got[k], want[k]) for k in got)
     assert main(["verify", "toy", "--store", str(tmp_path / "store")]) == 0

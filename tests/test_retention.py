@@ -169,6 +169,38 @@ def test_gc_keeps_a_cache_a_died_run_can_resume_from_within_the_grace(store, cap
     assert ids[0] in {r.usage.id for r in raycache.gc(str(store), keep_last=1, grace="2d").kept}
 
 
+def test_verify_lists_stray_files_and_gc_removes_those_past_the_grace(store, capsys):
+    """Files in a committed cache's folder that its manifest does not name (a shard an
+    abandoned fill wrote, a progress record, an old shard list) are listed by verify, which
+    still passes, and removed by gc once older than the grace; the cache reads as before."""
+    newest = raycache.ls(str(store), "toy")[-1]
+    folder = Path(newest.dir)
+    old = {"shards/part-abandoned.parquet": 700, "_progress/part-abandoned.parquet.json": 20,
+           "shards-0123456789abcdef.json": 30}
+    for rel, size in {**old, "shards/part-fresh.parquet": 500}.items():
+        (folder / rel).parent.mkdir(exist_ok=True)
+        (folder / rel).write_bytes(b"x" * size)
+        age = 2 * DAY if rel in old else 3600.0
+        os.utime(folder / rel, (time.time() - age, time.time() - age))
+    before = newest.to_pandas()
+
+    report = raycache.verify(newest)
+    assert report.ok and report.stray == {**old, "shards/part-fresh.parquet": 500}
+    assert main(["verify", f"toy/{newest.fingerprint}", "--store", str(store)]) == 0
+    assert "STRAY: 4 file(s)" in capsys.readouterr().out
+
+    dry = raycache.gc(str(store))
+    assert {(s.usage.id, s.path, s.bytes) for s in dry.strays} == {
+        (f"toy/{newest.fingerprint}", rel, size) for rel, size in old.items()}
+    assert "and 3 stray file(s)" in dry.lines()[-1] and (folder / "shards-0123456789abcdef.json"
+                                                         ).exists()
+    raycache.gc(str(store), delete=True)
+    assert raycache.verify(newest).stray == {"shards/part-fresh.parquet": 500}
+    assert raycache.gc(str(store), grace=None).strays == []  # no grace: strays stay
+    reread = raycache.ls(str(store), "toy")[-1]
+    assert raycache.verify(reread).ok and reread.to_pandas().equals(before)
+
+
 def test_sizes_and_durations_parse_and_bad_values_are_named(store, capsys):
     assert parse_size("50GB") == 50 * 10**9 and parse_size("1.5GiB") == 3 * 2**29
     assert parse_size("200 mb") == 2 * 10**8 and parse_size(1024) == 1024
