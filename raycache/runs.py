@@ -12,9 +12,11 @@ from raycache.cache import Cache
 from raycache.checkpoint import latest
 from raycache.store import RUNS, Store
 
-__all__ = ["RECORD", "RunInfo", "list_runs", "read_record", "runs_dir", "write_record"]
+__all__ = ["RECORD", "RESUMABLE", "RunInfo", "list_runs", "read_record", "runs_dir", "write_record"]
 
 RECORD = "run.json"
+RESUMABLE = ("resumable", "failed (resumable)")
+"""Statuses of runs that died with a checkpoint: running them again resumes."""
 
 
 def runs_dir(cache: Cache) -> str:
@@ -82,9 +84,9 @@ def list_runs(cache: Cache) -> list[RunInfo]:
         status = record["status"]
         has_ckpt = latest(store, f"{root}/{name}") is not None
         if status == "running" and not _alive(record):
-            status = "resumable" if has_ckpt else "interrupted"
+            status = RESUMABLE[0] if has_ckpt else "interrupted"
         elif status == "failed" and has_ckpt:
-            status = "failed (resumable)"
+            status = RESUMABLE[1]
         history = []
         metrics_path = f"{root}/{name}/metrics.jsonl"
         if store.exists(metrics_path):

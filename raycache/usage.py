@@ -7,13 +7,10 @@ from datetime import UTC, datetime
 
 from raycache.cache import Cache, read_manifest
 from raycache.manifest import human_bytes
-from raycache.runs import RECORD, list_runs
+from raycache.runs import RECORD, RESUMABLE, list_runs
 from raycache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
 
-__all__ = ["RESUMABLE", "Usage", "du"]
-
-RESUMABLE = ("resumable", "failed (resumable)")
-"""list_runs statuses of runs that died with a checkpoint: running them again resumes."""
+__all__ = ["Usage", "du"]
 
 
 @dataclass(frozen=True)
