@@ -22,10 +22,10 @@ import torch
 from plain import docs, parser, step
 
 import raycache
-from raycache.config import EncoderConfig
 from raycache.demo import MODEL
-from raycache.encoders import REGISTRY
-from raycache.heads import REGISTRY as HEADS
+from raycache.encoders import ENCODERS
+from raycache.encoders.config import EncoderConfig
+from raycache.heads.specs import HEADS
 
 
 def head_epochs(batches, epochs: int, num_classes: int, encode=None) -> float:
@@ -70,7 +70,7 @@ def main() -> None:
                       for i in range(0, len(labels), bs)]
     cached_loop_s = head_epochs(cached_batches, args.epochs, num_classes)
 
-    encoder = REGISTRY["hf-text"].load(
+    encoder = ENCODERS["hf-text"].load(
         EncoderConfig(name="minilm", kind="hf-text", input="text", path=MODEL), "cpu")
     texts = table.column("text").combine_chunks()
     label_all = torch.tensor(table.column("label").to_numpy())

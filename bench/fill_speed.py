@@ -144,8 +144,8 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import ray
 
-    from raycache.cluster import connect
-    from raycache.demo_data import stdlib_docs
+    from raycache.compute.cluster import connect
+    from raycache.source.demo_data import stdlib_docs
 
     start = time.perf_counter()
     connect(progress=False)

@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 import torch
 
 from raycache.demo import MODEL
-from raycache.demo_data import stdlib_docs
 from raycache.pipeline import pipeline
+from raycache.source.demo_data import stdlib_docs
 
 THREADS = 2
 

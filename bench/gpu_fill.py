@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import torch
 
 import raycache
-from raycache.config import EncoderConfig
-from raycache.encoders import REGISTRY
-from raycache.resources import Batching
+from raycache.encoders import ENCODERS
+from raycache.encoders.batching import Batching
+from raycache.encoders.config import EncoderConfig
 
 WORDS = ["return", "the", "cosine", "of", "x", "open", "a", "socket", "to", "host", "copy",
          "file", "with", "its", "metadata", "sleep", "for", "while", "join", "worker", "threads",
@@ -59,7 +59,7 @@ def main() -> None:
                               "encoders": [enc], "store": {"uri": store},
                               "num_gpus": 1, "rows_per_shard": 8192}, progress=False)
         fill_s = fill.cache.manifest.fill_seconds
-        encoder = REGISTRY["hf-text"].load(EncoderConfig(**enc), "cuda", Batching(4096, 65536))
+        encoder = ENCODERS["hf-text"].load(EncoderConfig(**enc), "cuda", Batching(4096, 65536))
         column = pa.array(texts)
         encoder.encode(column.slice(0, args.batch_size))  # warm-up
         torch.cuda.synchronize()

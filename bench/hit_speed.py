@@ -28,9 +28,9 @@ import pyarrow.parquet as pq
 import torch
 
 import raycache
-from raycache.config import TrainConfig, load
-from raycache.store import Store
-from raycache.train import check
+from raycache.cache.store import Store
+from raycache.train.plan import load_config as load_train
+from raycache.train.run import check
 
 DIM = 8
 
@@ -88,7 +88,7 @@ def main() -> None:
             assert not first.hit and len(first.cache.manifest.shards) == shards
             miss = time.perf_counter() - t
             assert raycache.fill(cfg).hit
-            train_cfg = load(TrainConfig, {"cache": f"hit-{label}", "store": {"uri": store}})
+            train_cfg = load_train({"cache": f"hit-{label}", "store": {"uri": store}})
             rows[label] = {
                 "shards": shards, "miss": miss,
                 "hit": median_s(lambda cfg=cfg: raycache.fill(cfg), args.repeats),

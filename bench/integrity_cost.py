@@ -24,11 +24,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import raycache
-from raycache.config import TrainConfig, load
 from raycache.demo import MODEL
-from raycache.demo_data import stdlib_docs
-from raycache.shares import expected, load_share, pieces, read_piece
-from raycache.train import prepare
+from raycache.source.demo_data import stdlib_docs
+from raycache.train.data.shares import expected, load_share, pieces, read_piece
+from raycache.train.plan import load_config as load_train
+from raycache.train.run import prepare
 
 
 def interleaved(variants: dict, repeats: int) -> dict[str, float]:
@@ -64,7 +64,7 @@ def main() -> None:
             "name": "docs", "source": {"path": str(src), "labels": ["label"]},
             "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text", "path": MODEL}],
             "store": {"uri": store}}, progress=False)
-        _, spec = prepare(load(TrainConfig, {"cache": "docs", "store": {"uri": store},
+        _, spec = prepare(load_train({"cache": "docs", "store": {"uri": store},
                                              "num_workers": 0, "placement": "cpu",
                                              "progress": False}))
         unchecked = dataclasses.replace(spec, checks=())

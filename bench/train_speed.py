@@ -29,10 +29,10 @@ import pyarrow.parquet as pq
 import torch
 
 import raycache
-from raycache.config import EncoderConfig
 from raycache.demo import MODEL
-from raycache.demo_data import stdlib_docs
-from raycache.encoders import REGISTRY
+from raycache.encoders import ENCODERS
+from raycache.encoders.config import EncoderConfig
+from raycache.source.demo_data import stdlib_docs
 
 BATCH, LR, THREADS = 64, 0.01, 2
 
@@ -176,7 +176,7 @@ def main() -> None:
     loop_s = plain_loop(x[:n_train], y[:n_train], E)
     loop_rows_s = n_train * E / loop_s
 
-    encoder = REGISTRY["hf-text"].load(
+    encoder = ENCODERS["hf-text"].load(
         EncoderConfig(name="minilm", kind="hf-text", input="text", path=MODEL), "cpu")
     texts = docs.column("text").combine_chunks()
     order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(0))

@@ -25,10 +25,10 @@ import torch
 from plain import docs, parser, step
 
 import raycache
-from raycache.config import EncoderConfig
 from raycache.demo import MODEL
-from raycache.encoders import REGISTRY
-from raycache.heads import REGISTRY as HEADS
+from raycache.encoders import ENCODERS
+from raycache.encoders.config import EncoderConfig
+from raycache.heads.specs import HEADS
 
 STATS = 8
 
@@ -53,7 +53,7 @@ def text_stats(texts: list[str]) -> np.ndarray:
 def live_loop(texts: pa.Array, stats: np.ndarray, labels: torch.Tensor, epochs: int, bs: int,
               classes: int) -> float:
     """Both encoders live every epoch: MiniLM under no_grad, the MLP and the head trained."""
-    encoder = REGISTRY["hf-text"].load(
+    encoder = ENCODERS["hf-text"].load(
         EncoderConfig(name="minilm", kind="hf-text", input="text", path=MODEL), "cpu")
     mlp = stats_mlp()
     torch.manual_seed(0)

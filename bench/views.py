@@ -24,11 +24,11 @@ import torch
 from plain import docs, parser, step
 
 import raycache
-from raycache.augment import apply
-from raycache.config import EncoderConfig
 from raycache.demo import MODEL
-from raycache.encoders import REGISTRY
-from raycache.heads import REGISTRY as HEADS
+from raycache.encoders import ENCODERS
+from raycache.encoders.config import EncoderConfig
+from raycache.fill.augment import apply
+from raycache.heads.specs import HEADS
 
 AUGMENT = [{"kind": "word_dropout", "p": 0.1}, {"kind": "word_swap", "swaps": 1},
            {"kind": "crop", "max_words": 64}]
@@ -54,7 +54,7 @@ def main() -> None:
     k, bs, classes = args.views, args.batch_size, 6
     encoder_cfg = {"name": "minilm", "kind": "hf-text", "input": "text", "path": MODEL}
     # loaded first: the live loop's encoder, and the imports (transformers) both fills share
-    encoder = REGISTRY["hf-text"].load(EncoderConfig(**encoder_cfg), "cpu")
+    encoder = ENCODERS["hf-text"].load(EncoderConfig(**encoder_cfg), "cpu")
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp, "docs.parquet")
         pq.write_table(table, src)

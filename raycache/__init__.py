@@ -19,8 +19,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from raycache.cache import Cache, ls, open_cache
-from raycache.config import EncoderConfig, FillConfig, SourceConfig, StoreConfig, TrainConfig
+from raycache.cache.committed import Cache, ls, open_cache
+from raycache.cache.config import StoreConfig
+from raycache.cache.manifest import Manifest
+from raycache.encoders.config import EncoderConfig
 from raycache.errors import (
     CacheNotFound,
     ConfigError,
@@ -32,17 +34,19 @@ from raycache.errors import (
     SourceError,
     StoreError,
 )
-from raycache.fill import FillResult, fill
-from raycache.heads import HeadSpec
-from raycache.integrity import Report, verify
-from raycache.manifest import Manifest
-from raycache.predict_file import PredictConfig, PredictResult, predict_file
-from raycache.repair import repair
-from raycache.retention import GcResult, gc
-from raycache.runs import RunInfo, list_runs
-from raycache.runspec import RunSpec
-from raycache.train import TrainResult, train
-from raycache.usage import Usage, du
+from raycache.fill.config import FillConfig
+from raycache.fill.run import FillResult, fill
+from raycache.heads.specs import HeadSpec
+from raycache.predict.run import PredictConfig, PredictResult, predict_file
+from raycache.source.config import SourceConfig
+from raycache.train.config import TrainConfig
+from raycache.train.run import TrainResult, train
+from raycache.train.runs import RunInfo, list_runs
+from raycache.train.runspec import RunSpec
+from raycache.upkeep.du import Usage, du
+from raycache.upkeep.gc import GcResult, gc
+from raycache.upkeep.repair import repair
+from raycache.upkeep.verify import Report, verify
 
 __all__ = [
     "Cache",
@@ -86,7 +90,7 @@ __all__ = [
 ]
 
 
-_LAZY = {"Head": "raycache.predict", "load_head": "raycache.predict"}
+_LAZY = {"Head": "raycache.heads.loaded", "load_head": "raycache.heads.loaded"}
 """Names whose modules import torch: loaded on first use."""
 
 
@@ -99,4 +103,4 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from raycache.predict import Head, load_head
+    from raycache.heads.loaded import Head, load_head

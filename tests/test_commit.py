@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.store import Store
+from raycache.cache.store import Store
+from raycache.fill.plan import load_config as load_fill
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(180)
@@ -80,13 +81,12 @@ def test_exclusive_write_never_replaces_what_is_there(tmp_path):
 def test_a_commit_leaves_another_fills_temporary_shard_list_alone(tmp_path):
     """The committing fill clears old shard lists, but never another fill's half-written one
     (a `.tmp-` file that fill is about to rename: removing it broke that fill)."""
-    from raycache.config import FillConfig, load
-    from raycache.fill import plan
+    from raycache.fill.plan import plan
 
     (tmp_path / "src").mkdir()
     pq.write_table(separable(n=200), tmp_path / "src" / "a.parquet")
     cfg = {**toy_fill(str(tmp_path / "src"), str(tmp_path / "store")), "in_process": True}
-    folder = tmp_path / "store" / plan(load(FillConfig, cfg)).dir.rpartition("/store/")[2]
+    folder = tmp_path / "store" / plan(load_fill(cfg)).dir.rpartition("/store/")[2]
     folder.mkdir(parents=True)
     other = folder / "shards-0123456789abcdef.json.tmp-5f1e"  # another fill, mid-write
     stale = folder / "shards-fedcba9876543210.json"  # a listing no manifest names

@@ -2,8 +2,9 @@
 
 import pytest
 
-from raycache.config import FillConfig, TrainConfig, load
 from raycache.errors import ConfigError
+from raycache.fill.plan import load_config as load_fill
+from raycache.train.plan import load_config as load_train
 
 
 def fill_dict(**over):
@@ -17,7 +18,7 @@ def fill_dict(**over):
 
 
 def test_valid_config_builds_nested_dataclasses():
-    cfg = load(FillConfig, fill_dict())
+    cfg = load_fill(fill_dict())
     assert cfg.source.key == "id" and cfg.encoders[0].max_length == 256
     assert cfg.store.uri.endswith("store")
 
@@ -26,7 +27,7 @@ def test_all_structural_problems_reported_together():
     bad = fill_dict(batch_sise=3, rows_per_shard="two")
     del bad["name"]
     with pytest.raises(ConfigError) as err:
-        load(FillConfig, bad)
+        load_fill(bad)
     text = str(err.value)
     assert "FillConfig.batch_sise: unknown field" in text
     assert "FillConfig.rows_per_shard='two': expected int" in text
@@ -43,7 +44,7 @@ def test_semantic_problems_name_value_and_fix():
         batch_size=0,
     )
     with pytest.raises(ConfigError) as err:
-        load(FillConfig, bad)
+        load_fill(bad)
     text = str(err.value)
     assert "kind='bert-ish': unknown; expected one of ['hf-text', 'torch']" in text
     assert "dtype='int8'" in text
@@ -53,7 +54,7 @@ def test_semantic_problems_name_value_and_fix():
 
 def test_train_config_checks():
     with pytest.raises(ConfigError) as err:
-        load(TrainConfig, {"cache": "c", "head": "transformer", "val_fraction": 1.5,
+        load_train({"cache": "c", "head": "transformer", "val_fraction": 1.5,
                            "placement": "gpu"})
     text = str(err.value)
     assert "head='transformer'" in text and "val_fraction=1.5" in text
@@ -62,13 +63,13 @@ def test_train_config_checks():
 
 def test_missing_yaml_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
-        load(FillConfig, tmp_path / "nope.yaml")
+        load_fill(tmp_path / "nope.yaml")
 
 
 def test_store_defaults_to_raycache_store_env(monkeypatch):
-    from raycache.config import StoreConfig
+    from raycache.cache.config import StoreConfig
 
     monkeypatch.setenv("RAYCACHE_STORE", "s3://team-bucket/caches")
-    assert load(FillConfig, fill_dict()).store.uri == "s3://team-bucket/caches"
+    assert load_fill(fill_dict()).store.uri == "s3://team-bucket/caches"
     monkeypatch.delenv("RAYCACHE_STORE")
     assert StoreConfig().uri == ".raycache/store"

@@ -5,8 +5,8 @@ import pyarrow as pa
 import pytest
 import torch
 
-from raycache.config import EncoderConfig
-from raycache.encoders import REGISTRY
+from raycache.encoders import ENCODERS
+from raycache.encoders.config import EncoderConfig
 from raycache.errors import EncoderError
 
 SENTENCES = [
@@ -26,7 +26,7 @@ def minilm(**over) -> EncoderConfig:
 def test_minilm_matches_sentence_transformers(minilm_dir):
     from sentence_transformers import SentenceTransformer
 
-    ours = REGISTRY["hf-text"].load(minilm(), "cpu").encode(pa.array(SENTENCES))
+    ours = ENCODERS["hf-text"].load(minilm(), "cpu").encode(pa.array(SENTENCES))
     theirs = SentenceTransformer(str(minilm_dir), device="cpu").encode(
         SENTENCES, convert_to_numpy=True, normalize_embeddings=False
     )
@@ -36,21 +36,21 @@ def test_minilm_matches_sentence_transformers(minilm_dir):
 
 
 def test_hf_encoder_is_frozen():
-    enc = REGISTRY["hf-text"].load(minilm(normalize=False), "cpu")
+    enc = ENCODERS["hf-text"].load(minilm(normalize=False), "cpu")
     assert not enc.model.training
     assert not any(p.requires_grad for p in enc.model.parameters())
-    assert enc.weights_digest() == REGISTRY["hf-text"].describe(minilm())["weights_digest"]
+    assert enc.weights_digest() == ENCODERS["hf-text"].describe(minilm())["weights_digest"]
 
 
 def test_hf_encoder_refuses_non_text():
-    enc = REGISTRY["hf-text"].load(minilm(), "cpu")
+    enc = ENCODERS["hf-text"].load(minilm(), "cpu")
     with pytest.raises(EncoderError, match="holds 3 .int.; hf-text needs strings"):
         enc.encode(pa.array([3]))
 
 
 def test_torch_module_encoder_frozen_and_deterministic():
     cfg = EncoderConfig(name="p", kind="torch", input="x", factory="toy_encoders:projection")
-    enc = REGISTRY["torch"].load(cfg, "cpu")
+    enc = ENCODERS["torch"].load(cfg, "cpu")
     assert not enc.net.training and not any(p.requires_grad for p in enc.net.parameters())
     x = pa.array([[1.0] * 8, [0.5] * 8], pa.list_(pa.float32(), 8))
     out = enc.encode(x)
@@ -58,7 +58,7 @@ def test_torch_module_encoder_frozen_and_deterministic():
     with torch.no_grad():
         expected = enc.net(torch.tensor([[1.0] * 8, [0.5] * 8])).numpy()
     np.testing.assert_allclose(out, expected, rtol=1e-6)
-    assert REGISTRY["torch"].describe(cfg)["weights_digest"] == enc.weights_digest()
+    assert ENCODERS["torch"].describe(cfg)["weights_digest"] == enc.weights_digest()
 
 
 @pytest.mark.parametrize(
@@ -73,24 +73,24 @@ def test_torch_module_encoder_frozen_and_deterministic():
 def test_bad_factories(factory, message):
     cfg = EncoderConfig(name="p", kind="torch", input="x", factory=factory)
     with pytest.raises(EncoderError, match=message):
-        REGISTRY["torch"].describe(cfg)
+        ENCODERS["torch"].describe(cfg)
 
 
 def test_hf_path_errors(tmp_path):
     with pytest.raises(EncoderError, match="no config.json"):
-        REGISTRY["hf-text"].describe(minilm(path=str(tmp_path)))
+        ENCODERS["hf-text"].describe(minilm(path=str(tmp_path)))
     with pytest.raises(EncoderError, match="not installed"):
-        REGISTRY["hf-text"].describe(minilm(path="pkg:no_such_pkg/model"))
+        ENCODERS["hf-text"].describe(minilm(path="pkg:no_such_pkg/model"))
 
 
 def test_bfloat16_inference_stays_close_to_float32_and_is_fingerprinted():
     texts = pa.array(SENTENCES[:4] * 3)
-    fp32 = REGISTRY["hf-text"].load(minilm(), "cpu").encode(texts)
-    bf16 = REGISTRY["hf-text"].load(minilm(precision="bfloat16"), "cpu").encode(texts)
+    fp32 = ENCODERS["hf-text"].load(minilm(), "cpu").encode(texts)
+    bf16 = ENCODERS["hf-text"].load(minilm(precision="bfloat16"), "cpu").encode(texts)
     cosine = (fp32 * bf16).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(bf16, axis=1)
     assert cosine.min() >= 0.999, cosine
     assert not np.array_equal(fp32, bf16)  # it did run at another precision
-    describe = REGISTRY["hf-text"].describe
+    describe = ENCODERS["hf-text"].describe
     assert describe(minilm(precision="bfloat16"))["precision"] == "bfloat16"
     assert describe(minilm(precision="bfloat16")) != describe(minilm())
 
@@ -99,7 +99,7 @@ def test_bfloat16_inference_stays_close_to_float32_and_is_fingerprinted():
 def test_light_tokenizer_gives_transformers_token_ids(minilm_dir, max_length, longest):
     from transformers import AutoTokenizer
 
-    ours = REGISTRY["hf-text"].prepare(minilm(max_length=max_length))(pa.array(SENTENCES))
+    ours = ENCODERS["hf-text"].prepare(minilm(max_length=max_length))(pa.array(SENTENCES))
     theirs = AutoTokenizer.from_pretrained(minilm_dir)(
         SENTENCES, truncation=True, max_length=max_length)["input_ids"]
     assert ours.to_pylist() == theirs

@@ -57,9 +57,9 @@ def test_factory_that_does_not_import(source, tmp_path):
 
 def test_trainable_encoder_of_a_family_that_cannot_train_is_refused(source, tmp_path,
                                                                       monkeypatch):
-    from raycache.encoders import REGISTRY
+    from raycache.encoders import ENCODERS
 
-    monkeypatch.setitem(REGISTRY, "torch", REGISTRY["torch"]._replace(live=None))
+    monkeypatch.setitem(ENCODERS, "torch", ENCODERS["torch"]._replace(live=None))
     cfg = toy_fill(str(source), str(tmp_path / "store"))
     cfg["encoders"][0]["trainable"] = True
     with pytest.raises(ConfigError, match="kind 'torch' cannot be trained.*trainable: false"):

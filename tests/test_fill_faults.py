@@ -11,11 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache import sources
-from raycache.config import FillConfig, load
+from raycache.compute.pool import nodes, size_pool
 from raycache.errors import RaycacheError
-from raycache.fill import build_pipeline, plan
-from raycache.resources import nodes, size_pool
+from raycache.fill.plan import load_config as load_fill
+from raycache.fill.plan import plan
+from raycache.fill.run import build_pipeline
+from raycache.source import files as sources
 from tests.conftest import separable, toy_fill
 from tests.faults import Driver, kill_matching, wait_for, when
 
@@ -81,7 +82,7 @@ def test_encoder_actor_killed_mid_fill(ray_session, source, tmp_path):
 
 
 def test_a_shard_written_but_never_recorded_is_encoded_again(ray_session, source, tmp_path):
-    cfg = load(FillConfig, toy_fill(str(source), str(tmp_path / "store"), rows_per_shard=50))
+    cfg = load_fill(toy_fill(str(source), str(tmp_path / "store"), rows_per_shard=50))
     p = plan(cfg)
     [unit], _ = sources.plan_units(p.files, p.format, {}, cfg.rows_per_shard)
     first_200 = sources.Unit(unit.file, unit.groups, 0, ROWS, done=((200, ROWS),))

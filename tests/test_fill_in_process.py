@@ -13,11 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache import sources
-from raycache.config import FillConfig, load
+from raycache.compute.pool import size_pool
 from raycache.errors import ConfigError
-from raycache.fill import AUTO_IN_PROCESS_ROWS, in_process, plan, run_in_process
-from raycache.resources import size_pool
+from raycache.fill.config import FillConfig
+from raycache.fill.plan import load_config as load_fill
+from raycache.fill.plan import plan
+from raycache.fill.run import AUTO_IN_PROCESS_ROWS, in_process, run_in_process
+from raycache.source import files as sources
 from tests.conftest import TESTS, separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -61,7 +63,7 @@ def test_in_process_fill_equals_the_ray_pipeline_and_starts_no_ray(ray_session, 
 
 
 def test_in_process_fill_resumes_at_the_shard(source, tmp_path):
-    cfg = load(FillConfig, toy_fill(str(source), str(tmp_path / "store"), rows_per_shard=50,
+    cfg = load_fill(toy_fill(str(source), str(tmp_path / "store"), rows_per_shard=50,
                                     in_process=True))
     p = plan(cfg)
     [unit], _ = sources.plan_units(p.files, p.format, {}, cfg.rows_per_shard)
@@ -76,7 +78,7 @@ def test_in_process_fill_resumes_at_the_shard(source, tmp_path):
 
 def test_auto_runs_in_process_only_for_small_cpu_fills_with_no_cluster(monkeypatch, tmp_path):
     def cfg(**over) -> FillConfig:
-        return load(FillConfig, toy_fill("src", str(tmp_path), **over))
+        return load_fill(toy_fill("src", str(tmp_path), **over))
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     ray = sys.modules.get("ray")
@@ -95,8 +97,8 @@ def test_auto_runs_in_process_only_for_small_cpu_fills_with_no_cluster(monkeypat
 
 def test_in_process_setting_is_checked():
     with pytest.raises(ConfigError) as err:
-        load(FillConfig, toy_fill("src", "store", in_process="yes"))
+        load_fill(toy_fill("src", "store", in_process="yes"))
     assert "in_process='yes'" in str(err.value)
     with pytest.raises(ConfigError) as err:
-        load(FillConfig, toy_fill("src", "store", in_process=True, num_gpus=1))
+        load_fill(toy_fill("src", "store", in_process=True, num_gpus=1))
     assert "num_gpus" in str(err.value)

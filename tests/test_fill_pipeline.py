@@ -9,11 +9,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache import sources
-from raycache.config import FillConfig, load
+from raycache.compute.pool import Pool
+from raycache.encoders.batching import Batching
 from raycache.errors import ConfigError, EncoderError
-from raycache.fill import build_pipeline, plan
-from raycache.resources import Batching, Pool
+from raycache.fill.plan import load_config as load_fill
+from raycache.fill.plan import plan
+from raycache.fill.run import build_pipeline
+from raycache.source import files as sources
 from tests.conftest import toy_fill
 
 
@@ -24,7 +26,7 @@ def big_row_group_file(path: Path, rows: int, row_group: int) -> Path:
 
 
 def test_units_are_whole_row_groups_and_pieces_are_shard_sized(tmp_path):
-    one_group = sources.list_files(load(FillConfig, toy_fill(
+    one_group = sources.list_files(load_fill(toy_fill(
         str(big_row_group_file(tmp_path / "a.parquet", 1000, 1000)), "s")).source)[1]
     units, totals = sources.plan_units(one_group, "parquet", {}, rows=100)
     assert len(units) == 1 and units[0].groups == (0,) and totals == {one_group[0].block: 1000}
@@ -33,7 +35,7 @@ def test_units_are_whole_row_groups_and_pieces_are_shard_sized(tmp_path):
     rows = np.concatenate([p.column("__row").to_numpy() for p in pieces])
     assert rows.tolist() == list(range(1000)) and pieces[3].column("id")[0].as_py() == 300
 
-    small = sources.list_files(load(FillConfig, toy_fill(
+    small = sources.list_files(load_fill(toy_fill(
         str(big_row_group_file(tmp_path / "b.parquet", 1000, 30)), "s")).source)[1]
     units, _ = sources.plan_units(small, "parquet", {}, rows=100)
     assert [u.groups for u in units[:2]] == [(0, 1, 2, 3), (4, 5, 6, 7)]
@@ -41,7 +43,7 @@ def test_units_are_whole_row_groups_and_pieces_are_shard_sized(tmp_path):
 
 
 def test_rows_already_done_are_neither_planned_nor_read(tmp_path):
-    files = sources.list_files(load(FillConfig, toy_fill(
+    files = sources.list_files(load_fill(toy_fill(
         str(big_row_group_file(tmp_path / "a.parquet", 500, 100)), "s")).source)[1]
     done = {files[0].block: ((0, 200), (250, 260))}
     units, _ = sources.plan_units(files, "parquet", {}, rows=100, done=done)
@@ -55,7 +57,7 @@ def test_rows_already_done_are_neither_planned_nor_read(tmp_path):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("gpus", [1.0, 0.25])
 def test_the_gpu_pipeline_builds_on_a_cpu_machine(ray_session, separable_source, tmp_path, gpus):
-    cfg = load(FillConfig, toy_fill(str(separable_source), str(tmp_path / "store"),
+    cfg = load_fill(toy_fill(str(separable_source), str(tmp_path / "store"),
                                     num_gpus=gpus, rows_per_shard=4096))
     p = plan(cfg)
     units, _ = sources.plan_units(p.files, p.format, {}, cfg.rows_per_shard)

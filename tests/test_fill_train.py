@@ -13,18 +13,20 @@ import pytest
 import torch
 
 import raycache
-from raycache import sources
-from raycache.config import EncoderConfig, FillConfig, load
-from raycache.encoders import REGISTRY
-from raycache.fill import build_pipeline, plan
-from raycache.resources import nodes, size_pool
+from raycache.compute.pool import nodes, size_pool
+from raycache.encoders import ENCODERS
+from raycache.encoders.config import EncoderConfig
+from raycache.fill.plan import load_config as load_fill
+from raycache.fill.plan import plan
+from raycache.fill.run import build_pipeline
+from raycache.source import files as sources
 from tests.conftest import separable, toy_fill
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 
 
 def live_outputs(cfg: dict, rows: pa.Table) -> np.ndarray:
-    enc = REGISTRY["torch"].load(EncoderConfig(**cfg["encoders"][0]), "cpu")
+    enc = ENCODERS["torch"].load(EncoderConfig(**cfg["encoders"][0]), "cpu")
     return enc.encode(rows.column("features").combine_chunks())
 
 
@@ -89,7 +91,7 @@ def test_changed_source_is_a_miss_and_keeps_the_old_cache(ray_session, separable
 
 def test_interrupted_fill_resumes_encoding_only_the_rest(ray_session, separable_source,
                                                          tmp_path):
-    cfg = load(FillConfig, toy_fill(str(separable_source), str(tmp_path / "store"),
+    cfg = load_fill(toy_fill(str(separable_source), str(tmp_path / "store"),
                                     rows_per_shard=100))
     p = plan(cfg)
     units, _ = sources.plan_units(p.files, p.format, {}, cfg.rows_per_shard)
@@ -167,7 +169,7 @@ def test_minilm_fill_in_ray_actors_matches_live(ray_session, tmp_path):
                            "encoders": [enc], "store": {"uri": str(tmp_path / "store")},
                            "batch_size": 4, "progress": False}).cache
     table = cache.read_table()
-    live = REGISTRY["hf-text"].load(EncoderConfig(**enc), "cpu").encode(
+    live = ENCODERS["hf-text"].load(EncoderConfig(**enc), "cpu").encode(
         pa.array([rows[k]["text"] for k in table.column("id").to_pylist()]))
     np.testing.assert_allclose(np.stack(table.column("minilm").to_numpy(zero_copy_only=False)),
                                live, atol=1e-5)

@@ -6,15 +6,15 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from raycache.config import FillConfig, load
+from raycache.core.fingerprint import canonical, fingerprint
 from raycache.errors import FingerprintError
-from raycache.fill import plan
-from raycache.fingerprint import canonical, fingerprint
+from raycache.fill.plan import load_config as load_fill
+from raycache.fill.plan import plan
 from tests.conftest import toy_fill
 
 
 def fp(cfg: dict) -> str:
-    return plan(load(FillConfig, cfg)).fingerprint
+    return plan(load_fill(cfg)).fingerprint
 
 
 def test_same_inputs_same_fingerprint(separable_source, tmp_path):
@@ -86,8 +86,8 @@ def test_unstable_value_is_an_error_not_a_random_hash():
 
 
 def test_source_without_version_is_an_error(tmp_path, monkeypatch):
-    from raycache import sources
-    from raycache.config import SourceConfig
+    from raycache.source import files as sources
+    from raycache.source.config import SourceConfig
 
     path = tmp_path / "x.parquet"
     pq.write_table(__import__("pyarrow").table({"id": [1]}), path)

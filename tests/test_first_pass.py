@@ -12,10 +12,10 @@ import toy_encoders
 import toy_heads
 
 import raycache
-from raycache.config import TrainConfig, load
 from raycache.errors import ConfigError, FillFailed
-from raycache.landing import problems
 from raycache.pipeline import pipeline
+from raycache.train.data.landing import problems
+from raycache.train.plan import load_config as load_train
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(180)
@@ -130,9 +130,9 @@ def test_a_fill_failing_part_way_stops_training_clearly_and_resumes(
 
 
 def test_overlap_refuses_what_it_cannot_do_before_any_work():
-    pairs = load(TrainConfig, {"cache": "toy", "objective": "pairs",
+    pairs = load_train({"cache": "toy", "objective": "pairs",
                                "pairs": {"path": "p.parquet", "left": "a", "right": "b"}})
     assert any("'pairs'" in p and "overlap: false" in p for p in problems(pairs))
-    assert problems(load(TrainConfig, {"cache": "toy", "num_workers": 2})) == []
+    assert problems(load_train({"cache": "toy", "num_workers": 2})) == []
     with pytest.raises(ConfigError, match="overlap='yes'"):
         pipeline({"fill": {}, "train": {}, "overlap": "yes"})

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import raycache
-from raycache.config import EncoderConfig
-from raycache.encoders import REGISTRY
+from raycache.encoders import ENCODERS
+from raycache.encoders.config import EncoderConfig
 from tests.conftest import toy_fill
 
 pytestmark = [
@@ -42,8 +42,8 @@ def tiny_bert(folder: Path) -> Path:
 def test_hf_encoder_on_gpu_matches_cpu(tmp_path):
     cfg = EncoderConfig(name="b", kind="hf-text", input="text", path=str(tiny_bert(tmp_path / "m")))
     texts = pa.array(["the cos of a time", "open a socket", "it is that file"] * 50)
-    cpu = REGISTRY["hf-text"].load(cfg, "cpu").encode(texts)
-    gpu = REGISTRY["hf-text"].load(cfg, "cuda").encode(texts)
+    cpu = ENCODERS["hf-text"].load(cfg, "cpu").encode(texts)
+    gpu = ENCODERS["hf-text"].load(cfg, "cuda").encode(texts)
     np.testing.assert_allclose(gpu, cpu, atol=1e-4)
 
 
@@ -51,7 +51,7 @@ def test_fill_with_gpu_actors_and_train_in_device_memory(ray_session, separable_
     store = str(tmp_path / "store")
     fill = raycache.fill(toy_fill(str(separable_source), store, num_gpus=1, concurrency=1))
     cached = fill.cache.read_table()
-    cpu = REGISTRY["torch"].load(EncoderConfig(**toy_fill("", "")["encoders"][0]), "cpu")
+    cpu = ENCODERS["torch"].load(EncoderConfig(**toy_fill("", "")["encoders"][0]), "cpu")
     source = pa.concat_tables(
         pa.parquet.read_table(p) for p in sorted(separable_source.glob("*.parquet")))
     by_key = dict(zip(source.column("id").to_pylist(),
@@ -80,7 +80,7 @@ def test_minilm_fill_on_fractional_gpus_in_bfloat16_matches_cpu(ray_session, tmp
     assert "0.25 GPU" in fill.pool and fill.cache.manifest.rows == len(texts)
     table = fill.cache.read_table()
     rows = [texts[i] for i in table.column("id").to_pylist()]
-    cpu = REGISTRY["hf-text"].load(EncoderConfig(**enc), "cpu").encode(pa.array(rows))
+    cpu = ENCODERS["hf-text"].load(EncoderConfig(**enc), "cpu").encode(pa.array(rows))
     gpu = np.stack(table.column("m").to_numpy(zero_copy_only=False))
     cosine = (cpu * gpu).sum(1) / np.linalg.norm(cpu, axis=1) / np.linalg.norm(gpu, axis=1)
     assert cosine.min() >= 0.999

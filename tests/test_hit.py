@@ -4,6 +4,7 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 import raycache
+from raycache.train.plan import load_config as load_train
 from tests.conftest import separable, toy_fill
 
 SPIED = ("ls", "_open", "info", "exists", "find", "glob", "cat_file", "isdir", "isfile")
@@ -35,9 +36,8 @@ def test_a_hit_touches_nothing_of_the_store_but_the_manifest(tmp_path, monkeypat
 
 
 def test_training_takes_its_class_counts_from_the_manifest(tmp_path, monkeypatch):
-    from raycache.config import TrainConfig, load
-    from raycache.store import Store
-    from raycache.train import check
+    from raycache.cache.store import Store
+    from raycache.train.run import check
 
     pq.write_table(separable(n=120), tmp_path / "a.parquet")
     store = tmp_path / "store"
@@ -48,7 +48,7 @@ def test_training_takes_its_class_counts_from_the_manifest(tmp_path, monkeypatch
     real = LocalFileSystem._open
     monkeypatch.setattr(LocalFileSystem, "_open", lambda self, path, *a, **k: opened.append(
         str(path)) or real(self, path, *a, **k))
-    _, head, counts = check(load(TrainConfig, {"cache": "toy"}), Store(str(store)))
+    _, head, counts = check(load_train({"cache": "toy"}), Store(str(store)))
     assert counts.tolist() == [int((want == c).sum()) for c in range(3)]
     assert head.num_classes == 3
     assert not [p for p in opened if "/shards/" in p]  # no shard read on the driver

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import raycache
-from raycache.cache import read_manifest
+from raycache.cache.committed import read_manifest
 from raycache.cli import main
-from raycache.config import TrainConfig, load
 from raycache.errors import CorruptShard
+from raycache.train.plan import load_config as load_train
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(120)
@@ -71,10 +71,10 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
         assert f"raycache repair toy --store {cache.store.uri}" in msg and "sha256" in msg
     assert cache.read_table(limit=10).num_rows == 10  # shard 0 alone is sound
 
-    from raycache.shares import InMemory, Streamed, load_share
-    from raycache.train import prepare
+    from raycache.train.data.shares import InMemory, Streamed, load_share
+    from raycache.train.run import prepare
 
-    _, spec = prepare(load(TrainConfig, {"cache": "toy", "store": {"uri": cache.store.uri},
+    _, spec = prepare(load_train({"cache": "toy", "store": {"uri": cache.store.uri},
                                          "num_workers": 0, "placement": "cpu"}))
     assert len(spec.checks) == 4
     with pytest.raises(CorruptShard, match="raycache repair toy"):
@@ -86,10 +86,10 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
 
 
 def test_streamed_checks_each_shard_once_per_run(cache, monkeypatch):
-    import raycache.shares as shares
-    from raycache.train import prepare
+    from raycache.train.data import shares
+    from raycache.train.run import prepare
 
-    _, spec = prepare(load(TrainConfig, {"cache": "toy", "store": {"uri": cache.store.uri},
+    _, spec = prepare(load_train({"cache": "toy", "store": {"uri": cache.store.uri},
                                          "num_workers": 0, "placement": "stream"}))
     checked = []
     real = shares.read_checked

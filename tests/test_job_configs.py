@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raycache.config import FillConfig, TrainConfig, load
+from raycache.fill.plan import load_config as load_fill
 from raycache.pipeline import configs
+from raycache.train.plan import load_config as load_train
 
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
 YAMLS = sorted((JOBS / "configs").glob("*.yaml"))
@@ -22,10 +23,10 @@ def test_there_are_configs_for_every_job():
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.name)
 def test_config_loads_and_checks(path):
     if path.stem.startswith("fill"):
-        cfg = load(FillConfig, path)
+        cfg = load_fill(path)
         assert cfg.encoders and cfg.source.labels
     elif path.stem.startswith("train"):
-        cfg = load(TrainConfig, path)
+        cfg = load_train(path)
         assert cfg.num_workers >= 2
     else:
         fill, train = configs(path)
@@ -41,7 +42,7 @@ def test_a_broken_config_is_caught(tmp_path):
     path = tmp_path / "train-bad.yaml"
     path.write_text(yaml.safe_dump(bad))
     with pytest.raises(Exception, match="TrainConfig.epoch: unknown field"):
-        load(TrainConfig, path)
+        load_train(path)
 
 
 def test_runtime_env_ships_the_checkout_without_the_venv():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from raycache.demo_data import TOPICS
+from raycache.source.demo_data import TOPICS
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"

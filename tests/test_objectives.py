@@ -14,14 +14,15 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from raycache.config import GroupsConfig, TrainConfig, load
+from raycache.cache.store import Store
 from raycache.errors import ConfigError
-from raycache.heads import HeadSpec
-from raycache.objectives.groups import Groups
-from raycache.objectives.pairs import Pairs
-from raycache.objectives.retrieval import retrieval_metrics
-from raycache.runspec import Recipe, RunSpec
-from raycache.store import Store
+from raycache.heads.specs import HeadSpec
+from raycache.train.config import GroupsConfig
+from raycache.train.objectives.groups import Groups
+from raycache.train.objectives.pairs import Pairs
+from raycache.train.objectives.retrieval import retrieval_metrics
+from raycache.train.plan import load_config as load_train
+from raycache.train.runspec import Recipe, RunSpec
 
 DIM, GROUPS, SIGNAL = 32, 8, 4
 
@@ -63,7 +64,7 @@ class Holder:
 
 
 def run_spec(tmp_path, head="linear", normalize=False, out_dim=16, **over) -> RunSpec:
-    cfg = load(TrainConfig, {"cache": "c", "objective": "groups", "metrics_k": [1, 5],
+    cfg = load_train({"cache": "c", "objective": "groups", "metrics_k": [1, 5],
                              "lr": 0.01, "batch_size": 64, **over})
     spec = HeadSpec(head=head, in_dim=DIM, num_classes=GROUPS, hidden=(32,), dropout=0.0,
                     encoders=("e",), label="label", cache="c", fingerprint="f" * 24,
@@ -77,7 +78,7 @@ def run_spec(tmp_path, head="linear", normalize=False, out_dim=16, **over) -> Ru
 
 def fit(spec: RunSpec, epochs: int) -> tuple[list[float], dict, dict]:
     """(train loss per epoch, validation metrics before training, after training)."""
-    from raycache.loop import build_parts, evaluate, train_epoch
+    from raycache.train.loop import build_parts, evaluate, train_epoch
 
     torch.manual_seed(0)
     parts = build_parts(spec, torch.device("cpu"), 600)
@@ -189,7 +190,7 @@ def test_retrieval_metrics_match_a_brute_force_computation_and_torchmetrics():
 
 
 def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
-    from raycache.loop import build_parts, evaluate, train_epoch
+    from raycache.train.loop import build_parts, evaluate, train_epoch
 
     spec = run_spec(tmp_path, objective="classification", out_dim=GROUPS, lr=0.05)
     spec = dataclasses.replace(spec, head=dataclasses.replace(spec.head,
@@ -209,7 +210,7 @@ def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
 def test_classification_metrics_equal_torchmetrics():
     from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 
-    from raycache.objectives.classification import ClassMetrics
+    from raycache.train.objectives.classification import ClassMetrics
 
     g = torch.Generator().manual_seed(3)
     for classes in (2, 5, 9):
@@ -232,7 +233,7 @@ def test_classification_metrics_equal_torchmetrics():
 
 
 def test_class_metrics_of_many_heads_at_once_equal_each_heads_own():
-    from raycache.objectives.classification import ClassMetrics
+    from raycache.train.objectives.classification import ClassMetrics
 
     g = torch.Generator().manual_seed(4)
     joint = ClassMetrics(5, (1, 3), torch.device("cpu"), members=3)
@@ -286,7 +287,7 @@ def _worker(rank: int, init: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     try:
-        from raycache.objectives.gather import lockstep
+        from raycache.train.objectives.gather import lockstep
 
         x, y = global_batch()
         mine = slice(0, 5) if rank == 0 else slice(5, 8)  # uneven, like an epoch's last batch
@@ -341,7 +342,7 @@ def test_loss_gathered_across_two_workers_equals_the_one_process_loss(tmp_path):
 
 def test_group_settings_are_checked_with_the_fix_named():
     with pytest.raises(ConfigError) as err:
-        load(TrainConfig, {"cache": "c", "objective": "groups", "distance": "hamming",
+        load_train({"cache": "c", "objective": "groups", "distance": "hamming",
                            "metrics_k": [0], "groups": {"loss": "infonce", "miner": "hard",
                                                        "scale": -1}})
     text = str(err.value)
@@ -349,21 +350,21 @@ def test_group_settings_are_checked_with_the_fix_named():
                  "one of ('none',)", "groups.scale=-1"):
         assert part in text, text
     with pytest.raises(ConfigError, match="groups.loss='npair': unknown"):
-        load(TrainConfig, {"cache": "c", "objective": "groups", "groups": {"loss": "npair"}})
+        load_train({"cache": "c", "objective": "groups", "groups": {"loss": "npair"}})
     with pytest.raises(ConfigError, match="needs a similarity"):
-        load(TrainConfig, {"cache": "c", "objective": "groups", "distance": "euclidean",
+        load_train({"cache": "c", "objective": "groups", "distance": "euclidean",
                            "groups": {"loss": "mnr"}})
     with pytest.raises(ConfigError, match="objective='ranking': unknown"):
-        load(TrainConfig, {"cache": "c", "objective": "ranking"})
-    assert load(TrainConfig, {"cache": "c", "objective": "groups"}).groups == GroupsConfig()
+        load_train({"cache": "c", "objective": "ranking"})
+    assert load_train({"cache": "c", "objective": "groups"}).groups == GroupsConfig()
 
 
 def test_recipe_carries_the_objective_into_the_digest_and_picks_the_monitor_mode():
     base = {"cache": "c", "objective": "groups"}
-    a = Recipe.from_config(load(TrainConfig, base))
-    b = Recipe.from_config(load(TrainConfig, {**base, "groups": {"loss": "arcface"}}))
+    a = Recipe.from_config(load_train(base))
+    b = Recipe.from_config(load_train({**base, "groups": {"loss": "arcface"}}))
     assert a != b and dataclasses.asdict(a) != dataclasses.asdict(b)
-    assert Recipe.from_config(load(TrainConfig, {**base, "monitor": "val_map_at_10"})).mode \
+    assert Recipe.from_config(load_train({**base, "monitor": "val_map_at_10"})).mode \
         == "max"
-    assert Recipe.from_config(load(TrainConfig, base)).mode == "min"  # val_loss
+    assert Recipe.from_config(load_train(base)).mode == "min"  # val_loss
     assert os.sep not in str(a.groups)

@@ -12,7 +12,7 @@ import torch
 
 import raycache
 from raycache.errors import RaycacheError
-from raycache.heads import HeadSpec
+from raycache.heads.specs import HeadSpec
 from tests.conftest import separable, toy_fill
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]

@@ -14,13 +14,13 @@ import pytest
 import torch
 
 import raycache
-from raycache.config import TrainConfig, load
+from raycache.cache.store import Store
 from raycache.errors import ConfigError
-from raycache.heads import HeadSpec
-from raycache.objectives.pair_table import PairShare
-from raycache.objectives.pairs import Pairs
-from raycache.runspec import Recipe, RunSpec
-from raycache.store import Store
+from raycache.heads.specs import HeadSpec
+from raycache.train.objectives.pair_table import PairShare
+from raycache.train.objectives.pairs import Pairs
+from raycache.train.plan import load_config as load_train
+from raycache.train.runspec import Recipe, RunSpec
 from tests.conftest import separable, toy_fill
 
 DIM, GROUPS, SIGNAL = 32, 8, 4
@@ -78,7 +78,7 @@ def pair_share(n_items: int, n_pairs: int, seed: int, target: str) -> PairShare:
 
 
 def run_spec(tmp_path, pairs: dict, **over) -> RunSpec:
-    cfg = load(TrainConfig, {"cache": "c", "objective": "pairs", "lr": 0.01, "batch_size": 64,
+    cfg = load_train({"cache": "c", "objective": "pairs", "lr": 0.01, "batch_size": 64,
                              "pairs": {"path": "unused.parquet", **pairs}, **over})
     head = HeadSpec(head="linear", in_dim=DIM, num_classes=0, hidden=(), dropout=0.0,
                     encoders=("e",), label="", cache="c", fingerprint="f" * 24,
@@ -102,7 +102,7 @@ LEARNERS = [  # (pairs settings, table, the metric that must rise above 0.7, lr)
                          ids=[f"{p['loss']}-{t}" for p, t, _, _ in LEARNERS])
 def test_each_pair_loss_learns_what_a_random_projection_misses(tmp_path, pairs, target, metric,
                                                                lr):
-    from raycache.loop import build_parts, evaluate, train_epoch
+    from raycache.train.loop import build_parts, evaluate, train_epoch
 
     torch.manual_seed(0)
     parts = build_parts(run_spec(tmp_path, pairs, lr=lr), torch.device("cpu"), 1200)
@@ -131,7 +131,7 @@ def test_pair_metrics_equal_torchmetrics_and_a_brute_force_threshold():
     from torchmetrics.functional import pearson_corrcoef, spearman_corrcoef
     from torchmetrics.functional.classification import binary_auroc
 
-    from raycache.objectives.pair_metrics import best_accuracy, pearson, roc_auc, spearman
+    from raycache.train.objectives.pair_metrics import best_accuracy, pearson, roc_auc, spearman
 
     g = torch.Generator().manual_seed(5)
     label = torch.randint(0, 2, (300,), generator=g)
@@ -234,12 +234,12 @@ def test_a_pair_key_missing_from_the_cache_is_named_before_training(filled):
 
 def test_pair_settings_are_checked_with_the_fix_named():
     with pytest.raises(ConfigError) as err:
-        load(TrainConfig, {"cache": "c", "objective": "pairs", "distance": "euclidean",
+        load_train({"cache": "c", "objective": "pairs", "distance": "euclidean",
                            "pairs": {"loss": "mnr", "scale": 0, "margin": 0.5}})
     text = str(err.value)
     for part in ("pairs.path: missing", "pairs.loss mnr needs a similarity", "pairs.scale=0",
                  "pairs.margin applies to pairs.loss contrastive only"):
         assert part in text, text
     with pytest.raises(ConfigError, match="pairs.score is none"):
-        load(TrainConfig, {"cache": "c", "objective": "pairs",
+        load_train({"cache": "c", "objective": "pairs",
                            "pairs": {"path": "p.jsonl", "score": None, "loss": "cosine"}})

@@ -13,10 +13,11 @@ import pytest
 
 import raycache
 from raycache.cli import main
+from raycache.compute.pool import Pool
+from raycache.encoders.batching import Batching
 from raycache.errors import ConfigError, EncoderError, RaycacheError
-from raycache.predict_file import PredictConfig, build_pipeline, in_process, plan, pool_for
-from raycache.resources import Batching, Pool
-from raycache.sources import plan_units
+from raycache.predict.run import PredictConfig, build_pipeline, in_process, plan, pool_for
+from raycache.source.files import plan_units
 from tests.conftest import separable, toy_fill
 
 

@@ -11,7 +11,7 @@ import pytest
 import raycache
 from raycache.cli import main
 from raycache.errors import RaycacheError
-from raycache.integrity import verify
+from raycache.upkeep.verify import verify
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(120)

@@ -3,13 +3,14 @@ before work starts, with the value, what the cluster has and the fix."""
 
 import pytest
 
-from raycache.config import FillConfig, load
+from raycache.compute.pool import READ_CPUS, size_pool
 from raycache.errors import ConfigError
-from raycache.resources import READ_CPUS, size_pool
+from raycache.fill.config import FillConfig
+from raycache.fill.plan import load_config as load_fill
 
 
 def cfg(**over) -> FillConfig:
-    return load(FillConfig, {"name": "x", "source": {"path": "data.parquet"}, "encoders": [
+    return load_fill({"name": "x", "source": {"path": "data.parquet"}, "encoders": [
         {"name": "m", "kind": "torch", "input": "f", "factory": "toy_encoders:projection"}],
         **over})
 

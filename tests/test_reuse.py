@@ -12,8 +12,9 @@ import torch
 from toy_encoders import projection
 
 import raycache
+from raycache.cache.columns import hash_column
 from raycache.errors import RaycacheError
-from raycache.reuse import hash_column, input_hashes
+from raycache.fill.reuse import input_hashes
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(120)

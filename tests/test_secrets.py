@@ -9,9 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.config import FillConfig, StoreConfig, load
-from raycache.secrets import REDACTED, Secret, is_secret, merge, redact, reveal, seal, split
-from raycache.store import Store
+from raycache.cache.config import StoreConfig
+from raycache.cache.store import Store
+from raycache.core.config import load
+from raycache.core.secrets import REDACTED, Secret, is_secret, merge, redact, reveal, seal, split
+from raycache.fill.plan import load_config as load_fill
 from tests.conftest import separable, toy_fill
 
 KEY, SECRET, TOKEN = "AKIARAYCACHETESTKEY01", "raycache-secret-value-xyz", "raycache-token-abc"
@@ -61,7 +63,7 @@ def test_redact_seal_split_merge_round_trip():
 
 
 def test_configs_and_store_never_show_their_credentials():
-    cfg = load(FillConfig, {**toy_fill("s3://b/data", "s3://b/caches"),
+    cfg = load_fill({**toy_fill("s3://b/data", "s3://b/caches"),
                             "store": {"uri": "s3://b/caches", "options": store_options("h")}})
     store = Store.from_config(cfg.store)
     for text in (repr(cfg), str(cfg), repr(cfg.store), repr(store), repr(store.public())):
@@ -120,7 +122,7 @@ def test_fill_and_train_with_credentials_write_none_of_them(s3_endpoint, bucket,
 
 def test_head_loads_with_the_callers_options(tmp_path):
     """load_head takes sealed or plain options (a local folder takes none)."""
-    from raycache.predict import load_head
+    from raycache.heads.loaded import load_head
 
     with pytest.raises(raycache.RaycacheError, match="not a head checkpoint"):
         load_head(str(Path(tmp_path)), **seal({"auto_mkdir": True}))

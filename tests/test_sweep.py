@@ -11,13 +11,14 @@ import pytest
 import torch
 
 import raycache
-from raycache.config import TrainConfig, load
 from raycache.errors import ConfigError, RaycacheError
-from raycache.heads import HeadSpec, build_head
-from raycache.members import Members
-from raycache.optim import build_optimizer
-from raycache.stack import Stack
-from raycache.stack_optim import BUFFERS, UPDATES
+from raycache.heads.specs import HeadSpec, build_head
+from raycache.train.config import TrainConfig
+from raycache.train.optim import build_optimizer
+from raycache.train.plan import load_config as load_train
+from raycache.train.sweep.members import Members
+from raycache.train.sweep.stack import Stack
+from raycache.train.sweep.stack_optim import BUFFERS, UPDATES
 from tests.conftest import separable, toy_fill
 
 RESULT_KEYS = ("train_loss", "train_acc", "val_loss", "val_acc")
@@ -25,7 +26,7 @@ RESULT_KEYS = ("train_loss", "train_acc", "val_loss", "val_acc")
 
 def test_bad_sweeps_name_the_value_what_was_expected_and_the_fix():
     with pytest.raises(ConfigError) as err:
-        load(TrainConfig, {"cache": "c", "sweep": {"epochs": [1, 2], "lr": [], "dropout": 0.1,
+        load_train({"cache": "c", "sweep": {"epochs": [1, 2], "lr": [], "dropout": 0.1,
                                                    "hidden": [[8], "wide"]}})
     text = str(err.value)
     for part in ("sweep.epochs: not a setting a sweep can vary", "shared by every member",
@@ -33,12 +34,12 @@ def test_bad_sweeps_name_the_value_what_was_expected_and_the_fix():
                  "sweep.hidden[1]='wide': expected a list"):
         assert part in text, text
     with pytest.raises(ConfigError, match=r"sweep member \{'lr': -0.1\}: lr=-0.1: must be > 0"):
-        load(TrainConfig, {"cache": "c", "sweep": {"lr": [0.1, -0.1]}})
+        load_train({"cache": "c", "sweep": {"lr": [0.1, -0.1]}})
     with pytest.raises(ConfigError,
                        match=r"sweep member \{'head': 'nope'\}: head='nope': unknown"):
-        load(TrainConfig, {"cache": "c", "sweep": {"head": ["linear", "nope"]}})
+        load_train({"cache": "c", "sweep": {"head": ["linear", "nope"]}})
     with pytest.raises(ConfigError, match="select_mode='up'"):
-        load(TrainConfig, {"cache": "c", "select_mode": "up"})
+        load_train({"cache": "c", "select_mode": "up"})
 
 
 def test_members_module_runs_linear_heads_as_one_product_and_others_alone():
@@ -178,7 +179,7 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
 @pytest.mark.timeout(300)
 def test_a_sweep_of_linear_heads_trains_as_one_stack_and_each_ends_as_a_lone_run(store,
                                                                                 monkeypatch):
-    from raycache import loop
+    from raycache.train import loop
 
     built = []
     monkeypatch.setattr(loop, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
@@ -217,7 +218,7 @@ def test_each_member_stops_early_on_its_own(store):
 def test_a_sweep_resumes_from_its_checkpoint(store, monkeypatch):
     sweep = {"lr": [0.01, 0.05], "weight_decay": [0.0, 0.1]}
     reference = raycache.train(cfg(store, epochs=4, sweep=sweep, run_name="whole"))
-    from raycache import loop
+    from raycache.train import loop
 
     real = loop.save
 
@@ -257,7 +258,7 @@ def test_a_sweep_under_ddp_all_reduces_every_member(store):
 
 
 def test_no_sweep_is_a_single_head_run():
-    from raycache.sweep import members
+    from raycache.train.sweep.grid import members
 
     assert members(TrainConfig(cache="c")) == []
     assert len(members(TrainConfig(cache="c", sweep={"lr": [0.1, 0.2], "dropout": [0.0]}))) == 2

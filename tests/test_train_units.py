@@ -12,14 +12,15 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from raycache import checkpoint as ckpt
-from raycache.config import TrainConfig, load
+from raycache.cache.store import Store
 from raycache.errors import ConfigError
-from raycache.heads import HEAD_CONFIG, HeadSpec, build_head
-from raycache.metrics_log import CURVES, METRICS, TENSORBOARD, write_artifacts
-from raycache.optim import OPTIMIZERS, SCHEDULES, Schedule, build_optimizer
-from raycache.runspec import Recipe, RunSpec, digest
-from raycache.store import Store
+from raycache.heads.specs import HEAD_CONFIG, HeadSpec, build_head
+from raycache.train import checkpoint as ckpt
+from raycache.train.config import TrainConfig
+from raycache.train.metrics_log import CURVES, METRICS, TENSORBOARD, write_artifacts
+from raycache.train.optim import OPTIMIZERS, SCHEDULES, Schedule, build_optimizer
+from raycache.train.plan import load_config as load_train
+from raycache.train.runspec import Recipe, RunSpec, digest
 from tests.conftest import free_port
 
 HEAD = HeadSpec(head="linear", in_dim=4, num_classes=3, hidden=(), dropout=0.0,
@@ -61,7 +62,7 @@ def test_headspec_round_trip_and_version_check():
 
 def test_config_problems_name_value_expectation_and_fix():
     with pytest.raises(ConfigError) as err:
-        load(TrainConfig, {"cache": "c", "optimizer": "lamb", "schedule": "poly",
+        load_train({"cache": "c", "optimizer": "lamb", "schedule": "poly",
                            "precision": "float16", "num_workers": -1, "class_weights": "inverse",
                            "mode": "up", "label_smoothing": 1.0})
     text = str(err.value)
@@ -69,8 +70,8 @@ def test_config_problems_name_value_expectation_and_fix():
                  "use precision: bfloat16 on CPU", "num_workers=-1", "class_weights='inverse'",
                  "mode='up'", "label_smoothing=1.0"):
         assert part in text, text
-    assert load(TrainConfig, {"cache": "c", "num_workers": 0}).num_workers == 0
-    assert load(TrainConfig, {"cache": "c"}).num_workers == "auto"
+    assert load_train({"cache": "c", "num_workers": 0}).num_workers == 0
+    assert load_train({"cache": "c"}).num_workers == "auto"
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
@@ -149,7 +150,7 @@ class Fixed:
 
 
 def one_epoch(tmp_path, model=None, **over):
-    from raycache.loop import build_parts, train_epoch
+    from raycache.train.loop import build_parts, train_epoch
 
     s = spec(tmp_path, optimizer="sgd", momentum=0.0, lr=0.5, **over)
     torch.manual_seed(0)
@@ -204,21 +205,21 @@ def test_gradient_clipping_bounds_the_update(tmp_path):
 def test_bf16_autocast_trains_on_cpu(tmp_path):
     parts, sums = one_epoch(tmp_path, batch_size=16, precision="bfloat16")
     assert sums[2] == 64 and torch.isfinite(sums[0])
-    from raycache.loop import autocast
+    from raycache.train.loop import autocast
 
     with autocast(parts):
         assert parts.base(torch.zeros(1, 4)).dtype == torch.bfloat16
 
 
 def test_fp16_on_a_cpu_worker_is_a_clear_error(tmp_path):
-    from raycache.loop import build_parts
+    from raycache.train.loop import build_parts
 
     with pytest.raises(RuntimeError, match="float16' needs a CUDA device.*bfloat16"):
         build_parts(spec(tmp_path, precision="float16"), torch.device("cpu"), 64)
 
 
 def test_compile_falls_back_to_eager_with_a_message(monkeypatch, capsys):
-    from raycache.loop import compile_or_eager
+    from raycache.train.loop import compile_or_eager
 
     def broken(model):
         raise RuntimeError("no backend here")
@@ -234,7 +235,7 @@ def test_label_smoothing_and_class_weights_change_the_loss(tmp_path):
     plain = one_epoch(tmp_path, batch_size=64)[1][0]
     smooth = one_epoch(tmp_path, batch_size=64, label_smoothing=0.3)[1][0]
     assert smooth != plain
-    from raycache.train import class_weights
+    from raycache.train.run import class_weights
 
     cfg = TrainConfig(cache="c", class_weights="balanced")
     assert class_weights(cfg, np.array([30, 10, 20])) == pytest.approx((60 / 90, 2.0, 1.0))
@@ -243,7 +244,7 @@ def test_label_smoothing_and_class_weights_change_the_loss(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_empty_cache_every_and_fp16_on_gpu(tmp_path, monkeypatch):
-    from raycache.loop import build_parts, train_epoch
+    from raycache.train.loop import build_parts, train_epoch
 
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
@@ -315,7 +316,7 @@ def test_streamed_share_sees_each_row_once_and_matches_the_in_memory_split(tmp_p
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from raycache.shares import InMemory, Streamed
+    from raycache.train.data.shares import InMemory, Streamed
 
     rng = np.random.default_rng(0)
     shards = []
@@ -345,7 +346,7 @@ def test_streamed_share_reads_the_next_pass_ahead_with_the_same_rows_in_the_same
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from raycache.shares import Streamed
+    from raycache.train.data.shares import Streamed
 
     rng = np.random.default_rng(1)
     shards = []

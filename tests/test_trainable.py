@@ -9,9 +9,10 @@ import torch
 import toy_encoders
 
 import raycache
-from raycache.config import FillConfig, TrainConfig, load
+from raycache.cache.columns import input_column
 from raycache.errors import ConfigError, RaycacheError
-from raycache.manifest import input_column
+from raycache.fill.plan import load_config as load_fill
+from raycache.train.plan import load_config as load_train
 from tests.conftest import separable, toy_fill
 
 LIVE = {"name": "live", "kind": "torch", "input": "features", "factory": "toy_encoders:small_mlp",
@@ -107,9 +108,9 @@ def test_trainable_settings_are_checked_with_clear_errors(filled, tmp_path):
     clash["source"]["labels"] = ["live__input"]
     clash["encoders"].append(LIVE)
     with pytest.raises(ConfigError, match="input column 'live__input' clashes"):
-        load(FillConfig, clash)
+        load_fill(clash)
     with pytest.raises(ConfigError, match=r"encoder_lr=0\.0: must be > 0"):
-        load(TrainConfig, train_cfg(store, encoder_lr=0.0))
+        load_train(train_cfg(store, encoder_lr=0.0))
     with pytest.raises(ConfigError, match="encoder_lr=0.001: cache toy has no trainable"):
         raycache.train(train_cfg(store, encoders=["proj"], encoder_lr=1e-3))
     with pytest.raises(ConfigError, match=r"sweep: trainable encoders \['live'\]"):
@@ -122,13 +123,13 @@ def test_trainable_hf_text_starts_where_the_frozen_one_is(minilm_dir):
     token ids a fill keeps (so training starts from the pre-trained model), with gradients."""
     import pyarrow as pa
 
-    from raycache.config import EncoderConfig
-    from raycache.encoders import REGISTRY
+    from raycache.encoders import ENCODERS
+    from raycache.encoders.config import EncoderConfig
 
     cfg = EncoderConfig(name="t", kind="hf-text", input="text", path=str(minilm_dir),
                         trainable=True)
     texts = pa.array(["a short one", "a somewhat longer sentence about caches", "x"])
-    family = REGISTRY["hf-text"]
+    family = ENCODERS["hf-text"]
     ids = family.prepare(cfg)(texts)
     rows = family.rows(cfg, ids)
     assert rows.shape[0] == 3 and (rows[2] == -1).sum() > 0  # padded with -1

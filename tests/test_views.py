@@ -12,12 +12,14 @@ from conftest import separable, toy_fill
 from toy_encoders import WORDS, tiny_text_model
 
 import raycache
-from raycache.augment import REGISTRY, crop, word_dropout, word_swap
-from raycache.config import FillConfig, ViewsConfig, load
+from raycache.cache.columns import views_column
 from raycache.errors import ConfigError
-from raycache.fill import plan
-from raycache.reuse import input_hashes
-from raycache.views import make, views_column
+from raycache.fill.augment import AUGMENTS, crop, word_dropout, word_swap
+from raycache.fill.config import ViewsConfig
+from raycache.fill.plan import load_config as load_fill
+from raycache.fill.plan import plan
+from raycache.fill.reuse import input_hashes
+from raycache.fill.views import make
 
 TEXT_VIEWS = {"count": 3, "seed": 7, "augment": [{"kind": "word_dropout", "p": 0.3},
                                                  {"kind": "word_swap", "swaps": 1}]}
@@ -28,7 +30,7 @@ def test_views_config_lists_every_problem(tmp_path):
     bad = {"count": 0, "augment": [{"kind": "blur"}, {"kind": "word_dropout", "q": 1}],
            "encoders": ["nope"]}
     with pytest.raises(ConfigError) as err:
-        load(FillConfig, toy_fill(str(tmp_path), str(tmp_path / "s"), views=bad))
+        load_fill(toy_fill(str(tmp_path), str(tmp_path / "s"), views=bad))
     text = str(err.value)
     for part in ("views.count=0", "augment[0].kind='blur'", "augment[1] (word_dropout)",
                  "'q'", "views.encoders: 'nope'"):
@@ -44,7 +46,7 @@ def test_augmentations_are_pure_functions_of_their_generator():
         assert one != text and one != fn(text, np.random.default_rng(2), **params)
     assert len(crop(text, np.random.default_rng(0), max_words=5).split()) == 5
     assert sorted(word_swap(text, np.random.default_rng(0)).split()) == sorted(text.split())
-    assert set(REGISTRY) >= {"word_dropout", "word_swap", "crop"}
+    assert set(AUGMENTS) >= {"word_dropout", "word_swap", "crop"}
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +88,9 @@ def test_text_views_differ_are_reproducible_and_are_the_encoder_on_augmented_tex
     other = np.stack(other.to_numpy(zero_copy_only=False)).reshape(views.shape)
     np.testing.assert_allclose(other, views, atol=1e-5)
     # each view is the encoder's output for that augmented text
-    from raycache.encoders import REGISTRY as ENCODERS
+    from raycache.encoders import ENCODERS
 
-    cfg = load(FillConfig, text_fill(root, model, tmp_path / "c"))
+    cfg = load_fill(text_fill(root, model, tmp_path / "c"))
     texts = pq.read_table(root / "text.parquet").sort_by("id").column("text").combine_chunks()
     augmented = make(texts, input_hashes(texts), cfg.views, "t")
     live = ENCODERS["hf-text"].load(cfg.encoders[0], "cpu").encode(augmented)
@@ -98,10 +100,10 @@ def test_text_views_differ_are_reproducible_and_are_the_encoder_on_augmented_tex
 def test_the_fingerprint_holds_count_seed_and_augment(separable_source, tmp_path):
     def fp(**views) -> str:
         over = {"views": {**NOISE_VIEWS, **views}} if views else {}
-        return plan(load(FillConfig, toy_fill(str(separable_source), str(tmp_path), **over))
+        return plan(load_fill(toy_fill(str(separable_source), str(tmp_path), **over))
                     ).fingerprint
 
-    plain = plan(load(FillConfig, toy_fill(str(separable_source), str(tmp_path))))
+    plain = plan(load_fill(toy_fill(str(separable_source), str(tmp_path))))
     assert "views" not in plain.inputs  # caches without views keep their fingerprints
     prints = {plain.fingerprint, fp(count=3), fp(count=4), fp(seed=1),
               fp(augment=[{"kind": "gaussian_noise", "std": 0.2}])}

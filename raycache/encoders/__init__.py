@@ -4,9 +4,9 @@ from raycache.encoders.base import Batching, Encoder, Family, digest_files, free
 from raycache.encoders.hf_text import HF_TEXT
 from raycache.encoders.torch_module import TORCH_MODULE
 
-REGISTRY: dict[str, Family] = {
+ENCODERS: dict[str, Family] = {
     "hf-text": HF_TEXT,
     "torch": TORCH_MODULE,
 }
 
-__all__ = ["REGISTRY", "Batching", "Encoder", "Family", "digest_files", "freeze"]
+__all__ = ["ENCODERS", "Batching", "Encoder", "Family", "digest_files", "freeze"]

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import numpy as np
 import pyarrow as pa
 
-from raycache.config import EncoderConfig
-from raycache.resources import Batching
+from raycache.encoders.batching import Batching
+from raycache.encoders.config import EncoderConfig
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +44,7 @@ class Encoder(Protocol):
 class Family(NamedTuple):
     """An encoder family: `describe` is cheap and runs on the driver; `prepare` builds the CPU
     stage's function (light: no model weights); `load` builds the frozen model in actors;
-    `live` and `rows`, where the family has them, train it (raycache.joint)."""
+    `live` and `rows`, where the family has them, train it (raycache.heads.joint)."""
 
     describe: Callable[[EncoderConfig], dict[str, Any]]
     """Stable description for the fingerprint: settings plus a `weights_digest`."""

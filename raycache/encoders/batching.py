@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -11,7 +12,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["by_length", "encode_sorted", "pad_ids"]
+__all__ = ["Batching", "by_length", "encode_sorted", "pad_ids"]
 
 
 def by_length(lengths: np.ndarray, max_rows: int, token_budget: int) -> Iterator[np.ndarray]:
@@ -57,3 +58,13 @@ def pad_ids(ids: pa.ListArray, idx: np.ndarray, pad_id: int) -> tuple[np.ndarray
     mask = cols[None, :] < lengths[:, None]
     out[mask] = values[(starts[:, None] + cols[None, :])[mask]]
     return out, lengths
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How an encoder cuts the rows of one call into forward passes."""
+
+    max_rows: int = 64
+    """Rows per forward pass at most."""
+    token_budget: int = 2048
+    """Padded tokens (rows x longest row) per forward pass at most, for sequence inputs."""

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from raycache.config import EncoderConfig
 from raycache.encoders.base import Batching, Family, autocast, digest_files, freeze, to_device
 from raycache.encoders.batching import encode_sorted, pad_ids
+from raycache.encoders.config import EncoderConfig
 from raycache.errors import EncoderError
 
 if TYPE_CHECKING:

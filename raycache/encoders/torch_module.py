@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from raycache.config import EncoderConfig
 from raycache.encoders.base import Batching, Family, autocast, freeze, to_device
+from raycache.encoders.config import EncoderConfig
 from raycache.errors import EncoderError
 
 if TYPE_CHECKING:

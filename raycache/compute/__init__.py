@@ -1,0 +1,1 @@
+"""COMPUTE: connecting to Ray, and sizing actor pools from the cluster."""

@@ -1,0 +1,71 @@
+"""Connecting to Ray: the in-process default or the cluster a job runs on, and store checks."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import ray
+import ray.data
+
+from raycache import errors
+from raycache.cache.store import Store
+from raycache.errors import ConfigError, RaycacheError, StoreError
+
+__all__ = ["check_store_for_cluster", "connect", "unwrap"]
+
+_ERROR_LINE = re.compile(r"raycache\.errors\.(\w+): (.*)", re.S)
+
+
+def connect(progress: bool = True, verbose: bool = False) -> None:
+    """Join the cluster in RAY_ADDRESS (as under `ray job submit`), or start Ray in-process.
+    Ray's and Ray Data's own logs and progress bars show only when `verbose`; workers' output
+    reaches the driver only with `progress` (errors always raise here)."""
+    if not ray.is_initialized():
+        ray.init(logging_level=logging.INFO if verbose else logging.ERROR,
+                 log_to_driver=progress or verbose)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = verbose
+    ctx.print_on_execution_start = verbose
+    logging.getLogger("ray.data").setLevel(logging.INFO if verbose else logging.ERROR)
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The raycache error inside an error that Ray raised for a task or actor, as its own type
+    (so callers catch EncoderError, not Ray's wrapper); `exc` itself when there is none."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    wrapped = None
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if type(e).__module__ == "raycache.errors":
+            return ConfigError(e.problems) if isinstance(e, ConfigError) else type(e)(*e.args)
+        if isinstance(e, RaycacheError) and wrapped is None:
+            wrapped = e  # Ray's subclass of the user's error type; its message holds a traceback
+        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
+    if wrapped is not None:
+        base = next(t for t in type(wrapped).__mro__ if t.__module__ == "raycache.errors")
+        return base(str(wrapped))
+    # Ray Data passes a stage's error on as text only: its traceback ends with the error line
+    text = str(exc)
+    found = _ERROR_LINE.match(text, max(text.rfind("raycache.errors."), 0))
+    if found:
+        kind, message = found.group(1), found.group(2).strip()
+        cls = getattr(errors, kind, None)
+        if isinstance(cls, type) and issubclass(cls, RaycacheError) and cls is not ConfigError:
+            return cls(message)
+    return exc
+
+
+def check_store_for_cluster(store: Store) -> None:
+    """A local folder is only seen by every node when it is a shared mount."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if store.is_local and not store.shared and len(nodes) > 1:
+        raise StoreError(
+            f"store {store.uri!r} is a local folder, but this Ray cluster has {len(nodes)} nodes "
+            "that do not see each other's disks; use object storage (s3://bucket/prefix or any "
+            "fsspec URI), or set store.shared: true if the folder is a mount every node shares"
+        )

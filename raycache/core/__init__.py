@@ -1,0 +1,1 @@
+"""Core: the config loader (knows no stage), fingerprints, secrets in storage options, units."""

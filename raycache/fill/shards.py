@@ -1,0 +1,146 @@
+"""Writing encoded rows as shards: one Parquet file and one progress record per shard, named
+by the source rows it holds."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from raycache.cache.columns import HASH_PREFIX, input_column, is_views_column
+from raycache.cache.store import PROGRESS, Store, shard_name
+from raycache.fill.reuse import need_column
+
+__all__ = ["STARTED", "rewrite", "write_stage"]
+
+STARTED = "__encode_started"
+"""When the encoder call that made a row began (seconds since the epoch)."""
+
+
+def write_stage(table: pa.Table, store: Store, cache_dir: str, fingerprint: str, rows: int
+                ) -> pa.Table:
+    """Ray Data task: encoded rows in, written as shards of at most `rows` rows, each with its
+    progress record; the records (JSON) out. Rows go in source order; a shard's name comes from
+    the rows it holds."""
+    table = table.sort_by([("__block", "ascending"), ("__row", "ascending")])
+    records = [_write(table.slice(i, rows), store, cache_dir, fingerprint)
+               for i in range(0, table.num_rows, rows)]
+    return pa.table({"record": pa.array(records, pa.string())})
+
+
+def _parquet_options(schema: pa.Schema) -> dict:
+    """Embedding columns plain: float32 embeddings barely compress (zstd saved nothing on
+    MiniLM's, dictionaries made them bigger), and training reads them every epoch, so they are
+    stored as raw floats that decode at memory speed; keys and labels get dictionaries + zstd."""
+    embeddings = set(_embedding_columns(schema))
+    return {"compression": {f.name: "none" if f.name in embeddings else "zstd" for f in schema},
+            "use_dictionary": [f.name for f in schema if f.name not in embeddings]}
+
+
+def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> str:
+    ranges = _ranges(table)
+    rel = shard_name([r[:3] for r in ranges])
+    data = table.drop_columns([c for c in table.column_names if c.startswith("__")])
+    encoded, some = _encoded(table, data.schema)
+    data = data.replace_schema_metadata(
+        {"raycache.core.fingerprint": fingerprint}
+    )
+    buf = io.BytesIO()
+    pq.write_table(data, buf, **_parquet_options(data.schema))
+    blob = _put(store, f"{cache_dir}/{rel}", buf.getvalue(), data)
+    record = {
+        "path": rel,
+        "rows": table.num_rows,
+        "bytes": len(blob),
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "ranges": ranges,
+        "dims": {name: data.schema.field(name).type.list_size
+                 for name in _embedding_columns(data.schema)},
+        "reused": int(table.num_rows - some.sum()),
+        "encoded": encoded,
+        "encode_started": float(np.min(table.column(STARTED).to_numpy())),
+        "written": time.time(),
+    }
+    store.write_json(_progress_path(cache_dir, rel), record)
+    return json.dumps(record)
+
+
+def rewrite(store: Store, cache_dir: str, record: dict[str, Any], keep: np.ndarray
+            ) -> dict[str, Any]:
+    """A written shard again with only rows `keep` (dropping duplicate keys), and its record."""
+    path = f"{cache_dir}/{record['path']}"
+    table = pq.read_table(pa.BufferReader(store.read_bytes(path)))
+    table = table.take(pa.array(keep))
+    buf = io.BytesIO()
+    pq.write_table(table, buf, **_parquet_options(table.schema))
+    blob = buf.getvalue()
+    store.write_atomic(path, blob)
+    out = {**record, "rows": table.num_rows, "bytes": len(blob),
+           "sha256": hashlib.sha256(blob).hexdigest(), "written": time.time()}
+    store.write_json(_progress_path(cache_dir, record["path"]), out)
+    return out
+
+
+def _progress_path(cache_dir: str, rel: str) -> str:
+    return f"{cache_dir}/{PROGRESS}/{rel.rsplit('/', 1)[1]}.json"
+
+
+def _put(store: Store, path: str, blob: bytes, data: pa.Table) -> bytes:
+    """Write a shard unless one of the same rows is there (another fill of this cache running
+    at once, or a writer stopped before its record): then keep that one, whose checksum a
+    committed manifest may already hold, if it has the same inputs; else replace it. Returns
+    the bytes at `path`."""
+    if store.write_atomic(path, blob, exclusive=True):
+        return blob
+    there = store.read_bytes(path)
+    try:
+        table = pq.read_table(pa.BufferReader(there))
+    except (pa.ArrowInvalid, OSError):
+        table = None
+    hashes = [c for c in data.column_names if c.startswith(HASH_PREFIX)]
+    if table is not None and table.num_rows == data.num_rows and hashes and all(
+            c in table.column_names and table.column(c).equals(data.column(c)) for c in hashes):
+        return there
+    store.write_atomic(path, blob)
+    return blob
+
+
+def _encoded(table: pa.Table, schema: pa.Schema) -> tuple[dict[str, int], np.ndarray]:
+    """Rows each encoder encoded (the rest it reused), and which rows any encoder encoded
+    (every row, where views were encoded)."""
+    some = np.zeros(table.num_rows, bool)
+    encoded = {}
+    if any(is_views_column(f.name) for f in schema):
+        some[:] = True  # views are encoded on every row
+    for name in _embedding_columns(schema):
+        need = (table.column(need_column(name)).to_numpy(zero_copy_only=False)
+                if need_column(name) in table.column_names else np.ones(table.num_rows, bool))
+        encoded[name] = int(need.sum())
+        some |= need
+    return encoded, some
+
+
+def _embedding_columns(schema: pa.Schema) -> list[str]:
+    """The frozen encoders' columns: fixed-size lists, but not a trainable one's input, nor
+    views."""
+    return [f.name for f in schema if pa.types.is_fixed_size_list(f.type)
+            and not f.name.endswith(input_column("")) and not is_views_column(f.name)]
+
+
+def _ranges(table: pa.Table) -> list[list[Any]]:
+    """[block, start, stop, source uri, source rows] for each run of consecutive rows of a file,
+    from a table sorted by (__block, __row)."""
+    blocks = table.column("__block").to_pylist()
+    rows = table.column("__row").to_numpy()
+    sources = table.column("__source").to_pylist()
+    totals = table.column("__source_rows").to_numpy()
+    cuts = [0, *(i for i in range(1, len(rows))
+                 if blocks[i] != blocks[i - 1] or rows[i] != rows[i - 1] + 1), len(rows)]
+    return [[blocks[a], int(rows[a]), int(rows[b - 1]) + 1, sources[a], int(totals[a])]
+            for a, b in zip(cuts, cuts[1:], strict=False)]

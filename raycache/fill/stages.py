@@ -1,0 +1,162 @@
+"""The fill's two model stages, each a Ray Data actor pool: prepare (tokenise) on CPUs, and
+encode (on GPUs where asked), so the encoders receive ready inputs."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from raycache.cache.columns import hash_column, input_column, views_column
+from raycache.encoders.config import EncoderConfig
+from raycache.errors import EncoderError
+from raycache.fill.config import FillConfig, ViewsConfig
+from raycache.fill.reuse import Reuse, input_hashes, need_column
+from raycache.fill.shards import STARTED
+from raycache.fill.views import make, prepared_views, view_encoders
+from raycache.source.files import META
+
+if TYPE_CHECKING:
+    from raycache.compute.pool import Pool
+    from raycache.encoders import Encoder
+
+__all__ = ["EncodeActor", "PrepareActor", "prepared"]
+
+
+def prepared(e: EncoderConfig) -> str:
+    """The column that carries an encoder's model-ready inputs between stages."""
+    return f"__in_{e.name}"
+
+
+class PrepareActor:
+    """Ray Data actor: hashes each encoder's input, takes the embeddings the store already has
+    for those inputs (`reuse`), and runs each encoder's CPU preprocessing (tokenising, for text)
+    on the rows still to encode, as its own column (a trainable encoder's on every row, as the
+    shard column it is kept in); raw inputs are dropped unless they are also key or label
+    columns. With `views`, it makes each row's K augmented inputs and prepares them too (one
+    fixed-size list of K per row) for the frozen encoders; views are encoded, never reused."""
+
+    def __init__(self, encoders: list[EncoderConfig], keep: list[str], reuse: Reuse | None = None,
+                 views: ViewsConfig | None = None):
+        from raycache.encoders import ENCODERS
+
+        self.encoders, self.keep = encoders, [*dict.fromkeys([*keep, *META])]
+        self.prepare = {e.name: ENCODERS[e.kind].prepare(e) for e in encoders}
+        self.reuse, self.views = reuse, views
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        out = table.select(self.keep)
+        hashes = {}
+        for column in dict.fromkeys(e.input for e in self.encoders):
+            hashes[column] = input_hashes(table.column(column))
+            out = out.append_column(hash_column(column), hashes[column])
+        for e in self.encoders:
+            values = table.column(e.input).combine_chunks()
+            if e.trainable:  # not encoded: its prepared input is what the shards keep
+                out = out.append_column(input_column(e.name), self.prepare[e.name](values))
+                continue
+            found = self.reuse.take(e.name, hashes[e.input]) if self.reuse else None
+            if found is None:
+                out = out.append_column(prepared(e), self.prepare[e.name](values))
+                continue
+            reused, need = found
+            out = out.append_column(e.name, _embedding_column(reused))
+            out = out.append_column(need_column(e.name), pa.array(need))
+            # prepared inputs of the rows to encode only; null (a null index) elsewhere
+            at = np.where(need, np.cumsum(need) - 1, -1)
+            index = pa.array(at, mask=~need)
+            out = out.append_column(prepared(e),
+                                    self.prepare[e.name](values.filter(need)).take(index))
+        augmented: dict[str, pa.Array] = {}  # encoders on the same input share its views
+        for e in [e for e in view_encoders(self.views, self.encoders) if not e.trainable]:
+            if e.input not in augmented:
+                augmented[e.input] = make(table.column(e.input).combine_chunks(),
+                                          hashes[e.input], self.views, f"encoder {e.name!r}")
+            flat = self.prepare[e.name](augmented[e.input])
+            out = out.append_column(prepared_views(e.name),
+                                    pa.FixedSizeListArray.from_arrays(flat, self.views.count))
+        return out
+
+
+class EncodeActor:
+    """Ray Data actor: loads each frozen encoder once (checking its weights), then turns each
+    batch of prepared inputs into one embedding column per encoder (trainable encoders are
+    neither loaded nor run)."""
+
+    def __init__(self, cfg: FillConfig, pool: Pool, digests: dict[str, str], lazy: bool = False):
+        import torch
+
+        torch.set_num_threads(max(1, min(pool.threads, os.cpu_count() or 1)))
+        if pool.device == "cuda" and not torch.cuda.is_available():
+            raise EncoderError(
+                f"encoder actor was given {pool.gpus:g} GPU by Ray, but torch "
+                f"{torch.__version__} sees no CUDA device; install a CUDA build of torch on the "
+                "GPU nodes, or set num_gpus: 0"
+            )
+        self.cfg, self.pool, self.digests = cfg, pool, digests
+        self.frozen = [e for e in cfg.encoders if not e.trainable]
+        self._encoders: dict[str, Encoder] | None = None
+        if not lazy:  # in an actor pool, a model that fails to load fails the actor's start
+            self._encoders = self.encoders
+
+    @property
+    def encoders(self) -> dict[str, Encoder]:
+        """The encoders, checked against the fingerprint's weights: loaded at start, or with
+        `lazy` (in-process) at the first batch with rows to encode, so a fill that reuses every
+        row loads none."""
+        if self._encoders is None:
+            from raycache.encoders import ENCODERS
+
+            loaded = {e.name: ENCODERS[e.kind].load(e, self.pool.device, self.pool.batching)
+                      for e in self.frozen}
+            for e in self.frozen:
+                digest = loaded[e.name].weights_digest()
+                if digest != self.digests[e.name]:
+                    raise EncoderError(
+                        f"encoder {e.name!r} loaded weights {digest[:12]} in a fill actor, but "
+                        f"the fingerprint was computed from {self.digests[e.name][:12]}: its "
+                        "weights differ between loads (random initialisation?). Load fixed "
+                        "weights, or seed the factory, so every actor encodes with the same model"
+                    )
+            self._encoders = loaded
+        return self._encoders
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        started = time.time()
+        views = [e for e in view_encoders(self.cfg.views, self.cfg.encoders) if not e.trainable]
+        inputs = {prepared(e) for e in self.frozen} | {prepared_views(e.name) for e in views}
+        out = table.drop_columns([c for c in table.column_names if c in inputs])
+        for e in self.frozen:
+            if e.name not in table.column_names:  # nothing reused: encode every row
+                emb = self.encoders[e.name].forward(table.column(prepared(e))).astype(e.dtype)
+                out = out.append_column(e.name, _embedding_column(emb))
+                continue
+            need = table.column(need_column(e.name)).to_numpy()
+            emb = _embeddings(table.column(e.name)).astype(e.dtype)
+            if need.any():
+                todo = table.column(prepared(e)).filter(pa.array(need))
+                emb[need] = self.encoders[e.name].forward(todo)
+            out = out.set_column(out.schema.get_field_index(e.name), e.name,
+                                 _embedding_column(emb))
+        for e in views:  # each row's K views, encoded as one batch of rows * K inputs
+            column = table.column(prepared_views(e.name)).combine_chunks()
+            emb = self.encoders[e.name].forward(column.flatten()).astype(e.dtype)
+            out = out.append_column(views_column(e.name),
+                                    _embedding_column(emb.reshape(table.num_rows, -1)))
+        return out.append_column(STARTED, pa.array(np.full(table.num_rows, started)))
+
+
+def _embedding_column(emb: np.ndarray) -> pa.FixedSizeListArray:
+    """A [rows, dim] array as a fixed-size list column; its elements non-null, so training
+    decodes no definition levels."""
+    flat = pa.array(emb.reshape(-1), type=pa.from_numpy_dtype(emb.dtype))
+    kind = pa.list_(pa.field("element", flat.type, nullable=False), emb.shape[1])
+    return pa.FixedSizeListArray.from_arrays(flat, type=kind)
+
+
+def _embeddings(column: pa.ChunkedArray) -> np.ndarray:
+    array = column.combine_chunks()
+    return array.flatten().to_numpy(zero_copy_only=False).reshape(len(array), array.type.list_size)

@@ -1,0 +1,43 @@
+"""SourceConfig: the user's table, its key and label columns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from raycache.core.secrets import seal
+
+__all__ = ["DUPLICATES", "SOURCE_FORMATS", "SourceConfig"]
+
+SOURCE_FORMATS = ("parquet", "jsonl", "csv")
+DUPLICATES = ("error", "first", "last")
+
+
+@dataclass
+class SourceConfig:
+    path: str | list[str]
+    """File, folder or glob (or a list of them), local or any fsspec URI."""
+    format: str | None = None
+    """parquet, jsonl or csv; inferred from the file suffix when left out."""
+    key: str = "id"
+    """Column whose value identifies a row; it travels into the cache."""
+    labels: list[str] = field(default_factory=list)
+    """Label columns copied into the cache as they are."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """fsspec storage options for the source (credentials as in store.options)."""
+    version: str | None = None
+    """A version you name for sources whose files carry no mtime or ETag."""
+    duplicates: str = "error"
+    """Rows that share a key: error (the fill commits nothing and lists a few), or keep the
+    first or the last of them in source order (files sorted, then rows)."""
+
+    def __post_init__(self) -> None:
+        self.options = seal(self.options)
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.format not in (None, *SOURCE_FORMATS):
+            out.append(f"source.format={self.format!r}: expected one of {SOURCE_FORMATS}")
+        if self.duplicates not in DUPLICATES:
+            out.append(f"source.duplicates={self.duplicates!r}: expected one of {DUPLICATES}")
+        return out

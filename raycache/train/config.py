@@ -1,0 +1,258 @@
+"""TrainConfig: what a training run reads, trains and saves, with its local checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from raycache.cache.config import StoreConfig
+from raycache.core.config import AUTO, is_name, positive
+
+__all__ = ["MONITOR_MODES", "PLACEMENTS", "TRAIN_PRECISIONS", "GroupsConfig", "PairsConfig",
+           "TrainConfig"]
+
+PLACEMENTS = ("auto", "stream", "cpu", "gpu")
+TRAIN_PRECISIONS = ("float32", "bfloat16", "float16")
+MONITOR_MODES = ("auto", "min", "max")
+
+
+@dataclass(frozen=True)
+class GroupsConfig:
+    """objective: groups: similarity learning where the label column names each row's group
+    (rows of a group are similar, rows of different groups are not)."""
+
+    loss: str = "triplet"
+    """contrastive, triplet, infonce (alias mnr: multiple-negatives ranking), arcface, cosface
+    or softmax (raycache.train.objectives.groups.LOSSES)."""
+    miner: str = "none"
+    """contrastive: none (every pair) or hard (hardest positive and negative per anchor);
+    triplet: none (every triplet), all (those inside the margin), hard or semihard."""
+    margin: float | None = None
+    """triplet: margin; contrastive: negative margin; arcface: angle (degrees); cosface:
+    cosine margin. Left out: pytorch-metric-learning's default for the loss and distance."""
+    pos_margin: float | None = None
+    """contrastive: positive margin (default 0 for distances, 1 for similarities)."""
+    scale: float | None = None
+    """infonce, softmax: 1/temperature (default 20); arcface, cosface: the logit scale (64)."""
+    soft_margin: bool = False
+    """triplet: the soft-margin form log(1 + exp(d_ap - d_an)) instead of a hinge."""
+
+
+@dataclass(frozen=True)
+class PairsConfig:
+    """objective: pairs: similarity learned from a table of pairs of cache keys, each with a
+    score (a graded similarity, e.g. STS in [0, 1]) or a 0/1 label (Quaterion's
+    SimilarityPairSample; sentence-transformers' pair losses)."""
+
+    path: str | None = None
+    """The pairs table: a Parquet or JSONL (or CSV) file, folder or glob, local or any fsspec
+    URI (credentials from the environment). Its keys are joined against the cache's key."""
+    format: str | None = None
+    """parquet, jsonl or csv; inferred from the file suffix when left out."""
+    left: str = "left"
+    """Column holding the first key of each pair."""
+    right: str = "right"
+    """Column holding the second key of each pair."""
+    score: str | None = "score"
+    """Column holding the pair's score or 0/1 label; none (mnr only): every pair is a
+    positive pair (anchor, positive)."""
+    loss: str = "cosine"
+    """contrastive (0/1 labels, margins on `distance`), cosine (MSE between the cosine of the
+    two embeddings and the score) or mnr (multiple-negatives ranking over in-batch
+    negatives, gathered across DDP workers)."""
+    margin: float | None = None
+    """contrastive: the negative margin (default 0 for similarities, 1 for distances)."""
+    pos_margin: float | None = None
+    """contrastive: the positive margin (default 1 for similarities, 0 for distances)."""
+    scale: float = 20.0
+    """mnr: the similarities' scale (1/temperature), as sentence-transformers' `scale`."""
+    symmetric: bool = True
+    """mnr: average the left->right and right->left losses (false: left->right only)."""
+    positives: float | None = None
+    """mnr: train only on pairs whose score is at least this (e.g. 1 for 0/1 labels); none:
+    every pair is a positive pair. Validation keeps every pair."""
+
+
+@dataclass
+class TrainConfig:
+    cache: str
+    """Name of a committed cache in the store."""
+    store: StoreConfig = field(default_factory=StoreConfig)
+    fingerprint: str | None = None
+    """Which fill of the cache; the newest committed one when left out."""
+    encoders: list[str] | None = None
+    """Embedding columns to train on, concatenated; all of them when left out."""
+    label: str | None = None
+    """Label column; the cache's first one when left out."""
+    objective: str = "classification"
+    """What the head learns, a key of raycache.train.objectives.OBJECTIVES: classification
+    (the label column holds class ids), groups (it holds group ids: similarity learning) or pairs (a
+    table of scored pairs of keys: similarity learning; no label column needed)."""
+    groups: GroupsConfig = field(default_factory=GroupsConfig)
+    """objective: groups: the loss and its settings."""
+    pairs: PairsConfig = field(default_factory=PairsConfig)
+    """objective: pairs: the pairs table, its columns, the loss and its settings."""
+    distance: str = "cosine"
+    """Similarity objectives: cosine, dot, euclidean or manhattan (losses, miners, retrieval)."""
+    embedding_dim: int = 128
+    """Similarity objectives: width of the head's output embedding."""
+    normalize: bool = False
+    """L2-normalise the head's output (for similarity heads)."""
+    metrics_k: list[int] = field(default_factory=lambda: [1, 5, 10])
+    """k of the top-k metrics: top-k accuracy (classification); precision, recall and mAP at
+    k over the validation rows (groups)."""
+    head: str = "linear"
+    """Head family, a key of raycache.heads.HEADS (linear, mlp, stacked, widening, gated,
+    skip) or "module:function"."""
+    hidden: list[int] = field(default_factory=lambda: [256])
+    """mlp, stacked, skip: hidden layer widths."""
+    dropout: float = 0.0
+    epochs: int = 10
+    batch_size: int = 256
+    """Rows per step on each worker (one micro-batch when grad_accum > 1)."""
+    lr: float = 1e-3
+    """Peak learning rate (after warmup)."""
+    encoder_lr: float | None = None
+    """Peak learning rate of the cache's trainable encoders (their own parameter group, on the
+    same schedule); lr when left out. Pre-trained encoders usually want 10-100x less."""
+    weight_decay: float = 0.0
+    optimizer: str = "adamw"
+    """adamw, adam, sgd, rmsprop or adagrad (raycache.train.optim.OPTIMIZERS)."""
+    momentum: float = 0.9
+    """sgd and rmsprop: momentum."""
+    nesterov: bool = False
+    """sgd: Nesterov momentum."""
+    schedule: str = "constant"
+    """LR schedule: constant, cosine, linear, one-cycle, step or plateau (reduce-on-plateau)."""
+    warmup_steps: int = 0
+    """Optimizer steps of linear warmup from 0 to lr, before the schedule."""
+    step_epochs: int = 10
+    """step: epochs between LR drops by `gamma`."""
+    gamma: float = 0.1
+    """step and plateau: factor the LR is multiplied by at each drop."""
+    plateau_patience: int = 2
+    """plateau: epochs without improvement of `monitor` before the LR drops."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step (no DDP all-reduce on the accumulating ones)."""
+    precision: str = "float32"
+    """float32, bfloat16 (autocast on CPU and GPU) or float16 (autocast and a grad scaler; GPU
+    only): the same names as an encoder's precision."""
+    grad_clip: float = 0.0
+    """Clip the gradients' global norm to this; 0 turns clipping off."""
+    label_smoothing: float = 0.0
+    """Cross-entropy label smoothing, in [0, 1)."""
+    class_weights: list[float] | str | None = None
+    """Per-class loss weights: a list (one per class), "balanced" (inverse frequency), or none."""
+    monitor: str = "val_loss"
+    """Metric that picks the best epoch (and drives early stopping and the plateau schedule)."""
+    mode: str = "auto"
+    """min or max for `monitor`; auto: min for *loss, max otherwise (accuracy, F1, retrieval)."""
+    early_stopping: bool = False
+    """Stop when `monitor` has not improved by min_delta for `patience` epochs; the head saved
+    is then the best epoch's weights."""
+    patience: int = 5
+    min_delta: float = 0.0
+    compile: bool = False
+    """torch.compile the head (falls back to eager, with a message, where it cannot compile)."""
+    empty_cache_every: int = 0
+    """GPU: torch.cuda.empty_cache() every N optimizer steps; 0 never."""
+    val_fraction: float = 0.2
+    """Share of rows held out for validation, chosen by a hash of the key (stable across runs)."""
+    seed: int = 0
+    num_workers: int | str = "auto"
+    """DDP workers; 0 trains in the driver process (Ray Train local mode); auto: 0 for a cache
+    that fits comfortably in one process, else DDP on every GPU (use_gpu) or 2 CPU workers."""
+    cpus_per_worker: float = 0.5
+    """Fractional CPUs leave room for Ray Data's read tasks on small machines."""
+    use_gpu: bool = False
+    """One GPU per worker, NCCL between them."""
+    placement: str = "auto"
+    """Where each worker keeps its share: stream (read every epoch), cpu, gpu, or auto."""
+    prefetch_batches: int = 4
+    """stream: batches read ahead of the training step."""
+    views: bool | str = "auto"
+    """A cache filled with views: draw one view per training row per epoch (seeded by the
+    epoch's seed and the row's key, so reruns and resumes repeat it); validation uses the
+    clean embeddings. auto: use them when the cache has them; false: clean rows only."""
+    verify: bool = True
+    """Check each shard's size and sha256 against the manifest the first time a worker reads it
+    in a run (a mismatch stops the run, naming the shard and `raycache repair`)."""
+    checkpoint_every: int = 0
+    """Epochs between checkpoints; 0 saves only after the last epoch (and on checkpoint_seconds)."""
+    checkpoint_seconds: float = 300.0
+    """Also checkpoint when this many seconds have passed since the last one; 0 turns it off."""
+    max_failures: int = 3
+    """Times Ray Train restarts a failed worker group, resuming from the last checkpoint."""
+    run_name: str | None = None
+    """Run folder under the cache's runs/; derived from this config when left out, so running
+    the same config again resumes (or returns) that run."""
+    resume: bool = True
+    """Continue the run of the same name from its last checkpoint; false starts a new run
+    (a new derived name, or an error if run_name already holds one)."""
+    progress: bool = True
+    """Print one line per epoch, and show Ray Data progress bars while streaming shards."""
+    sweep: dict[str, list[Any]] = field(default_factory=dict)
+    """Many heads in one pass: values to try per setting (raycache.train.sweep.grid.KEYS: lr,
+    weight_decay, head, hidden, ...); every combination trains on the same batches, each with
+    its own optimizer and early stopping, and the best by `select` is saved."""
+    select: str | None = None
+    """Sweep: the metric that picks the best head (`monitor` when left out)."""
+    select_mode: str = "auto"
+    """Sweep: min or max for `select`; auto: min for *loss, max otherwise."""
+
+    def problems(self) -> list[str]:
+        """Local checks; those that consult the head, optimizer, schedule and objective
+        registries, and the sweep, are in train.plan."""
+        out = positive(self, "epochs", "batch_size", "grad_accum", "patience",
+                        "step_epochs", "plateau_patience", "prefetch_batches")
+        if not 0.0 < self.val_fraction < 1.0:
+            out.append(f"val_fraction={self.val_fraction}: expected a value in (0, 1), e.g. 0.2")
+        if self.placement not in PLACEMENTS:
+            out.append(f"placement={self.placement!r}: expected one of {PLACEMENTS}")
+        if self.views not in (True, False, AUTO):
+            out.append(f"views={self.views!r}: expected true, false or 'auto'")
+        if self.placement == "gpu" and not self.use_gpu:
+            out.append("placement='gpu' needs use_gpu: true (or use placement: cpu)")
+        if self.lr <= 0:
+            out.append(f"lr={self.lr}: must be > 0, e.g. 1e-3")
+        if self.encoder_lr is not None and self.encoder_lr <= 0:
+            out.append(f"encoder_lr={self.encoder_lr}: must be > 0, e.g. 2e-5, or left out "
+                       "to use lr")
+        if self.cpus_per_worker <= 0:
+            out.append(f"cpus_per_worker={self.cpus_per_worker}: must be > 0, e.g. 0.5")
+        if self.run_name is not None and not is_name(self.run_name):
+            out.append(f"run_name={self.run_name!r}: use letters, digits, '-', '_' or '.'")
+        if not (self.num_workers == "auto" or (isinstance(self.num_workers, int)
+                                               and self.num_workers >= 0)):
+            out.append(f"num_workers={self.num_workers!r}: expected 'auto', 0 (in-process) or "
+                       "a number of DDP workers")
+        if self.precision not in TRAIN_PRECISIONS:
+            out.append(f"precision={self.precision!r}: expected one of {TRAIN_PRECISIONS}")
+        if self.precision == "float16" and not self.use_gpu:
+            out.append("precision='float16' needs a GPU (use_gpu: true): CPU autocast has no "
+                       "float16 grad scaling; use precision: bfloat16 on CPU")
+        if self.mode not in MONITOR_MODES:
+            out.append(f"mode={self.mode!r}: expected one of {MONITOR_MODES}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            out.append(f"label_smoothing={self.label_smoothing}: expected a value in [0, 1)")
+        if isinstance(self.class_weights, str) and self.class_weights != "balanced":
+            out.append(f"class_weights={self.class_weights!r}: expected 'balanced' or a list "
+                       "of one weight per class")
+        if isinstance(self.class_weights, list) and any(w < 0 for w in self.class_weights):
+            out.append(f"class_weights={self.class_weights}: weights must be >= 0")
+        for name in ("warmup_steps", "empty_cache_every", "checkpoint_every", "max_failures"):
+            if getattr(self, name) < 0:
+                out.append(f"{name}={getattr(self, name)}: must be >= 0")
+        for name in ("grad_clip", "checkpoint_seconds", "min_delta", "weight_decay"):
+            if getattr(self, name) < 0:
+                out.append(f"{name}={getattr(self, name)}: must be >= 0 (0 turns it off)")
+        if not 0.0 < self.gamma <= 1.0:
+            out.append(f"gamma={self.gamma}: expected a factor in (0, 1], e.g. 0.1")
+        if self.embedding_dim < 1:
+            out.append(f"embedding_dim={self.embedding_dim}: must be >= 1, e.g. 128")
+        if not self.metrics_k or any(k < 1 for k in self.metrics_k):
+            out.append(f"metrics_k={self.metrics_k}: expected a list of whole numbers >= 1, "
+                       "e.g. [1, 5, 10]")
+        if self.select_mode not in MONITOR_MODES:
+            out.append(f"select_mode={self.select_mode!r}: expected one of {MONITOR_MODES}")
+        return out

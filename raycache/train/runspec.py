@@ -1,0 +1,174 @@
+"""RunSpec: the typed, versioned, frozen contract between the training driver and its workers."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from raycache.cache.store import Store
+from raycache.heads.specs import HeadSpec
+from raycache.train.config import GroupsConfig, PairsConfig
+
+__all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "digest", "sweep_record"]
+
+RUN_SPEC_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to train: the TrainConfig fields that shape the optimisation (see TrainConfig)."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    optimizer: str
+    momentum: float
+    nesterov: bool
+    schedule: str
+    warmup_steps: int
+    step_epochs: int
+    gamma: float
+    plateau_patience: int
+    grad_accum: int
+    precision: str
+    grad_clip: float
+    label_smoothing: float
+    class_weights: tuple[float, ...] | str | None
+    monitor: str
+    mode: str
+    early_stopping: bool
+    patience: int
+    min_delta: float
+    compile: bool
+    empty_cache_every: int
+    val_fraction: float
+    seed: int
+    encoder_lr: float | None = None
+    objective: str = "classification"
+    groups: GroupsConfig = GroupsConfig()
+    pairs: PairsConfig = PairsConfig()
+    distance: str = "cosine"
+    metrics_k: tuple[int, ...] = (1, 5, 10)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Recipe:
+        kw = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cls)}
+        if isinstance(kw["class_weights"], list):
+            kw["class_weights"] = tuple(float(w) for w in kw["class_weights"])
+        if kw["mode"] == "auto":
+            kw["mode"] = "min" if kw["monitor"].endswith("loss") else "max"
+        kw["metrics_k"] = tuple(kw["metrics_k"])
+        return cls(**kw)
+
+    def better(self, new: float, old: float) -> bool:
+        """Whether `new` improves on `old` by more than min_delta, in this recipe's mode."""
+        if self.mode == "max":
+            return new > old + self.min_delta
+        return new < old - self.min_delta
+
+
+@dataclass(frozen=True)
+class Member:
+    """One head of a sweep: the settings that set it apart, and its head and recipe."""
+
+    settings: tuple[tuple[str, Any], ...]
+    """(sweep key, value) pairs; list values as tuples."""
+    head: HeadSpec
+    recipe: Recipe
+
+    def settings_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.settings}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Built once on the driver (raycache.train.prepare), never mutated, sent to every worker."""
+
+    head: HeadSpec
+    recipe: Recipe
+    run_name: str
+    key: str
+    rows: int
+    placement: str
+    """stream, cpu or gpu (auto resolved on the driver)."""
+    num_workers: int
+    """0: Ray Train local mode (in the driver process); else DDP workers."""
+    use_gpu: bool
+    class_weights: tuple[float, ...] | None
+    """Per-class loss weights, resolved on the driver ("balanced" from the label counts)."""
+    store: Store
+    """Where the shards and the run folder are; never written into a checkpoint."""
+    shards: tuple[tuple[str, int], ...]
+    """(path, rows) of every shard, in manifest order."""
+    run_dir: str
+    """The run folder in the store's filesystem form: <cache>/runs/<run_name>."""
+    checkpoint_every: int
+    checkpoint_seconds: float
+    prefetch_batches: int
+    progress: bool
+    sweep: tuple[Member, ...] = ()
+    """A sweep's members, trained together on the same batches; empty for a single head."""
+    select: str = "val_loss"
+    """Sweep: the metric that picks the best member."""
+    select_mode: str = "min"
+    checks: tuple[tuple[int, str], ...] = ()
+    """(bytes, sha256) of every shard, in `shards` order, what a worker checks a shard against
+    on its first read in a run; empty: shards are read unchecked (TrainConfig.verify false)."""
+    landing: str = ""
+    """The id of a fill still under way on the driver, whose shards the first training pass
+    reads as they land (raycache.train.data.landing; DDP workers ask its Board actor by that name);
+    empty: a committed cache."""
+    views: int = 0
+    """K: training draws one of each row's K cached views per epoch; 0 trains on clean rows."""
+    view_encoders: tuple[str, ...] = ()
+    """The head's encoders whose views columns it trains on (the rest give their clean rows)."""
+    version: int = RUN_SPEC_VERSION
+
+    @property
+    def world(self) -> int:
+        return max(self.num_workers, 1)
+
+    def members(self) -> list[RunSpec]:
+        """One spec per head trained: the sweep's members, or this run's one head."""
+        if not self.sweep:
+            return [self]
+        return [dataclasses.replace(self, head=m.head, recipe=m.recipe, sweep=())
+                for m in self.sweep]
+
+    def sweep_record(self) -> dict[str, Any]:
+        return sweep_record(self.sweep, self.select, self.select_mode)
+
+    def record(self) -> dict[str, Any]:
+        """What a run folder keeps about the run: everything but the store and its options."""
+        return {"version": self.version, "run_name": self.run_name,
+                "head": self.head.to_dict(), "recipe": dataclasses.asdict(self.recipe),
+                "placement": self.placement, "num_workers": self.num_workers,
+                "rows": self.rows, "digest": self.digest(), **self.sweep_record()}
+
+    def digest(self) -> str:
+        return digest(self.head, self.recipe, self.sweep_record(), self.views)
+
+
+def sweep_record(sweep: tuple[Member, ...], select: str, mode: str) -> dict[str, Any]:
+    """What a run record says of its sweep (empty for a single head)."""
+    if not sweep:
+        return {}
+    return {"sweep": [m.settings_dict() for m in sweep], "select": select, "select_mode": mode}
+
+
+def digest(head: HeadSpec, recipe: Recipe, sweep: dict[str, Any] | None = None,
+           views: int = 0) -> str:
+    """A hash of what decides a run's result: the head (with the cache's fill), the recipe, a
+    sweep's members and selection when there is one, and whether it trains on views."""
+    settings = dataclasses.asdict(recipe)
+    if recipe.objective != "pairs":  # so runs of other objectives keep their names
+        settings.pop("pairs")
+    if recipe.encoder_lr is None:  # so runs without trainable encoders keep their names
+        settings.pop("encoder_lr")
+    what = {"head": head.to_dict(), "recipe": settings, "version": RUN_SPEC_VERSION,
+            **(sweep or {}), **({"views": views} if views else {})}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()

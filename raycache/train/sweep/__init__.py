@@ -1,0 +1,1 @@
+"""Many heads in one pass: the sweep's grid, its members as one module, stacked linear heads."""

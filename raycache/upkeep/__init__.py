@@ -1,0 +1,1 @@
+"""UPKEEP: verify, repair, gc, du and stray files of a store."""

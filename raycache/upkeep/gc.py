@@ -1,0 +1,228 @@
+"""Garbage collection of a store: unfinished fills and stray files past a grace period, and old
+fingerprints of each name by policy (keep-last, older-than, max-size), never what a live run
+reads."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from raycache.cache.committed import Cache, read_manifest
+from raycache.cache.manifest import human_bytes
+from raycache.cache.store import MANIFEST, Store
+from raycache.core.units import human_duration, parse_duration, parse_size
+from raycache.errors import ConfigError, RaycacheError
+from raycache.upkeep.du import Usage, du
+from raycache.upkeep.strays import strays
+
+__all__ = ["GcResult", "Removal", "Stray", "gc"]
+
+
+@dataclass(frozen=True)
+class Removal:
+    """A cache folder gc removes (or would), or keeps although a policy picked it, and why."""
+
+    usage: Usage
+    reason: str
+
+    def line(self, verb: str) -> str:
+        u = self.usage
+        runs = f", {human_bytes(u.runs_bytes)} of runs" if u.runs_bytes else ""
+        return f"{verb} {u.id}  {human_bytes(u.bytes)}{runs}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Stray:
+    """A file in a kept committed cache's folder that its manifest does not name
+    (raycache.upkeep.strays), older than the grace period."""
+
+    usage: Usage
+    """The cache folder it is in."""
+    path: str
+    """Relative to the cache folder."""
+    bytes: int
+    age: float
+    """Seconds since it was last written."""
+
+    def line(self, verb: str) -> str:
+        return (f"{verb} {self.usage.id}/{self.path}  {human_bytes(self.bytes)}: stray (not in the "
+                f"manifest), written {human_duration(self.age)} ago")
+
+
+@dataclass
+class GcResult:
+    """What gc removed (delete=True) or would remove (a dry run), and what it kept and why."""
+
+    removed: list[Removal] = field(default_factory=list)
+    kept: list[Removal] = field(default_factory=list)
+    deleted: bool = False
+    strays: list[Stray] = field(default_factory=list)
+    """Stray files of the committed caches it keeps."""
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.usage.bytes for r in self.removed) + sum(s.bytes for s in self.strays)
+
+    def lines(self) -> list[str]:
+        verb = "removed" if self.deleted else "would remove"
+        out = ([r.line(verb) for r in self.removed] + [s.line(verb) for s in self.strays]
+               + [r.line("keep") for r in self.kept])
+        what = f"{len(self.removed)} cache folder(s)"
+        if self.strays:
+            what += f" and {len(self.strays)} stray file(s)"
+        if self.deleted:
+            out.append(f"removed {what}, {human_bytes(self.bytes)} ({self.bytes} bytes)")
+        else:
+            out.append(f"dry run: would remove {what}, {human_bytes(self.bytes)} "
+                       f"({self.bytes} bytes); pass --delete (delete=True) to remove them")
+        return out
+
+
+def _order(u: Usage) -> tuple[float, float, str]:
+    """Oldest first: by the manifest's `created` (seconds), then by the newest file (ties:
+    fills committed within a second), then by fingerprint, so every policy sees one order."""
+    return u.created_ts, u.newest, u.fingerprint
+
+
+def _picked(committed: list[Usage], now: float, keep_last: int | None,
+            older_than: float | None) -> dict[str, str]:
+    """Committed folders picked by keep-last and older-than: id -> why."""
+    picked: dict[str, list[str]] = defaultdict(list)
+    by_name: dict[str, list[Usage]] = defaultdict(list)
+    for u in committed:
+        by_name[u.name].append(u)
+    for group in by_name.values():
+        for i, u in enumerate(sorted(group, key=_order)[::-1]):
+            if keep_last is not None and i >= keep_last:
+                picked[u.id].append(f"not among the newest {keep_last} of {u.name!r}")
+            age = now - u.created_ts
+            if older_than is not None and age > older_than:
+                picked[u.id].append(f"created {human_duration(age)} ago, older than "
+                                    f"{human_duration(older_than)}")
+    return {k: "; ".join(v) for k, v in picked.items()}
+
+
+def _protected(u: Usage, newest: dict[str, str], include_newest: bool, now: float,
+               grace_s: float | None) -> str | None:
+    if u.live_runs:
+        return f"run(s) in progress read it: {', '.join(u.live_runs)}"
+    waiting = [f"{name} (last written {human_duration(now - when)} ago)"
+               for name, when in u.resumable_runs if grace_s is None or now - when <= grace_s]
+    if waiting:
+        return (f"run(s) that died with a checkpoint read it and can resume: "
+                f"{', '.join(waiting)}; resume them, or pass a --grace shorter than that "
+                f"to let it go")
+    if newest.get(u.name) == u.id and not include_newest:
+        return f"the newest committed fingerprint of {u.name!r} (include_newest to remove it)"
+    return None
+
+
+def gc(store: Store | str | None = None, keep_last: int | None = None,
+       older_than: str | float | None = None, max_size: str | int | None = None,
+       grace: str | float | None = "24h", delete: bool = False, include_newest: bool = False,
+       now: float | None = None) -> GcResult:
+    """Remove (delete=True) or list (a dry run, the default) what the policies pick:
+    - unfinished fills (no manifest) whose newest file is older than `grace` (None: none);
+    - committed fingerprints beyond the newest `keep_last` of each name;
+    - committed fingerprints `created` more than `older_than` ago ("7d", "24h", seconds);
+    - the oldest committed fingerprints until the store's caches fit in `max_size` ("50GB");
+    - in the committed caches it keeps, stray files (not named by the manifest) older than
+      `grace` (None: none).
+    Never a cache a run in progress reads, nor one a run that died with a checkpoint reads
+    while its record is younger than `grace` (it can still resume), nor the newest committed
+    fingerprint of a name unless include_newest. A cache's runs (checkpoints of heads) go
+    with it."""
+    problems = []
+    if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int)
+                                  or keep_last < 0):
+        problems.append(f"keep_last={keep_last!r}: expected a whole number >= 0, e.g. 3")
+    grace_s = _parsed(parse_duration, grace, "grace", problems)
+    older_s = _parsed(parse_duration, older_than, "older_than", problems)
+    limit = _parsed(parse_size, max_size, "max_size", problems)
+    if problems:
+        raise ConfigError(problems)
+    store = store if isinstance(store, Store) else Store(store or _default())
+    now = time.time() if now is None else now
+    found = du(store)
+    committed = [u for u in found if u.committed]
+    newest = {u.name: u.id for u in sorted(committed, key=_order)}
+    result = GcResult(deleted=delete)
+    for u in found:
+        if not u.committed and grace_s is not None and now - u.newest > grace_s:
+            result.removed.append(Removal(u, f"unfinished fill, newest file written "
+                                             f"{human_duration(now - u.newest)} ago"))
+    picked = _picked(committed, now, keep_last, older_s)
+
+    def protected(u: Usage) -> str | None:
+        return _protected(u, newest, include_newest, now, grace_s)
+
+    if limit is not None:
+        doomed = {u.id for u in committed if u.id in picked and protected(u) is None}
+        left = (sum(u.bytes for u in found) - result.bytes
+                - sum(u.bytes for u in committed if u.id in doomed))
+        for u in sorted(committed, key=_order):
+            if left <= limit:
+                break
+            if u.id not in doomed:
+                picked[u.id] = f"oldest while the store's caches exceed {human_bytes(limit)}"
+                left -= 0 if protected(u) else u.bytes
+    for u in committed:
+        if u.id in picked:
+            why = protected(u)
+            target = result.kept if why else result.removed
+            target.append(Removal(u, why or picked[u.id]))
+    if grace_s is not None:
+        going = {r.usage.id for r in result.removed}
+        for u in committed:
+            if u.id not in going:
+                _find_strays(store, u, now, grace_s, result)
+    if delete:
+        for r in result.removed:
+            _remove(store, r.usage)
+        for s in result.strays:
+            store.rm(f"{s.usage.dir}/{s.path}")
+    return result
+
+
+def _find_strays(store: Store, u: Usage, now: float, grace_s: float, result: GcResult) -> None:
+    """Add a kept committed cache's stray files older than the grace to `result.strays`; a
+    cache whose shard list cannot be read is kept as it is, with the reason."""
+    manifest = read_manifest(store, u.dir)
+    if manifest is None:  # removed meanwhile
+        return
+    try:
+        found = strays(Cache(store, manifest))
+    except RaycacheError as exc:
+        result.kept.append(Removal(u, f"stray files not looked for: {exc}"))
+        return
+    result.strays += [Stray(u, rel, size, now - mtime) for rel, (size, mtime) in found.items()
+                      if now - mtime > grace_s]
+
+
+def _parsed(parse: Callable[[Any, str], float], value: Any, what: str, problems: list[str]
+            ) -> Any:
+    """parse(value) (None stays None); a problem is added to `problems`, not raised, so every
+    bad value is named at once."""
+    if value is None:
+        return None
+    try:
+        return parse(value, what)
+    except ConfigError as exc:
+        problems += exc.problems
+        return None
+
+
+def _remove(store: Store, u: Usage) -> None:
+    """The manifest first, so readers stop seeing a committed cache before its shards go."""
+    if u.committed:
+        store.rm(f"{u.dir}/{MANIFEST}")
+    store.rm(u.dir)
+
+
+def _default() -> str:
+    from raycache.cache.config import default_store
+
+    return default_store()

@@ -1,0 +1,85 @@
+"""Repair: re-encode only a committed cache's bad or missing shards from its unchanged source,
+and commit a corrected manifest."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from raycache.cache.committed import Cache, open_cache
+from raycache.cache.config import StoreConfig
+from raycache.cache.store import Store
+from raycache.encoders.config import EncoderConfig
+from raycache.errors import RaycacheError
+from raycache.fill.config import FillConfig, ViewsConfig
+from raycache.fill.plan import plan
+from raycache.fill.run import FillResult, complete
+from raycache.source.config import SourceConfig
+from raycache.source.files import SourceFile
+
+__all__ = ["repair"]
+
+
+def repair(name: str, store: Store | str | None = None, fingerprint: str | None = None, *,
+           source_options: dict[str, Any] | None = None, progress: bool = True,
+           in_process: bool | str = "auto") -> FillResult:
+    """Verify the cache `name` (its newest fill, or `fingerprint`) and re-encode the shards that
+    fail; a cache that passes is left as it is (returned as a hit). The source must be the one
+    the cache was filled from, unchanged; `source_options` are its fsspec options, and
+    `in_process` is the fill's setting of that name."""
+    from raycache.upkeep.verify import verify
+
+    cache = open_cache(name, store, fingerprint)
+    report = verify(cache)
+    if report.ok:
+        return FillResult(cache, True, 0.0, 0)
+    p = plan(_config(cache, source_options or {}, progress, in_process))
+    if p.fingerprint != cache.fingerprint:
+        raise RaycacheError(
+            f"cannot repair {cache.name}/{cache.fingerprint}: its source or encoders changed "
+            f"since the fill (they now give fingerprint {p.fingerprint}). Fill the cache again "
+            "instead; content reuse encodes only what changed"
+        )
+    bad = set(report.bad)
+    for path in bad:  # never reused, never adopted: the re-encoded shard replaces it
+        with contextlib.suppress(FileNotFoundError):
+            cache.store.rm(f"{cache.dir}/{path}")
+    return complete(p, _records(cache, bad), replace=True)
+
+
+def _config(cache: Cache, source_options: dict[str, Any], progress: bool,
+            in_process: bool | str) -> FillConfig:
+    """The fill config a manifest was committed from (store and source options apart, which
+    are never recorded)."""
+    m = cache.manifest
+    source = m.inputs["source"]
+    encoders = [EncoderConfig(**c) for c in m.extra["encoder_configs"].values()]
+    return FillConfig(
+        name=m.name,
+        source=SourceConfig(path=[f["uri"] for f in source["files"]], format=source["format"],
+                            key=source["key"], labels=list(source["labels"]),
+                            options=source_options,
+                            duplicates=source.get("duplicates", "error")),
+        encoders=encoders,
+        store=StoreConfig(uri=cache.store.uri, options=cache.store.options,
+                          shared=cache.store.shared, timeout_s=cache.store.timeout_s),
+        rows_per_shard=m.inputs["rows_per_shard"],
+        views=ViewsConfig(**m.inputs["views"]) if m.inputs.get("views") else None,
+        in_process=in_process,
+        progress=progress,
+    )
+
+
+def _records(cache: Cache, bad: set[str]) -> list[dict[str, Any]]:
+    """The good shards as the fill's shard records: what a resumed fill keeps."""
+    m = cache.manifest
+    uri = {SourceFile(f["uri"], f["size"], f["version"]).block: f["uri"]
+           for f in m.inputs["source"]["files"]}
+    total: dict[str, int] = {}
+    for s in m.shards:
+        for block, _, stop in s.ranges:
+            total[block] = max(total.get(block, 0), stop)
+    dims = {e.name: e.dim for e in m.encoders}
+    return [{"path": s.path, "rows": s.rows, "bytes": s.bytes, "sha256": s.sha256, "dims": dims,
+             "ranges": [[b, a, z, uri[b], total[b]] for b, a, z in s.ranges]}
+            for s in m.shards if s.path not in bad]

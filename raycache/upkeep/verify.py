@@ -1,0 +1,153 @@
+"""raycache verify: every shard of a committed cache checked against its manifest, and its keys."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from raycache.cache.manifest import Manifest, ShardEntry, human_bytes
+from raycache.cache.reads import THREADS, map_ordered, mismatch
+from raycache.cache.store import Store
+
+if TYPE_CHECKING:
+    from raycache.cache.committed import Cache
+
+__all__ = ["Duplicates", "Report", "verify"]
+
+EXAMPLES = 5
+"""Duplicate keys a report names."""
+
+
+@dataclass
+class Duplicates:
+    """Keys held by more than one row of a cache."""
+
+    count: int = 0
+    """Distinct keys that appear more than once."""
+    examples: dict[Any, list[str]] = field(default_factory=dict)
+    """A few of them, each with the shard paths (relative to the cache folder) that hold it."""
+
+
+@dataclass
+class Report:
+    """What verify found: every bad shard with its reasons, and duplicate keys."""
+
+    cache: str
+    """name/fingerprint."""
+    shards: int
+    rows: int
+    bytes: int
+    seconds: float
+    bad: dict[str, list[str]] = field(default_factory=dict)
+    """Shard path relative to the cache folder -> what is wrong with it."""
+    duplicate_keys: Duplicates = field(default_factory=Duplicates)
+    stray: dict[str, int] = field(default_factory=dict)
+    """Files in the cache folder (outside runs/) that the manifest does not name -> bytes.
+    Harmless to reads, so not a failure; gc removes them."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad and not self.duplicate_keys.count
+
+    def lines(self) -> list[str]:
+        """One line per bad shard and one for duplicate keys; a one-line summary when OK;
+        a line for stray files either way."""
+        if self.ok:
+            out = [f"OK {self.cache}: {self.shards} shards, {self.rows} rows, "
+                   f"{human_bytes(self.bytes)} checked in {self.seconds:.1f} s"]
+        else:
+            out = [f"BAD {path}: {'; '.join(reasons)}" for path, reasons in self.bad.items()]
+        dup = self.duplicate_keys
+        if dup.count:
+            shown = ", ".join(f"{k!r} in {' and '.join(v)}" for k, v in dup.examples.items())
+            out.append(f"DUPLICATE KEYS: {dup.count} keys appear more than once, e.g. {shown}")
+        if self.stray:
+            shown = ", ".join(list(self.stray)[:3]) + (", ..." if len(self.stray) > 3 else "")
+            out.append(f"STRAY: {len(self.stray)} file(s), "
+                       f"{human_bytes(sum(self.stray.values()))}, that the manifest does not "
+                       f"name ({shown}); reads ignore them, `raycache gc --delete` removes them")
+        return out
+
+
+def _encoder_problems(schema: pa.Schema, manifest: Manifest) -> list[str]:
+    """Each encoder's column must be a fixed-size list of the manifest's dim and dtype."""
+    out = []
+    for e in manifest.encoders:
+        value = pa.from_numpy_dtype(np.dtype(e.dtype))
+        got = schema.field(e.name).type if schema.get_field_index(e.name) >= 0 else None
+        if not (got is not None and pa.types.is_fixed_size_list(got)
+                and got.list_size == e.dim and got.value_type == value):
+            out.append(f"column {e.name!r} is {got or 'missing'}, expected a fixed-size list "
+                       f"of {e.dim} {e.dtype}")
+    return out
+
+
+def _check(store: Store, cache_dir: str, manifest: Manifest, entry: ShardEntry
+           ) -> tuple[list[str], pa.Array | None]:
+    """One shard's problems, and its keys (None where they cannot be read)."""
+    try:
+        blob = store.read_bytes(f"{cache_dir}/{entry.path}")
+    except FileNotFoundError:
+        return ["missing"], None
+    except Exception as exc:  # each filesystem raises its own types
+        return [f"unreadable ({type(exc).__name__}: {exc})"], None
+    problems = mismatch(blob, entry.bytes, entry.sha256)
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(blob))
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... on bad footers
+        return [*problems, f"Parquet footer unreadable ({exc})"], None
+    if pf.metadata.num_rows != entry.rows:
+        problems.append(f"{pf.metadata.num_rows} rows, the manifest says {entry.rows}")
+    schema = pf.schema_arrow
+    for column in (manifest.key_column, *manifest.label_columns):
+        if schema.get_field_index(column) < 0:
+            problems.append(f"no column {column!r}")
+    problems += _encoder_problems(schema, manifest)
+    keys = None
+    if schema.get_field_index(manifest.key_column) >= 0:
+        try:
+            keys = pf.read(columns=[manifest.key_column]).column(0).combine_chunks()
+        except Exception as exc:  # a damaged page
+            problems.append(f"key column unreadable ({exc})")
+    return problems, keys
+
+
+def _duplicates(paths: list[str], keys: list[pa.Array | None]) -> Duplicates:
+    present = [(p, k) for p, k in zip(paths, keys, strict=True) if k is not None and len(k)]
+    if not present:
+        return Duplicates()
+    counts = pc.value_counts(pa.chunked_array([k for _, k in present]))
+    repeated = counts.filter(pc.greater(counts.field("counts"), 1)).field("values")
+    if not len(repeated):
+        return Duplicates()
+    sample = repeated.slice(0, EXAMPLES)
+    examples: dict[Any, list[str]] = {k: [] for k in sample.to_pylist()}
+    for path, k in present:
+        for value in k.filter(pc.is_in(k, value_set=sample)).unique().to_pylist():
+            examples[value].append(path)
+    return Duplicates(len(repeated), examples)
+
+
+def verify(cache: Cache, threads: int = THREADS) -> Report:
+    """Check every shard of a committed cache: present, size, sha256, Parquet footer, row
+    count, schema (key, labels, each encoder's fixed-size list); and no key held twice.
+    Also lists stray files (raycache.upkeep.strays)."""
+    from raycache.upkeep.strays import strays
+
+    start = time.perf_counter()
+    m = cache.manifest
+    results = list(map_ordered(lambda e: _check(cache.store, cache.dir, m, e), m.shards,
+                               threads))
+    bad = {e.path: problems for e, (problems, _) in zip(m.shards, results, strict=True)
+           if problems}
+    dup = _duplicates([e.path for e in m.shards], [keys for _, keys in results])
+    stray = {rel: size for rel, (size, _) in strays(cache).items()}
+    return Report(cache=f"{m.name}/{m.fingerprint}", shards=len(m.shards), rows=m.rows,
+                  bytes=m.bytes, seconds=time.perf_counter() - start, bad=bad,
+                  duplicate_keys=dup, stray=stray)

@@ -1,0 +1,101 @@
+"""The package's layout rules, read from the code with `ast`: no import circle between modules,
+and no stage importing from a stage above it (the order in ARCHITECTURE.md)."""
+
+import ast
+from pathlib import Path
+
+import raycache
+
+ROOT = Path(raycache.__file__).parent
+LAYERS = ["errors", "core", "source", "cache", "encoders", "compute", "fill", "heads", "train",
+          "predict", "upkeep", "public"]
+"""Bottom to top: a module may import from its own layer and those below it."""
+PUBLIC = {"__init__", "__main__", "cli", "pipeline", "demo"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] in PUBLIC:
+        return "public"
+    return parts[1]
+
+
+def imports() -> dict[str, set[str]]:
+    """Every raycache module and the raycache modules it imports, at any depth of the code
+    (function-local imports included, `if TYPE_CHECKING:` blocks left out)."""
+    modules = {module_name(p): p for p in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+        out = set()
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                base = node.module
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    out.add(full if full in modules else base)
+            elif isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+        graph[name] = {m for m in out if m in modules and m != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_find_cycle_finds_a_circle_and_passes_a_tree():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_circle_between_modules():
+    graph = imports()
+    assert len(graph) > 40  # the walk found the package
+    cycle = find_cycle(graph)
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_no_stage_imports_from_a_stage_above_it():
+    graph = imports()
+    upward = sorted(f"{a} ({layer(a)}) -> {b} ({layer(b)})"
+                    for a, targets in graph.items() for b in targets
+                    if LAYERS.index(layer(b)) > LAYERS.index(layer(a)))
+    assert not upward, "imports that run back up:\n" + "\n".join(upward)
+
+
+def test_every_module_says_its_job_and_stays_small():
+    for path in ROOT.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        assert ast.get_docstring(tree), f"{path.relative_to(ROOT)}: no module docstring"
+        lines = len(path.read_text().splitlines())
+        assert lines <= 420, f"{path.relative_to(ROOT)}: {lines} lines (split it by job)"
