@@ -85,7 +85,7 @@ def test_a_shard_written_but_never_recorded_is_encoded_again(ray_session, source
     cfg = load_fill(toy_fill(str(source), str(tmp_path / "store"), rows_per_shard=50))
     p = plan(cfg)
     [unit], _ = sources.plan_units(p.files, p.format, {}, cfg.rows_per_shard)
-    first_200 = sources.Unit(unit.file, unit.groups, 0, ROWS, done=((200, ROWS),))
+    first_200 = sources.Unit(unit.file, unit.groups, 0, ROWS, done=(sources.Span(200, ROWS),))
     list(build_pipeline(p, [first_200], size_pool(cfg, nodes())).iter_batches())
     progress = sorted(Path(p.dir, "_progress").glob("*.json"))
     assert len(progress) == 4

@@ -45,7 +45,7 @@ def test_units_are_whole_row_groups_and_pieces_are_shard_sized(tmp_path):
 def test_rows_already_done_are_neither_planned_nor_read(tmp_path):
     files = sources.list_files(load_fill(toy_fill(
         str(big_row_group_file(tmp_path / "a.parquet", 500, 100)), "s")).source)[1]
-    done = {files[0].block: ((0, 200), (250, 260))}
+    done = {files[0].block: (sources.Span(0, 200), sources.Span(250, 260))}
     units, _ = sources.plan_units(files, "parquet", {}, rows=100, done=done)
     assert [u.start for u in units] == [200, 300, 400]  # groups 0 and 1 were done whole
     read = np.concatenate([p.column("__row").to_numpy() for u in units
@@ -109,4 +109,4 @@ def test_summary_reports_start_up_and_speed(ray_session, separable_source, tmp_p
     text = result.summary()
     assert "600 encoded" in text and "to the first shard" in text and "rows/s after" in text
     ranges = [s.ranges for s in result.cache.manifest.shards]
-    assert sum(b - a for r in ranges for _, a, b in r) == 600
+    assert sum(x.stop - x.start for r in ranges for x in r) == 600

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raycache.cache.manifest import Manifest, ShardEntry
+from raycache.cache.manifest import Manifest
 from raycache.cache.reads import THREADS, map_ordered, read_shard
+from raycache.cache.records import ShardEntry
 from raycache.cache.store import MANIFEST, Store
 from raycache.errors import CacheNotFound
 

@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raycache.cache.records import ShardEntry
 from raycache.errors import StoreError
 
-__all__ = ["FORMAT_VERSION", "EncoderEntry", "Manifest", "ShardEntry", "ShardList",
-           "human_bytes"]
+__all__ = ["FORMAT_VERSION", "EncoderEntry", "Manifest", "ShardList", "human_bytes"]
 
 FORMAT_VERSION = 3
 """2: shards named and recorded by the source row ranges they hold. 3: shards hold each
@@ -36,19 +36,6 @@ class EncoderEntry:
     (no embeddings, no weights digest; `dim` is 0 where the fill cannot know it)."""
     column: str = ""
     """A trainable encoder's shard column (input_column); empty for a frozen one."""
-
-
-@dataclass(frozen=True)
-class ShardEntry:
-    path: str
-    """Relative to the cache folder, e.g. shards/part-<block>-<offset>.parquet."""
-    rows: int
-    bytes: int
-    sha256: str
-    source: str
-    """URI of the source file of the shard's first rows."""
-    ranges: list[list[Any]] = field(default_factory=list)
-    """The source rows it holds: [file block id, start, stop] per run of rows (version 2)."""
 
 
 class ShardList(Sequence["ShardEntry"]):
@@ -135,7 +122,7 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         """The whole manifest, shards included (they are read if they were not)."""
-        return {**self.head(), "shards": [dataclasses.asdict(s) for s in self.shards]}
+        return {**self.head(), "shards": [s.to_json() for s in self.shards]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "manifest",
@@ -151,12 +138,13 @@ class Manifest:
             )
         try:
             if "shards" in data:
-                entries: Sequence[ShardEntry] = [ShardEntry(**s) for s in data["shards"]]
+                entries: Sequence[ShardEntry] = [ShardEntry.from_json(s)
+                                                   for s in data["shards"]]
             elif shards is None:
                 raise KeyError("shards (no reader given for the shard list)")
             else:
                 info = data["shard_list"]
-                entries = ShardList(lambda: [ShardEntry(**s) for s in shards(info)])
+                entries = ShardList(lambda: [ShardEntry.from_json(s) for s in shards(info)])
             return cls(**{**data, "encoders": [EncoderEntry(**e) for e in data["encoders"]],
                           "shards": entries})
         except (KeyError, TypeError) as exc:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raycache.cache.manifest import ShardEntry
+from raycache.cache.records import ShardEntry
 from raycache.cache.store import Store
 from raycache.errors import CorruptShard
 

@@ -8,7 +8,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -19,6 +19,7 @@ import pyarrow.fs as pafs
 from fsspec.asyn import AsyncFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
+from raycache.cache.records import RowRange
 from raycache.core.secrets import merge, reveal, seal, split
 from raycache.errors import StoreError
 
@@ -32,12 +33,12 @@ PROGRESS = "_progress"
 RUNS = "runs"
 
 
-def shard_name(ranges: list[list[Any]]) -> str:
-    """A shard's path in its cache folder, from the source rows it holds: [[block, start, stop],
-    ...]. The same rows always get the same name, so a re-run overwrites rather than adds."""
-    digest = hashlib.sha256(json.dumps(ranges).encode()).hexdigest()[:8]
-    block, start = ranges[0][0], ranges[0][1]
-    return f"{SHARDS}/part-{block}-{start:010d}-{digest}.parquet"
+def shard_name(ranges: Sequence[RowRange]) -> str:
+    """A shard's path in its cache folder, from the source rows it holds (their block, start and
+    stop). The same rows always get the same name, so a re-run overwrites rather than adds."""
+    digest = hashlib.sha256(json.dumps([r.bare().to_json() for r in ranges]).encode())
+    first = ranges[0]
+    return f"{SHARDS}/part-{first.block}-{first.start:010d}-{digest.hexdigest()[:8]}.parquet"
 
 
 @dataclass

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from raycache.cache.records import ShardRecord
 from raycache.cache.store import Store
 from raycache.errors import RaycacheError
 
@@ -20,19 +21,19 @@ MAX_COUNTED = 1_000_000
 """Label values counted per value in the manifest up to this (larger ids: min and max only)."""
 
 
-def scan(store: Store, cache_dir: str, records: list[dict[str, Any]], key: str, duplicates: str,
-         labels: list[str], name: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def scan(store: Store, cache_dir: str, records: list[ShardRecord], key: str, duplicates: str,
+         labels: list[str], name: str) -> tuple[list[ShardRecord], dict[str, Any]]:
     """(records, label stats). Duplicate keys: an error that lists a few (`duplicates`
     error), or the shards holding the other copies are written again without them (first or
     last: the copy kept, in source order), their records replaced."""
     from raycache.fill.shards import rewrite
 
-    order = sorted(records, key=lambda r: (r["ranges"][0][3], r["ranges"][0][1]))
+    order = sorted(records, key=ShardRecord.order)
     if not order:
         return records, {}
 
-    def read(r: dict[str, Any]) -> pa.Table:
-        with store.fs.open(f"{cache_dir}/{r['path']}", "rb") as f:
+    def read(r: ShardRecord) -> pa.Table:
+        with store.fs.open(f"{cache_dir}/{r.path}", "rb") as f:
             return pq.read_table(f, columns=[key, *labels])
 
     with ThreadPoolExecutor(8) as pool:

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 from raycache.cache.columns import hash_column
 
 if TYPE_CHECKING:
-    from raycache.cache.manifest import Manifest, ShardEntry
+    from raycache.cache.manifest import Manifest
+    from raycache.cache.records import ShardEntry
     from raycache.cache.store import Store
     from raycache.encoders.config import EncoderConfig
 

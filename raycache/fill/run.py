@@ -5,30 +5,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import pickle
-import re
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from raycache.cache.columns import input_column
 from raycache.cache.committed import Cache, read_manifest
-from raycache.cache.manifest import EncoderEntry, Manifest, ShardEntry, human_bytes
-from raycache.cache.store import MANIFEST, PROGRESS
+from raycache.cache.manifest import human_bytes
+from raycache.cache.records import ShardRecord
 from raycache.compute.pool import LIGHT_CPUS, READ_CPUS, Pool
 from raycache.core.config import AUTO
-from raycache.errors import RaycacheError
+from raycache.fill.commit import check_complete, commit, done_ranges, resumable, scan_keys
 from raycache.fill.config import FillConfig
-from raycache.fill.keys import scan
 from raycache.fill.plan import Plan, load_config, plan
 from raycache.source import files as sources
 
@@ -36,7 +28,7 @@ if TYPE_CHECKING:
     from raycache.fill.reuse import Reuse
 
 __all__ = ["AUTO_IN_PROCESS_ROWS", "FillResult", "build_pipeline", "complete", "fill",
-           "in_process", "manifest_of", "resumable", "run_in_process"]
+           "in_process", "run_in_process"]
 
 AUTO_IN_PROCESS_ROWS = 20_000
 """in_process: auto runs a CPU fill of at most this many rows to encode without Ray (a couple
@@ -112,16 +104,16 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
     return complete(p, resumable(p))
 
 
-def complete(p: Plan, done: list[dict[str, Any]], *, replace: bool = False) -> FillResult:
+def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> FillResult:
     """Encode every row that the shard records `done` do not cover, check, and commit (with
     `replace`, over a committed manifest: a repair)."""
     from raycache.compute.pool import request, size_pool
 
     cfg = p.cfg
     start = time.perf_counter()
-    resumed = sum(r["rows"] for r in done)
+    resumed = sum(r.rows for r in done)
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
-                                       _done_ranges(done))
+                                       done_ranges(done))
     todo = sum(u.todo() or 0 for u in units) if p.format == "parquet" else None
     blocks = None if todo is None else -(-todo // cfg.rows_per_shard)
     local = in_process(cfg, todo)
@@ -138,7 +130,7 @@ def complete(p: Plan, done: list[dict[str, Any]], *, replace: bool = False) -> F
         from ray.autoscaler.sdk import request_resources
 
         request_resources(**request(pool))
-    new: list[dict[str, Any]] = []
+    new: list[ShardRecord] = []
     first = None
     if units:
         reuse = _reuse(p) if cfg.reuse else None
@@ -148,19 +140,17 @@ def complete(p: Plan, done: list[dict[str, Any]], *, replace: bool = False) -> F
             for record in records:
                 first = first or time.perf_counter() - start
                 new.append(record)
-                bar.update(record["rows"])
+                bar.update(record.rows)
     records = done + new
-    _check_complete(p, records, totals)
-    records, label_stats = scan(p.store, p.dir, records, p.cfg.source.key, p.cfg.source.duplicates,
-                                [c for c in p.cfg.source.labels
-                                 if pa.types.is_integer(p.schema.field(c).type)], p.cfg.name)
-    reused = sum(r.get("reused", 0) for r in new)
-    by = {e.name: sum(r.get("encoded", {}).get(e.name, r["rows"]) for r in new)
+    check_complete(p, records, totals)
+    records, label_stats = scan_keys(p, records)
+    reused = sum(r.reused or 0 for r in new)
+    by = {e.name: sum((r.encoded or {}).get(e.name, r.rows) for r in new)
           for e in cfg.encoders if not e.trainable}
-    encoded = sum(r["rows"] for r in new) - reused
-    encode_s = (max(r["written"] for r in new) - min(r["encode_started"] for r in new)
+    encoded = sum(r.rows for r in new) - reused
+    encode_s = (max(r.written or 0.0 for r in new) - min(r.encode_started or 0.0 for r in new)
                 if new else 0.0)
-    manifest, committed = _commit(p, records, time.perf_counter() - start, replace, label_stats)
+    manifest, committed = commit(p, records, time.perf_counter() - start, replace, label_stats)
     if not committed:  # another fill of this cache committed first: that cache is the result
         return FillResult(Cache(p.store, manifest), True, time.perf_counter() - start, 0)
     where = f"in-process, {pool.threads} thread(s)" if local else pool.describe()
@@ -191,7 +181,7 @@ def _reuse(p: Plan) -> Reuse | None:
 
 
 def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse | None = None
-                   ) -> Iterator[dict]:
+                   ) -> Iterator[ShardRecord]:
     """The pipeline's stages called in this process, one shard-sized piece at a time: the
     same reads, tokeniser, encoder and writer, hence the same shards and records."""
     from raycache.fill.shards import write_stage
@@ -212,7 +202,8 @@ def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse 
                                            cfg.rows_per_shard, columns):
                 out = write_stage(encode(prepare(piece)), p.store, p.dir, p.fingerprint,
                                   cfg.rows_per_shard)
-                yield from (json.loads(text) for text in out.column("record").to_pylist())
+                yield from (ShardRecord.from_json(json.loads(text))
+                            for text in out.column("record").to_pylist())
     finally:
         torch.set_num_threads(threads)
 
@@ -268,7 +259,7 @@ def _records(ds: Any) -> Any:
     try:
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             for text in batch.column("record").to_pylist():
-                yield json.loads(text)
+                yield ShardRecord.from_json(json.loads(text))
     except Exception as exc:  # Ray wraps stage errors in its own types
         raise unwrap(exc) from exc
 
@@ -283,130 +274,3 @@ def _progress_bar(cfg: FillConfig, total: int | None) -> Any:
         yield bar
     finally:
         bar.close()
-
-
-def resumable(p: Plan) -> list[dict[str, Any]]:
-    """Records of the shards an earlier, interrupted fill of this fingerprint wrote."""
-    out = []
-    for name in p.store.listdir(f"{p.dir}/{PROGRESS}"):
-        if name.endswith(".json"):
-            try:  # another fill of this cache may commit (and clear the records) meanwhile
-                record = p.store.read_json(f"{p.dir}/{PROGRESS}/{name}")
-            except FileNotFoundError:
-                continue
-            if p.store.exists(f"{p.dir}/{record['path']}"):
-                out.append(record)
-    return out
-
-
-def _done_ranges(records: list[dict[str, Any]]) -> dict[str, sources.Ranges]:
-    by_block: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for r in records:
-        for block, a, b, *_ in r["ranges"]:
-            by_block[block].append((a, b))
-    return {k: tuple(sorted(v)) for k, v in by_block.items()}
-
-
-def _check_complete(p: Plan, records: list[dict], totals: dict[str, int]) -> None:
-    """Every row of every source file in exactly one shard, or no manifest."""
-    covered: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for r in records:
-        for block, a, b, _, rows in r["ranges"]:
-            covered[block].append((a, b))
-            totals.setdefault(block, rows)
-    bad = []
-    for f in p.files:
-        spans = sorted(covered.get(f.block, []))
-        overlap = any(b0 > a1 for (_, b0), (a1, _) in zip(spans, spans[1:], strict=False))
-        if overlap or sum(b - a for a, b in spans) != totals.get(f.block, 0):
-            bad.append(f.uri)
-    if bad:
-        raise RaycacheError(
-            f"fill of {p.cfg.name}/{p.fingerprint} wrote incomplete or overlapping shards for "
-            f"{bad}; no manifest was written. Run the fill again: it resumes and encodes only "
-            "the missing rows"
-        )
-
-
-SHARD_LIST = re.compile(r"shards-[0-9a-f]{16}\.json")
-
-
-def _commit(p: Plan, records: list[dict[str, Any]], seconds: float, replace: bool = False,
-            label_stats: dict[str, Any] | None = None) -> tuple[Manifest, bool]:
-    """Write the manifest, exclusively: (the manifest, True), or, when another fill of the same
-    cache committed first, (that fill's manifest, False). `replace` writes over it (repair)."""
-    manifest = manifest_of(p, records, seconds, label_stats)
-    # the shard list first, named by its content (two fills of one cache write the same
-    # object), then the manifest that names it and its checksum: the commit
-    listing = (json.dumps([dataclasses.asdict(s) for s in manifest.shards], sort_keys=True,
-                          separators=(",", ":")) + "\n").encode()
-    digest = hashlib.sha256(listing).hexdigest()
-    manifest.shard_list = {"path": f"shards-{digest[:16]}.json", "bytes": len(listing),
-                           "sha256": digest}
-    manifest.totals = {"rows": manifest.rows, "bytes": manifest.bytes,
-                       "shards": len(manifest.shards)}
-    p.store.write_atomic(f"{p.dir}/{manifest.shard_list['path']}", listing)
-    committed = p.store.write_json(f"{p.dir}/{MANIFEST}", manifest.head(), exclusive=not replace)
-    if not committed:
-        manifest = read_manifest(p.store, p.dir)
-    _clear_progress(p)
-    for name in p.store.listdir(p.dir):  # a repair's earlier shard list, or a losing fill's
-        if SHARD_LIST.fullmatch(name) and name != manifest.shard_list.get("path"):
-            p.store.rm(f"{p.dir}/{name}")  # never another fill's temporary file: it renames it
-    return manifest, committed
-
-
-def _clear_progress(p: Plan, attempts: int = 3) -> None:
-    """Remove the progress records once committed. Another fill of the same cache may still be
-    writing records while they go (the folder is not empty again): retry, then leave them; they
-    are inert beside a manifest and the last fill to commit clears them."""
-    for _ in range(attempts):
-        try:
-            p.store.fs.rm(f"{p.dir}/{PROGRESS}", recursive=True)
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.1)
-
-
-def manifest_of(p: Plan, records: list[dict[str, Any]], seconds: float,
-                label_stats: dict[str, Any] | None = None) -> Manifest:
-    """The manifest of the shards `records` (in source order), not written."""
-    from raycache.fill.reuse import encoder_identity
-
-    records = sorted(records, key=lambda r: (r["ranges"][0][3], r["ranges"][0][1]))
-    dims = records[0]["dims"] if records else {}
-    described = p.inputs["encoders"]
-    return Manifest(
-        name=p.cfg.name,
-        fingerprint=p.fingerprint,
-        inputs=p.inputs,
-        encoders=[
-            EncoderEntry(
-                name=e.name,
-                kind=e.kind,
-                input=e.input,
-                dim=int(dims.get(e.name) or described[e.name].get("dim") or 0),
-                dtype=e.dtype,
-                weights_digest=described[e.name]["weights_digest"],
-                identity="" if e.trainable else encoder_identity(described[e.name]),
-                trainable=e.trainable,
-                column=input_column(e.name) if e.trainable else "",
-            )
-            for e in p.cfg.encoders
-        ],
-        key_column=p.cfg.source.key,
-        label_columns=list(p.cfg.source.labels),
-        label_types={c: str(p.schema.field(c).type) for c in p.cfg.source.labels},
-        shards=[
-            ShardEntry(r["path"], r["rows"], r["bytes"], r["sha256"], r["ranges"][0][3],
-                       [x[:3] for x in r["ranges"]])
-            for r in records
-        ],
-        created=datetime.now(UTC).isoformat(timespec="milliseconds"),
-        fill_seconds=round(seconds, 3),
-        extra={"encoder_configs": {e.name: dataclasses.asdict(e) for e in p.cfg.encoders},
-               **({"views": p.inputs["views"]} if "views" in p.inputs else {})},
-        label_stats=label_stats or {},
-    )

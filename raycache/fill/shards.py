@@ -7,13 +7,13 @@ import hashlib
 import io
 import json
 import time
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raycache.cache.columns import HASH_PREFIX, input_column, is_views_column
+from raycache.cache.records import RowRange, ShardRecord
 from raycache.cache.store import PROGRESS, Store, shard_name
 from raycache.fill.reuse import need_column
 
@@ -45,7 +45,7 @@ def _parquet_options(schema: pa.Schema) -> dict:
 
 def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> str:
     ranges = _ranges(table)
-    rel = shard_name([r[:3] for r in ranges])
+    rel = shard_name(ranges)
     data = table.drop_columns([c for c in table.column_names if c.startswith("__")])
     encoded, some = _encoded(table, data.schema)
     data = data.replace_schema_metadata(
@@ -54,36 +54,36 @@ def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> s
     buf = io.BytesIO()
     pq.write_table(data, buf, **_parquet_options(data.schema))
     blob = _put(store, f"{cache_dir}/{rel}", buf.getvalue(), data)
-    record = {
-        "path": rel,
-        "rows": table.num_rows,
-        "bytes": len(blob),
-        "sha256": hashlib.sha256(blob).hexdigest(),
-        "ranges": ranges,
-        "dims": {name: data.schema.field(name).type.list_size
-                 for name in _embedding_columns(data.schema)},
-        "reused": int(table.num_rows - some.sum()),
-        "encoded": encoded,
-        "encode_started": float(np.min(table.column(STARTED).to_numpy())),
-        "written": time.time(),
-    }
-    store.write_json(_progress_path(cache_dir, rel), record)
-    return json.dumps(record)
+    record = ShardRecord(
+        path=rel,
+        rows=table.num_rows,
+        bytes=len(blob),
+        sha256=hashlib.sha256(blob).hexdigest(),
+        ranges=ranges,
+        dims={name: data.schema.field(name).type.list_size
+              for name in _embedding_columns(data.schema)},
+        reused=int(table.num_rows - some.sum()),
+        encoded=encoded,
+        encode_started=float(np.min(table.column(STARTED).to_numpy())),
+        written=time.time(),
+    )
+    store.write_json(_progress_path(cache_dir, rel), record.to_json())
+    return json.dumps(record.to_json())
 
 
-def rewrite(store: Store, cache_dir: str, record: dict[str, Any], keep: np.ndarray
-            ) -> dict[str, Any]:
+def rewrite(store: Store, cache_dir: str, record: ShardRecord, keep: np.ndarray
+            ) -> ShardRecord:
     """A written shard again with only rows `keep` (dropping duplicate keys), and its record."""
-    path = f"{cache_dir}/{record['path']}"
+    path = f"{cache_dir}/{record.path}"
     table = pq.read_table(pa.BufferReader(store.read_bytes(path)))
     table = table.take(pa.array(keep))
     buf = io.BytesIO()
     pq.write_table(table, buf, **_parquet_options(table.schema))
     blob = buf.getvalue()
     store.write_atomic(path, blob)
-    out = {**record, "rows": table.num_rows, "bytes": len(blob),
-           "sha256": hashlib.sha256(blob).hexdigest(), "written": time.time()}
-    store.write_json(_progress_path(cache_dir, record["path"]), out)
+    out = record.replace(rows=table.num_rows, bytes=len(blob),
+                         sha256=hashlib.sha256(blob).hexdigest(), written=time.time())
+    store.write_json(_progress_path(cache_dir, record.path), out.to_json())
     return out
 
 
@@ -133,8 +133,8 @@ def _embedding_columns(schema: pa.Schema) -> list[str]:
             and not f.name.endswith(input_column("")) and not is_views_column(f.name)]
 
 
-def _ranges(table: pa.Table) -> list[list[Any]]:
-    """[block, start, stop, source uri, source rows] for each run of consecutive rows of a file,
+def _ranges(table: pa.Table) -> tuple[RowRange, ...]:
+    """The full range (with source URI and rows) of each run of consecutive rows of a file,
     from a table sorted by (__block, __row)."""
     blocks = table.column("__block").to_pylist()
     rows = table.column("__row").to_numpy()
@@ -142,5 +142,6 @@ def _ranges(table: pa.Table) -> list[list[Any]]:
     totals = table.column("__source_rows").to_numpy()
     cuts = [0, *(i for i in range(1, len(rows))
                  if blocks[i] != blocks[i - 1] or rows[i] != rows[i - 1] + 1), len(rows)]
-    return [[blocks[a], int(rows[a]), int(rows[b - 1]) + 1, sources[a], int(totals[a])]
-            for a, b in zip(cuts, cuts[1:], strict=False)]
+    return tuple(RowRange(blocks[a], int(rows[a]), int(rows[b - 1]) + 1, sources[a],
+                          int(totals[a]))
+                 for a, b in zip(cuts, cuts[1:], strict=False))

@@ -20,8 +20,8 @@ from raycache.core.secrets import reveal
 from raycache.errors import FingerprintError, SourceError
 from raycache.source.config import SOURCE_FORMATS, SourceConfig
 
-__all__ = ["META", "SourceFile", "Unit", "check_columns", "list_files", "plan_units",
-           "read_schema", "read_stage", "read_unit"]
+__all__ = ["META", "Ranges", "SourceFile", "Span", "Unit", "check_columns", "list_files",
+           "plan_units", "read_schema", "read_stage", "read_unit"]
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
             ".ndjson": "jsonl", ".csv": "csv"}
@@ -114,8 +114,16 @@ def read_schema(file: SourceFile, fmt: str, options: dict[str, Any]) -> pa.Schem
         return reader.schema
 
 
-Ranges = tuple[tuple[int, int], ...]
-"""Row ranges [start, stop) of one file, sorted and disjoint."""
+@dataclass(frozen=True, order=True)
+class Span:
+    """Rows [start, stop) of one file."""
+
+    start: int
+    stop: int
+
+
+Ranges = tuple[Span, ...]
+"""Row spans of one file, sorted and disjoint."""
 META = ("__block", "__row", "__source", "__source_rows")
 """Columns the read stage adds to every row: where it came from, so shards can say so."""
 
@@ -138,9 +146,9 @@ class Unit:
     def todo(self) -> int | None:
         if self.rows is None:
             return None
-        return self.rows - sum(min(b, self.start + self.rows) - max(a, self.start)
-                               for a, b in self.done
-                               if b > self.start and a < self.start + self.rows)
+        end = self.start + self.rows
+        return self.rows - sum(min(s.stop, end) - max(s.start, self.start)
+                               for s in self.done if s.stop > self.start and s.start < end)
 
 
 def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows: int,
@@ -199,8 +207,8 @@ def _tagged(table: pa.Table, u: Unit, offset: int, total: int, columns: list[str
         )
     row = np.arange(offset, offset + table.num_rows, dtype=np.int64)
     keep = np.ones(len(row), bool)
-    for a, b in u.done:
-        keep &= (row < a) | (row >= b)
+    for span in u.done:
+        keep &= (row < span.start) | (row >= span.stop)
     if not keep.all():
         table, row = table.filter(pa.array(keep)), row[keep]
     n = len(row)

@@ -8,6 +8,7 @@ from typing import Any
 
 from raycache.cache.committed import Cache, open_cache
 from raycache.cache.config import StoreConfig
+from raycache.cache.records import RowRange, ShardRecord
 from raycache.cache.store import Store
 from raycache.encoders.config import EncoderConfig
 from raycache.errors import RaycacheError
@@ -70,16 +71,17 @@ def _config(cache: Cache, source_options: dict[str, Any], progress: bool,
     )
 
 
-def _records(cache: Cache, bad: set[str]) -> list[dict[str, Any]]:
+def _records(cache: Cache, bad: set[str]) -> list[ShardRecord]:
     """The good shards as the fill's shard records: what a resumed fill keeps."""
     m = cache.manifest
     uri = {SourceFile(f["uri"], f["size"], f["version"]).block: f["uri"]
            for f in m.inputs["source"]["files"]}
     total: dict[str, int] = {}
     for s in m.shards:
-        for block, _, stop in s.ranges:
-            total[block] = max(total.get(block, 0), stop)
+        for r in s.ranges:
+            total[r.block] = max(total.get(r.block, 0), r.stop)
     dims = {e.name: e.dim for e in m.encoders}
-    return [{"path": s.path, "rows": s.rows, "bytes": s.bytes, "sha256": s.sha256, "dims": dims,
-             "ranges": [[b, a, z, uri[b], total[b]] for b, a, z in s.ranges]}
+    return [ShardRecord(s.path, s.rows, s.bytes, s.sha256, dims=dims,
+                        ranges=tuple(RowRange(r.block, r.start, r.stop, uri[r.block],
+                                              total[r.block]) for r in s.ranges))
             for s in m.shards if s.path not in bad]

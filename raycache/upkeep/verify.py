@@ -11,8 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from raycache.cache.manifest import Manifest, ShardEntry, human_bytes
+from raycache.cache.manifest import Manifest, human_bytes
 from raycache.cache.reads import THREADS, map_ordered, mismatch
+from raycache.cache.records import ShardEntry
 from raycache.cache.store import Store
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ from typing import Any
 
 import ray
 
+from raycache.cache.records import ShardRecord
 from raycache.errors import FillFailed, RaycacheError
 from raycache.train.runspec import RunSpec
 
@@ -28,7 +29,7 @@ class Board:
 
     def __init__(self, folder: str, verify: bool, train_rows: list[int]):
         self.about = (folder, verify, train_rows)
-        self.records: list[dict[str, Any]] = []
+        self.records: list[ShardRecord] = []
         self.final: dict[str, Any] | None = None
         self.error: str | None = None
 
@@ -36,7 +37,7 @@ class Board:
         """(cache folder, whether reads are checked, each rank's first-pass training rows)."""
         return self.about
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: ShardRecord) -> None:
         self.records.append(record)
 
     def commit(self, final: dict[str, Any]) -> None:
@@ -46,7 +47,7 @@ class Board:
     def fail(self, message: str) -> None:
         self.error = message
 
-    def since(self, n: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None, str | None]:
+    def since(self, n: int) -> tuple[list[ShardRecord], dict[str, Any] | None, str | None]:
         """The records after the first n, the commit (None: not yet), the error."""
         return self.records[n:], self.final, self.error
 
@@ -68,7 +69,7 @@ class Told:
     def train_rows(self, spec: RunSpec, rank: int) -> int:
         return self.rows[rank]
 
-    def records(self) -> Iterator[dict[str, Any]]:
+    def records(self) -> Iterator[ShardRecord]:
         """Every record once, in the board's order, until the commit; FillFailed on a failure.
         The driver's calls reach the actor in the order it made them: the commit comes last."""
         n = 0

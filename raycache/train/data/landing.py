@@ -24,10 +24,12 @@ import pyarrow as pa
 import torch
 
 from raycache.cache.committed import Cache
+from raycache.cache.records import ShardRecord
 from raycache.cache.store import PROGRESS
 from raycache.errors import FillFailed
+from raycache.fill.commit import manifest_of, resumable
 from raycache.fill.plan import Plan
-from raycache.fill.run import FillResult, complete, manifest_of, resumable
+from raycache.fill.run import FillResult, complete
 from raycache.train.config import TrainConfig
 from raycache.train.data.shares import Streamed
 from raycache.train.data.split import validation_mask
@@ -111,7 +113,7 @@ class Landing:
         assert self.filled is not None
         return self.filled
 
-    def records(self) -> Iterator[dict[str, Any]]:
+    def records(self) -> Iterator[ShardRecord]:
         """Each shard's record once, in the order they land, until the fill commits (then the
         manifest's shards not seen yet); FillFailed when the fill fails."""
         store, seen = self.plan.store, set()
@@ -120,18 +122,17 @@ class Landing:
             new = []
             for name in sorted(store.listdir(f"{self.dir}/{PROGRESS}")):
                 with contextlib.suppress(FileNotFoundError):  # the commit removes them
-                    record = store.read_json(f"{self.dir}/{PROGRESS}/{name}")
-                    if (record["path"] not in seen
-                            and store.exists(f"{self.dir}/{record['path']}")):
+                    record = ShardRecord.from_json(
+                        store.read_json(f"{self.dir}/{PROGRESS}/{name}"))
+                    if record.path not in seen and store.exists(f"{self.dir}/{record.path}"):
                         new.append(record)
-            for record in sorted(new, key=lambda r: r["written"]):
-                seen.add(record["path"])
+            for record in sorted(new, key=lambda r: r.written or 0.0):
+                seen.add(record.path)
                 yield record
             if finished:
                 for s in self.result().cache.manifest.shards:
                     if s.path not in seen:
-                        yield {"path": s.path, "rows": s.rows, "bytes": s.bytes,
-                               "sha256": s.sha256}
+                        yield ShardRecord(s.path, s.rows, s.bytes, s.sha256)
                 return
             self.done.wait(POLL_S)
 
@@ -139,7 +140,7 @@ class Landing:
         """The cache as it will be, with no shards yet: waits for the first shard (its record
         gives the encoders' dims)."""
         first = next(self.records(), None)
-        if first is None or "dims" not in first:  # committed at once: the manifest has them
+        if first is None or first.dims is None:  # committed at once: the manifest has them
             return self.result().cache
         return Cache(self.plan.store, dataclasses.replace(
             manifest_of(self.plan, [first], 0.0), shards=[]))
@@ -212,7 +213,7 @@ class Feed(Protocol):
     dir: str
     verify: bool
 
-    def records(self) -> Iterator[dict[str, Any]]: ...
+    def records(self) -> Iterator[ShardRecord]: ...
     def train_rows(self, spec: RunSpec, rank: int) -> int: ...
     def final(self, spec: RunSpec) -> RunSpec: ...
 
@@ -251,10 +252,10 @@ class FirstPass:
         for k, record in enumerate(self.feed.records()):
             if k % world != self.rank:  # the k-th shard to land is worker k mod world's
                 continue
-            path = f"{self.feed.dir}/{record['path']}"
-            stream.pieces.append((path, 0, record["rows"]))
+            path = f"{self.feed.dir}/{record.path}"
+            stream.pieces.append((path, 0, record.rows))
             if self.feed.verify:
-                stream.checks[path] = (record["bytes"], record["sha256"])
+                stream.checks[path] = (record.bytes, record.sha256)
             xs, ys = stream.read(len(stream.pieces) - 1, None if seed is None else seed + k)
             x, y = torch.cat([x.reshape(-1, xs.shape[1]), xs]), torch.cat([y, ys])
             whole = len(y) - len(y) % batch_size  # full batches now, the rest with the next

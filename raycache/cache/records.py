@@ -1,0 +1,118 @@
+"""What a fill writes of each shard: the source rows it holds, its progress record, its entry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+__all__ = ["RowRange", "ShardEntry", "ShardRecord"]
+
+
+@dataclass(frozen=True, order=True)
+class RowRange:
+    """Consecutive source rows [start, stop) of one file version (its block id); in a progress
+    record also the file's URI and row count. JSON: [block, start, stop(, source, source_rows)]."""
+
+    block: str
+    start: int
+    stop: int
+    source: str | None = None
+    """URI of the source file (progress records only)."""
+    source_rows: int | None = None
+    """Rows in the whole source file (progress records only)."""
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+    def bare(self) -> RowRange:
+        """Block, start and stop only: what names a shard and what the manifest keeps."""
+        return RowRange(self.block, self.start, self.stop)
+
+    def to_json(self) -> list[Any]:
+        head = [self.block, self.start, self.stop]
+        return head if self.source is None else [*head, self.source, self.source_rows]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> RowRange:
+        return cls(*data)
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard as the manifest records it."""
+
+    path: str
+    """Relative to the cache folder, e.g. shards/part-<block>-<offset>.parquet."""
+    rows: int
+    bytes: int
+    sha256: str
+    source: str
+    """URI of the source file of the shard's first rows."""
+    ranges: tuple[RowRange, ...] = ()
+    """The source rows it holds, block, start and stop only (format 2 on; none in format 1)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "rows": self.rows, "bytes": self.bytes,
+                "sha256": self.sha256, "source": self.source,
+                "ranges": [r.to_json() for r in self.ranges]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ShardEntry:
+        data = dict(data)
+        ranges = tuple(RowRange.from_json(r) for r in data.pop("ranges", ()))
+        return cls(**data, ranges=ranges)
+
+
+_OPTIONAL = ("dims", "reused", "encoded", "encode_started", "written")
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """A written shard's progress record (_progress/<name>.json): what resume, the commit and a
+    first pass over landing shards read. Optional fields absent from the JSON are None."""
+
+    path: str
+    rows: int
+    bytes: int
+    sha256: str
+    ranges: tuple[RowRange, ...] = ()
+    """Full ranges (with source and source rows), in source order."""
+    dims: dict[str, int] | None = None
+    """Each frozen encoder's embedding size."""
+    reused: int | None = None
+    """Rows whose every embedding was reused, not encoded."""
+    encoded: dict[str, int] | None = None
+    """Rows each encoder encoded."""
+    encode_started: float | None = None
+    written: float | None = None
+    """Seconds since the epoch."""
+
+    @property
+    def source(self) -> str:
+        """URI of the source file of the shard's first rows."""
+        return self.ranges[0].source or ""
+
+    def order(self) -> tuple[str, int]:
+        """Source order: the first rows' file URI, then their start."""
+        return self.source, self.ranges[0].start
+
+    def entry(self) -> ShardEntry:
+        """This shard as the manifest records it."""
+        return ShardEntry(self.path, self.rows, self.bytes, self.sha256, self.source,
+                          tuple(r.bare() for r in self.ranges))
+
+    def replace(self, **changes: Any) -> ShardRecord:
+        return replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"path": self.path, "rows": self.rows, "bytes": self.bytes, "sha256": self.sha256,
+               "ranges": [r.to_json() for r in self.ranges]}
+        out.update({k: getattr(self, k) for k in _OPTIONAL if getattr(self, k) is not None})
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ShardRecord:
+        data = dict(data)
+        ranges = tuple(RowRange.from_json(r) for r in data.pop("ranges", ()))
+        return cls(**data, ranges=ranges)

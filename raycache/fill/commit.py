@@ -1,0 +1,159 @@
+"""The commit of a fill: resume records, completeness, the key and label scan, the manifest."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from raycache.cache.columns import input_column
+from raycache.cache.committed import read_manifest
+from raycache.cache.manifest import EncoderEntry, Manifest
+from raycache.cache.records import ShardRecord
+from raycache.cache.store import MANIFEST, PROGRESS
+from raycache.errors import RaycacheError
+from raycache.fill.keys import scan
+from raycache.fill.plan import Plan
+from raycache.source.files import Ranges, Span
+
+__all__ = ["SHARD_LIST", "check_complete", "clear_progress", "commit", "done_ranges",
+           "manifest_of", "resumable", "scan_keys"]
+
+SHARD_LIST = re.compile(r"shards-[0-9a-f]{16}\.json")
+"""The name of a shard list object in a cache folder."""
+
+
+def resumable(p: Plan) -> list[ShardRecord]:
+    """Records of the shards an earlier, interrupted fill of this fingerprint wrote."""
+    out = []
+    for name in p.store.listdir(f"{p.dir}/{PROGRESS}"):
+        if name.endswith(".json"):
+            try:  # another fill of this cache may commit (and clear the records) meanwhile
+                record = ShardRecord.from_json(p.store.read_json(f"{p.dir}/{PROGRESS}/{name}"))
+            except FileNotFoundError:
+                continue
+            if p.store.exists(f"{p.dir}/{record.path}"):
+                out.append(record)
+    return out
+
+
+def done_ranges(records: list[ShardRecord]) -> dict[str, Ranges]:
+    """The source rows that `records` hold, per file block: what the fill need not read."""
+    by_block: dict[str, list[Span]] = defaultdict(list)
+    for r in records:
+        for x in r.ranges:
+            by_block[x.block].append(Span(x.start, x.stop))
+    return {k: tuple(sorted(v)) for k, v in by_block.items()}
+
+
+def check_complete(p: Plan, records: list[ShardRecord], totals: dict[str, int]) -> None:
+    """Every row of every source file in exactly one shard, or no manifest."""
+    covered: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for r in records:
+        for x in r.ranges:
+            covered[x.block].append((x.start, x.stop))
+            totals.setdefault(x.block, x.source_rows or 0)
+    bad = []
+    for f in p.files:
+        spans = sorted(covered.get(f.block, []))
+        overlap = any(b0 > a1 for (_, b0), (a1, _) in zip(spans, spans[1:], strict=False))
+        if overlap or sum(b - a for a, b in spans) != totals.get(f.block, 0):
+            bad.append(f.uri)
+    if bad:
+        raise RaycacheError(
+            f"fill of {p.cfg.name}/{p.fingerprint} wrote incomplete or overlapping shards for "
+            f"{bad}; no manifest was written. Run the fill again: it resumes and encodes only "
+            "the missing rows"
+        )
+
+
+def scan_keys(p: Plan, records: list[ShardRecord]) -> tuple[list[ShardRecord], dict[str, Any]]:
+    """(records, label stats): duplicate keys handled as the config says, integer labels
+    counted (raycache.fill.keys)."""
+    src = p.cfg.source
+    labels = [c for c in src.labels if pa.types.is_integer(p.schema.field(c).type)]
+    return scan(p.store, p.dir, records, src.key, src.duplicates, labels, p.cfg.name)
+
+
+def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = False,
+           label_stats: dict[str, Any] | None = None) -> tuple[Manifest, bool]:
+    """Write the manifest, exclusively: (the manifest, True), or, when another fill of the same
+    cache committed first, (that fill's manifest, False). `replace` writes over it (repair)."""
+    manifest = manifest_of(p, records, seconds, label_stats)
+    # the shard list first, named by its content (two fills of one cache write the same
+    # object), then the manifest that names it and its checksum: the commit
+    listing = (json.dumps([s.to_json() for s in manifest.shards], sort_keys=True,
+                          separators=(",", ":")) + "\n").encode()
+    digest = hashlib.sha256(listing).hexdigest()
+    manifest.shard_list = {"path": f"shards-{digest[:16]}.json", "bytes": len(listing),
+                           "sha256": digest}
+    manifest.totals = {"rows": manifest.rows, "bytes": manifest.bytes,
+                       "shards": len(manifest.shards)}
+    p.store.write_atomic(f"{p.dir}/{manifest.shard_list['path']}", listing)
+    committed = p.store.write_json(f"{p.dir}/{MANIFEST}", manifest.head(), exclusive=not replace)
+    if not committed:
+        manifest = read_manifest(p.store, p.dir)
+    clear_progress(p)
+    for name in p.store.listdir(p.dir):  # a repair's earlier shard list, or a losing fill's
+        if SHARD_LIST.fullmatch(name) and name != manifest.shard_list.get("path"):
+            p.store.rm(f"{p.dir}/{name}")  # never another fill's temporary file: it renames it
+    return manifest, committed
+
+
+def clear_progress(p: Plan, attempts: int = 3) -> None:
+    """Remove the progress records once committed. Another fill of the same cache may still be
+    writing records while they go (the folder is not empty again): retry, then leave them; they
+    are inert beside a manifest and the last fill to commit clears them."""
+    for _ in range(attempts):
+        try:
+            p.store.fs.rm(f"{p.dir}/{PROGRESS}", recursive=True)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
+def manifest_of(p: Plan, records: list[ShardRecord], seconds: float,
+                label_stats: dict[str, Any] | None = None) -> Manifest:
+    """The manifest of the shards `records` (in source order), not written."""
+    from raycache.fill.reuse import encoder_identity
+
+    records = sorted(records, key=ShardRecord.order)
+    dims = (records[0].dims or {}) if records else {}
+    described = p.inputs["encoders"]
+    return Manifest(
+        name=p.cfg.name,
+        fingerprint=p.fingerprint,
+        inputs=p.inputs,
+        encoders=[
+            EncoderEntry(
+                name=e.name,
+                kind=e.kind,
+                input=e.input,
+                dim=int(dims.get(e.name) or described[e.name].get("dim") or 0),
+                dtype=e.dtype,
+                weights_digest=described[e.name]["weights_digest"],
+                identity="" if e.trainable else encoder_identity(described[e.name]),
+                trainable=e.trainable,
+                column=input_column(e.name) if e.trainable else "",
+            )
+            for e in p.cfg.encoders
+        ],
+        key_column=p.cfg.source.key,
+        label_columns=list(p.cfg.source.labels),
+        label_types={c: str(p.schema.field(c).type) for c in p.cfg.source.labels},
+        shards=[r.entry() for r in records],
+        created=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        fill_seconds=round(seconds, 3),
+        extra={"encoder_configs": {e.name: dataclasses.asdict(e) for e in p.cfg.encoders},
+               **({"views": p.inputs["views"]} if "views" in p.inputs else {})},
+        label_stats=label_stats or {},
+    )
