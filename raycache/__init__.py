@@ -37,7 +37,8 @@ from raycache.errors import (
 from raycache.fill.config import FillConfig
 from raycache.fill.run import FillResult, fill
 from raycache.heads.specs import HeadSpec
-from raycache.predict.run import PredictConfig, PredictResult, predict_file
+from raycache.predict.config import PredictConfig
+from raycache.predict.run import PredictResult, predict_file
 from raycache.source.config import SourceConfig
 from raycache.train.config import TrainConfig
 from raycache.train.run import TrainResult, train

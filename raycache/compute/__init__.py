@@ -1,1 +1,1 @@
-"""COMPUTE: connecting to Ray, and sizing actor pools from the cluster."""
+"""COMPUTE: connecting to Ray, sizing actor pools, and the stage runner of fill and predict."""

@@ -1,18 +1,21 @@
-"""Connecting to Ray: the in-process default or the cluster a job runs on, and store checks."""
+"""Connecting to Ray (in-process, or the cluster a job runs on), sizing pools there, checks."""
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
+from typing import Any
 
 import ray
 import ray.data
 
 from raycache import errors
 from raycache.cache.store import Store
+from raycache.compute.pool import Pool, PoolAsk, nodes, request, size_pool
 from raycache.errors import ConfigError, RaycacheError, StoreError
 
-__all__ = ["check_store_for_cluster", "connect", "unwrap"]
+__all__ = ["check_store_for_cluster", "cluster_pool", "connect", "unwrap"]
 
 _ERROR_LINE = re.compile(r"raycache\.errors\.(\w+): (.*)", re.S)
 
@@ -28,6 +31,23 @@ def connect(progress: bool = True, verbose: bool = False) -> None:
     ctx.enable_progress_bars = verbose
     ctx.print_on_execution_start = verbose
     logging.getLogger("ray.data").setLevel(logging.INFO if verbose else logging.ERROR)
+
+
+def cluster_pool(ask: PoolAsk, blocks: int | None, *, progress: bool, verbose: bool,
+                 store: Store | None = None,
+                 size: Callable[[Any, list[dict[str, float]], int | None], Pool] = size_pool
+                 ) -> Pool:
+    """Connect, check that the cluster sees `store`, size the pool (`size`) on the cluster's
+    nodes for `blocks` model calls, and ask an autoscaling cluster for it."""
+    connect(progress, verbose)
+    if store is not None:
+        check_store_for_cluster(store)
+    pool = size(ask, nodes(), blocks)
+    if ask.autoscaling:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(**request(pool))
+    return pool
 
 
 def unwrap(exc: BaseException) -> BaseException:

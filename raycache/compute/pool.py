@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -10,7 +11,8 @@ from raycache.core.config import AUTO
 from raycache.encoders.batching import Batching
 from raycache.errors import ConfigError
 
-__all__ = ["LIGHT_CPUS", "READ_CPUS", "Pool", "PoolAsk", "nodes", "request", "size_pool"]
+__all__ = ["LIGHT_CPUS", "READ_CPUS", "Pool", "PoolAsk", "local_pool", "nodes", "request",
+           "size_pool"]
 
 LIGHT_CPUS = 0.1
 """Logical CPUs of each prepare and write task on CPU fills: light work next to encoding."""
@@ -122,6 +124,11 @@ def size_pool(cfg: PoolAsk, cluster: list[dict[str, float]], blocks: int | None 
     prepare_actors = max(1, int(spare)) if on_gpu else 1
     return Pool(actors, cpus, gpus, threads, batching, 1.0 if on_gpu else LIGHT_CPUS,
                 prepare_actors)
+
+
+def local_pool(cfg: PoolAsk) -> Pool:
+    """The pool of a job run in this process: one actor on this machine's CPUs."""
+    return size_pool(cfg, [{"CPU": float(os.cpu_count() or 1)}], 1)
 
 
 def _fit(have: float, each: float) -> int:

@@ -1,54 +1,46 @@
-"""The fill's two model stages, each a Ray Data actor pool: prepare (tokenise) on CPUs, and
-encode (on GPUs where asked), so the encoders receive ready inputs."""
+"""The fill's own stages for the runner: its prepare inputs (reuse, views), and the encoder
+actor (on GPUs where asked)."""
 
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from raycache.cache.columns import hash_column, input_column, views_column
+from raycache.compute.actor import start_actor
+from raycache.compute.prepare import Prepare, prepared
 from raycache.encoders.config import EncoderConfig
 from raycache.errors import EncoderError
 from raycache.fill.config import FillConfig, ViewsConfig
 from raycache.fill.reuse import Reuse, input_hashes, need_column
 from raycache.fill.shards import STARTED
 from raycache.fill.views import make, prepared_views, view_encoders
-from raycache.source.files import META
 
 if TYPE_CHECKING:
     from raycache.compute.pool import Pool
     from raycache.encoders import Encoder
 
-__all__ = ["EncodeActor", "PrepareActor", "prepared"]
+__all__ = ["EncodeActor", "FillPrepare"]
 
 
-def prepared(e: EncoderConfig) -> str:
-    """The column that carries an encoder's model-ready inputs between stages."""
-    return f"__in_{e.name}"
+class FillPrepare:
+    """The fill's inputs of the prepare stage (compute.prepare.Inputs): hashes each encoder's
+    input, takes the embeddings the store already has for those inputs (`reuse`), and runs each
+    encoder's CPU preprocessing (tokenising, for text) on the rows still to encode, as its own
+    column (a trainable encoder's on every row, as the shard column it is kept in). With
+    `views`, it makes each row's K augmented inputs and prepares them too (one fixed-size list
+    of K per row) for the frozen encoders; views are encoded, never reused."""
 
-
-class PrepareActor:
-    """Ray Data actor: hashes each encoder's input, takes the embeddings the store already has
-    for those inputs (`reuse`), and runs each encoder's CPU preprocessing (tokenising, for text)
-    on the rows still to encode, as its own column (a trainable encoder's on every row, as the
-    shard column it is kept in); raw inputs are dropped unless they are also key or label
-    columns. With `views`, it makes each row's K augmented inputs and prepares them too (one
-    fixed-size list of K per row) for the frozen encoders; views are encoded, never reused."""
-
-    def __init__(self, encoders: list[EncoderConfig], keep: list[str], reuse: Reuse | None = None,
+    def __init__(self, encoders: list[EncoderConfig], reuse: Reuse | None = None,
                  views: ViewsConfig | None = None):
-        from raycache.encoders import ENCODERS
+        self.encoders, self.reuse, self.views = encoders, reuse, views
 
-        self.encoders, self.keep = encoders, [*dict.fromkeys([*keep, *META])]
-        self.prepare = {e.name: ENCODERS[e.kind].prepare(e) for e in encoders}
-        self.reuse, self.views = reuse, views
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        out = table.select(self.keep)
+    def __call__(self, table: pa.Table, out: pa.Table, prepare: Mapping[str, Prepare]
+                 ) -> pa.Table:
         hashes = {}
         for column in dict.fromkeys(e.input for e in self.encoders):
             hashes[column] = input_hashes(table.column(column))
@@ -56,11 +48,11 @@ class PrepareActor:
         for e in self.encoders:
             values = table.column(e.input).combine_chunks()
             if e.trainable:  # not encoded: its prepared input is what the shards keep
-                out = out.append_column(input_column(e.name), self.prepare[e.name](values))
+                out = out.append_column(input_column(e.name), prepare[e.name](values))
                 continue
             found = self.reuse.take(e.name, hashes[e.input]) if self.reuse else None
             if found is None:
-                out = out.append_column(prepared(e), self.prepare[e.name](values))
+                out = out.append_column(prepared(e), prepare[e.name](values))
                 continue
             reused, need = found
             out = out.append_column(e.name, _embedding_column(reused))
@@ -68,14 +60,13 @@ class PrepareActor:
             # prepared inputs of the rows to encode only; null (a null index) elsewhere
             at = np.where(need, np.cumsum(need) - 1, -1)
             index = pa.array(at, mask=~need)
-            out = out.append_column(prepared(e),
-                                    self.prepare[e.name](values.filter(need)).take(index))
+            out = out.append_column(prepared(e), prepare[e.name](values.filter(need)).take(index))
         augmented: dict[str, pa.Array] = {}  # encoders on the same input share its views
         for e in [e for e in view_encoders(self.views, self.encoders) if not e.trainable]:
             if e.input not in augmented:
                 augmented[e.input] = make(table.column(e.input).combine_chunks(),
                                           hashes[e.input], self.views, f"encoder {e.name!r}")
-            flat = self.prepare[e.name](augmented[e.input])
+            flat = prepare[e.name](augmented[e.input])
             out = out.append_column(prepared_views(e.name),
                                     pa.FixedSizeListArray.from_arrays(flat, self.views.count))
         return out
@@ -87,15 +78,7 @@ class EncodeActor:
     neither loaded nor run)."""
 
     def __init__(self, cfg: FillConfig, pool: Pool, digests: dict[str, str], lazy: bool = False):
-        import torch
-
-        torch.set_num_threads(max(1, min(pool.threads, os.cpu_count() or 1)))
-        if pool.device == "cuda" and not torch.cuda.is_available():
-            raise EncoderError(
-                f"encoder actor was given {pool.gpus:g} GPU by Ray, but torch "
-                f"{torch.__version__} sees no CUDA device; install a CUDA build of torch on the "
-                "GPU nodes, or set num_gpus: 0"
-            )
+        start_actor(pool, "encoder")
         self.cfg, self.pool, self.digests = cfg, pool, digests
         self.frozen = [e for e in cfg.encoders if not e.trainable]
         self._encoders: dict[str, Encoder] | None = None

@@ -3,15 +3,15 @@ batches of prepared (tokenised) inputs into prediction or embedding columns."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from raycache.cache.columns import input_column
+from raycache.compute.actor import start_actor
+from raycache.compute.prepare import prepared
 from raycache.errors import EncoderError, RaycacheError
-from raycache.fill.stages import prepared
 from raycache.source.files import META
 
 if TYPE_CHECKING:
@@ -61,16 +61,9 @@ class PredictActor:
     head's output columns."""
 
     def __init__(self, checkpoint: str, options: dict[str, Any], pool: Pool):
-        import torch
-
         from raycache.heads.loaded import load_head
 
-        torch.set_num_threads(max(1, min(pool.threads, os.cpu_count() or 1)))
-        if pool.device == "cuda" and not torch.cuda.is_available():
-            raise EncoderError(
-                f"predict actor was given {pool.gpus:g} GPU by Ray, but torch "
-                f"{torch.__version__} sees no CUDA device; install a CUDA build of torch on the "
-                "GPU nodes, or set num_gpus: 0")
+        start_actor(pool, "predict")
         self.head = load_head(checkpoint, **options).to(pool.device, pool.batching)
         self.configs = self.head.encoder_configs()
         self.head.encoders()  # load (and check) the encoders now, not on the first batch

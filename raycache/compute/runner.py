@@ -1,0 +1,157 @@
+"""The streaming stage runner of fill and predict: read units -> prepare -> a model actor pool ->
+the caller's sink, as a lazy Ray Data dataset or the same stage classes in this process."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from raycache.compute.pool import LIGHT_CPUS, READ_CPUS, Pool
+from raycache.compute.prepare import Inputs, PrepareActor
+from raycache.core.config import AUTO
+from raycache.source import files as sources
+
+if TYPE_CHECKING:
+    from raycache.encoders.config import EncoderConfig
+
+__all__ = ["AUTO_IN_PROCESS_ROWS", "Job", "Stage", "build", "in_process", "progress_bar", "run",
+           "run_local", "stream", "where"]
+
+AUTO_IN_PROCESS_ROWS = 20_000
+"""in_process: auto runs a CPU job of at most this many rows without Ray (a couple of minutes
+of one process on a small machine, where Ray's start-up costs ~25 s)."""
+
+
+@dataclass
+class Stage:
+    """A stage's callable (a class: an actor pool; a function: tasks) and its keyword arguments;
+    `local` adds to them where the stage runs in this process."""
+
+    fn: Callable[..., Any]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    local: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    """What the runner streams: the units read, the prepare stage's encoders and kept columns,
+    the model (an actor class taking `pool`), and the sink after it (a task), if any."""
+
+    units: list[sources.Unit]
+    format: str
+    options: dict[str, Any]
+    rows: int
+    """Rows per model call (and per block of the re-blocked reads)."""
+    encoders: list[EncoderConfig]
+    keep: list[str]
+    model: Stage
+    inputs: Inputs | None = None
+    """The prepare stage's own inputs (see compute.prepare.Inputs); None: every row."""
+    sink: Stage | None = None
+    ordered: bool = False
+    """Output in input order (Ray Data's preserve_order)."""
+
+    @property
+    def columns(self) -> list[str]:
+        """Columns read: the kept ones and the encoders' inputs."""
+        return list(dict.fromkeys([*self.keep, *(e.input for e in self.encoders)]))
+
+
+def in_process(setting: bool | str, *, cpu: bool, concurrency: int | str, small: bool) -> bool:
+    """Whether a job runs its stages in this process: `setting` unless auto; auto does for a
+    small CPU job with no actor pool asked for, when no Ray cluster is running or named."""
+    if setting != AUTO:
+        return bool(setting)
+    ray = sys.modules.get("ray")
+    cluster = os.environ.get("RAY_ADDRESS") or (ray is not None and ray.is_initialized())
+    return not cluster and cpu and concurrency == AUTO and small
+
+
+def where(pool: Pool, local: bool) -> str:
+    """Where a job ran, in words."""
+    return f"in-process, {pool.threads} thread(s)" if local else pool.describe()
+
+
+def run(job: Job, pool: Pool, *, local: bool) -> Iterator[pa.Table]:
+    """The job's output batches (the sink's, else the model's), in this process or on Ray."""
+    return run_local(job, pool) if local else stream(build(job, pool))
+
+
+def run_local(job: Job, pool: Pool) -> Iterator[pa.Table]:
+    """The pipeline's stages called in this process, one model-call-sized piece at a time: the
+    same reads, prepare stage, model and sink, hence the same output."""
+    import torch
+
+    threads = torch.get_num_threads()  # the model sets its own; the caller's come back after
+    try:
+        prepare = PrepareActor(job.encoders, job.keep, job.inputs)
+        model = job.model.fn(pool=pool, **job.model.kwargs, **job.model.local)
+        for unit in job.units:
+            for piece in sources.read_unit(unit, job.format, job.options, job.rows, job.columns):
+                out = model(prepare(piece))
+                yield job.sink.fn(out, **job.sink.kwargs) if job.sink else out
+    finally:
+        torch.set_num_threads(threads)
+
+
+def build(job: Job, pool: Pool) -> Any:
+    """The job as a lazy Ray Data dataset (nothing runs until consumed): read units ->
+    prepare (tokenise) -> model actor pool (GPUs where the pool has them) -> sink."""
+    import ray.data
+
+    ds = ray.data.from_items([{"unit": pickle.dumps(u)} for u in job.units],
+                             override_num_blocks=len(job.units))  # one read task per unit
+    ds = ds.map_batches(
+        sources.read_stage,
+        fn_kwargs=dict(fmt=job.format, options=job.options, rows=job.rows, columns=job.columns),
+        batch_size=1, num_cpus=READ_CPUS, batch_format="pyarrow",
+    ).repartition(target_num_rows_per_block=job.rows)  # blocks spread over the pool
+    ds = ds.map_batches(
+        PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
+                                                 inputs=job.inputs),
+        batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=pool.prepare_actors),
+    )
+    ds = ds.map_batches(
+        job.model.fn, fn_constructor_kwargs=dict(pool=pool, **job.model.kwargs),
+        batch_size=job.rows,  # one call per shard or batch; Ray Data needs it for GPU stages
+        compute=ray.data.ActorPoolStrategy(size=pool.actors),
+        num_cpus=pool.cpus, num_gpus=pool.gpus or None, batch_format="pyarrow",
+    )
+    if job.sink is not None:
+        ds = ds.map_batches(job.sink.fn, fn_kwargs=job.sink.kwargs, batch_size=None,
+                            num_cpus=LIGHT_CPUS, batch_format="pyarrow")
+    if job.ordered:
+        ds.context.execution_options.preserve_order = True
+    return ds
+
+
+def stream(ds: Any) -> Iterator[pa.Table]:
+    """A dataset's batches as its stages finish them; a stage's error re-raised as raycache's
+    own."""
+    from raycache.compute.cluster import unwrap
+
+    try:
+        yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
+    except Exception as exc:  # Ray wraps stage errors in its own types
+        raise unwrap(exc) from exc
+
+
+@contextlib.contextmanager
+def progress_bar(show: bool, total: int | None, desc: str) -> Iterator[Any]:
+    """A progress bar of rows (hidden unless `show`), closed on the way out."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, disable=not show, unit=" rows", desc=desc, dynamic_ncols=True,
+               smoothing=0.1)
+    try:
+        yield bar
+    finally:
+        bar.close()
