@@ -102,7 +102,9 @@ LEARNERS = [  # (pairs settings, table, the metric that must rise above 0.7, lr)
                          ids=[f"{p['loss']}-{t}" for p, t, _, _ in LEARNERS])
 def test_each_pair_loss_learns_what_a_random_projection_misses(tmp_path, pairs, target, metric,
                                                                lr):
-    from raycache.train.loop import build_parts, evaluate, train_epoch
+    from raycache.train.assemble import build_parts
+    from raycache.train.epoch import evaluate, train_epoch
+    from raycache.train.team import Team
 
     torch.manual_seed(0)
     parts = build_parts(run_spec(tmp_path, pairs, lr=lr), torch.device("cpu"), 1200)
@@ -110,12 +112,12 @@ def test_each_pair_loss_learns_what_a_random_projection_misses(tmp_path, pairs, 
     val = pair_share(300, 600, 2, "positive" if target == "positive" else "label")
 
     def validate():
-        return evaluate(parts, val, torch.zeros(7, dtype=torch.float64)).compute()
+        return evaluate(Team.of(parts), val, torch.zeros(7, dtype=torch.float64))[0].compute()
 
     before, losses = validate(), []
     for epoch in range(8):
         sums = torch.zeros(7, dtype=torch.float64)
-        train_epoch(parts, train, seed=epoch, sums=sums)
+        train_epoch(Team.of(parts), train, seed=epoch, sums=sums)
         losses.append(float(sums[0] / sums[2]))
     after = validate()
     assert losses[-1] < losses[0], losses

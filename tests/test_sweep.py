@@ -179,10 +179,10 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
 @pytest.mark.timeout(300)
 def test_a_sweep_of_linear_heads_trains_as_one_stack_and_each_ends_as_a_lone_run(store,
                                                                                 monkeypatch):
-    from raycache.train import loop
+    from raycache.train import assemble
 
     built = []
-    monkeypatch.setattr(loop, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
+    monkeypatch.setattr(assemble, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
     sweep = {"lr": [0.01, 0.05], "label_smoothing": [0.0, 0.1]}
     run = raycache.train(cfg(store, sweep=sweep, grad_clip=1.0, run_name="stacked"))
     assert len(built) == 1 and built[0].module.weight.shape[0] == 4

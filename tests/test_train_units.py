@@ -150,7 +150,9 @@ class Fixed:
 
 
 def one_epoch(tmp_path, model=None, **over):
-    from raycache.train.loop import build_parts, train_epoch
+    from raycache.train.assemble import build_parts
+    from raycache.train.epoch import train_epoch
+    from raycache.train.team import Team
 
     s = spec(tmp_path, optimizer="sgd", momentum=0.0, lr=0.5, **over)
     torch.manual_seed(0)
@@ -158,7 +160,7 @@ def one_epoch(tmp_path, model=None, **over):
     if model is not None:
         parts.model = model(parts.base)
     sums = torch.zeros(7, dtype=torch.float64)
-    train_epoch(parts, Fixed(*data()), seed=0, sums=sums)
+    train_epoch(Team.of(parts), Fixed(*data()), seed=0, sums=sums)
     return parts, sums
 
 
@@ -205,21 +207,21 @@ def test_gradient_clipping_bounds_the_update(tmp_path):
 def test_bf16_autocast_trains_on_cpu(tmp_path):
     parts, sums = one_epoch(tmp_path, batch_size=16, precision="bfloat16")
     assert sums[2] == 64 and torch.isfinite(sums[0])
-    from raycache.train.loop import autocast
+    from raycache.train.epoch import autocast
 
     with autocast(parts):
         assert parts.base(torch.zeros(1, 4)).dtype == torch.bfloat16
 
 
 def test_fp16_on_a_cpu_worker_is_a_clear_error(tmp_path):
-    from raycache.train.loop import build_parts
+    from raycache.train.assemble import build_parts
 
     with pytest.raises(RuntimeError, match="float16' needs a CUDA device.*bfloat16"):
         build_parts(spec(tmp_path, precision="float16"), torch.device("cpu"), 64)
 
 
 def test_compile_falls_back_to_eager_with_a_message(monkeypatch, capsys):
-    from raycache.train.loop import compile_or_eager
+    from raycache.train.assemble import compile_or_eager
 
     def broken(model):
         raise RuntimeError("no backend here")
@@ -244,7 +246,9 @@ def test_label_smoothing_and_class_weights_change_the_loss(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_empty_cache_every_and_fp16_on_gpu(tmp_path, monkeypatch):
-    from raycache.train.loop import build_parts, train_epoch
+    from raycache.train.assemble import build_parts
+    from raycache.train.epoch import train_epoch
+    from raycache.train.team import Team
 
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
@@ -252,8 +256,8 @@ def test_empty_cache_every_and_fp16_on_gpu(tmp_path, monkeypatch):
                                  batch_size=8, use_gpu=True), use_gpu=True)
     parts = build_parts(s, torch.device("cuda"), 64)
     x, y = data()
-    train_epoch(parts, Fixed(x.cuda(), y.cuda()), 0, torch.zeros(7, dtype=torch.float64,
-                                                                  device="cuda"))
+    train_epoch(Team.of(parts), Fixed(x.cuda(), y.cuda()), 0,
+                torch.zeros(7, dtype=torch.float64, device="cuda"))
     assert parts.scaler.is_enabled() and len(calls) == 4  # 8 steps, every 2nd
 
 
@@ -273,7 +277,7 @@ def test_checkpoint_folder_holds_the_whole_state_and_load_head_needs_no_ray(tmp_
     assert ckpt.read_state(store, found)["progress"] == {"epoch": 3}
     saved = json.loads(store.read_bytes(f"{found}/{HEAD_CONFIG}"))
     assert saved["head"]["encoder_configs"]["e"]["kind"] == "torch"
-    code = ("import sys; from raycache.predict import load_head; "
+    code = ("import sys; from raycache.heads.loaded import load_head; "
             f"h = load_head({found!r}); print(h.predict_embeddings([[0, 0, 0, 1]]).tolist()); "
             "assert not any(m == 'ray' or m.startswith('ray.') for m in sys.modules), 'ray'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

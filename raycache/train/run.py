@@ -431,7 +431,7 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     else:
         checked = check(cfg, store, landing.cache(), landing.column)
 
-    from raycache.train.loop import quiet_ray_train
+    from raycache.train.console import quiet_ray_train
 
     quiet_ray_train()
     cache, spec = prepare(cfg, checked, None if landing is None else
