@@ -368,7 +368,7 @@ def test_recipe_carries_the_objective_into_the_digest_and_picks_the_monitor_mode
     a = Recipe.from_config(load_train(base))
     b = Recipe.from_config(load_train({**base, "groups": {"loss": "arcface"}}))
     assert a != b and dataclasses.asdict(a) != dataclasses.asdict(b)
-    assert Recipe.from_config(load_train({**base, "monitor": "val_map_at_10"})).mode \
+    assert Recipe.from_config(load_train({**base, "monitor": "val_map_at_10"})).evaluation.mode \
         == "max"
-    assert Recipe.from_config(load_train(base)).mode == "min"  # val_loss
+    assert Recipe.from_config(load_train(base)).evaluation.mode == "min"  # val_loss
     assert os.sep not in str(a.groups)

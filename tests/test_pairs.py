@@ -204,7 +204,7 @@ def test_pairs_train_through_raycache_train_on_a_filled_cache(filled):
         "embedding_dim": 8, "lr": 0.02, "batch_size": 64, "num_workers": 0, "progress": False,
         "monitor": "val_auc"})
     first, last = run.history[0], run.history[-1]
-    assert run.spec.recipe.mode == "max" and run.spec.head.label == ""
+    assert run.spec.recipe.evaluation.mode == "max" and run.spec.head.label == ""
     assert last["train_loss"] < first["train_loss"] and last["val_auc"] > 0.9, last
     assert first["train_rows"] + first["val_rows"] == 900 and 100 < first["val_rows"] < 300
     head = run.load_head()

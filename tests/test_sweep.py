@@ -79,12 +79,12 @@ def test_a_stack_steps_each_member_as_its_own_torch_optimizer_would(optimizer):
         for i, (head, opt, r) in enumerate(zip(lone, opts, recipes, strict=True)):
             out = head(x)
             loss = torch.nn.functional.cross_entropy(out, y, torch.tensor(weights),
-                                                     label_smoothing=r.label_smoothing)
+                                                     label_smoothing=r.loss.label_smoothing)
             torch.testing.assert_close(values[i], loss.detach())
             assert hits[i] == (out.argmax(-1) == y).sum()
             if active[i]:
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(head.parameters(), r.grad_clip)
+                torch.nn.utils.clip_grad_norm_(head.parameters(), r.optim.grad_clip)
                 opt.step()
                 opt.zero_grad()
         frozen = stack.module.weight[3].clone()

@@ -42,8 +42,9 @@ def holders(spec: RunSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
 
 
 def steps_per_epoch(spec: RunSpec, train_rows: int | None) -> int:
-    rows = train_rows if train_rows else spec.rows * (1 - spec.recipe.val_fraction) / spec.world
-    return max(math.ceil(rows / spec.recipe.batch_size / spec.recipe.grad_accum), 1)
+    held_out = spec.recipe.evaluation.val_fraction
+    rows = train_rows if train_rows else spec.rows * (1 - held_out) / spec.world
+    return max(math.ceil(rows / spec.recipe.loop.batch_size / spec.recipe.optim.grad_accum), 1)
 
 
 def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None,
@@ -54,12 +55,12 @@ def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None,
     objective = OBJECTIVES[r.objective].build(spec, device)
     learnable = list(objective.criterion.parameters())
     opt = build_optimizer(param_groups(base, learnable, r), r, fused=fused)
-    if r.precision == "float16" and device.type != "cuda":
+    if r.optim.precision == "float16" and device.type != "cuda":
         raise RuntimeError(f"precision='float16' needs a CUDA device, but this worker has "
                            f"{device.type}; use precision: bfloat16 on CPU")
     model = Trained(base, objective.criterion) if learnable else base
     return Parts(spec, base, model, opt, Schedule(opt, r, steps_per_epoch(spec, train_rows)),
-                 torch.amp.GradScaler(device.type, enabled=r.precision == "float16"),
+                 torch.amp.GradScaler(device.type, enabled=r.optim.precision == "float16"),
                  objective, device)
 
 
@@ -68,7 +69,7 @@ def build_team(spec: RunSpec, device: torch.device, train_rows: int | None) -> T
     its settings would start from."""
     members = []
     for member in spec.members():
-        torch.manual_seed(spec.recipe.seed)
+        torch.manual_seed(spec.recipe.loop.seed)
         members.append(build_parts(member, device, train_rows, fused=bool(spec.sweep)))
     progress = [Progress() for _ in members]
     run = progress[0] if not spec.sweep else Progress()
@@ -93,10 +94,10 @@ def wrap(team: Team) -> None:
             unused = {"find_unused_parameters": True} if spec.head.trainable else None
             parts.model = ray.train.torch.prepare_model(parts.model, move_to_device=False,
                                                         parallel_strategy_kwargs=unused)
-        if spec.recipe.compile and spec.head.trainable:
+        if spec.recipe.loop.compile and spec.head.trainable:
             say("compile: true compiles a head on cached features; with trainable encoders "
                 "the model trains in eager mode")
-        elif spec.recipe.compile:
+        elif spec.recipe.loop.compile:
             parts.model = compile_or_eager(parts.model, spec.head.in_dim, parts.device)
         return
     if team.stack is not None:
@@ -105,7 +106,7 @@ def wrap(team: Team) -> None:
                                else Members([p.model for p in team.members]))
     if spec.world > 1:
         team.model = ray.train.torch.prepare_model(team.model, move_to_device=False)
-    if spec.recipe.compile:
+    if spec.recipe.loop.compile:
         team.model = compile_or_eager(team.model, spec.head.in_dim, team.members[0].device)
 
 

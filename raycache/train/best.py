@@ -12,9 +12,9 @@ __all__ = ["end_sweep_epoch", "saved_epoch", "score", "sweep_rows", "track_best"
 def track_best(parts: Parts, progress: Progress, metrics: dict[str, Any]) -> None:
     """Best epoch on the monitored metric (its weights kept), and early stopping."""
     r = parts.spec.recipe
-    value = metrics.get(r.monitor)
+    value = metrics.get(r.evaluation.monitor)
     if value is None:
-        raise RuntimeError(f"monitor={r.monitor!r} is not a metric; expected one of "
+        raise RuntimeError(f"monitor={r.evaluation.monitor!r} is not a metric; expected one of "
                            f"{sorted(k for k in metrics if k != 'placement')}")
     if progress.best is None or r.better(value, progress.best):
         progress.best, progress.best_epoch, progress.bad_epochs = value, metrics["epoch"], 0
@@ -22,14 +22,15 @@ def track_best(parts: Parts, progress: Progress, metrics: dict[str, Any]) -> Non
                               for k, v in parts.base.state_dict().items()}
     else:
         progress.bad_epochs += 1
-        progress.stopped = r.early_stopping and progress.bad_epochs >= r.patience
+        ev = r.evaluation
+        progress.stopped = ev.early_stopping and progress.bad_epochs >= ev.patience
     parts.schedule.step_epoch(value, r.better)
 
 
 def saved_epoch(parts: Parts, progress: Progress) -> dict[str, Any]:
     """The metrics of the epoch whose weights a head saves: its best (early stopping), else
     its last."""
-    use_best = parts.spec.recipe.early_stopping and parts.best_weights is not None
+    use_best = parts.spec.recipe.evaluation.early_stopping and parts.best_weights is not None
     epoch = progress.best_epoch if use_best else progress.history[-1]["epoch"]
     return next(m for m in progress.history if m["epoch"] == epoch)
 

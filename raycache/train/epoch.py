@@ -22,7 +22,7 @@ SLOTS = 7
 
 
 def autocast(parts: Parts) -> Any:
-    p = parts.spec.recipe.precision
+    p = parts.spec.recipe.optim.precision
     if p == "float32":
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if p == "bfloat16" else torch.float16
@@ -32,7 +32,7 @@ def autocast(parts: Parts) -> Any:
 def epoch_seed(spec: RunSpec, epoch: int, rank: int) -> int:
     """Every epoch's randomness (shuffle, dropout) depends only on (seed, epoch, rank), so a
     resumed run repeats exactly what an uninterrupted one would have done."""
-    return spec.recipe.seed * 1_000_003 + epoch * 7_919 + rank
+    return spec.recipe.loop.seed * 1_000_003 + epoch * 7_919 + rank
 
 
 def train_epoch(team: Team, data: Any, seed: int, sums: torch.Tensor,
@@ -43,11 +43,11 @@ def train_epoch(team: Team, data: Any, seed: int, sums: torch.Tensor,
     lead, sums = team.members[0], sums.view(-1, SLOTS)
     r, model = lead.spec.recipe, team.runner()
     model.train()
-    accum = r.grad_accum
+    accum = r.optim.grad_accum
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     join = model.join() if ddp else contextlib.nullcontext()
     micro = 0
-    batches = data.batches(r.batch_size, seed=seed, then=then)
+    batches = data.batches(r.loop.batch_size, seed=seed, then=then)
     if any(p.objective.gathers for p in team.members):
         batches = lockstep(batches, lead.device)  # every worker at every gathering step
     with join:
@@ -96,7 +96,7 @@ def step(team: Team) -> None:
     else:
         step_each(team)
     lead.scaler.update()
-    every = lead.spec.recipe.empty_cache_every
+    every = lead.spec.recipe.loop.empty_cache_every
     if every and lead.device.type == "cuda" and lead.schedule.step_no % every == 0:
         torch.cuda.empty_cache()
 
@@ -109,10 +109,10 @@ def step_each(team: Team) -> None:
             parts.opt.zero_grad(set_to_none=True)
             continue
         r = parts.spec.recipe
-        if r.grad_clip > 0:
+        if r.optim.grad_clip > 0:
             lead.scaler.unscale_(parts.opt)
             params = [p for group in parts.opt.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(params, r.grad_clip)
+            torch.nn.utils.clip_grad_norm_(params, r.optim.grad_clip)
         lead.scaler.step(parts.opt)
         parts.opt.zero_grad(set_to_none=True)
         parts.schedule.step_batch()
@@ -128,7 +128,7 @@ def evaluate(team: Team, data: Any, sums: torch.Tensor) -> list[Evaluator]:
     metrics = ([lead.objective.evaluator(members=len(team.members))]
                if team.stack is not None else [p.objective.evaluator() for p in team.members])
     with torch.inference_mode():
-        for x, y in data.batches(lead.spec.recipe.batch_size * 4, seed=None):
+        for x, y in data.batches(lead.spec.recipe.loop.batch_size * 4, seed=None):
             x, y = x.to(lead.device, non_blocking=True), y.to(lead.device, non_blocking=True)
             with autocast(lead):
                 outs = team.forward(x, training=False)

@@ -37,7 +37,7 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     team = build_team(spec, device, len(train_data) or None)
     restore(team)
     wrap(team)
-    epochs, last_save, started = spec.recipe.epochs, time.monotonic(), time.monotonic()
+    epochs, last_save, started = spec.recipe.loop.epochs, time.monotonic(), time.monotonic()
     first = team.run.epoch
     while team.run.epoch < epochs and not team.run.stopped:
         epoch, t0 = team.run.epoch, time.perf_counter()
@@ -92,7 +92,7 @@ def record(team: Team, epoch: int, rows: list[list[float]], extras: list[dict[st
 
 def progress_line(team: Team, pace: float) -> str:
     """The epoch's line: its metrics and the time left at `pace` seconds an epoch."""
-    epochs, now = team.spec.recipe.epochs, team.run.history[-1]
+    epochs, now = team.spec.recipe.loop.epochs, team.run.history[-1]
     line = epoch_line(now, epochs, pace * (epochs - team.run.epoch))
     if team.spec.sweep:
         line += (f"  sweep: best #{team.leader} of {len(team.members)}, "

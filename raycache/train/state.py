@@ -84,9 +84,9 @@ def save(team: Team, rank: int) -> None:
         state = states[0]
     state["rng"] = ckpt.rng_state()
     lead = team.members[team.leader]
-    use_best = lead.spec.recipe.early_stopping and lead.best_weights is not None
+    use_best = lead.spec.recipe.evaluation.early_stopping and lead.best_weights is not None
     head_weights = lead.best_weights if use_best else lead.base.state_dict()
-    key = spec.select if spec.sweep else spec.recipe.monitor
+    key = spec.select if spec.sweep else spec.recipe.evaluation.monitor
     info = {"metrics": metrics, "best": {key: progress.best, "epoch": progress.best_epoch},
             "weights": "best" if use_best else "last", "history": progress.history,
             "key": spec.key}  # the cache's key column: what predict keeps by default
