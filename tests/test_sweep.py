@@ -60,9 +60,10 @@ def test_a_stack_steps_each_member_as_its_own_torch_optimizer_would(optimizer):
     name, nesterov = optimizer.removesuffix("-nesterov"), optimizer.endswith("-nesterov")
     settings = [(0.05, 0.0, 0.9, 0.0), (0.01, 0.1, 0.5, 0.1), (0.2, 0.01, 0.0, 0.2),
                 (0.02, 0.0, 0.9, 0.0)]  # lr, weight_decay, momentum, label_smoothing
-    recipes = [SimpleNamespace(optimizer=name, lr=lr, weight_decay=wd,
-                               momentum=mom if not nesterov else 0.9, nesterov=nesterov,
-                               label_smoothing=ls, grad_clip=0.5)
+    recipes = [SimpleNamespace(optim=SimpleNamespace(optimizer=name, lr=lr, weight_decay=wd,
+                                                     momentum=mom if not nesterov else 0.9,
+                                                     nesterov=nesterov, grad_clip=0.5),
+                               loss=SimpleNamespace(label_smoothing=ls))
                for lr, wd, mom, ls in settings]
     weights = (1.0, 2.0, 0.5)
     torch.manual_seed(0)

@@ -400,7 +400,7 @@ def test_every_recipe_group_setting_is_part_of_the_digest_and_flat_keys_still_lo
                        "patience": 3, "sweep": {"lr": [0.1, 0.2]}})
     grouped = load_train({"cache": "c", "optim": {"lr": 0.01}, "schedule": {"kind": "cosine"},
                           "checkpoints": {"every": 2}, "evaluation": {"patience": 3},
-                          "sweep": {"optim.lr": [0.1, 0.2]}})
+                          "sweep": {"lr": [0.1, 0.2]}})
     assert flat == grouped and FLAT["lr"] == ("optim", "lr")
     assert {"optim.lr", "optim.weight_decay", "head", "groups.loss"} <= set(KEYS)
     assert digest(HEAD, recipe(lr=0.5)) != digest(HEAD, recipe())

@@ -368,7 +368,7 @@ FLAT: dict[str, tuple[str, str]] = {
 
 def regroup(data: dict[str, Any]) -> dict[str, Any]:
     """A config dict with its flat keys of grouped settings (`lr`) and dotted keys
-    (`optim.lr`) moved into their groups, and a sweep's flat keys dotted (`optim.lr`)."""
+    (`optim.lr`) moved into their groups (a sweep's keys stay as written: see sweep.grid)."""
     if not isinstance(data, dict):
         return data
     out: dict[str, Any] = {}
@@ -385,7 +385,4 @@ def regroup(data: dict[str, Any]) -> dict[str, Any]:
         holder = out.setdefault(group, {})
         if isinstance(holder, dict):
             holder[name] = value
-    if isinstance(out.get("sweep"), dict):
-        out["sweep"] = {(".".join(FLAT[k]) if k in FLAT else k): v
-                        for k, v in out["sweep"].items()}
     return out

@@ -82,15 +82,15 @@ def problems(cfg: TrainConfig, check: Callable[[TrainConfig], list[str]]) -> lis
     for name, values in cfg.sweep.items():
         key = dotted(name)
         if key not in KEYS:
-            out.append(f"sweep.{key}: not a setting a sweep can vary; expected one of "
+            out.append(f"sweep.{name}: not a setting a sweep can vary; expected one of "
                        f"{sorted(KEYS)} (settings like epochs or batch_size are shared by "
                        "every member)")
         elif not isinstance(values, list) or not values:
-            out.append(f"sweep.{key}={values!r}: expected a non-empty list of values to try, "
+            out.append(f"sweep.{name}={values!r}: expected a non-empty list of values to try, "
                        f"{KEYS[key]}")
         else:
             for i, v in enumerate(values):
-                parse_value(_type(key), v, f"sweep.{key}[{i}]", out)
+                parse_value(_type(key), v, f"sweep.{name}[{i}]", out)
     if out:
         return out
     count = len(members(cfg))

@@ -24,7 +24,8 @@ def stackable(bases: list[nn.Module], recipes: list[Any], learnable: bool) -> bo
             and not learnable
             and all(r.objective == "classification" and r.optim.precision != "float16"
                     for r in recipes)
-            and len({r.optim.optimizer for r in recipes}) == 1 and recipes[0].optimizer in UPDATES)
+            and len({r.optim.optimizer for r in recipes}) == 1
+            and recipes[0].optim.optimizer in UPDATES)
 
 
 class StackedLinear(nn.Module):
@@ -69,7 +70,7 @@ class Stack:
         self.smooth = any(r.loss.label_smoothing > 0 for r in recipes)
         self.class_weights = (torch.tensor(class_weights, dtype=torch.float32, device=device)
                               if class_weights else None)
-        self.clip = recipes[0].grad_clip
+        self.clip = recipes[0].optim.grad_clip
 
     def push(self) -> None:
         """Members' heads -> the stack (after they were loaded from a checkpoint)."""

@@ -120,7 +120,7 @@ class StackedOptimizer:
         if len(names) != 1 or next(iter(names)) not in UPDATES:
             raise ValueError(f"a stacked sweep needs one optimizer of {sorted(UPDATES)} shared "
                              f"by every member; got {sorted(names)}")
-        self.name = recipes[0].optimizer
+        self.name = recipes[0].optim.optimizer
         self.params = params
         self.table, self.update = UPDATES[self.name](recipes[0])
         self.wd = np.array([r.optim.weight_decay for r in recipes], dtype=np.float64)
