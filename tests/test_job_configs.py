@@ -27,7 +27,7 @@ def test_config_loads_and_checks(path):
         assert cfg.encoders and cfg.source.labels
     elif path.stem.startswith("train"):
         cfg = load_train(path)
-        assert cfg.num_workers >= 2
+        assert cfg.resources.num_workers >= 2
     else:
         fill, train = configs(path)
         assert train.cache == fill.name and train.store.uri == fill.store.uri

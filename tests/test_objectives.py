@@ -78,19 +78,21 @@ def run_spec(tmp_path, head="linear", normalize=False, out_dim=16, **over) -> Ru
 
 def fit(spec: RunSpec, epochs: int) -> tuple[list[float], dict, dict]:
     """(train loss per epoch, validation metrics before training, after training)."""
-    from raycache.train.loop import build_parts, evaluate, train_epoch
+    from raycache.train.assemble import build_parts
+    from raycache.train.epoch import evaluate, train_epoch
+    from raycache.train.team import Team
 
     torch.manual_seed(0)
     parts = build_parts(spec, torch.device("cpu"), 600)
     train, val = Holder(*hidden_groups(600, 1)), Holder(*hidden_groups(300, 2))
 
     def validate():
-        return evaluate(parts, val, torch.zeros(7, dtype=torch.float64)).compute()
+        return evaluate(Team.of(parts), val, torch.zeros(7, dtype=torch.float64))[0].compute()
 
     before, losses = validate(), []
     for epoch in range(epochs):
         sums = torch.zeros(7, dtype=torch.float64)
-        train_epoch(parts, train, seed=epoch, sums=sums)
+        train_epoch(Team.of(parts), train, seed=epoch, sums=sums)
         losses.append(float(sums[0] / sums[2]))
     return losses, before, validate()
 
@@ -190,7 +192,9 @@ def test_retrieval_metrics_match_a_brute_force_computation_and_torchmetrics():
 
 
 def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
-    from raycache.train.loop import build_parts, evaluate, train_epoch
+    from raycache.train.assemble import build_parts
+    from raycache.train.epoch import evaluate, train_epoch
+    from raycache.train.team import Team
 
     spec = run_spec(tmp_path, objective="classification", out_dim=GROUPS, lr=0.05)
     spec = dataclasses.replace(spec, head=dataclasses.replace(spec.head,
@@ -198,10 +202,10 @@ def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
     torch.manual_seed(0)
     parts = build_parts(spec, torch.device("cpu"), 600)
     for epoch in range(5):
-        train_epoch(parts, Holder(*hidden_groups(600, 1)), epoch, torch.zeros(7,
-                                                                              dtype=torch.float64))
+        train_epoch(Team.of(parts), Holder(*hidden_groups(600, 1)), epoch,
+                    torch.zeros(7, dtype=torch.float64))
     sums = torch.zeros(7, dtype=torch.float64)
-    found = evaluate(parts, Holder(*hidden_groups(300, 2)), sums).compute()
+    found = evaluate(Team.of(parts), Holder(*hidden_groups(300, 2)), sums)[0].compute()
     acc = float(sums[4] / sums[5])
     assert set(found) == {"val_f1", "val_top5_acc"}
     assert 0.5 < found["val_f1"] <= 1 and found["val_top5_acc"] >= acc > 0.5
@@ -364,7 +368,7 @@ def test_recipe_carries_the_objective_into_the_digest_and_picks_the_monitor_mode
     a = Recipe.from_config(load_train(base))
     b = Recipe.from_config(load_train({**base, "groups": {"loss": "arcface"}}))
     assert a != b and dataclasses.asdict(a) != dataclasses.asdict(b)
-    assert Recipe.from_config(load_train({**base, "monitor": "val_map_at_10"})).mode \
+    assert Recipe.from_config(load_train({**base, "monitor": "val_map_at_10"})).evaluation.mode \
         == "max"
-    assert Recipe.from_config(load_train(base)).mode == "min"  # val_loss
+    assert Recipe.from_config(load_train(base)).evaluation.mode == "min"  # val_loss
     assert os.sep not in str(a.groups)

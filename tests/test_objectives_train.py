@@ -34,7 +34,7 @@ def test_groups_objective_trains_in_process_and_reports_retrieval(store):
         "hidden": [16], "lr": 0.02, "batch_size": 64, "num_workers": 0, "progress": False,
         "monitor": "val_map_at_5", "metrics_k": [1, 5]})
     m = run.metrics
-    assert run.spec.recipe.mode == "max"
+    assert run.spec.recipe.evaluation.mode == "max"
     assert run.history[-1]["train_loss"] < run.history[0]["train_loss"]
     assert m["val_map_at_5"] > 0.8 and m["val_acc"] == m["val_precision_at_1"] > 0.8
     head = run.load_head()

@@ -102,7 +102,9 @@ LEARNERS = [  # (pairs settings, table, the metric that must rise above 0.7, lr)
                          ids=[f"{p['loss']}-{t}" for p, t, _, _ in LEARNERS])
 def test_each_pair_loss_learns_what_a_random_projection_misses(tmp_path, pairs, target, metric,
                                                                lr):
-    from raycache.train.loop import build_parts, evaluate, train_epoch
+    from raycache.train.assemble import build_parts
+    from raycache.train.epoch import evaluate, train_epoch
+    from raycache.train.team import Team
 
     torch.manual_seed(0)
     parts = build_parts(run_spec(tmp_path, pairs, lr=lr), torch.device("cpu"), 1200)
@@ -110,12 +112,12 @@ def test_each_pair_loss_learns_what_a_random_projection_misses(tmp_path, pairs, 
     val = pair_share(300, 600, 2, "positive" if target == "positive" else "label")
 
     def validate():
-        return evaluate(parts, val, torch.zeros(7, dtype=torch.float64)).compute()
+        return evaluate(Team.of(parts), val, torch.zeros(7, dtype=torch.float64))[0].compute()
 
     before, losses = validate(), []
     for epoch in range(8):
         sums = torch.zeros(7, dtype=torch.float64)
-        train_epoch(parts, train, seed=epoch, sums=sums)
+        train_epoch(Team.of(parts), train, seed=epoch, sums=sums)
         losses.append(float(sums[0] / sums[2]))
     after = validate()
     assert losses[-1] < losses[0], losses
@@ -202,7 +204,7 @@ def test_pairs_train_through_raycache_train_on_a_filled_cache(filled):
         "embedding_dim": 8, "lr": 0.02, "batch_size": 64, "num_workers": 0, "progress": False,
         "monitor": "val_auc"})
     first, last = run.history[0], run.history[-1]
-    assert run.spec.recipe.mode == "max" and run.spec.head.label == ""
+    assert run.spec.recipe.evaluation.mode == "max" and run.spec.head.label == ""
     assert last["train_loss"] < first["train_loss"] and last["val_auc"] > 0.9, last
     assert first["train_rows"] + first["val_rows"] == 900 and 100 < first["val_rows"] < 300
     head = run.load_head()

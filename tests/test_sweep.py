@@ -60,9 +60,10 @@ def test_a_stack_steps_each_member_as_its_own_torch_optimizer_would(optimizer):
     name, nesterov = optimizer.removesuffix("-nesterov"), optimizer.endswith("-nesterov")
     settings = [(0.05, 0.0, 0.9, 0.0), (0.01, 0.1, 0.5, 0.1), (0.2, 0.01, 0.0, 0.2),
                 (0.02, 0.0, 0.9, 0.0)]  # lr, weight_decay, momentum, label_smoothing
-    recipes = [SimpleNamespace(optimizer=name, lr=lr, weight_decay=wd,
-                               momentum=mom if not nesterov else 0.9, nesterov=nesterov,
-                               label_smoothing=ls, grad_clip=0.5)
+    recipes = [SimpleNamespace(optim=SimpleNamespace(optimizer=name, lr=lr, weight_decay=wd,
+                                                     momentum=mom if not nesterov else 0.9,
+                                                     nesterov=nesterov, grad_clip=0.5),
+                               loss=SimpleNamespace(label_smoothing=ls))
                for lr, wd, mom, ls in settings]
     weights = (1.0, 2.0, 0.5)
     torch.manual_seed(0)
@@ -79,12 +80,12 @@ def test_a_stack_steps_each_member_as_its_own_torch_optimizer_would(optimizer):
         for i, (head, opt, r) in enumerate(zip(lone, opts, recipes, strict=True)):
             out = head(x)
             loss = torch.nn.functional.cross_entropy(out, y, torch.tensor(weights),
-                                                     label_smoothing=r.label_smoothing)
+                                                     label_smoothing=r.loss.label_smoothing)
             torch.testing.assert_close(values[i], loss.detach())
             assert hits[i] == (out.argmax(-1) == y).sum()
             if active[i]:
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(head.parameters(), r.grad_clip)
+                torch.nn.utils.clip_grad_norm_(head.parameters(), r.optim.grad_clip)
                 opt.step()
                 opt.zero_grad()
         frozen = stack.module.weight[3].clone()
@@ -179,10 +180,10 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
 @pytest.mark.timeout(300)
 def test_a_sweep_of_linear_heads_trains_as_one_stack_and_each_ends_as_a_lone_run(store,
                                                                                 monkeypatch):
-    from raycache.train import loop
+    from raycache.train import assemble
 
     built = []
-    monkeypatch.setattr(loop, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
+    monkeypatch.setattr(assemble, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
     sweep = {"lr": [0.01, 0.05], "label_smoothing": [0.0, 0.1]}
     run = raycache.train(cfg(store, sweep=sweep, grad_clip=1.0, run_name="stacked"))
     assert len(built) == 1 and built[0].module.weight.shape[0] == 4

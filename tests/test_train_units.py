@@ -13,10 +13,11 @@ import torch
 import torch.distributed as dist
 
 from raycache.cache.store import Store
+from raycache.core.config import load
 from raycache.errors import ConfigError
 from raycache.heads.specs import HEAD_CONFIG, HeadSpec, build_head
 from raycache.train import checkpoint as ckpt
-from raycache.train.config import TrainConfig
+from raycache.train.config import LossConfig, TrainConfig
 from raycache.train.metrics_log import CURVES, METRICS, TENSORBOARD, write_artifacts
 from raycache.train.optim import OPTIMIZERS, SCHEDULES, Schedule, build_optimizer
 from raycache.train.plan import load_config as load_train
@@ -30,7 +31,7 @@ HEAD = HeadSpec(head="linear", in_dim=4, num_classes=3, hidden=(), dropout=0.0,
 
 
 def recipe(**over) -> Recipe:
-    return Recipe.from_config(TrainConfig(cache="c", **over))
+    return Recipe.from_config(load(TrainConfig, {"cache": "c", **over}))
 
 
 def spec(tmp_path, **over) -> RunSpec:
@@ -45,7 +46,7 @@ def test_runspec_is_frozen_and_its_digest_follows_what_decides_the_result(tmp_pa
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.placement = "gpu"
     with pytest.raises(dataclasses.FrozenInstanceError):
-        s.recipe.lr = 1.0
+        s.recipe.optim.lr = 1.0
     assert s.digest() == spec(tmp_path).digest() == digest(HEAD, recipe())
     assert spec(tmp_path, lr=0.5).digest() != s.digest()
     assert dataclasses.replace(s, placement="stream").digest() == s.digest()  # placement: how,
@@ -70,8 +71,8 @@ def test_config_problems_name_value_expectation_and_fix():
                  "use precision: bfloat16 on CPU", "num_workers=-1", "class_weights='inverse'",
                  "mode='up'", "label_smoothing=1.0"):
         assert part in text, text
-    assert load_train({"cache": "c", "num_workers": 0}).num_workers == 0
-    assert load_train({"cache": "c"}).num_workers == "auto"
+    assert load_train({"cache": "c", "num_workers": 0}).resources.num_workers == 0
+    assert load_train({"cache": "c"}).resources.num_workers == "auto"
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
@@ -95,10 +96,10 @@ def test_every_optimizer_reduces_the_loss(name):
 
 
 def lrs(r: Recipe, spe: int, epoch_values=None) -> list[float]:
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=r.lr)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=r.optim.lr)
     s = Schedule(opt, r, spe)
     out = []
-    for epoch in range(r.epochs):
+    for epoch in range(r.loop.epochs):
         for _ in range(spe):
             out.append(opt.param_groups[0]["lr"])
             s.step_batch()
@@ -150,7 +151,9 @@ class Fixed:
 
 
 def one_epoch(tmp_path, model=None, **over):
-    from raycache.train.loop import build_parts, train_epoch
+    from raycache.train.assemble import build_parts
+    from raycache.train.epoch import train_epoch
+    from raycache.train.team import Team
 
     s = spec(tmp_path, optimizer="sgd", momentum=0.0, lr=0.5, **over)
     torch.manual_seed(0)
@@ -158,7 +161,7 @@ def one_epoch(tmp_path, model=None, **over):
     if model is not None:
         parts.model = model(parts.base)
     sums = torch.zeros(7, dtype=torch.float64)
-    train_epoch(parts, Fixed(*data()), seed=0, sums=sums)
+    train_epoch(Team.of(parts), Fixed(*data()), seed=0, sums=sums)
     return parts, sums
 
 
@@ -205,21 +208,21 @@ def test_gradient_clipping_bounds_the_update(tmp_path):
 def test_bf16_autocast_trains_on_cpu(tmp_path):
     parts, sums = one_epoch(tmp_path, batch_size=16, precision="bfloat16")
     assert sums[2] == 64 and torch.isfinite(sums[0])
-    from raycache.train.loop import autocast
+    from raycache.train.epoch import autocast
 
     with autocast(parts):
         assert parts.base(torch.zeros(1, 4)).dtype == torch.bfloat16
 
 
 def test_fp16_on_a_cpu_worker_is_a_clear_error(tmp_path):
-    from raycache.train.loop import build_parts
+    from raycache.train.assemble import build_parts
 
     with pytest.raises(RuntimeError, match="float16' needs a CUDA device.*bfloat16"):
-        build_parts(spec(tmp_path, precision="float16"), torch.device("cpu"), 64)
+        build_parts(spec(tmp_path, precision="float16", use_gpu=True), torch.device("cpu"), 64)
 
 
 def test_compile_falls_back_to_eager_with_a_message(monkeypatch, capsys):
-    from raycache.train.loop import compile_or_eager
+    from raycache.train.assemble import compile_or_eager
 
     def broken(model):
         raise RuntimeError("no backend here")
@@ -237,14 +240,16 @@ def test_label_smoothing_and_class_weights_change_the_loss(tmp_path):
     assert smooth != plain
     from raycache.train.run import class_weights
 
-    cfg = TrainConfig(cache="c", class_weights="balanced")
+    cfg = TrainConfig(cache="c", loss=LossConfig(class_weights="balanced"))
     assert class_weights(cfg, np.array([30, 10, 20])) == pytest.approx((60 / 90, 2.0, 1.0))
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_empty_cache_every_and_fp16_on_gpu(tmp_path, monkeypatch):
-    from raycache.train.loop import build_parts, train_epoch
+    from raycache.train.assemble import build_parts
+    from raycache.train.epoch import train_epoch
+    from raycache.train.team import Team
 
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
@@ -252,8 +257,8 @@ def test_empty_cache_every_and_fp16_on_gpu(tmp_path, monkeypatch):
                                  batch_size=8, use_gpu=True), use_gpu=True)
     parts = build_parts(s, torch.device("cuda"), 64)
     x, y = data()
-    train_epoch(parts, Fixed(x.cuda(), y.cuda()), 0, torch.zeros(7, dtype=torch.float64,
-                                                                  device="cuda"))
+    train_epoch(Team.of(parts), Fixed(x.cuda(), y.cuda()), 0,
+                torch.zeros(7, dtype=torch.float64, device="cuda"))
     assert parts.scaler.is_enabled() and len(calls) == 4  # 8 steps, every 2nd
 
 
@@ -273,7 +278,7 @@ def test_checkpoint_folder_holds_the_whole_state_and_load_head_needs_no_ray(tmp_
     assert ckpt.read_state(store, found)["progress"] == {"epoch": 3}
     saved = json.loads(store.read_bytes(f"{found}/{HEAD_CONFIG}"))
     assert saved["head"]["encoder_configs"]["e"]["kind"] == "torch"
-    code = ("import sys; from raycache.predict import load_head; "
+    code = ("import sys; from raycache.heads.loaded import load_head; "
             f"h = load_head({found!r}); print(h.predict_embeddings([[0, 0, 0, 1]]).tolist()); "
             "assert not any(m == 'ray' or m.startswith('ray.') for m in sys.modules), 'ray'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -378,3 +383,25 @@ def test_streamed_share_reads_the_next_pass_ahead_with_the_same_rows_in_the_same
     assert val.ahead is not None and val.ahead[0] is None
     second = [torch.cat(t) for t in zip(*val.batches(64, seed=None), strict=True)]
     assert torch.equal(first[0], second[0])
+
+
+def test_every_recipe_group_setting_is_part_of_the_digest_and_flat_keys_still_load(tmp_path):
+    from raycache.train.config import FLAT, GROUPS
+    from raycache.train.sweep.grid import KEYS
+
+    settings = dataclasses.asdict(recipe())
+    for f in dataclasses.fields(Recipe):
+        if dataclasses.is_dataclass(f.type) or f.name in GROUPS:
+            group = settings[f.name]
+            for g in dataclasses.fields(GROUPS.get(f.name, type(getattr(recipe(), f.name)))):
+                assert g.name in group or (f.name, g.name) in {("optim", "encoder_lr"),
+                                                               ("pairs", g.name)}
+    flat = load_train({"cache": "c", "lr": 0.01, "schedule": "cosine", "checkpoint_every": 2,
+                       "patience": 3, "sweep": {"lr": [0.1, 0.2]}})
+    grouped = load_train({"cache": "c", "optim": {"lr": 0.01}, "schedule": {"kind": "cosine"},
+                          "checkpoints": {"every": 2}, "evaluation": {"patience": 3},
+                          "sweep": {"lr": [0.1, 0.2]}})
+    assert flat == grouped and FLAT["lr"] == ("optim", "lr")
+    assert {"optim.lr", "optim.weight_decay", "head", "groups.loss"} <= set(KEYS)
+    assert digest(HEAD, recipe(lr=0.5)) != digest(HEAD, recipe())
+    assert digest(HEAD, recipe(gamma=0.5)) != digest(HEAD, recipe())

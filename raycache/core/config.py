@@ -51,6 +51,8 @@ def load(cls: type[T], data: dict[str, Any] | str | Path | T,
             if not path.is_file():
                 raise ConfigError([f"config file {str(path)!r} does not exist; check the path"])
             data = yaml.safe_load(path.read_text()) or {}
+        if hasattr(cls, "moved"):  # settings that moved since (e.g. flat keys into groups)
+            data = cls.moved(data)
         problems: list[str] = []
         obj = _build(cls, data, cls.__name__, problems)
         if problems:

@@ -72,7 +72,7 @@ def param_groups(model: nn.Module, extra: list[nn.Parameter], recipe: Any) -> li
     encoders at encoder_lr (lr when it is not set)."""
     if not isinstance(model, Joint):
         return [{"params": [*model.parameters(), *extra]}]
-    peak = recipe.encoder_lr or recipe.lr
+    peak = recipe.optim.encoder_lr or recipe.optim.lr
     return [{"params": [*model.head.parameters(), *extra]},
             {"params": list(model.encoders.parameters()), "peak_lr": peak, "lr": peak}]
 

@@ -13,14 +13,14 @@ __all__ = ["FUSED", "OPTIMIZERS", "SCHEDULES", "Schedule", "build_optimizer"]
 Params = Iterable[torch.nn.Parameter]
 
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
-    "adamw": lambda p, r, **kw: torch.optim.AdamW(p, lr=r.lr, weight_decay=r.weight_decay, **kw),
-    "adam": lambda p, r, **kw: torch.optim.Adam(p, lr=r.lr, weight_decay=r.weight_decay, **kw),
-    "sgd": lambda p, r, **kw: torch.optim.SGD(p, lr=r.lr, momentum=r.momentum,
-                                              nesterov=r.nesterov, weight_decay=r.weight_decay,
+    "adamw": lambda p, o, **kw: torch.optim.AdamW(p, lr=o.lr, weight_decay=o.weight_decay, **kw),
+    "adam": lambda p, o, **kw: torch.optim.Adam(p, lr=o.lr, weight_decay=o.weight_decay, **kw),
+    "sgd": lambda p, o, **kw: torch.optim.SGD(p, lr=o.lr, momentum=o.momentum,
+                                              nesterov=o.nesterov, weight_decay=o.weight_decay,
                                               **kw),
-    "rmsprop": lambda p, r, **kw: torch.optim.RMSprop(p, lr=r.lr, momentum=r.momentum,
-                                                      weight_decay=r.weight_decay, **kw),
-    "adagrad": lambda p, r, **kw: torch.optim.Adagrad(p, lr=r.lr, weight_decay=r.weight_decay,
+    "rmsprop": lambda p, o, **kw: torch.optim.RMSprop(p, lr=o.lr, momentum=o.momentum,
+                                                      weight_decay=o.weight_decay, **kw),
+    "adagrad": lambda p, o, **kw: torch.optim.Adagrad(p, lr=o.lr, weight_decay=o.weight_decay,
                                                       **kw),
 }
 """name -> builder(params, recipe, **torch options) where recipe has lr, weight_decay,
@@ -32,11 +32,12 @@ FUSED = ("adamw", "adam", "sgd", "adagrad")
 def build_optimizer(params: Params, recipe: Any, fused: bool = False) -> torch.optim.Optimizer:
     """The recipe's optimizer; `fused`: its fused implementation where it has one (a sweep's
     many small heads step at a fraction of the per-tensor implementation's overhead)."""
-    if recipe.nesterov and recipe.optimizer == "sgd" and recipe.momentum <= 0:
-        raise ValueError(f"nesterov: true needs momentum > 0 (got momentum={recipe.momentum}); "
+    if recipe.optim.nesterov and recipe.optim.optimizer == "sgd" and recipe.optim.momentum <= 0:
+        raise ValueError("nesterov: true needs momentum > 0 (got momentum="
+                         f"{recipe.optim.momentum}); "
                          "set momentum: 0.9, or nesterov: false")
-    options = {"fused": True} if fused and recipe.optimizer in FUSED else {}
-    return OPTIMIZERS[recipe.optimizer](params, recipe, **options)
+    options = {"fused": True} if fused and recipe.optim.optimizer in FUSED else {}
+    return OPTIMIZERS[recipe.optim.optimizer](params, recipe.optim, **options)
 
 
 # Multipliers of the peak LR at optimizer step `t` of `total` (after warmup), per schedule.
@@ -53,7 +54,7 @@ def _linear(t: int, total: int, r: Any, spe: int) -> float:
 
 
 def _step(t: int, total: int, r: Any, spe: int) -> float:
-    return r.gamma ** (t // max(r.step_epochs * spe, 1))
+    return r.schedule.gamma ** (t // max(r.schedule.step_epochs * spe, 1))
 
 
 def _one_cycle(t: int, total: int, r: Any, spe: int) -> float:
@@ -81,7 +82,7 @@ class Schedule:
 
     def __init__(self, opt: torch.optim.Optimizer, recipe: Any, steps_per_epoch: int):
         self.opt, self.recipe, self.spe = opt, recipe, max(steps_per_epoch, 1)
-        self.total = max(recipe.epochs * self.spe - recipe.warmup_steps, 1)
+        self.total = max(recipe.loop.epochs * self.spe - recipe.schedule.warmup_steps, 1)
         self.step_no = 0
         self.plateau_scale = 1.0
         self.best: float | None = None
@@ -90,19 +91,20 @@ class Schedule:
 
     def factor(self) -> float:
         r, t = self.recipe, self.step_no
-        if t < r.warmup_steps:
-            return (t + 1) / (r.warmup_steps + 1)
-        fn = SCHEDULES[r.schedule]
-        body = self.plateau_scale if fn is None else fn(t - r.warmup_steps, self.total, r, self.spe)
+        if t < r.schedule.warmup_steps:
+            return (t + 1) / (r.schedule.warmup_steps + 1)
+        fn = SCHEDULES[r.schedule.kind]
+        t -= r.schedule.warmup_steps
+        body = self.plateau_scale if fn is None else fn(t, self.total, r, self.spe)
         return body
 
     def lr(self) -> float:
-        return self.recipe.lr * self.factor()
+        return self.recipe.optim.lr * self.factor()
 
     def _apply(self) -> None:
         factor = self.factor()
         for group in self.opt.param_groups:  # a group's own peak (e.g. encoder_lr), else lr
-            group["lr"] = group.get("peak_lr", self.recipe.lr) * factor
+            group["lr"] = group.get("peak_lr", self.recipe.optim.lr) * factor
 
     def step_batch(self) -> None:
         self.step_no += 1
@@ -110,14 +112,14 @@ class Schedule:
 
     def step_epoch(self, value: float | None, better: Callable[[float, float], bool]) -> None:
         """reduce-on-plateau: multiply the LR by gamma after plateau_patience flat epochs."""
-        if self.recipe.schedule != "plateau" or value is None:
+        if self.recipe.schedule.kind != "plateau" or value is None:
             return
         if self.best is None or better(value, self.best):
             self.best, self.bad_epochs = value, 0
         else:
             self.bad_epochs += 1
-            if self.bad_epochs > self.recipe.plateau_patience - 1:
-                self.plateau_scale *= self.recipe.gamma
+            if self.bad_epochs > self.recipe.schedule.plateau_patience - 1:
+                self.plateau_scale *= self.recipe.schedule.gamma
                 self.bad_epochs = 0
         self._apply()
 

@@ -23,10 +23,10 @@ def problems(cfg: TrainConfig) -> list[str]:
     if cfg.head not in HEADS and ":" not in cfg.head:
         out.append(f"head={cfg.head!r}: unknown; expected one of {sorted(HEADS)} "
                    "or 'package.module:function'")
-    if cfg.optimizer not in OPTIMIZERS:
-        out.append(f"optimizer={cfg.optimizer!r}: expected one of {sorted(OPTIMIZERS)}")
-    if cfg.schedule not in SCHEDULES:
-        out.append(f"schedule={cfg.schedule!r}: expected one of {sorted(SCHEDULES)}")
+    if cfg.optim.optimizer not in OPTIMIZERS:
+        out.append(f"optimizer={cfg.optim.optimizer!r}: expected one of {sorted(OPTIMIZERS)}")
+    if cfg.schedule.kind not in SCHEDULES:
+        out.append(f"schedule={cfg.schedule.kind!r}: expected one of {sorted(SCHEDULES)}")
     if cfg.objective not in OBJECTIVES:
         out.append(f"objective={cfg.objective!r}: unknown; expected one of "
                    f"{sorted(OBJECTIVES)}")

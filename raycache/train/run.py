@@ -153,8 +153,9 @@ def trainable_encoders(cfg: TrainConfig, cache: Cache, encoders: list[str]) -> d
     m = cache.manifest
     names = [e for e in encoders if m.encoder(e).trainable]
     problems = []
-    if cfg.encoder_lr is not None and not names:
-        problems.append(f"encoder_lr={cfg.encoder_lr}: cache {m.name} has no trainable encoder "
+    if cfg.optim.encoder_lr is not None and not names:
+        problems.append(f"encoder_lr={cfg.optim.encoder_lr}: cache {m.name} has no trainable "
+                        "encoder "
                         f"among {encoders}; leave encoder_lr out, or fill with trainable: true")
     if names and cfg.sweep:
         problems.append(f"sweep: trainable encoders {names} train one head per run; train "
@@ -208,8 +209,8 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
         stats = _label_stats(cache, label, column)
     counts = np.asarray(stats["counts"], dtype=np.int64)
     high = len(counts) - 1
-    if isinstance(cfg.class_weights, list) and len(cfg.class_weights) != len(counts):
-        raise ConfigError([f"class_weights has {len(cfg.class_weights)} values; the label "
+    if isinstance(cfg.loss.class_weights, list) and len(cfg.loss.class_weights) != len(counts):
+        raise ConfigError([f"class_weights has {len(cfg.loss.class_weights)} values; the label "
                            f"{label!r} has {len(counts)} classes (0..{high}): give one each"])
     return label, counts
 
@@ -229,19 +230,19 @@ def _label_stats(cache: Cache, label: str, column: Callable[[str], Any] | None =
 
 
 def class_weights(cfg: TrainConfig, counts: np.ndarray) -> tuple[float, ...] | None:
-    if cfg.class_weights == "balanced":
+    if cfg.loss.class_weights == "balanced":
         return tuple(float(counts.sum() / (len(counts) * max(c, 1))) for c in counts)
-    return tuple(float(w) for w in cfg.class_weights) if cfg.class_weights else None
+    return tuple(float(w) for w in cfg.loss.class_weights) if cfg.loss.class_weights else None
 
 
 def resolve_workers(cfg: TrainConfig, head: HeadSpec, rows: int) -> int:
     """auto: in-process for a cache under AUTO_LOCAL_BYTES of features; else DDP on every GPU
     (use_gpu) or on 2 CPU workers."""
-    if cfg.num_workers != "auto":
-        return int(cfg.num_workers)
+    if cfg.resources.num_workers != "auto":
+        return int(cfg.resources.num_workers)
     if rows * (head.in_dim * 4 + 8) < AUTO_LOCAL_BYTES:
         return 0
-    if cfg.use_gpu:
+    if cfg.resources.use_gpu:
         return max(int(_cluster(cfg).cluster_resources().get("GPU", 1)), 1)
     return 2
 
@@ -249,8 +250,8 @@ def resolve_workers(cfg: TrainConfig, head: HeadSpec, rows: int) -> int:
 def resolve_placement(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int) -> str:
     """auto: in memory (gpu with use_gpu, else cpu) when each worker's share takes under a
     quarter of its memory (the smallest node's, split between the workers); else stream."""
-    if cfg.placement != "auto":
-        return cfg.placement
+    if cfg.resources.placement != "auto":
+        return cfg.resources.placement
     if workers == 0:  # local mode: this process's machine
         import psutil
 
@@ -260,7 +261,7 @@ def resolve_placement(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int)
         memory = min(n["Resources"].get("memory", 0)
                      for n in _cluster(cfg).nodes() if n.get("Alive"))
     if rows * (head.in_dim * 4 + 8) / world < memory / 4 / world:
-        return "gpu" if cfg.use_gpu else "cpu"
+        return "gpu" if cfg.resources.use_gpu else "cpu"
     return "stream"
 
 
@@ -291,7 +292,8 @@ def sweep_members(cfg: TrainConfig, head: HeadSpec) -> tuple[Member, ...]:
 def selection(cfg: TrainConfig, recipe: Recipe) -> tuple[str, str]:
     """(metric, mode) that picks a sweep's best member: `select`, else the monitor's."""
     if cfg.select is None:
-        return recipe.monitor, (recipe.mode if cfg.select_mode == "auto" else cfg.select_mode)
+        ev = recipe.evaluation
+        return ev.monitor, (ev.mode if cfg.select_mode == "auto" else cfg.select_mode)
     if cfg.select_mode != "auto":
         return cfg.select, cfg.select_mode
     return cfg.select, "min" if cfg.select.endswith("loss") else "max"
@@ -347,12 +349,12 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
     spec = RunSpec(
         head=head, recipe=recipe, run_name=name, key=cache.manifest.key_column, rows=rows,
         placement=resolve_placement(cfg, head, held, workers), num_workers=workers,
-        use_gpu=cfg.use_gpu, class_weights=class_weights(cfg, counts), store=store,
+        use_gpu=cfg.resources.use_gpu, class_weights=class_weights(cfg, counts), store=store,
         shards=tuple((p, s.rows) for p, s in zip(cache.shard_paths(), cache.manifest.shards,
                                                   strict=True)),
         checks=tuple((s.bytes, s.sha256) for s in cache.manifest.shards) if cfg.verify else (),
-        run_dir=f"{runs_dir(cache)}/{name}", checkpoint_every=cfg.checkpoint_every,
-        checkpoint_seconds=cfg.checkpoint_seconds, prefetch_batches=cfg.prefetch_batches,
+        run_dir=f"{runs_dir(cache)}/{name}", checkpoint_every=cfg.checkpoints.every,
+        checkpoint_seconds=cfg.checkpoints.seconds, prefetch_batches=cfg.resources.prefetch_batches,
         progress=cfg.progress, sweep=sweep, select=select, select_mode=select_mode,
         views=views, view_encoders=view_encoders,
     )
@@ -431,7 +433,7 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     else:
         checked = check(cfg, store, landing.cache(), landing.column)
 
-    from raycache.train.loop import quiet_ray_train
+    from raycache.train.console import quiet_ray_train
 
     quiet_ray_train()
     cache, spec = prepare(cfg, checked, None if landing is None else
@@ -451,7 +453,8 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     base = {k: v for k, v in base.items() if v is not None}
     write_record(store, spec.run_dir, base, "running")
     try:
-        result = trainer(cache, spec, cfg.max_failures, cfg.cpus_per_worker).fit()
+        result = trainer(cache, spec, cfg.checkpoints.max_failures,
+                         cfg.resources.cpus_per_worker).fit()
         if result.error is not None:
             raise result.error
     except Exception as exc:
@@ -467,7 +470,7 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     if landing is not None:
         cache = landing.result().cache  # committed: the first epoch's validation waited for it
     out = _result(cache, spec, start, result.return_value or {})
-    best = {spec.recipe.monitor: _best(out, spec)}
+    best = {spec.recipe.evaluation.monitor: _best(out, spec)}
     if out.sweep:
         best = {spec.select: out.best[spec.select], "member": out.best["member"],
                 "settings": out.best["settings"]}
@@ -477,10 +480,11 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
 
 
 def _best(out: TrainResult, spec: RunSpec) -> float | None:
-    values = [m[spec.recipe.monitor] for m in out.history if spec.recipe.monitor in m]
+    monitor = spec.recipe.evaluation.monitor
+    values = [m[monitor] for m in out.history if monitor in m]
     if not values:
         return None
-    return max(values) if spec.recipe.mode == "max" else min(values)
+    return max(values) if spec.recipe.evaluation.mode == "max" else min(values)
 
 
 def _result(cache: Cache, spec: RunSpec, start: float, value: dict[str, Any]) -> TrainResult:

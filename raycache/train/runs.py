@@ -93,7 +93,13 @@ def list_runs(cache: Cache) -> list[RunInfo]:
             history = [json.loads(line) for line in store.read_bytes(metrics_path).splitlines()]
         out.append(RunInfo(
             name=name, status=status, epochs_done=len(history),
-            epochs=record.get("recipe", {}).get("epochs", 0), best=record.get("best", {}),
+            epochs=recipe_epochs(record.get("recipe", {})), best=record.get("best", {}),
             metrics=history[-1] if history else {}, updated=record.get("updated", ""),
         ))
     return sorted(out, key=lambda r: r.updated)
+
+
+def recipe_epochs(recipe: dict[str, Any]) -> int:
+    """A run record's epochs: under its recipe's loop group, or flat (records written before
+    the config was grouped)."""
+    return recipe.get("loop", {}).get("epochs", recipe.get("epochs", 0))

@@ -10,7 +10,16 @@ from typing import Any
 
 from raycache.cache.store import Store
 from raycache.heads.specs import HeadSpec
-from raycache.train.config import GroupsConfig, PairsConfig
+from raycache.train.config import (
+    EvalConfig,
+    GroupsConfig,
+    LoopConfig,
+    LossConfig,
+    OptimConfig,
+    PairsConfig,
+    ScheduleConfig,
+    TrainConfig,
+)
 
 __all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "digest", "sweep_record"]
 
@@ -19,56 +28,36 @@ RUN_SPEC_VERSION = 1
 
 @dataclass(frozen=True)
 class Recipe:
-    """How to train: the TrainConfig fields that shape the optimisation (see TrainConfig)."""
+    """How to train: the objective and TrainConfig's RECIPE_GROUPS, the groups themselves, so
+    that every setting of theirs reaches the workers and the run digest."""
 
-    epochs: int
-    batch_size: int
-    lr: float
-    weight_decay: float
-    optimizer: str
-    momentum: float
-    nesterov: bool
-    schedule: str
-    warmup_steps: int
-    step_epochs: int
-    gamma: float
-    plateau_patience: int
-    grad_accum: int
-    precision: str
-    grad_clip: float
-    label_smoothing: float
-    class_weights: tuple[float, ...] | str | None
-    monitor: str
-    mode: str
-    early_stopping: bool
-    patience: int
-    min_delta: float
-    compile: bool
-    empty_cache_every: int
-    val_fraction: float
-    seed: int
-    encoder_lr: float | None = None
+    loop: LoopConfig = LoopConfig()
+    optim: OptimConfig = OptimConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    loss: LossConfig = LossConfig()
+    evaluation: EvalConfig = EvalConfig()
     objective: str = "classification"
     groups: GroupsConfig = GroupsConfig()
     pairs: PairsConfig = PairsConfig()
-    distance: str = "cosine"
-    metrics_k: tuple[int, ...] = (1, 5, 10)
 
     @classmethod
-    def from_config(cls, cfg: Any) -> Recipe:
-        kw = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cls)}
-        if isinstance(kw["class_weights"], list):
-            kw["class_weights"] = tuple(float(w) for w in kw["class_weights"])
-        if kw["mode"] == "auto":
-            kw["mode"] = "min" if kw["monitor"].endswith("loss") else "max"
-        kw["metrics_k"] = tuple(kw["metrics_k"])
-        return cls(**kw)
+    def from_config(cls, cfg: TrainConfig) -> Recipe:
+        """The config's recipe groups as they are, but lists as tuples and `mode: auto`
+        resolved by the monitored metric."""
+        loss, ev = cfg.loss, cfg.evaluation
+        if isinstance(loss.class_weights, list):
+            loss = dataclasses.replace(
+                loss, class_weights=tuple(float(w) for w in loss.class_weights))
+        mode = ev.mode if ev.mode != "auto" else "min" if ev.monitor.endswith("loss") else "max"
+        ev = dataclasses.replace(ev, mode=mode, metrics_k=tuple(ev.metrics_k))
+        return cls(loop=cfg.loop, optim=cfg.optim, schedule=cfg.schedule, loss=loss,
+                   evaluation=ev, objective=cfg.objective, groups=cfg.groups, pairs=cfg.pairs)
 
     def better(self, new: float, old: float) -> bool:
         """Whether `new` improves on `old` by more than min_delta, in this recipe's mode."""
-        if self.mode == "max":
-            return new > old + self.min_delta
-        return new < old - self.min_delta
+        if self.evaluation.mode == "max":
+            return new > old + self.evaluation.min_delta
+        return new < old - self.evaluation.min_delta
 
 
 @dataclass(frozen=True)
@@ -165,10 +154,10 @@ def digest(head: HeadSpec, recipe: Recipe, sweep: dict[str, Any] | None = None,
     """A hash of what decides a run's result: the head (with the cache's fill), the recipe, a
     sweep's members and selection when there is one, and whether it trains on views."""
     settings = dataclasses.asdict(recipe)
-    if recipe.objective != "pairs":  # so runs of other objectives keep their names
+    if recipe.objective != "pairs":  # a pairs table's settings matter to pairs runs only
         settings.pop("pairs")
-    if recipe.encoder_lr is None:  # so runs without trainable encoders keep their names
-        settings.pop("encoder_lr")
+    if recipe.optim.encoder_lr is None:  # nor encoder_lr without trainable encoders
+        settings["optim"].pop("encoder_lr")
     what = {"head": head.to_dict(), "recipe": settings, "version": RUN_SPEC_VERSION,
             **(sweep or {}), **({"views": views} if views else {})}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()

@@ -167,7 +167,8 @@ class Landing:
         keys = self.column(spec.key)
         lo, hi = len(keys) * rank // spec.world, len(keys) * (rank + 1) // spec.world
         share = keys.slice(lo, hi - lo)
-        return len(share) - int(validation_mask(share, spec.recipe.val_fraction).true_count)
+        held_out = validation_mask(share, spec.recipe.evaluation.val_fraction)
+        return len(share) - int(held_out.true_count)
 
     def committed(self) -> dict[str, Any]:
         """What a run spec of the committed cache changes (waits for the commit; FillFailed)."""

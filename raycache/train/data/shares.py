@@ -163,7 +163,7 @@ class InMemory:
         table = load_share(spec, rank, spec.world)
         if table is None:
             return InMemory(None, spec, where), InMemory(None, spec, where)
-        mask = validation_mask(table.column(spec.key), spec.recipe.val_fraction)
+        mask = validation_mask(table.column(spec.key), spec.recipe.evaluation.val_fraction)
         train = table.filter(pc.invert(mask))
         ids = row_ids(train.column(spec.key)) if spec.views else None
         val = table.filter(mask).drop_columns([spec.key, *view_columns(spec)])
@@ -212,7 +212,7 @@ class Streamed:
         table = table.slice(start, stop - start)
         if first:
             self.masks[i] = np.asarray(validation_mask(table.column(spec.key),
-                                                       spec.recipe.val_fraction))
+                                                       spec.recipe.evaluation.val_fraction))
             if spec.views and not self.validation:
                 self.ids[i] = row_ids(table.column(spec.key))
         rows = np.flatnonzero(self.masks[i] if self.validation else ~self.masks[i])

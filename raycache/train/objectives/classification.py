@@ -31,8 +31,9 @@ class Classification:
         weight = (torch.tensor(spec.class_weights, dtype=torch.float32, device=device)
                   if spec.class_weights else None)
         self.criterion = torch.nn.CrossEntropyLoss(
-            weight=weight, label_smoothing=spec.recipe.label_smoothing).to(device)
-        self.classes, self.ks, self.device = spec.head.num_classes, spec.recipe.metrics_k, device
+            weight=weight, label_smoothing=spec.recipe.loss.label_smoothing).to(device)
+        self.classes, self.device = spec.head.num_classes, device
+        self.ks = spec.recipe.evaluation.metrics_k
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         loss = self.criterion(out, y)

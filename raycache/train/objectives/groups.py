@@ -82,11 +82,11 @@ class Groups:
 
     def __init__(self, spec: RunSpec, device: torch.device):
         r = spec.recipe
-        self.distance, self.ks, self.dim = r.distance, r.metrics_k, spec.head.width
+        self.distance, self.ks, self.dim = r.loss.distance, r.evaluation.metrics_k, spec.head.width
         self.gathers = r.groups.loss in GATHERING
-        self.criterion = build_loss(r.groups, r.distance, spec.head.num_classes,
+        self.criterion = build_loss(r.groups, r.loss.distance, spec.head.num_classes,
                                     spec.head.width).to(device)
-        self.miner = build_miner(r.groups, r.distance)
+        self.miner = build_miner(r.groups, r.loss.distance)
 
     def batch_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         pairs = self.miner(out, y) if self.miner is not None else None
@@ -139,16 +139,16 @@ class Retrieval:
 
 def problems(cfg: TrainConfig) -> list[str]:
     g, out = cfg.groups, []
-    if cfg.distance not in DISTANCES:
-        out.append(f"distance={cfg.distance!r}: expected one of {DISTANCES}")
+    if cfg.loss.distance not in DISTANCES:
+        out.append(f"distance={cfg.loss.distance!r}: expected one of {DISTANCES}")
     if g.loss not in LOSSES:
         return [*out, f"groups.loss={g.loss!r}: unknown; expected one of {LOSSES}"]
     miners = MINERS.get(g.loss, ("none",))
     if g.miner not in miners:
         out.append(f"groups.miner={g.miner!r}: {g.loss} takes one of {miners}; set "
                    "groups.miner to one of them (or leave it out)")
-    if g.loss in ("infonce", "mnr") and cfg.distance not in SIMILARITIES:
-        out.append(f"distance={cfg.distance!r}: groups.loss {g.loss} needs a similarity, "
+    if g.loss in ("infonce", "mnr") and cfg.loss.distance not in SIMILARITIES:
+        out.append(f"distance={cfg.loss.distance!r}: groups.loss {g.loss} needs a similarity, "
                    f"one of {SIMILARITIES}")
     if g.scale is not None and g.scale <= 0:
         out.append(f"groups.scale={g.scale}: must be > 0, e.g. 20")

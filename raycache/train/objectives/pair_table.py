@@ -189,7 +189,7 @@ def holders(spec: RunSpec, rank: int, device: torch.device) -> tuple[PairShare, 
     """This worker's (train, validation) pairs with their keys' embeddings, in host memory
     (device memory with placement: gpu)."""
     p = spec.recipe.pairs
-    parts = shares(read_pairs(p), p, spec.recipe.val_fraction, rank, spec.world)
+    parts = shares(read_pairs(p), p, spec.recipe.evaluation.val_fraction, rank, spec.world)
     wanted = pc.unique(pa.chunked_array([chunk for t in parts for c in ("left", "right")
                                          for chunk in t.column(c).chunks], pa.string()))
     keys, emb, ids = join(spec, wanted)

@@ -69,13 +69,13 @@ class Pairs:
 
     def __init__(self, spec: RunSpec, device: torch.device):
         r = spec.recipe
-        self.p, self.distance, self.dim = r.pairs, r.distance, spec.head.width
+        self.p, self.distance, self.dim = r.pairs, r.loss.distance, spec.head.width
         self.gathers = r.pairs.loss == "mnr"
-        self.criterion = build_loss(r.pairs, r.distance).to(device)
+        self.criterion = build_loss(r.pairs, r.loss.distance).to(device)
         if r.pairs.loss == "contrastive":
             # predicted similar: closer than halfway between the two margins
             mid = (self.criterion.pos_margin + self.criterion.neg_margin) / 2
-            self.threshold = mid if r.distance in SIMILARITIES else -mid
+            self.threshold = mid if r.loss.distance in SIMILARITIES else -mid
         else:
             self.threshold = 0.5
 
@@ -196,8 +196,8 @@ def problems(cfg: TrainConfig) -> list[str]:
     if not p.path:
         out.append("pairs.path: missing; name the pairs table (a Parquet or JSONL file of "
                    "two key columns and a score) for objective: pairs")
-    if cfg.distance not in DISTANCES:
-        out.append(f"distance={cfg.distance!r}: expected one of {DISTANCES}")
+    if cfg.loss.distance not in DISTANCES:
+        out.append(f"distance={cfg.loss.distance!r}: expected one of {DISTANCES}")
     if p.loss not in LOSSES:
         return [*out, f"pairs.loss={p.loss!r}: unknown; expected one of {LOSSES}"]
     if p.left == p.right:
@@ -205,8 +205,8 @@ def problems(cfg: TrainConfig) -> list[str]:
     if p.score is None and p.loss != "mnr":
         out.append(f"pairs.score is none, but pairs.loss {p.loss} needs a score or 0/1 label "
                    "column; name it, or use pairs.loss: mnr for a table of positive pairs")
-    if p.loss == "mnr" and cfg.distance not in SIMILARITIES:
-        out.append(f"distance={cfg.distance!r}: pairs.loss mnr needs a similarity, one of "
+    if p.loss == "mnr" and cfg.loss.distance not in SIMILARITIES:
+        out.append(f"distance={cfg.loss.distance!r}: pairs.loss mnr needs a similarity, one of "
                    f"{SIMILARITIES}")
     if p.scale <= 0:
         out.append(f"pairs.scale={p.scale}: must be > 0, e.g. 20")
@@ -215,7 +215,7 @@ def problems(cfg: TrainConfig) -> list[str]:
     for name in ("margin", "pos_margin"):
         if getattr(p, name) is not None and p.loss != "contrastive":
             out.append(f"pairs.{name} applies to pairs.loss contrastive only, not {p.loss}")
-    if cfg.class_weights is not None or cfg.label_smoothing:
+    if cfg.loss.class_weights is not None or cfg.loss.label_smoothing:
         out.append("class_weights and label_smoothing apply to objective classification, not "
                    "pairs; leave them out")
     return out

@@ -10,39 +10,57 @@ from collections.abc import Callable
 from typing import Any
 
 from raycache.core.config import parse_value
-from raycache.train.config import GroupsConfig, TrainConfig
+from raycache.train.config import FLAT, TrainConfig
 
-__all__ = ["KEYS", "MAX_MEMBERS", "apply", "members", "problems"]
+__all__ = ["KEYS", "MAX_MEMBERS", "apply", "dotted", "members", "problems"]
 
-KEYS: dict[str, str] = {
-    "lr": "peak learning rate, e.g. [1e-3, 3e-3]",
-    "weight_decay": "e.g. [0.0, 0.01]",
-    "momentum": "sgd and rmsprop momentum, e.g. [0.0, 0.9]",
-    "label_smoothing": "classification, e.g. [0.0, 0.1]",
-    "head": "head families, e.g. [linear, mlp]",
-    "hidden": "hidden widths per head, e.g. [[256], [512]]",
-    "dropout": "e.g. [0.0, 0.1]",
-    "groups.loss": "objective groups: losses, e.g. [triplet, infonce]",
-    "groups.miner": "objective groups: miners, e.g. [none, hard]",
-    "groups.margin": "objective groups: margins, e.g. [0.1, 0.2]",
-    "groups.scale": "objective groups: scales, e.g. [10, 20]",
-}
+
+
+def _keys() -> dict[str, str]:
+    """Every field declared sweepable (raycache.train.config.sweepable): TrainConfig's own
+    (head), and those of its groups (optim.lr, groups.loss)."""
+    out = {}
+    for f in dataclasses.fields(TrainConfig):
+        tp = typing.get_type_hints(TrainConfig)[f.name]
+        if "sweep" in f.metadata:
+            out[f.name] = f.metadata["sweep"]
+        elif dataclasses.is_dataclass(tp):
+            out.update({f"{f.name}.{g.name}": g.metadata["sweep"]
+                        for g in dataclasses.fields(tp) if "sweep" in g.metadata})
+    return out
+
+
+KEYS: dict[str, str] = _keys()
 """Settings a sweep may vary, with what each takes. The rest (epochs, batch size, seed, ...)
-must be shared: every member trains on the same batches."""
+must be shared: every member trains on the same batches. A grouped setting may also be named
+by its flat key (lr for optim.lr)."""
 MAX_MEMBERS = 256
 
 
-def _type(key: str) -> Any:
-    owner, _, name = key.rpartition(".")
-    return typing.get_type_hints(GroupsConfig if owner else TrainConfig)[name]
+def dotted(name: str) -> str:
+    """A sweep key in its dotted spelling (lr -> optim.lr)."""
+    return ".".join(FLAT[name]) if name in FLAT else name
+
+
+def _type(name: str) -> Any:
+    owner, _, field = name.rpartition(".")
+    hints = typing.get_type_hints(TrainConfig)
+    return typing.get_type_hints(hints[owner])[field] if owner else hints[field]
 
 
 def apply(cfg: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
     """The config of one member: `cfg` with these settings, and no sweep."""
-    top = {k: v for k, v in settings.items() if "." not in k}
-    groups = {k.split(".", 1)[1]: v for k, v in settings.items() if "." in k}
-    return dataclasses.replace(cfg, sweep={}, groups=dataclasses.replace(cfg.groups, **groups),
-                               **top)
+    top: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for name, value in settings.items():
+        owner, _, field = dotted(name).rpartition(".")
+        if owner:
+            nested.setdefault(owner, {})[field] = value
+        else:
+            top[field] = value
+    groups = {owner: dataclasses.replace(getattr(cfg, owner), **kw)
+              for owner, kw in nested.items()}
+    return dataclasses.replace(cfg, sweep={}, **groups, **top)
 
 
 def members(cfg: TrainConfig) -> list[dict[str, Any]]:
@@ -61,17 +79,18 @@ def problems(cfg: TrainConfig, check: Callable[[TrainConfig], list[str]]) -> lis
     if not cfg.sweep:
         return []
     out = []
-    for key, values in cfg.sweep.items():
+    for name, values in cfg.sweep.items():
+        key = dotted(name)
         if key not in KEYS:
-            out.append(f"sweep.{key}: not a setting a sweep can vary; expected one of "
+            out.append(f"sweep.{name}: not a setting a sweep can vary; expected one of "
                        f"{sorted(KEYS)} (settings like epochs or batch_size are shared by "
                        "every member)")
         elif not isinstance(values, list) or not values:
-            out.append(f"sweep.{key}={values!r}: expected a non-empty list of values to try, "
+            out.append(f"sweep.{name}={values!r}: expected a non-empty list of values to try, "
                        f"{KEYS[key]}")
         else:
             for i, v in enumerate(values):
-                parse_value(_type(key), v, f"sweep.{key}[{i}]", out)
+                parse_value(_type(key), v, f"sweep.{name}[{i}]", out)
     if out:
         return out
     count = len(members(cfg))

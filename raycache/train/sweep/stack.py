@@ -22,9 +22,10 @@ def stackable(bases: list[nn.Module], recipes: list[Any], learnable: bool) -> bo
     loss scaling."""
     return (all(plain_linear(b) is not None for b in bases)
             and not learnable
-            and all(r.objective == "classification" and r.precision != "float16"
+            and all(r.objective == "classification" and r.optim.precision != "float16"
                     for r in recipes)
-            and len({r.optimizer for r in recipes}) == 1 and recipes[0].optimizer in UPDATES)
+            and len({r.optim.optimizer for r in recipes}) == 1
+            and recipes[0].optim.optimizer in UPDATES)
 
 
 class StackedLinear(nn.Module):
@@ -65,11 +66,11 @@ class Stack:
         self.module = StackedLinear(self.layers)
         device = self.module.weight.device
         self.opt = StackedOptimizer([self.module.weight, self.module.bias], recipes)
-        self.smoothing = torch.tensor([r.label_smoothing for r in recipes], device=device)
-        self.smooth = any(r.label_smoothing > 0 for r in recipes)
+        self.smoothing = torch.tensor([r.loss.label_smoothing for r in recipes], device=device)
+        self.smooth = any(r.loss.label_smoothing > 0 for r in recipes)
         self.class_weights = (torch.tensor(class_weights, dtype=torch.float32, device=device)
                               if class_weights else None)
-        self.clip = recipes[0].grad_clip
+        self.clip = recipes[0].optim.grad_clip
 
     def push(self) -> None:
         """Members' heads -> the stack (after they were loaded from a checkpoint)."""

@@ -98,7 +98,7 @@ def _adagrad(p: torch.Tensor, g: torch.Tensor, s: Table, k: Table) -> None:
 UPDATES: dict[str, Callable[[Any], tuple[Callable[[Coefs], Table], Callable[..., None]]]] = {
     "adamw": lambda r: (_adam_table, _adam(decoupled=True)),
     "adam": lambda r: (_adam_table, _adam(decoupled=False)),
-    "sgd": lambda r: (_momentum_table, _sgd(r.nesterov)),
+    "sgd": lambda r: (_momentum_table, _sgd(r.optim.nesterov)),
     "rmsprop": lambda r: (_momentum_table, _rmsprop),
     "adagrad": lambda r: (_momentum_table, _adagrad),
 }
@@ -116,15 +116,15 @@ class StackedOptimizer:
     """The optimizer of stacked parameters ([M, ...] each), one member per recipe."""
 
     def __init__(self, params: list[torch.Tensor], recipes: list[Any]):
-        names = {r.optimizer for r in recipes}
+        names = {r.optim.optimizer for r in recipes}
         if len(names) != 1 or next(iter(names)) not in UPDATES:
             raise ValueError(f"a stacked sweep needs one optimizer of {sorted(UPDATES)} shared "
                              f"by every member; got {sorted(names)}")
-        self.name = recipes[0].optimizer
+        self.name = recipes[0].optim.optimizer
         self.params = params
         self.table, self.update = UPDATES[self.name](recipes[0])
-        self.wd = np.array([r.weight_decay for r in recipes], dtype=np.float64)
-        self.momentum = np.array([r.momentum for r in recipes], dtype=np.float64)
+        self.wd = np.array([r.optim.weight_decay for r in recipes], dtype=np.float64)
+        self.momentum = np.array([r.optim.momentum for r in recipes], dtype=np.float64)
         self.steps = np.zeros(len(recipes), dtype=np.float64)
         self.state = [{k: torch.zeros_like(p) for k in BUFFERS[self.name]} for p in params]
         self.members = [MemberOptimizer(self, i, r) for i, r in enumerate(recipes)]
@@ -155,8 +155,8 @@ class MemberOptimizer:
 
     def __init__(self, stack: StackedOptimizer, i: int, recipe: Any):
         self.stack, self.i = stack, i
-        self.param_groups = [{"lr": recipe.lr, "weight_decay": recipe.weight_decay,
-                              "momentum": recipe.momentum,
+        self.param_groups = [{"lr": recipe.optim.lr, "weight_decay": recipe.optim.weight_decay,
+                              "momentum": recipe.optim.momentum,
                               "params": list(range(len(stack.params)))}]
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,73 @@
+"""Which epoch each head keeps (best on `monitor`, early stopping), and a sweep's leader."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raycache.train.team import Parts, Progress, Team
+
+__all__ = ["end_sweep_epoch", "saved_epoch", "score", "sweep_rows", "track_best"]
+
+
+def track_best(parts: Parts, progress: Progress, metrics: dict[str, Any]) -> None:
+    """Best epoch on the monitored metric (its weights kept), and early stopping."""
+    r = parts.spec.recipe
+    value = metrics.get(r.evaluation.monitor)
+    if value is None:
+        raise RuntimeError(f"monitor={r.evaluation.monitor!r} is not a metric; expected one of "
+                           f"{sorted(k for k in metrics if k != 'placement')}")
+    if progress.best is None or r.better(value, progress.best):
+        progress.best, progress.best_epoch, progress.bad_epochs = value, metrics["epoch"], 0
+        parts.best_weights = {k: v.detach().cpu().clone()
+                              for k, v in parts.base.state_dict().items()}
+    else:
+        progress.bad_epochs += 1
+        ev = r.evaluation
+        progress.stopped = ev.early_stopping and progress.bad_epochs >= ev.patience
+    parts.schedule.step_epoch(value, r.better)
+
+
+def saved_epoch(parts: Parts, progress: Progress) -> dict[str, Any]:
+    """The metrics of the epoch whose weights a head saves: its best (early stopping), else
+    its last."""
+    use_best = parts.spec.recipe.evaluation.early_stopping and parts.best_weights is not None
+    epoch = progress.best_epoch if use_best else progress.history[-1]["epoch"]
+    return next(m for m in progress.history if m["epoch"] == epoch)
+
+
+def score(team: Team, i: int) -> float:
+    """Member i's value of the select metric, at the epoch whose weights it saves."""
+    spec, metrics = team.spec, saved_epoch(team.members[i], team.progress[i])
+    if spec.select not in metrics:
+        raise RuntimeError(f"select={spec.select!r} is not a metric; expected one of "
+                           f"{sorted(k for k in metrics if k != 'placement')}")
+    return metrics[spec.select]
+
+
+def end_sweep_epoch(team: Team, latest: list[dict[str, Any]]) -> None:
+    """A sweep's run-level progress after an epoch: the leader by the select metric, whose
+    metrics this epoch are the run's; stopped when every member has stopped."""
+    spec, run = team.spec, team.run
+    scores = [score(team, i) for i in range(len(team.members))]
+    pick = max if spec.select_mode == "max" else min
+    team.leader = scores.index(pick(scores))
+    lead = saved_epoch(team.members[team.leader], team.progress[team.leader])
+    run.epoch += 1
+    run.history.append({**latest[team.leader], "member": team.leader,
+                        "active": sum(not p.stopped for p in team.progress)})
+    run.best, run.best_epoch = scores[team.leader], lead["epoch"]
+    run.stopped = all(p.stopped for p in team.progress)
+
+
+def sweep_rows(team: Team) -> list[dict[str, Any]]:
+    """One record per member: its settings, score, best epoch, last metrics and history."""
+    out = []
+    for i, (m, progress) in enumerate(zip(team.spec.sweep, team.progress, strict=True)):
+        out.append({
+            "member": i, "settings": m.settings_dict(), team.spec.select: score(team, i),
+            "epoch": saved_epoch(team.members[i], progress)["epoch"],
+            "selected": i == team.leader, "stopped": progress.stopped,
+            "epochs": len(progress.history),
+            "metrics": {k: v for k, v in progress.history[-1].items() if k != "placement"},
+            "history": progress.history})
+    return out
