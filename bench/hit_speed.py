@@ -29,8 +29,8 @@ import torch
 
 import raycache
 from raycache.cache.store import Store
+from raycache.train.plan import check
 from raycache.train.plan import load_config as load_train
-from raycache.train.run import check
 
 DIM = 8
 

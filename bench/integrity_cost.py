@@ -28,7 +28,7 @@ from raycache.demo import MODEL
 from raycache.source.demo_data import stdlib_docs
 from raycache.train.data.shares import expected, load_share, pieces, read_piece
 from raycache.train.plan import load_config as load_train
-from raycache.train.run import prepare
+from raycache.train.plan import prepare
 
 
 def interleaved(variants: dict, repeats: int) -> dict[str, float]:

@@ -37,7 +37,7 @@ def test_a_hit_touches_nothing_of_the_store_but_the_manifest(tmp_path, monkeypat
 
 def test_training_takes_its_class_counts_from_the_manifest(tmp_path, monkeypatch):
     from raycache.cache.store import Store
-    from raycache.train.run import check
+    from raycache.train.plan import check
 
     pq.write_table(separable(n=120), tmp_path / "a.parquet")
     store = tmp_path / "store"

@@ -72,7 +72,7 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
     assert cache.read_table(limit=10).num_rows == 10  # shard 0 alone is sound
 
     from raycache.train.data.shares import InMemory, Streamed, load_share
-    from raycache.train.run import prepare
+    from raycache.train.plan import prepare
 
     _, spec = prepare(load_train({"cache": "toy", "store": {"uri": cache.store.uri},
                                          "num_workers": 0, "placement": "cpu"}))
@@ -87,7 +87,7 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
 
 def test_streamed_checks_each_shard_once_per_run(cache, monkeypatch):
     from raycache.train.data import shares
-    from raycache.train.run import prepare
+    from raycache.train.plan import prepare
 
     _, spec = prepare(load_train({"cache": "toy", "store": {"uri": cache.store.uri},
                                          "num_workers": 0, "placement": "stream"}))

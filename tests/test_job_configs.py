@@ -36,6 +36,24 @@ def test_config_loads_and_checks(path):
         assert "s3://" in text and "aws_secret" not in text.lower()
 
 
+@pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.name)
+def test_shipped_configs_use_the_grouped_spelling(path):
+    """Old flat keys (`lr: 0.01`) still load, but what we ship shows the spelling of today."""
+    from raycache.train.config import FLAT, GROUPS
+
+    data = yaml.safe_load(path.read_text())
+    train = data.get("train", {} if path.stem.startswith("fill") else data)
+    flat = sorted(set(train) & (set(FLAT) - set(GROUPS)))
+    assert not flat, f"{path.name}: flat keys {flat}; write them in their groups"
+
+
+def test_flat_keys_still_load_to_the_grouped_config():
+    grouped = load_train({"cache": "c", "optim": {"lr": 0.01}, "loop": {"epochs": 3},
+                          "schedule": {"kind": "cosine"}})
+    flat = load_train({"cache": "c", "lr": 0.01, "epochs": 3, "schedule": "cosine"})
+    assert flat == grouped and flat.optim.lr == 0.01 and flat.schedule.kind == "cosine"
+
+
 def test_a_broken_config_is_caught(tmp_path):
     bad = yaml.safe_load((JOBS / "configs" / "train-s3.yaml").read_text())
     bad["epoch"] = 3

@@ -238,7 +238,7 @@ def test_label_smoothing_and_class_weights_change_the_loss(tmp_path):
     plain = one_epoch(tmp_path, batch_size=64)[1][0]
     smooth = one_epoch(tmp_path, batch_size=64, label_smoothing=0.3)[1][0]
     assert smooth != plain
-    from raycache.train.run import class_weights
+    from raycache.train.plan import class_weights
 
     cfg = TrainConfig(cache="c", loss=LossConfig(class_weights="balanced"))
     assert class_weights(cfg, np.array([30, 10, 20])) == pytest.approx((60 / 90, 2.0, 1.0))

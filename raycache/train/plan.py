@@ -1,16 +1,33 @@
-"""A training config checked against the registries it names: heads, optimizers, schedules,
-objectives and the sweep (above both the config and the registries)."""
+"""A training run planned on the driver: the config checked against the registries it names
+(heads, optimizers, schedules, objectives, the sweep) and against the cache, and the RunSpec
+built once from both; no Ray."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from raycache.core.config import load
-from raycache.heads import HEADS
-from raycache.train.config import TrainConfig
+import numpy as np
+import pyarrow.compute as pc
 
-__all__ = ["load_config", "problems"]
+from raycache.cache.committed import Cache, open_cache
+from raycache.cache.store import Store
+from raycache.core.config import load
+from raycache.encoders.config import EncoderConfig
+from raycache.errors import ConfigError
+from raycache.heads import HEADS
+from raycache.heads.specs import HeadSpec
+from raycache.train.config import TrainConfig
+from raycache.train.objectives import OBJECTIVES
+from raycache.train.runs import read_record, runs_dir
+from raycache.train.runspec import Member, Recipe, RunSpec, digest, sweep_record
+from raycache.train.sweep.grid import apply, members
+
+__all__ = ["AUTO_LOCAL_BYTES", "check", "cluster", "config_problems", "guard_run_folder",
+           "load_config", "prepare", "problems", "resolve_views"]
 
 
 def problems(cfg: TrainConfig) -> list[str]:
@@ -32,10 +49,10 @@ def problems(cfg: TrainConfig) -> list[str]:
                    f"{sorted(OBJECTIVES)}")
     else:
         out += OBJECTIVES[cfg.objective].problems(cfg)
-    return out + sweep_problems(cfg, check)
+    return out + sweep_problems(cfg, config_problems)
 
 
-def check(cfg: TrainConfig) -> list[str]:
+def config_problems(cfg: TrainConfig) -> list[str]:
     """Every problem of `cfg`: its local checks and those against the registries."""
     return cfg.problems() + problems(cfg)
 
@@ -43,3 +60,277 @@ def check(cfg: TrainConfig) -> list[str]:
 def load_config(data: TrainConfig | dict[str, Any] | str | Path) -> TrainConfig:
     """A TrainConfig from a dict, a YAML path or an instance, every problem in one ConfigError."""
     return load(TrainConfig, data, problems)
+
+
+AUTO_LOCAL_BYTES = 512 * 2**20
+"""num_workers: auto trains in-process (Ray Train local mode) below this many feature bytes."""
+
+
+def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
+          column: Callable[[str], Any] | None = None) -> tuple[Cache, HeadSpec, np.ndarray]:
+    """Check the config against the cache (a fill under way: `cache` with no shards yet, and
+    `column` reads a label column from its source); the head's spec and the class counts."""
+    cache = cache or open_cache(cfg.cache, store, cfg.fingerprint)
+    m = cache.manifest
+    problems = []
+    have = [e.name for e in m.encoders]
+    encoders = cfg.encoders or have
+    problems += [f"encoders: {e!r} is not in cache {m.name}/{m.fingerprint}; it holds {have}"
+                 for e in encoders if e not in have]
+    family = OBJECTIVES[cfg.objective]
+    if family.data_problems is not None:
+        problems += family.data_problems(cfg, cache)
+    if family.labels == "none":  # the objective reads no label column
+        if problems:
+            raise ConfigError(problems)
+        label, counts = "", np.zeros(0, dtype=np.int64)
+    else:
+        label, counts = class_counts(cfg, cache, problems, column)
+    classes = len(counts)
+    saved = m.extra.get("encoder_configs", {})
+    trainable = trainable_encoders(cfg, cache, encoders)
+    head = HeadSpec(
+        head=cfg.head, in_dim=sum(m.encoder(e).dim for e in encoders if e not in trainable)
+        + sum(trainable.values()),
+        num_classes=classes, hidden=tuple(cfg.hidden), dropout=cfg.dropout,
+        objective=cfg.objective, out_dim=family.out_dim(cfg, classes),
+        normalize=cfg.normalize,
+        encoders=tuple(encoders), label=label, cache=m.name, fingerprint=m.fingerprint,
+        encoder_configs={e: saved[e] for e in encoders if e in saved},
+        weights_digests={e: m.encoder(e).weights_digest for e in encoders
+                         if e not in trainable},
+        trainable=tuple(trainable),
+    )
+    return cache, head, counts
+
+
+def trainable_encoders(cfg: TrainConfig, cache: Cache, encoders: list[str]) -> dict[str, int]:
+    """The trainable encoders among `encoders`, with their output widths (checked: what
+    training them needs)."""
+    from raycache.heads.joint import output_dim
+
+    m = cache.manifest
+    names = [e for e in encoders if m.encoder(e).trainable]
+    problems = []
+    if cfg.optim.encoder_lr is not None and not names:
+        problems.append(f"encoder_lr={cfg.optim.encoder_lr}: cache {m.name} has no trainable "
+                        "encoder "
+                        f"among {encoders}; leave encoder_lr out, or fill with trainable: true")
+    if names and cfg.sweep:
+        problems.append(f"sweep: trainable encoders {names} train one head per run; train "
+                        "each setting as its own run, or leave the trainable encoders out "
+                        "with `encoders:`")
+    if names and m.extra.get("views") and cfg.views is not False:
+        problems.append(f"views: cache {m.name} holds augmentation views, which do not train "
+                        f"with the trainable encoders {names} yet; set views: false, or leave "
+                        "the trainable encoders out with `encoders:`")
+    if names and OBJECTIVES[cfg.objective].holders is not None:
+        problems.append(f"objective={cfg.objective!r} reads its own batches and cannot train "
+                        f"the trainable encoders {names}; leave them out with `encoders:`")
+    if problems:
+        raise ConfigError(problems)
+    saved = m.extra.get("encoder_configs", {})
+    out = {}
+    for name in names:
+        out[name] = m.encoder(name).dim
+        if not out[name]:  # the torch family's width shows only when it runs
+            column = m.encoder(name).column
+            sample = cache.read_table([column], limit=2, verify=False).column(column)
+            out[name] = output_dim(EncoderConfig(**saved[name]), sample)
+    return out
+
+
+def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
+                 column: Callable[[str], Any] | None = None) -> tuple[str, np.ndarray]:
+    """The label column and its class counts, checked (with the problems found so far;
+    `column` reads the label column elsewhere than from the cache's shards)."""
+    m, family = cache.manifest, OBJECTIVES[cfg.objective]
+    label = cfg.label or (m.label_columns[0] if m.label_columns else None)
+    if label is None:
+        problems.append(f"cache {m.name} has no label column; fill it with source.labels set")
+    elif label not in m.label_columns:
+        problems.append(f"label={label!r} is not cached; the cache holds {m.label_columns}")
+    elif not m.label_types[label].startswith(("int", "uint")):
+        ids = "group" if family.labels == "groups" else "class"
+        problems.append(
+            f"label column {label!r} holds {m.label_types[label]} values; objective "
+            f"{cfg.objective!r} needs integer {ids} ids 0..K-1. Map the labels to integers in "
+            "the source and fill again, or name an integer label column with `label:`")
+    if problems:
+        raise ConfigError(problems)
+    stats = m.label_stats.get(label) or _label_stats(cache, label, column)
+    if stats["nulls"]:
+        raise ConfigError([f"label column {label!r} has {stats['nulls']} empty values"])
+    low = stats["min"]
+    if low is None or low < 0:
+        raise ConfigError([f"label column {label!r}: smallest class id is {low}; expected >= 0"])
+    if "counts" not in stats:
+        stats = _label_stats(cache, label, column)
+    counts = np.asarray(stats["counts"], dtype=np.int64)
+    high = len(counts) - 1
+    if isinstance(cfg.loss.class_weights, list) and len(cfg.loss.class_weights) != len(counts):
+        raise ConfigError([f"class_weights has {len(cfg.loss.class_weights)} values; the label "
+                           f"{label!r} has {len(counts)} classes (0..{high}): give one each"])
+    return label, counts
+
+
+def _label_stats(cache: Cache, label: str, column: Callable[[str], Any] | None = None
+                 ) -> dict[str, Any]:
+    """What the manifest's label_stats holds (caches before format 3 lack it, and a fill still
+    running has none): one read of the label column, from `column` where given, else of every
+    shard (unchecked here: the workers check what they read)."""
+    labels = (column(label) if column else
+              cache.read_table(columns=[label], verify=False).column(label))
+    low, high = pc.min(labels).as_py(), pc.max(labels).as_py()
+    out = {"nulls": labels.null_count, "min": low, "max": high}
+    if not labels.null_count and low is not None and low >= 0:
+        out["counts"] = np.bincount(labels.to_numpy(), minlength=int(high) + 1).tolist()
+    return out
+
+
+def class_weights(cfg: TrainConfig, counts: np.ndarray) -> tuple[float, ...] | None:
+    if cfg.loss.class_weights == "balanced":
+        return tuple(float(counts.sum() / (len(counts) * max(c, 1))) for c in counts)
+    return tuple(float(w) for w in cfg.loss.class_weights) if cfg.loss.class_weights else None
+
+
+def resolve_workers(cfg: TrainConfig, head: HeadSpec, rows: int) -> int:
+    """auto: in-process for a cache under AUTO_LOCAL_BYTES of features; else DDP on every GPU
+    (use_gpu) or on 2 CPU workers."""
+    if cfg.resources.num_workers != "auto":
+        return int(cfg.resources.num_workers)
+    if rows * (head.in_dim * 4 + 8) < AUTO_LOCAL_BYTES:
+        return 0
+    if cfg.resources.use_gpu:
+        return max(int(cluster(cfg).cluster_resources().get("GPU", 1)), 1)
+    return 2
+
+
+def resolve_placement(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int) -> str:
+    """auto: in memory (gpu with use_gpu, else cpu) when each worker's share takes under a
+    quarter of its memory (the smallest node's, split between the workers); else stream."""
+    if cfg.resources.placement != "auto":
+        return cfg.resources.placement
+    if workers == 0:  # local mode: this process's machine
+        import psutil
+
+        world, memory = 1, psutil.virtual_memory().total
+    else:
+        world = workers
+        memory = min(n["Resources"].get("memory", 0)
+                     for n in cluster(cfg).nodes() if n.get("Alive"))
+    if rows * (head.in_dim * 4 + 8) / world < memory / 4 / world:
+        return "gpu" if cfg.resources.use_gpu else "cpu"
+    return "stream"
+
+
+def sweep_members(cfg: TrainConfig, head: HeadSpec) -> tuple[Member, ...]:
+    """The sweep's members, each with its own head and recipe (none without a sweep)."""
+    out = []
+    for settings in members(cfg):
+        c = apply(cfg, settings)
+        out.append(Member(
+            settings=tuple((k, tuple(v) if isinstance(v, list) else v)
+                           for k, v in settings.items()),
+            head=dataclasses.replace(head, head=c.head, hidden=tuple(c.hidden),
+                                     dropout=c.dropout),
+            recipe=Recipe.from_config(c)))
+    return tuple(out)
+
+
+def selection(cfg: TrainConfig, recipe: Recipe) -> tuple[str, str]:
+    """(metric, mode) that picks a sweep's best member: `select`, else the monitor's."""
+    if cfg.select is None:
+        ev = recipe.evaluation
+        return ev.monitor, (ev.mode if cfg.select_mode == "auto" else cfg.select_mode)
+    if cfg.select_mode != "auto":
+        return cfg.select, cfg.select_mode
+    return cfg.select, "min" if cfg.select.endswith("loss") else "max"
+
+
+def resolve_views(cfg: TrainConfig, cache: Cache, head: HeadSpec) -> tuple[int, tuple[str, ...]]:
+    """(K, encoders) of the views the run trains on: auto uses them when the cache has views
+    of the head's encoders and the objective reads the cache's rows itself; (0, ()) for none."""
+    views = cache.manifest.extra.get("views")
+    have = tuple(e for e in head.encoders if views and e in views["encoders"])
+    if cfg.views is False:
+        return 0, ()
+    own = OBJECTIVES[cfg.objective].holders is not None
+    if cfg.views is True and (not have or own):
+        why = (f"objective {cfg.objective!r} reads its own rows (pairs), without views" if own
+               else f"cache {cache.name}/{cache.fingerprint[:12]} has no views of "
+                    f"{list(head.encoders)}")
+        raise ConfigError([f"views=true: {why}; fill the cache with `views:` set, or set "
+                           "views: auto or false"])
+    return (int(views["count"]), have) if have and not own else (0, ())
+
+
+def run_name(cfg: TrainConfig, head: HeadSpec, recipe: Recipe,
+             sweep: dict[str, Any] | None = None, views: int = 0) -> str:
+    """The user's run_name, or one derived from the config (the same config, the same run)."""
+    if cfg.run_name:
+        return cfg.run_name
+    family = "sweep" if sweep else "".join(c if c.isalnum() or c in "-_" else "-"
+                                           for c in head.head)
+    name = f"{family}-{digest(head, recipe, sweep, views)[:12]}"
+    return name if cfg.resume else f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
+
+
+def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = None
+            ) -> tuple[Cache, RunSpec]:
+    """Everything checked and resolved, and the RunSpec built (Ray is joined only where an auto
+    choice needs the cluster; `checked` is check()'s result when the caller already ran it;
+    `rows`, the cache's rows where its manifest does not list them yet)."""
+    if checked is None:
+        store = Store.from_config(cfg.store)
+        store.check_reachable()
+        checked = check(cfg, store)
+    cache, head, counts = checked
+    store = cache.store
+    recipe = Recipe.from_config(cfg)
+    rows = cache.manifest.rows if rows is None else rows
+    workers = resolve_workers(cfg, head, rows)
+    select, select_mode = selection(cfg, recipe)
+    sweep = sweep_members(cfg, head)
+    views, view_encoders = resolve_views(cfg, cache, head)
+    held = rows * (1 + views)  # in memory, a row with views takes K + 1 rows of features
+    name = run_name(cfg, head, recipe, sweep_record(sweep, select, select_mode), views)
+    spec = RunSpec(
+        head=head, recipe=recipe, run_name=name, key=cache.manifest.key_column, rows=rows,
+        placement=resolve_placement(cfg, head, held, workers), num_workers=workers,
+        use_gpu=cfg.resources.use_gpu, class_weights=class_weights(cfg, counts), store=store,
+        shards=tuple((p, s.rows) for p, s in zip(cache.shard_paths(), cache.manifest.shards,
+                                                  strict=True)),
+        checks=tuple((s.bytes, s.sha256) for s in cache.manifest.shards) if cfg.verify else (),
+        run_dir=f"{runs_dir(cache)}/{name}", checkpoint_every=cfg.checkpoints.every,
+        checkpoint_seconds=cfg.checkpoints.seconds, prefetch_batches=cfg.resources.prefetch_batches,
+        progress=cfg.progress, sweep=sweep, select=select, select_mode=select_mode,
+        views=views, view_encoders=view_encoders,
+    )
+    guard_run_folder(cfg, spec)
+    return cache, spec
+
+
+def guard_run_folder(cfg: TrainConfig, spec: RunSpec) -> None:
+    """Never train over another run: the folder must be empty, or hold this config's run."""
+    record = read_record(spec.store, spec.run_dir)
+    if record is None:
+        return
+    if record.get("digest") != spec.digest():
+        raise ConfigError([
+            f"run_name={spec.run_name!r} already holds a run of a different config (digest "
+            f"{record.get('digest', '?')[:12]}, this one {spec.digest()[:12]}); choose another "
+            "run_name, or leave it out to derive one from the config"])
+    if not cfg.resume:
+        raise ConfigError([f"run_name={spec.run_name!r} already holds a run and resume is "
+                           "false; choose another run_name, or set resume: true to continue"])
+
+
+def cluster(cfg: TrainConfig) -> Any:
+    """Ray, connected: only the DDP path and its auto choices need a cluster."""
+    import ray
+
+    from raycache.compute.cluster import connect
+
+    connect(cfg.progress)
+    return ray
