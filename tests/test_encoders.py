@@ -104,3 +104,17 @@ def test_light_tokenizer_gives_transformers_token_ids(minilm_dir, max_length, lo
         SENTENCES, truncation=True, max_length=max_length)["input_ids"]
     assert ours.to_pylist() == theirs
     assert max(len(ids) for ids in ours) == longest  # 8: truncation was exercised
+
+
+def test_torch_rows_read_list_columns_whole_and_refuse_ragged_ones():
+    from raycache.encoders.torch_module import rows
+
+    cfg = EncoderConfig(name="proj", kind="torch", input="features")
+    x = np.arange(60, dtype=np.float32).reshape(15, 4)
+    for column in (pa.array(list(x), pa.list_(pa.float32())),
+                   pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 4),
+                   pa.array(list(x.astype(np.float64)), pa.large_list(pa.float64()))):
+        assert np.array_equal(rows(cfg, column.slice(3, 7)), x[3:10])
+        assert rows(cfg, column).dtype == np.float32
+    with pytest.raises(EncoderError, match="lists of different lengths.*row 1 has"):
+        rows(cfg, pa.array([[1.0, 2.0], [3.0]]))

@@ -173,3 +173,55 @@ def test_reuse_in_the_ray_data_pipeline(ray_session, first, tmp_path):
     assert (result.encoded_rows, result.reused_rows) == (0, 600)
     new, was = embeddings(result.cache), embeddings(old)
     assert all(np.array_equal(new[k], was[k]) for k in new)
+
+
+def canonical(value, kind: str) -> bytes:
+    """The hash of one value as the cache format defines it, written out the slow, plain way."""
+    import hashlib
+
+    if kind == "t":
+        raw = b"t:" + (value or "").encode()
+    elif kind == "b":
+        raw = b"b:" + (value or b"")
+    else:
+        raw = b"n:" + np.asarray(value, np.float64).tobytes()
+    return hashlib.sha256(raw).digest()
+
+
+@pytest.mark.parametrize("values, kind", [
+    (pa.array(["héllo", None, "", "x" * 300]), "t"),
+    (pa.array(["a", "bb", "ccc", "dddd"]).slice(1, 2), "t"),
+    (pa.array(["q", "r"], pa.large_string()), "t"),
+    (pa.array([b"\x00a", None, b""]), "b"),
+    (pa.array([[1, 2], [3], []]), "n"),
+    (pa.array([[1.5, -2.0], [0.25, 4.0]], pa.list_(pa.float32())), "n"),
+    (pa.FixedSizeListArray.from_arrays(pa.array(np.arange(40, dtype=np.float32)), 4).slice(3),
+     "n"),
+    (pa.chunked_array([pa.array(["a"]), pa.array(["b", "c"])]), "t"),
+])
+def test_input_hashes_from_flat_buffers_equal_the_per_row_definition(values, kind):
+    got = input_hashes(values)
+    assert got.type == pa.binary(32) and len(got) == len(values)
+    assert got.to_pylist() == [canonical(v, kind) for v in values.to_pylist()]
+
+
+def test_lookup_finds_the_first_holder_of_each_hash_by_binary_search(tmp_path):
+    from raycache.cache.store import Store
+    from raycache.fill.reuse import Lookup, _Source
+
+    store = Store(str(tmp_path))
+    texts = [[f"row {i}" for i in range(0, 50)], [f"row {i}" for i in range(30, 90)]]
+    sources = []
+    for n, rows in enumerate(texts):
+        pq.write_table(pa.table({hash_column("text"): input_hashes(pa.array(rows))}),
+                       tmp_path / f"s{n}.parquet")
+        sources.append(_Source(str(tmp_path), f"s{n}.parquet", "emb", hash_column("text"), None))
+    lookup = Lookup(sources, dim=4)
+    assert lookup.hashes is None  # nothing is read until a process looks rows up
+    lookup.build(store)
+    assert len(lookup.hashes) == 90  # distinct hashes only
+    query = ["row 10", "row 40", "row 70", "nowhere", "row 40"]
+    pos, src, row = lookup.find(input_hashes(pa.array(query)).slice(0))
+    assert pos.tolist() == [0, 1, 2, 4]
+    assert src.tolist() == [0, 0, 1, 0]  # row 40 is in both shards: the first holds it
+    assert row.tolist() == [10, 40, 40, 40]

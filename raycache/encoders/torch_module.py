@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from raycache.encoders.base import Batching, Family, autocast, freeze, to_device
 from raycache.encoders.config import EncoderConfig
@@ -125,16 +126,39 @@ class TorchModuleEncoder:
 def rows(cfg: EncoderConfig, prepared: pa.Array) -> np.ndarray:
     """A column of numbers or lists of numbers as float32 rows, (n, d)."""
     values = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
-    if pa.types.is_fixed_size_list(values.type) or pa.types.is_list(values.type):
+    if pa.types.is_fixed_size_list(values.type) or pa.types.is_list(values.type) \
+            or pa.types.is_large_list(values.type):
         if len(values) == 0:
             return np.empty((0, 0), np.float32)
-        return np.stack(values.to_numpy(zero_copy_only=False)).astype(np.float32)
+        return _list_rows(cfg, values)
     if pa.types.is_integer(values.type) or pa.types.is_floating(values.type):
         return values.to_numpy(zero_copy_only=False).astype(np.float32)[:, None]
     raise EncoderError(
         f"encoder {cfg.name!r}: column {cfg.input!r} is {values.type}; the torch family takes "
         "numbers or lists of numbers"
     )
+
+
+def _list_rows(cfg: EncoderConfig, values: pa.Array) -> np.ndarray:
+    """A list column as one (n, width) float32 array, read from its flat values (no per-row
+    Python); every row must hold the same number of values."""
+    if pa.types.is_fixed_size_list(values.type):
+        width = values.type.list_size
+    else:
+        lengths = pc.list_value_length(values).to_numpy(zero_copy_only=False)
+        width = int(lengths[0]) if len(lengths) else 0
+        if values.null_count or (lengths != width).any():
+            bad = int(np.argmax(lengths != width)) if not values.null_count else \
+                int(np.argmax(values.is_null().to_numpy(zero_copy_only=False)))
+            raise EncoderError(
+                f"encoder {cfg.name!r}: column {cfg.input!r} holds lists of different lengths "
+                f"(row 0 has {width} values, row {bad} has {values[bad].as_py()!r:.60}); the "
+                "torch family stacks rows into one tensor, so give every row the same length")
+    if values.null_count:
+        raise EncoderError(f"encoder {cfg.name!r}: column {cfg.input!r} has null rows; fill "
+                           "or drop them before the fill")
+    flat = values.flatten().to_numpy(zero_copy_only=False)
+    return flat.astype(np.float32, copy=False).reshape(len(values), width)
 
 
 def trainable(cfg: EncoderConfig) -> torch.nn.Module:

@@ -44,21 +44,47 @@ def encoder_identity(described: dict[str, Any]) -> str:
 
 def input_hashes(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     """sha256 of each value, of a canonical byte form that does not depend on the file format:
-    text as UTF-8, bytes as they are, lists of numbers as float64, anything else as JSON."""
+    text as UTF-8, bytes as they are, lists of numbers as float64, anything else as JSON.
+    Text, bytes and lists of numbers are sliced from Arrow's flat buffers (one hashlib call a
+    row, no Python objects per row)."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     t = values.type
     if pa.types.is_string(t) or pa.types.is_large_string(t):
-        raw = [b"t:" + (v or "").encode() for v in values.to_pylist()]
-    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        raw = [b"b:" + (v or b"") for v in values.to_pylist()]
-    elif (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) \
-            and (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type)):
+        data, offsets = _flat_bytes(pc.fill_null(values, "").cast(pa.large_binary()))
+        return _digests(b"t:", data, offsets)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        data, offsets = _flat_bytes(pc.fill_null(values, b"").cast(pa.large_binary()))
+        return _digests(b"b:", data, offsets)
+    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) \
+            and (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type)) \
+            and values.null_count == 0 and values.flatten().null_count == 0:
+        lengths = pc.list_value_length(values).to_numpy(zero_copy_only=False).astype(np.int64)
+        flat = values.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]) * 8
+        return _digests(b"n:", memoryview(flat).cast("B"), offsets)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         raw = [b"n:" + np.asarray(v, np.float64).tobytes() for v in values.to_pylist()]
     else:
         raw = [b"j:" + json.dumps(v, sort_keys=True, default=str).encode()
                for v in values.to_pylist()]
     return pa.array([hashlib.sha256(r).digest() for r in raw], HASH)
+
+
+def _flat_bytes(values: pa.Array) -> tuple[memoryview, np.ndarray]:
+    """A large_binary array's data buffer and its n + 1 offsets into it."""
+    _, offsets, data = values.buffers()
+    offs = np.frombuffer(offsets, np.int64)[values.offset: values.offset + len(values) + 1]
+    return memoryview(data if data is not None else b""), offs
+
+
+def _digests(prefix: bytes, data: memoryview, offsets: np.ndarray) -> pa.Array:
+    """sha256(prefix + data[offsets[i]:offsets[i + 1]]) for every i, as one binary(32) array."""
+    sha = hashlib.sha256
+    bounds = offsets.tolist()
+    out = b"".join([sha(prefix + data[a:b]).digest()
+                    for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+    return pa.Array.from_buffers(HASH, len(bounds) - 1, [None, pa.py_buffer(out)])
 
 
 @dataclass
@@ -76,18 +102,54 @@ class _Source:
 
 @dataclass
 class Lookup:
-    """Reusable embeddings for one encoder: an index from input hash to (shard, row)."""
+    """Reusable embeddings for one encoder: the shards that hold them, and (built on first use,
+    in the process that looks rows up) a sorted index from input hash to (shard, row)."""
 
-    index: pa.Table
-    """Columns hash (unique), src (into sources), row."""
     sources: list[_Source]
     dim: int
+    hashes: np.ndarray | None = None
+    """Distinct input hashes, sorted, as fixed-width bytes (numpy S32)."""
+    src: np.ndarray | None = None
+    """For each hash, the first shard (index into sources) that holds it."""
+    row: np.ndarray | None = None
+    """And its row in that shard."""
+
+    def build(self, store: Store, threads: int = 8) -> None:
+        """Read every source shard's input-hash column (a column read) and sort once: each
+        lookup after is a binary search, O(rows looked up x log rows stored)."""
+        with ThreadPoolExecutor(threads) as pool:
+            parts = list(pool.map(lambda s: _read_hashes(store, s), self.sources))
+        counts = [len(h) for h in parts]
+        flat = (np.frombuffer(pa.concat_arrays(parts).buffers()[1], "S32", sum(counts))
+                if parts and sum(counts) else np.empty(0, "S32"))
+        src = np.repeat(np.arange(len(parts), dtype=np.int32), counts)
+        row = np.concatenate([np.arange(n, dtype=np.int32) for n in counts]) if parts \
+            else np.empty(0, np.int32)
+        order = np.argsort(flat, kind="stable")  # stable: the first holder of a hash first
+        flat, src, row = flat[order], src[order], row[order]
+        first = np.ones(len(flat), bool)
+        first[1:] = flat[1:] != flat[:-1]
+        self.hashes, self.src, self.row = flat[first], src[first], row[first]
+
+    def find(self, hashes: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positions in `hashes` that the index holds, their shard, their row)."""
+        assert self.hashes is not None, "build() first"
+        hashes = hashes.combine_chunks() if isinstance(hashes, pa.ChunkedArray) else hashes
+        query = np.frombuffer(hashes.buffers()[1], "S32", len(hashes) + hashes.offset
+                              )[hashes.offset:]
+        at = np.searchsorted(self.hashes, query)
+        at[at == len(self.hashes)] = 0
+        pos = np.flatnonzero(self.hashes[at] == query) if len(self.hashes) else \
+            np.empty(0, np.int64)
+        return pos, self.src[at[pos]], self.row[at[pos]]
 
 
 @dataclass
 class Reuse:
-    """Every reusable embedding in a store, per encoder of the fill; built on the driver, used by
-    the prepare stage (in its own process under Ray), which reads only the shards it needs."""
+    """Every reusable embedding in a store, per encoder of the fill. The driver lists the source
+    shards only (per-shard entries from the manifests); the process that looks rows up (the
+    prepare stage, in its own process under Ray) builds each index once and reads only the
+    embedding shards it needs."""
 
     store: Store
     lookups: dict[str, Lookup]
@@ -97,8 +159,8 @@ class Reuse:
 
     @classmethod
     def scan(cls, store: Store, encoders: list[EncoderConfig], described: dict[str, Any],
-             manifests: list[Manifest], threads: int = 8) -> Reuse | None:
-        """The lookups of every committed cache (format 3 and later) whose encoders share an
+             manifests: list[Manifest]) -> Reuse | None:
+        """The shards of every committed cache (format 3 and later) whose encoders share an
         identity and dtype with the fill's; None when there is nothing to reuse."""
         wanted = {e.name: (encoder_identity(described[e.name]), e.dtype) for e in encoders}
         jobs: dict[str, list[_Source]] = {name: [] for name in wanted}
@@ -112,13 +174,7 @@ class Reuse:
                         jobs[name] += [_Source(cache_dir, s.path, entry.name,
                                                hash_column(entry.input), s)
                                        for s in m.shards]
-        lookups = {}
-        with ThreadPoolExecutor(threads) as pool:
-            for name, srcs in jobs.items():
-                if not srcs:
-                    continue
-                hashes = list(pool.map(lambda s: _read_hashes(store, s), srcs))
-                lookups[name] = _index(hashes, srcs, dims[name])
+        lookups = {name: Lookup(srcs, dims[name]) for name, srcs in jobs.items() if srcs}
         return cls(store, lookups) if lookups else None
 
     def take(self, encoder: str, hashes: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
@@ -127,11 +183,11 @@ class Reuse:
         lookup = self.lookups.get(encoder)
         if lookup is None:
             return None
+        if lookup.hashes is None:
+            lookup.build(self.store)
         need = np.ones(len(hashes), bool)
         out: np.ndarray | None = None
-        rows = pa.table({"hash": hashes, "pos": pa.array(np.arange(len(hashes)))})
-        hit = rows.join(lookup.index, "hash", join_type="inner")
-        pos, src, row = (hit.column(c).to_numpy() for c in ("pos", "src", "row"))
+        pos, src, row = lookup.find(hashes)
         for s in np.unique(src):
             emb = self._embeddings(lookup.sources[s])
             if emb is None:  # a bad shard: its rows are encoded instead
@@ -142,7 +198,6 @@ class Reuse:
             out[pos[sel]] = emb[row[sel]]
             need[pos[sel]] = False
         return (np.zeros((len(hashes), lookup.dim), np.float32) if out is None else out), need
-
     def _embeddings(self, src: _Source) -> np.ndarray | None:
         """One shard's embedding column, read whole and checked (None, with a warning, for a
         shard that fails the check); the last few kept, since consecutive batches of a source
@@ -172,16 +227,3 @@ def _read_hashes(store: Store, src: _Source) -> pa.Array:
     """The input-hash column of one shard (a column read, not the whole shard)."""
     with store.fs.open(f"{src.cache_dir}/{src.path}", "rb") as f:
         return pq.read_table(f, columns=[src.hashes]).column(0).combine_chunks()
-
-
-def _index(hashes: list[pa.Array], sources: list[_Source], dim: int) -> Lookup:
-    """One row per distinct hash: the first shard and row that hold it."""
-    table = pa.table({
-        "hash": pa.concat_arrays(hashes) if hashes else pa.array([], HASH),
-        "src": pa.array(np.concatenate([np.full(len(h), i, np.int32)
-                                        for i, h in enumerate(hashes)])),
-        "row": pa.array(np.concatenate([np.arange(len(h), dtype=np.int32) for h in hashes])),
-    })
-    first = pc.equal(pc.index_in(table.column("hash"), value_set=table.column("hash")),
-                     pa.array(np.arange(len(table), dtype=np.int32)))
-    return Lookup(table.filter(first), sources, dim)
