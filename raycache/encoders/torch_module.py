@@ -158,7 +158,7 @@ def _list_rows(cfg: EncoderConfig, values: pa.Array) -> np.ndarray:
         raise EncoderError(f"encoder {cfg.name!r}: column {cfg.input!r} has null rows; fill "
                            "or drop them before the fill")
     flat = values.flatten().to_numpy(zero_copy_only=False)
-    return flat.astype(np.float32, copy=False).reshape(len(values), width)
+    return flat.astype(np.float32).reshape(len(values), width)  # a writable copy for torch
 
 
 def trainable(cfg: EncoderConfig) -> torch.nn.Module:
