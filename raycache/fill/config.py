@@ -64,7 +64,12 @@ class FillConfig:
     num_cpus: float | str = AUTO
     """CPUs per encoder actor; its torch threads follow (auto: 1 with a GPU, else up to 4)."""
     rows_per_shard: int = 1024
-    """Rows per encoder call and per Parquet shard."""
+    """Rows per Parquet shard (the unit of resume, reuse and training reads)."""
+    block_rows: int | str = AUTO
+    """Rows per Ray Data block and per encoder actor call, a whole number of shards: every
+    stage hop, task and actor call has a fixed cost, so blocks are cut for throughput apart
+    from the shard size (auto: 16 shards on CPU, 64 with GPUs, fewer where the fill is small
+    so that the pool has at least 8 blocks to share). Not part of the fingerprint."""
     autoscaling: bool = False
     """The cluster adds nodes on demand (KubeRay autoscaler): ask for the pool's resources
     and wait for them, instead of refusing a pool the cluster cannot hold now."""
@@ -87,7 +92,7 @@ class FillConfig:
         """Local checks; those that consult the encoder and augment registries are in
         fill.plan."""
         out = positive(self, "rows_per_shard")
-        out += positive_or_auto(self, "batch_size", "token_budget", "concurrency")
+        out += positive_or_auto(self, "batch_size", "token_budget", "concurrency", "block_rows")
         if self.num_gpus < 0:
             out.append(f"num_gpus={self.num_gpus}: must be >= 0 (0 runs CPU actors)")
         if self.num_gpus > 1 and self.num_gpus != int(self.num_gpus):

@@ -16,6 +16,7 @@ from raycache.cache.records import ShardRecord
 from raycache.compute import runner
 from raycache.compute.pool import Pool
 from raycache.compute.runner import AUTO_IN_PROCESS_ROWS, Job, Stage
+from raycache.core.config import AUTO
 from raycache.fill.commit import check_complete, commit, done_ranges, resumable, scan_keys
 from raycache.fill.config import FillConfig
 from raycache.fill.plan import Plan, load_config, plan
@@ -26,7 +27,10 @@ if TYPE_CHECKING:
 
     from raycache.fill.reuse import Reuse
 
-__all__ = ["AUTO_IN_PROCESS_ROWS", "FillResult", "build_pipeline", "complete", "fill",
+MIN_BLOCKS = 8
+"""block_rows: auto leaves at least this many blocks to a fill, so every actor gets work."""
+
+__all__ = ["AUTO_IN_PROCESS_ROWS", "FillResult", "block_rows", "build_pipeline", "complete", "fill",
            "in_process", "job", "run_in_process"]
 
 
@@ -110,7 +114,8 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> Fill
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
                                        done_ranges(done))
     todo = sum(u.todo() or 0 for u in units) if p.format == "parquet" else None
-    blocks = None if todo is None else -(-todo // cfg.rows_per_shard)
+    block = block_rows(cfg, todo)
+    blocks = None if todo is None else -(-todo // block)
     local = in_process(cfg, todo)
     if local:
         pool = local_pool(cfg)
@@ -123,7 +128,7 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> Fill
     first = None
     if units:
         reuse = _reuse(p) if cfg.reuse else None
-        records = _records(runner.run(job(p, units, reuse), pool, local=local))
+        records = _records(runner.run(job(p, units, reuse, block), pool, local=local))
         with runner.progress_bar(cfg.progress, todo, f"fill {cfg.name}") as bar:
             for record in records:
                 first = first or time.perf_counter() - start
@@ -147,6 +152,17 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> Fill
                       encode_seconds=encode_s, pool=where, encoded_by=by)
 
 
+def block_rows(cfg: FillConfig, todo: int | None) -> int:
+    """Rows per block and encoder call (see FillConfig.block_rows): whole shards."""
+    shard = cfg.rows_per_shard
+    if cfg.block_rows != AUTO:
+        return max(1, int(cfg.block_rows) // shard) * shard
+    shards = 64 if cfg.num_gpus > 0 else 16
+    if todo is not None:
+        shards = min(shards, -(-todo // (MIN_BLOCKS * shard)))
+    return max(1, shards) * shard
+
+
 def in_process(cfg: FillConfig, todo: int | None) -> bool:
     """Whether the fill runs its stages in this process (see FillConfig.in_process)."""
     return runner.in_process(cfg.in_process, cpu=cfg.num_gpus == 0, concurrency=cfg.concurrency,
@@ -164,7 +180,8 @@ def _reuse(p: Plan) -> Reuse | None:
                       [c.manifest for c in ls(p.store) if c.dir != p.dir])
 
 
-def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None) -> Job:
+def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None,
+        block: int | None = None) -> Job:
     """The fill for the stage runner: read units -> prepare (tokenise; reuse, views) -> encoder
     actor pool -> write shards, whose records (JSON) are its output."""
     from raycache.fill.shards import write_stage
@@ -172,7 +189,7 @@ def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None) -> Job:
 
     cfg = p.cfg
     digests = {k: v["weights_digest"] for k, v in p.inputs["encoders"].items()}
-    return Job(units, p.format, cfg.source.options, cfg.rows_per_shard, cfg.encoders,
+    return Job(units, p.format, cfg.source.options, block or cfg.rows_per_shard, cfg.encoders,
                keep=list(dict.fromkeys([cfg.source.key, *cfg.source.labels])),
                model=Stage(EncodeActor, dict(cfg=cfg, digests=digests), local=dict(lazy=True)),
                inputs=FillPrepare(cfg.encoders, reuse, cfg.views),
@@ -180,16 +197,16 @@ def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None) -> Job:
                                             fingerprint=p.fingerprint, rows=cfg.rows_per_shard)))
 
 
-def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse | None = None
-                   ) -> Iterator[ShardRecord]:
+def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse | None = None,
+                   block: int | None = None) -> Iterator[ShardRecord]:
     """The fill's stages called in this process: the same shards and records as on Ray."""
-    return _records(runner.run_local(job(p, units, reuse), pool))
+    return _records(runner.run_local(job(p, units, reuse, block), pool))
 
 
-def build_pipeline(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse | None = None
-                   ) -> Any:
+def build_pipeline(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse | None = None,
+                   block: int | None = None) -> Any:
     """The fill as a lazy Ray Data dataset of shard records (nothing runs until consumed)."""
-    return runner.build(job(p, units, reuse), pool)
+    return runner.build(job(p, units, reuse, block), pool)
 
 
 def _records(tables: Iterator[pa.Table]) -> Iterator[ShardRecord]:
