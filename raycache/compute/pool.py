@@ -14,6 +14,10 @@ from raycache.errors import ConfigError
 __all__ = ["LIGHT_CPUS", "READ_CPUS", "Pool", "PoolAsk", "local_pool", "nodes", "request",
            "size_pool"]
 
+GPU_ON_CPU = "RAYCACHE_TEST_GPU_ON_CPU"
+"""Test-only switch: with it set (on a cluster that advertises logical GPUs, ray.init(num_gpus=
+...)), GPU-shaped actors are scheduled and sized as on GPUs but run their models on the CPU, so
+every GPU branch that does not need CUDA itself runs in CI. Never set it in production."""
 LIGHT_CPUS = 0.1
 """Logical CPUs of each prepare and write task on CPU fills: light work next to encoding."""
 READ_CPUS = 1.0
@@ -44,7 +48,8 @@ class Pool:
 
     @property
     def device(self) -> str:
-        return "cuda" if self.gpus > 0 else "cpu"
+        """Where the pool's models run: CUDA where it holds GPUs (the CPU under GPU_ON_CPU)."""
+        return "cuda" if self.gpus > 0 and not os.environ.get(GPU_ON_CPU) else "cpu"
 
     def describe(self) -> str:
         where = f"{self.gpus:g} GPU + {self.cpus:g} CPU" if self.gpus else f"{self.cpus:g} CPU"

@@ -83,9 +83,13 @@ def to_device(array: np.ndarray, device: str) -> torch.Tensor:
     import torch
 
     t = torch.from_numpy(array)
-    if device.startswith("cuda"):
-        return t.pin_memory().to(device, non_blocking=True)
-    return t
+    if not device.startswith("cuda"):
+        return t
+    try:
+        t = t.pin_memory()
+    except RuntimeError:  # no pinned memory to be had (page-locked limit): a plain copy
+        return t.to(device)
+    return t.to(device, non_blocking=True)
 
 
 def digest_files(paths: Iterable[Path], root: Path) -> str:
