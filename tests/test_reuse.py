@@ -225,3 +225,34 @@ def test_lookup_finds_the_first_holder_of_each_hash_by_binary_search(tmp_path):
     assert pos.tolist() == [0, 1, 2, 4]
     assert src.tolist() == [0, 0, 1, 0]  # row 40 is in both shards: the first holds it
     assert row.tolist() == [10, 40, 40, 40]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("keep", ["error", "first", "last"])
+def test_keys_checked_on_the_cluster_as_on_the_driver(ray_session, tmp_path, monkeypatch, keep):
+    """A large fill on Ray checks its keys with Ray Data's group-by (forced here for a small
+    one): the same error, the same rows kept and the same label counts as the driver's scan."""
+    from raycache.fill import keys
+
+    source = duplicated(tmp_path)
+    cfgs = {}
+    for where, in_process in (("driver", True), ("cluster", False)):
+        cfg = toy_fill(source, str(tmp_path / where), rows_per_shard=150, in_process=in_process,
+                       reuse=False)
+        cfg["source"]["duplicates"] = keep
+        cfgs[where] = cfg
+    monkeypatch.setattr(keys, "DRIVER_ROWS", 0)
+    if keep == "error":
+        for cfg in cfgs.values():
+            with pytest.raises(RaycacheError, match=r"1 key\(s\).*row-00005"):
+                raycache.fill(cfg)
+        return
+    results = {w: raycache.fill(cfg) for w, cfg in cfgs.items()}
+    assert "encoder actor" in results["cluster"].pool  # the fill ran on Ray
+    here, there = results["driver"].cache, results["cluster"].cache
+    assert there.manifest.rows == here.manifest.rows == 298
+    assert there.manifest.label_stats == here.manifest.label_stats
+    assert sum(there.manifest.label_stats["label"]["counts"]) == 298
+    a, b = embeddings(here), embeddings(there)
+    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)

@@ -74,12 +74,14 @@ def check_complete(p: Plan, records: list[ShardRecord], totals: dict[str, int]) 
         )
 
 
-def scan_keys(p: Plan, records: list[ShardRecord]) -> tuple[list[ShardRecord], dict[str, Any]]:
+def scan_keys(p: Plan, records: list[ShardRecord], *, cluster: bool = False
+              ) -> tuple[list[ShardRecord], dict[str, Any]]:
     """(records, label stats): duplicate keys handled as the config says, integer labels
-    counted (raycache.fill.keys)."""
+    counted (raycache.fill.keys; on the cluster for a large fill that ran there)."""
     src = p.cfg.source
     labels = [c for c in src.labels if pa.types.is_integer(p.schema.field(c).type)]
-    return scan(p.store, p.dir, records, src.key, src.duplicates, labels, p.cfg.name)
+    return scan(p.store, p.dir, records, src.key, src.duplicates, labels, p.cfg.name,
+                cluster=cluster)
 
 
 def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = False,

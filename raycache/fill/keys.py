@@ -1,5 +1,7 @@
 """Keys and labels at commit: every key once (or the copy the config keeps), and the label
-counts that training needs, from one read of those columns of every shard."""
+counts that training needs, from one read of those columns of every shard: on the driver for
+fills up to DRIVER_ROWS rows, on the cluster (Ray Data's hash-partitioned group-by) above that,
+so the driver never holds a large fill's keys."""
 
 from __future__ import annotations
 
@@ -15,66 +17,155 @@ from raycache.cache.records import ShardRecord
 from raycache.cache.store import Store
 from raycache.errors import RaycacheError
 
-__all__ = ["MAX_COUNTED", "scan"]
+__all__ = ["DRIVER_ROWS", "MAX_COUNTED", "scan"]
 
 MAX_COUNTED = 1_000_000
 """Label values counted per value in the manifest up to this (larger ids: min and max only)."""
+DRIVER_ROWS = 2_000_000
+"""A fill that ran on Ray with more rows than this scans its keys on the cluster; below it the
+driver reads them (at most a few tens of MB), which is faster than a distributed group-by."""
+SHARD = "__shard"
+ROW = "__row"
+EXAMPLES = 5
 
 
 def scan(store: Store, cache_dir: str, records: list[ShardRecord], key: str, duplicates: str,
-         labels: list[str], name: str) -> tuple[list[ShardRecord], dict[str, Any]]:
+         labels: list[str], name: str, *, cluster: bool = False
+         ) -> tuple[list[ShardRecord], dict[str, Any]]:
     """(records, label stats). Duplicate keys: an error that lists a few (`duplicates`
     error), or the shards holding the other copies are written again without them (first or
-    last: the copy kept, in source order), their records replaced."""
+    last: the copy kept, in source order), their records replaced. With `cluster` (a fill that
+    ran on Ray) and more than DRIVER_ROWS rows, the work runs in Ray Data tasks."""
     from raycache.fill.shards import rewrite
 
     order = sorted(records, key=ShardRecord.order)
     if not order:
         return records, {}
+    paths = [f"{cache_dir}/{r.path}" for r in order]
+    big = cluster and sum(r.rows for r in order) > DRIVER_ROWS
+    dups, counts = (_on_cluster if big else _here)(store, paths, key, labels)
+    if dups.num_rows == 0:
+        return records, {c: _stats(counts[c]) for c in labels}
+    drop = _dropped(dups, key, duplicates, name)
+    for c in labels:  # the dropped copies leave the label counts too
+        for value in dups.column(c).filter(pa.array(drop)).to_pylist():
+            counts[c][value] -= 1
+    shard = dups.column(SHARD).to_numpy()[drop]
+    row = dups.column(ROW).to_numpy()[drop]
+    out = []
+    for i, r in enumerate(order):
+        gone = row[shard == i]
+        if len(gone):
+            r = rewrite(store, cache_dir, r, np.setdiff1d(np.arange(r.rows), gone))
+        out.append(r)
+    return out, {c: _stats(counts[c]) for c in labels}
 
-    def read(r: ShardRecord) -> pa.Table:
-        with store.fs.open(f"{cache_dir}/{r.path}", "rb") as f:
-            return pq.read_table(f, columns=[key, *labels])
 
+def read_keys(store: Store, path: str, index: int, key: str, labels: list[str]) -> pa.Table:
+    """One shard's key and label columns, with its index and each row's position."""
+    with store.fs.open(path, "rb") as f:
+        table = pq.read_table(f, columns=[key, *labels])
+    return table.append_column(SHARD, pa.array(np.full(table.num_rows, index, np.int32))) \
+        .append_column(ROW, pa.array(np.arange(table.num_rows, dtype=np.int32)))
+
+
+def _here(store: Store, paths: list[str], key: str, labels: list[str]
+          ) -> tuple[pa.Table, dict[str, dict[Any, int]]]:
+    """(rows whose key occurs more than once, each label column's count per value), read on
+    this process."""
     with ThreadPoolExecutor(8) as pool:
-        tables = list(pool.map(read, order))
+        tables = list(pool.map(lambda i: read_keys(store, paths[i], i, key, labels),
+                               range(len(paths))))
     table = pa.concat_tables(tables).combine_chunks()
-    shard = np.repeat(np.arange(len(order)), [t.num_rows for t in tables])
-    row = np.concatenate([np.arange(t.num_rows) for t in tables])
-    keep = _unique(table.column(key), duplicates, key, name)
-    if not keep.all():
-        records = [rewrite(store, cache_dir, r, row[shard == i][keep[shard == i]])
-                   if not keep[shard == i].all() else r for i, r in enumerate(order)]
-        table = table.filter(pa.array(keep))
-    return records, {c: _stats(table.column(c)) for c in labels}
+    keys = table.column(key)
+    first = pc.index_in(keys, value_set=keys).to_numpy()
+    seen = np.bincount(first, minlength=len(first))
+    dup = seen[first] > 1
+    return table.filter(pa.array(dup)), {c: _value_counts(table.column(c)) for c in labels}
 
 
-def _unique(keys: pa.ChunkedArray, policy: str, key: str, name: str) -> np.ndarray:
-    """Which rows to keep: all when every key is unique."""
-    n = len(keys)
-    first = pc.index_in(keys, value_set=keys).to_numpy()  # each row's first copy
-    if (first == np.arange(n)).all():
-        return np.ones(n, bool)
+def _on_cluster(store: Store, paths: list[str], key: str, labels: list[str]
+                ) -> tuple[pa.Table, dict[str, dict[Any, int]]]:
+    """The same on the cluster: keys counted by Ray Data's hash-partitioned group-by; only the
+    rows of duplicate keys, and one count per label value, come back to the driver."""
+    import ray.data
+
+    items = ray.data.from_items([{"i": i} for i in range(len(paths))],
+                                override_num_blocks=max(1, min(len(paths) // 16, 1000)))
+    ds = items.map_batches(_read_batch, fn_kwargs=dict(store=store, paths=paths, key=key,
+                                                        labels=labels),
+                           batch_format="pyarrow", batch_size=16).materialize()
+    counts = ds.groupby(key).count()
+    repeated = counts.map_batches(_repeated, batch_format="pyarrow").take_all()
+    dups = pa.table({key: pa.array([r[key] for r in repeated],
+                                    ds.schema().base_schema.field(key).type)})
+    rows = (ds.map_batches(_members, fn_kwargs=dict(key=key, keys=dups.column(key)),
+                           batch_format="pyarrow").to_arrow_refs() if dups.num_rows else [])
+    import ray
+
+    table = pa.concat_tables(ray.get(rows)) if rows else \
+        pa.table({key: dups.column(key), SHARD: pa.array([], pa.int32()),
+                  ROW: pa.array([], pa.int32())})
+    counts = {c: {r[c]: r["count()"] for r in ds.groupby(c).count().take_all()}
+              for c in labels}
+    return table, counts
+
+
+def _read_batch(batch: pa.Table, store: Store, paths: list[str], key: str, labels: list[str]
+                ) -> pa.Table:
+    return pa.concat_tables([read_keys(store, paths[i], i, key, labels)
+                             for i in batch.column("i").to_pylist()])
+
+
+def _repeated(counts: pa.Table) -> pa.Table:
+    return counts.filter(pc.greater(counts.column("count()"), 1))
+
+
+def _members(batch: pa.Table, key: str, keys: pa.Array) -> pa.Table:
+    return batch.filter(pc.is_in(batch.column(key), value_set=keys))
+
+
+def _dropped(dups: pa.Table, key: str, policy: str, name: str) -> np.ndarray:
+    """Which of the duplicate-key rows `dups` to drop: all but the first (or last) copy of each
+    key in source order; an error with a few keys under policy error."""
     if policy == "error":
-        counts = pa.table({"key": keys}).group_by("key").aggregate([("key", "count")])
-        dups = counts.filter(pc.greater(counts.column("key_count"), 1))
+        keys = pc.unique(dups.column(key))
         raise RaycacheError(
-            f"fill of {name}: {dups.num_rows} key(s) of column {key!r} occur more than once, "
-            f"e.g. {dups.column('key').to_pylist()[:5]}; no manifest was written. Make the keys "
+            f"fill of {name}: {len(keys)} key(s) of column {key!r} occur more than once, "
+            f"e.g. {keys.to_pylist()[:EXAMPLES]}; no manifest was written. Make the keys "
             "unique (source.key names another column?), or set source.duplicates: first or last "
             "to keep one row per key"
         )
-    if policy == "last":  # each row's last copy, by the first copy in reversed order
-        backwards = keys.take(pa.array(np.arange(n)[::-1]))
-        last = n - 1 - pc.index_in(keys, value_set=backwards).to_numpy()
-        return last == np.arange(n)
-    return first == np.arange(n)
+    ordered = dups.sort_by([(SHARD, "ascending"), (ROW, "ascending")])
+    if policy == "last":
+        ordered = ordered.take(pa.array(np.arange(ordered.num_rows)[::-1]))
+    keys = ordered.column(key)
+    keep_first = pc.index_in(keys, value_set=keys).to_numpy() == np.arange(len(keys))
+    dropped = ordered.filter(pa.array(~keep_first))
+    pairs = set(zip(dropped.column(SHARD).to_pylist(), dropped.column(ROW).to_pylist(),
+                    strict=True))
+    return np.array([(s, r) in pairs for s, r in zip(dups.column(SHARD).to_pylist(),
+                                                       dups.column(ROW).to_pylist(),
+                                                       strict=True)], bool)
 
 
-def _stats(values: pa.ChunkedArray) -> dict[str, Any]:
-    nulls = values.null_count
-    low, high = pc.min(values).as_py(), pc.max(values).as_py()
+def _value_counts(values: pa.ChunkedArray) -> dict[Any, int]:
+    """How often each value occurs (None: nulls)."""
+    counted = pc.value_counts(values)
+    return dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(),
+                    strict=True))
+
+
+def _stats(counts: dict[Any, int]) -> dict[str, Any]:
+    """A label column's stats for the manifest, from its count per value (None: nulls):
+    nulls, min, max, and every value's count where the values are small ids."""
+    counts = {v: n for v, n in counts.items() if n}
+    nulls = counts.pop(None, 0)
+    if not counts:
+        return {"nulls": nulls, "min": None, "max": None}
+    low, high = min(counts), max(counts)
     out: dict[str, Any] = {"nulls": nulls, "min": low, "max": high}
-    if nulls == 0 and low is not None and low >= 0 and high < MAX_COUNTED:
-        out["counts"] = np.bincount(values.to_numpy(), minlength=high + 1).tolist()
+    if nulls == 0 and low >= 0 and high < MAX_COUNTED:
+        out["counts"] = [counts.get(v, 0) for v in range(high + 1)]
     return out
+

@@ -136,7 +136,7 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> Fill
                 bar.update(record.rows)
     records = done + new
     check_complete(p, records, totals)
-    records, label_stats = scan_keys(p, records)
+    records, label_stats = scan_keys(p, records, cluster=not local)
     reused = sum(r.reused or 0 for r in new)
     by = {e.name: sum((r.encoded or {}).get(e.name, r.rows) for r in new)
           for e in cfg.encoders if not e.trainable}
