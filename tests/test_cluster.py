@@ -140,7 +140,7 @@ def test_jobs_on_two_nodes_share_one_s3_store(cluster, bucket, tmp_path):
     committed = json.loads(fs.cat(manifest))
     listed = json.loads(fs.cat(manifest.rsplit("/", 1)[0] + "/" + committed["shard_list"]["path"]))
     assert sum(s["rows"] for s in listed) == committed["totals"]["rows"] == 400
-    assert len(actor_nodes(cluster, "EncodeActor")) == 2
+    assert len(actor_nodes(cluster, "ModelChain")) == 2  # CPU encoder actors, one a node
 
     (tmp_path / "train.yaml").write_text(yaml.safe_dump({
         "cache": "toy", "store": {"uri": store}, "epochs": 4, "lr": 0.05, "batch_size": 32,

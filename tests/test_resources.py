@@ -15,10 +15,10 @@ def cfg(**over) -> FillConfig:
         **over})
 
 
-def test_auto_on_a_two_cpu_machine_runs_one_actor_on_both_cores():
+def test_auto_on_a_two_cpu_machine_runs_two_single_threaded_actors():
     pool = size_pool(cfg(), [{"CPU": 2.0}])
-    assert (pool.actors, pool.threads, pool.gpus) == (1, 2, 0)
-    assert pool.cpus + READ_CPUS + 2 * pool.prepare_cpus <= 2.0  # the other stages still run
+    assert (pool.actors, pool.threads, pool.gpus) == (2, 1, 0)
+    assert pool.actors * pool.cpus + READ_CPUS <= 2.0  # the reads still run
 
 
 def test_auto_on_a_big_node_runs_several_multi_threaded_actors():

@@ -26,7 +26,8 @@ blocks fuses into the read (it fuses only with stages of equal resources)."""
 RESERVE = 1.25
 """Logical CPUs per node that the encoder actors leave for reading, preparing and writing."""
 MAX_CPU_THREADS = 4
-"""Torch threads per CPU actor under num_cpus: auto; a node gets several such actors."""
+"""Torch threads per CPU actor under num_cpus: auto (a quarter of a node's CPUs, 1 to 4); a node
+gets several such actors."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,9 @@ def size_pool(cfg: PoolAsk, cluster: list[dict[str, float]], blocks: int | None 
             problems.append(f"num_gpus={gpus:g}: no node has that many GPUs; {has}")
     else:
         if cfg.num_cpus == AUTO:  # a few threads per actor; logical CPUs share what is left
-            threads = min(MAX_CPU_THREADS, int(max(node_cpus)))
+            # one thread per actor on small nodes: an actor also prepares and writes its
+            # blocks (single-threaded work), which another actor's model overlaps
+            threads = max(1, min(MAX_CPU_THREADS, int(max(node_cpus)) // 4))
             per_node = [max(1, int(c) // threads) if c >= 1 else 0 for c in node_cpus]
             cpus = max(LIGHT_CPUS, min((c - RESERVE) / k for c, k in zip(node_cpus, per_node,
                                                                           strict=True) if k))

@@ -21,8 +21,8 @@ from raycache.source import files as sources
 if TYPE_CHECKING:
     from raycache.encoders.config import EncoderConfig
 
-__all__ = ["AUTO_IN_PROCESS_ROWS", "Job", "Stage", "build", "in_process", "progress_bar", "run",
-           "run_local", "stream", "where"]
+__all__ = ["AUTO_IN_PROCESS_ROWS", "Job", "ModelChain", "Stage", "build", "in_process",
+           "progress_bar", "run", "run_local", "stream", "where"]
 
 AUTO_IN_PROCESS_ROWS = 20_000
 """in_process: auto runs a CPU job of at most this many rows without Ray (a couple of minutes
@@ -91,19 +91,34 @@ def run_local(job: Job, pool: Pool) -> Iterator[pa.Table]:
 
     threads = torch.get_num_threads()  # the model sets its own; the caller's come back after
     try:
-        prepare = PrepareActor(job.encoders, job.keep, job.inputs)
-        model = job.model.fn(pool=pool, **job.model.kwargs, **job.model.local)
+        chain = ModelChain(job, pool, local=True)
         for unit in job.units:
             for piece in sources.read_unit(unit, job.format, job.options, job.rows, job.columns):
-                out = model(prepare(piece))
-                yield job.sink.fn(out, **job.sink.kwargs) if job.sink else out
+                yield chain(piece)
     finally:
         torch.set_num_threads(threads)
 
 
+class ModelChain:
+    """prepare -> model -> sink as one callable: the stages as run in this process, and as one
+    actor per CPU-only pool on Ray (no object-store hop between them: on CPUs the three share
+    the same cores, so a hop costs more than it overlaps)."""
+
+    def __init__(self, job: Job, pool: Pool, local: bool = False):
+        self.prepare = PrepareActor(job.encoders, job.keep, job.inputs)
+        self.model = job.model.fn(pool=pool, **job.model.kwargs,
+                                  **(job.model.local if local else {}))
+        self.sink = job.sink
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        out = self.model(self.prepare(table))
+        return self.sink.fn(out, **self.sink.kwargs) if self.sink else out
+
+
 def build(job: Job, pool: Pool) -> Any:
-    """The job as a lazy Ray Data dataset (nothing runs until consumed): read units ->
-    prepare (tokenise) -> model actor pool (GPUs where the pool has them) -> sink."""
+    """The job as a lazy Ray Data dataset (nothing runs until consumed): read units -> prepare
+    (tokenise) on CPU actors -> model actor pool on GPUs -> sink tasks; on a CPU-only pool,
+    read units -> ModelChain actors (prepare, model and sink in one call per block)."""
     import ray.data
 
     ds = ray.data.from_items([{"unit": pickle.dumps(u)} for u in job.units],
@@ -113,21 +128,27 @@ def build(job: Job, pool: Pool) -> Any:
         fn_kwargs=dict(fmt=job.format, options=job.options, rows=job.rows, columns=job.columns),
         batch_size=1, num_cpus=READ_CPUS, batch_format="pyarrow",
     ).repartition(target_num_rows_per_block=job.rows)  # blocks spread over the pool
-    ds = ds.map_batches(
-        PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
-                                                 inputs=job.inputs),
-        batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=pool.prepare_actors),
-    )
-    ds = ds.map_batches(
-        job.model.fn, fn_constructor_kwargs=dict(pool=pool, **job.model.kwargs),
-        batch_size=job.rows,  # one call per shard or batch; Ray Data needs it for GPU stages
-        compute=ray.data.ActorPoolStrategy(size=pool.actors),
-        num_cpus=pool.cpus, num_gpus=pool.gpus or None, batch_format="pyarrow",
-    )
-    if job.sink is not None:
-        ds = ds.map_batches(job.sink.fn, fn_kwargs=job.sink.kwargs, batch_size=None,
-                            num_cpus=LIGHT_CPUS, batch_format="pyarrow")
+    if not pool.gpus:
+        ds = ds.map_batches(
+            ModelChain, fn_constructor_kwargs=dict(job=job, pool=pool),
+            batch_size=job.rows, compute=ray.data.ActorPoolStrategy(size=pool.actors),
+            num_cpus=pool.cpus, batch_format="pyarrow")
+    else:
+        ds = ds.map_batches(
+            PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
+                                                     inputs=job.inputs),
+            batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=pool.prepare_actors),
+        )
+        ds = ds.map_batches(
+            job.model.fn, fn_constructor_kwargs=dict(pool=pool, **job.model.kwargs),
+            batch_size=job.rows,  # one call per block; Ray Data needs it for GPU stages
+            compute=ray.data.ActorPoolStrategy(size=pool.actors),
+            num_cpus=pool.cpus, num_gpus=pool.gpus, batch_format="pyarrow",
+        )
+        if job.sink is not None:
+            ds = ds.map_batches(job.sink.fn, fn_kwargs=job.sink.kwargs, batch_size=None,
+                                num_cpus=LIGHT_CPUS, batch_format="pyarrow")
     if job.ordered:
         ds.context.execution_options.preserve_order = True
     return ds
@@ -138,10 +159,16 @@ def stream(ds: Any) -> Iterator[pa.Table]:
     own."""
     from raycache.compute.cluster import unwrap
 
+    batches = ds.iter_batches(batch_size=None, batch_format="pyarrow")
+    del ds  # what a caller keeps of the error must not keep the execution, and its actors, alive
     try:
-        yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
+        yield from batches
+        return
     except Exception as exc:  # Ray wraps stage errors in its own types
-        raise unwrap(exc) from exc
+        error = unwrap(exc)
+        error.add_note(f"(raised in a Ray Data stage: {type(exc).__name__})")
+    del batches
+    raise error  # outside the handler: no chain to Ray's traceback and the executor's frames
 
 
 @contextlib.contextmanager
