@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 __all__ = ["InMemory", "Streamed", "all_views", "cached_columns", "expected", "features",
            "load_share", "pieces", "read_piece", "rows_of", "to_arrays", "view_columns"]
 
+READERS = 2
+"""Pieces a streamed share reads at once: Parquet decoding and file reads release the GIL, so
+two readers overlap each other and the training step."""
+
 Batches = Iterator[tuple["torch.Tensor | Inputs", torch.Tensor]]
 
 
@@ -174,7 +178,7 @@ class InMemory:
 class Streamed:
     """A worker's share read from the store piece by piece on every pass, never all in memory.
 
-    One background thread per share reads `prefetch_batches` pieces ahead, across passes too:
+    Background threads (READERS) read `prefetch_batches` pieces ahead, across passes too:
     when a pass ends, the next one's first pieces are already being read (for training, the
     caller names the next pass's seed with `then`). The key split of each piece is computed
     on the first read and kept (a byte per row); later reads skip the key column. The first read
@@ -190,7 +194,7 @@ class Streamed:
         self.checks = expected(spec)
         self.rows = 0
         self.fs = spec.store.pyarrow_fs()  # native for local folders and S3-like via fsspec
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raycache-stream")
+        self.pool = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="raycache-stream")
         self.ahead: tuple[int | None, list[Future]] | None = None
         """(seed, reads under way) of the next pass, started when the last one ended."""
 
