@@ -197,3 +197,15 @@ def test_a_fill_resumes_from_progress_records_as_earlier_versions_wrote_them(tmp
     assert not again.hit and again.resumed_rows == 300 and again.encoded_rows == 100
     assert again.cache.manifest.shards == cache.manifest.shards
     assert again.cache.to_pandas()["id"].tolist() == cache.to_pandas()["id"].tolist()
+
+
+def test_shards_are_written_in_the_saved_form(tmp_path):
+    """What a fill writes today reads as what earlier versions wrote: the fingerprint in each
+    shard's Parquet metadata under its old key, the embedding a fixed-size list of floats."""
+    pq.write_table(separable(n=60), tmp_path / "a.parquet")
+    cache = raycache.fill(toy_fill(str(tmp_path / "a.parquet"), str(tmp_path / "store"),
+                                   in_process=True)).cache
+    path = tmp_path / "store" / "toy" / cache.manifest.fingerprint / cache.manifest.shards[0].path
+    schema = pq.read_schema(path)
+    assert schema.metadata[b"raycache.fingerprint"] == cache.manifest.fingerprint.encode()
+    assert pa.types.is_fixed_size_list(schema.field("proj").type)

@@ -49,7 +49,7 @@ def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> s
     data = table.drop_columns([c for c in table.column_names if c.startswith("__")])
     encoded, some = _encoded(table, data.schema)
     data = data.replace_schema_metadata(
-        {"raycache.core.fingerprint": fingerprint}
+        {"raycache.fingerprint": fingerprint}
     )
     buf = io.BytesIO()
     pq.write_table(data, buf, **_parquet_options(data.schema))

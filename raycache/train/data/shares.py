@@ -37,17 +37,24 @@ def to_arrays(batch: pa.Table, encoders: tuple[str, ...], label: str) -> tuple[n
 
 
 def features(batch: pa.Table, encoders: tuple[str, ...]) -> np.ndarray:
-    """The embedding columns, concatenated in order, as float32 rows."""
-    feats = []
-    for name in encoders:
-        col = batch.column(name).combine_chunks()
-        flat = col.flatten().to_numpy(zero_copy_only=False)
-        feats.append(flat.reshape(len(col), col.type.list_size))
-    if len(feats) == 1 and feats[0].dtype == np.float32:
-        x = feats[0]  # a read-only view of the Arrow buffer: callers copy what they keep
-    else:
-        x = (np.concatenate(feats, axis=1, dtype=np.float32) if feats
-             else np.empty((batch.num_rows, 0), np.float32))  # only trainable encoders
+    """The embedding columns, concatenated in order, as float32 rows: a read-only view of the
+    Arrow buffer where one float32 column in one chunk allows it (callers copy what they keep),
+    else one array filled chunk by chunk (one copy, however many shards the table holds)."""
+    columns = [batch.column(name) for name in encoders]
+    if len(columns) == 1 and columns[0].num_chunks == 1 \
+            and columns[0].type.value_type == pa.float32():
+        col = columns[0].chunk(0)
+        return col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), col.type.list_size)
+    dims = [c.type.list_size for c in columns]
+    x = np.empty((batch.num_rows, sum(dims)), np.float32)
+    lo = 0
+    for col, dim in zip(columns, dims, strict=True):
+        row = 0
+        for chunk in col.chunks:
+            flat = chunk.flatten().to_numpy(zero_copy_only=False)
+            x[row:row + len(chunk), lo:lo + dim] = flat.reshape(len(chunk), dim)
+            row += len(chunk)
+        lo += dim
     return x
 
 
@@ -95,7 +102,8 @@ def rows_of(table: pa.Table, spec: RunSpec, rows: np.ndarray | None = None
     if rows is not None:
         x, y = np.take(x, rows, axis=0), y[rows]
     if not spec.head.trainable:  # np.take copied; a whole table's x may be a read-only view
-        return (torch.tensor(x) if rows is None else torch.from_numpy(x)), torch.from_numpy(y)
+        return (torch.from_numpy(x) if x.flags.writeable else torch.tensor(x)), \
+            torch.from_numpy(y)
     from raycache.heads.joint import inputs
 
     if rows is not None:
