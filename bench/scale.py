@@ -223,6 +223,7 @@ def main() -> None:
             plain_training(x, y, args.epochs, args.batch_size)
             script = time.perf_counter() - start
             start = time.perf_counter()
+            assert raycache.fill(fill_config("scale", tmp / "src", tmp / "store")).hit
             raycache.train({**train, "placement": "cpu", "run_name": "scale-warm"})
             warm = time.perf_counter() - start
             print(f"warm run (hit + {args.epochs} epochs) {warm:.1f} s vs a plain script reading "
