@@ -1,4 +1,4 @@
-"""The torch modules that heads.py's builders assemble beyond nn.Sequential (imported on use,
+"""The torch modules that heads/specs.py's builders assemble beyond nn.Sequential (imported on use,
 so that reading a HeadSpec needs no torch)."""
 
 from __future__ import annotations
