@@ -33,7 +33,8 @@ def test_bad_sweeps_name_the_value_what_was_expected_and_the_fix():
                  "sweep.lr=[]: expected a non-empty list", "sweep.dropout=0.1",
                  "sweep.hidden[1]='wide': expected a list"):
         assert part in text, text
-    with pytest.raises(ConfigError, match=r"sweep member \{'lr': -0.1\}: lr=-0.1: must be > 0"):
+    with pytest.raises(ConfigError,
+                       match=r"sweep member \{'lr': -0.1\}: optim.lr=-0.1: must be > 0"):
         load_train({"cache": "c", "sweep": {"lr": [0.1, -0.1]}})
     with pytest.raises(ConfigError,
                        match=r"sweep member \{'head': 'nope'\}: head='nope': unknown"):

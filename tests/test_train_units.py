@@ -67,8 +67,10 @@ def test_config_problems_name_value_expectation_and_fix():
                            "precision": "float16", "num_workers": -1, "class_weights": "inverse",
                            "mode": "up", "label_smoothing": 1.0})
     text = str(err.value)
-    for part in ("optimizer='lamb'", "schedule='poly'", "precision='float16' needs a GPU",
-                 "use precision: bfloat16 on CPU", "num_workers=-1", "class_weights='inverse'",
+    for part in ("optim.optimizer='lamb'", "schedule.kind='poly'",
+                 "optim.precision='float16' needs a GPU",
+                 "use optim.precision: bfloat16 on CPU", "resources.num_workers=-1",
+                 "loss.class_weights='inverse'",
                  "mode='up'", "label_smoothing=1.0"):
         assert part in text, text
     assert load_train({"cache": "c", "num_workers": 0}).resources.num_workers == 0

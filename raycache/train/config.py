@@ -340,14 +340,16 @@ class TrainConfig:
     def problems(self) -> list[str]:
         """Local checks; those that consult the head, optimizer, schedule and objective
         registries, and the sweep, are in train.plan."""
-        out = [p for name in GROUPS for p in getattr(self, name).problems()]
+        out = [p if p.startswith(f"{name}.") else f"{name}.{p}"  # as the config spells it
+               for name in GROUPS for p in getattr(self, name).problems()]
         if self.views not in (True, False, AUTO):
             out.append(f"views={self.views!r}: expected true, false or 'auto'")
         if self.run_name is not None and not is_name(self.run_name):
             out.append(f"run_name={self.run_name!r}: use letters, digits, '-', '_' or '.'")
         if self.optim.precision == "float16" and not self.resources.use_gpu:
-            out.append("precision='float16' needs a GPU (use_gpu: true): CPU autocast has no "
-                       "float16 grad scaling; use precision: bfloat16 on CPU")
+            out.append("optim.precision='float16' needs a GPU (resources.use_gpu: true): CPU "
+                       "autocast has no float16 grad scaling; use optim.precision: bfloat16 on "
+                       "CPU")
         if self.embedding_dim < 1:
             out.append(f"embedding_dim={self.embedding_dim}: must be >= 1, e.g. 128")
         if self.select_mode not in MONITOR_MODES:

@@ -41,9 +41,10 @@ def problems(cfg: TrainConfig) -> list[str]:
         out.append(f"head={cfg.head!r}: unknown; expected one of {sorted(HEADS)} "
                    "or 'package.module:function'")
     if cfg.optim.optimizer not in OPTIMIZERS:
-        out.append(f"optimizer={cfg.optim.optimizer!r}: expected one of {sorted(OPTIMIZERS)}")
+        out.append(f"optim.optimizer={cfg.optim.optimizer!r}: expected one of "
+                   f"{sorted(OPTIMIZERS)}")
     if cfg.schedule.kind not in SCHEDULES:
-        out.append(f"schedule={cfg.schedule.kind!r}: expected one of {sorted(SCHEDULES)}")
+        out.append(f"schedule.kind={cfg.schedule.kind!r}: expected one of {sorted(SCHEDULES)}")
     if cfg.objective not in OBJECTIVES:
         out.append(f"objective={cfg.objective!r}: unknown; expected one of "
                    f"{sorted(OBJECTIVES)}")
