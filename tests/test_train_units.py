@@ -407,3 +407,32 @@ def test_every_recipe_group_setting_is_part_of_the_digest_and_flat_keys_still_lo
     assert {"optim.lr", "optim.weight_decay", "head", "groups.loss"} <= set(KEYS)
     assert digest(HEAD, recipe(lr=0.5)) != digest(HEAD, recipe())
     assert digest(HEAD, recipe(gamma=0.5)) != digest(HEAD, recipe())
+
+
+def test_a_streamed_share_leaves_its_readers_cores_and_a_run_gives_them_back(tmp_path):
+    import pyarrow.parquet as pq
+
+    import raycache
+    from raycache.train.assemble import holders
+    from raycache.train.data.shares import READERS
+    from tests.conftest import separable, toy_fill
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(READERS + 1)
+    try:
+        s = dataclasses.replace(spec(tmp_path), placement="stream", shards=(), rows=0)
+        holders(s, 0, torch.device("cpu"))
+        cores = min(READERS + 1, os.cpu_count() or 1)
+        assert torch.get_num_threads() == max(1, cores - READERS)
+
+        torch.set_num_threads(READERS + 1)  # an in-process run restores the caller's threads
+        (tmp_path / "src").mkdir()
+        pq.write_table(separable(n=200), tmp_path / "src" / "a.parquet")
+        raycache.fill(toy_fill(str(tmp_path / "src"), str(tmp_path / "store"), in_process=True))
+        run = raycache.train({"cache": "toy", "store": {"uri": str(tmp_path / "store")},
+                              "epochs": 1, "num_workers": 0, "placement": "stream",
+                              "progress": False})
+        assert run.spec.placement == "stream" and len(run.history) == 1
+        assert torch.get_num_threads() == READERS + 1
+    finally:
+        torch.set_num_threads(before)

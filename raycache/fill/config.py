@@ -63,13 +63,16 @@ class FillConfig:
     """GPUs per encoder actor (0 runs CPU actors; 0.25 puts four actors on a GPU)."""
     num_cpus: float | str = AUTO
     """CPUs per encoder actor; its torch threads follow (auto: 1 with a GPU, else up to 4)."""
-    rows_per_shard: int = 1024
-    """Rows per Parquet shard (the unit of resume, reuse and training reads)."""
+    rows_per_shard: int = 8192
+    """Rows per Parquet shard (the unit of resume, reuse and training reads; part of the
+    fingerprint). Every shard costs a file, its checksum, a progress record and a manifest
+    entry, so shards are large (8,192 rows of 384 float32 are 12 MiB)."""
     block_rows: int | str = AUTO
     """Rows per Ray Data block and per encoder actor call, a whole number of shards: every
     stage hop, task and actor call has a fixed cost, so blocks are cut for throughput apart
-    from the shard size (auto: 16 shards on CPU, 64 with GPUs, fewer where the fill is small
-    so that the pool has at least 8 blocks to share). Not part of the fingerprint."""
+    from the shard size (auto: 16,384 rows on CPU, 65,536 with GPUs, fewer where the fill is
+    small so that the pool has at least 8 blocks to share; never less than a shard). Not part
+    of the fingerprint."""
     autoscaling: bool = False
     """The cluster adds nodes on demand (KubeRay autoscaler): ask for the pool's resources
     and wait for them, instead of refusing a pool the cluster cannot hold now."""

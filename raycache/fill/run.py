@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 MIN_BLOCKS = 8
 """block_rows: auto leaves at least this many blocks to a fill, so every actor gets work."""
+BLOCK_ROWS_CPU, BLOCK_ROWS_GPU = 16_384, 65_536
+"""block_rows auto: rows per block and encoder call on CPU and GPU pools (whole shards)."""
 
 __all__ = ["AUTO_IN_PROCESS_ROWS", "FillResult", "block_rows", "build_pipeline", "complete", "fill",
            "in_process", "job", "run_in_process"]
@@ -157,10 +159,10 @@ def block_rows(cfg: FillConfig, todo: int | None) -> int:
     shard = cfg.rows_per_shard
     if cfg.block_rows != AUTO:
         return max(1, int(cfg.block_rows) // shard) * shard
-    shards = 64 if cfg.num_gpus > 0 else 16
+    rows = BLOCK_ROWS_GPU if cfg.num_gpus > 0 else BLOCK_ROWS_CPU
     if todo is not None:
-        shards = min(shards, -(-todo // (MIN_BLOCKS * shard)))
-    return max(1, shards) * shard
+        rows = min(rows, -(-todo // MIN_BLOCKS))
+    return max(1, rows // shard) * shard
 
 
 def in_process(cfg: FillConfig, todo: int | None) -> bool:

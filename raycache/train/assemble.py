@@ -12,7 +12,7 @@ import torch
 
 from raycache.heads.joint import build_model, param_groups
 from raycache.train.console import say
-from raycache.train.data.shares import InMemory, Streamed
+from raycache.train.data.shares import InMemory, Streamed, beside_readers
 from raycache.train.objectives import OBJECTIVES
 from raycache.train.optim import Schedule, build_optimizer
 from raycache.train.runspec import RunSpec
@@ -34,6 +34,7 @@ def holders(spec: RunSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
     if custom is not None:
         return custom(spec, rank, device)
     if spec.placement == "stream":
+        beside_readers()
         return Streamed(spec, rank, False, device), Streamed(spec, rank, True, device)
     if spec.placement == "gpu" and device.type != "cuda":
         raise RuntimeError("placement 'gpu' needs use_gpu: true and a CUDA device")

@@ -132,9 +132,15 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
 
 
 def _train_loop(config: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
     from raycache.train.loop import train_loop
 
-    return train_loop(config)
+    threads = torch.get_num_threads()  # a streamed share lowers them; in-process, restore them
+    try:
+        return train_loop(config)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
