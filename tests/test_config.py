@@ -19,7 +19,7 @@ def fill_dict(**over):
 
 def test_valid_config_builds_nested_dataclasses():
     cfg = load_fill(fill_dict())
-    assert cfg.source.key == "id" and cfg.encoders[0].max_length == 256
+    assert cfg.source.key == "id" and cfg.encoders[0].max_length == "auto"
     assert cfg.store.uri.endswith("store")
 
 

