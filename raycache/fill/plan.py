@@ -3,6 +3,7 @@ fingerprint computed; no Ray, no encoding."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,12 @@ def plan(cfg: FillConfig) -> Plan:
 
     store = Store.from_config(cfg.store)
     store.check_reachable()
+    staged = None
+    if cfg.source.data is not None:  # in memory: staged as Parquet, described by content
+        from raycache.source.memory import stage
+
+        source, staged = stage(cfg.source, store)
+        cfg = dataclasses.replace(cfg, source=source)
     fmt, files = sources.list_files(cfg.source)
     schema = sources.read_schema(files[0], fmt, cfg.source.options)
     problems = sources.check_columns(
@@ -90,7 +97,7 @@ def plan(cfg: FillConfig) -> Plan:
         "format_version": FORMAT_VERSION,
         "source": {
             "format": fmt,
-            "files": [f.describe() for f in files],
+            "files": [staged] if staged else [f.describe() for f in files],
             "key": cfg.source.key,
             "labels": cfg.source.labels,
             "duplicates": cfg.source.duplicates,

@@ -15,8 +15,14 @@ DUPLICATES = ("error", "first", "last")
 
 @dataclass
 class SourceConfig:
-    path: str | list[str]
-    """File, folder or glob (or a list of them), local or any fsspec URI."""
+    path: str | list[str] | None = None
+    """File, folder or glob (or a list of them), local or any fsspec URI (or give `data`)."""
+    data: Any = None
+    """Instead of `path`, from the SDK: a pandas DataFrame, a pyarrow Table, a Hugging Face
+    datasets Dataset or DatasetDict (with `split`), or a ray.data Dataset (with `version`).
+    Staged once into the store as Parquet and fingerprinted by its content."""
+    split: str | None = None
+    """The split of a DatasetDict given as `data`."""
     format: str | None = None
     """parquet, jsonl or csv; inferred from the file suffix when left out."""
     key: str = "id"
@@ -26,7 +32,8 @@ class SourceConfig:
     options: dict[str, Any] = field(default_factory=dict)
     """fsspec storage options for the source (credentials as in store.options)."""
     version: str | None = None
-    """A version you name for sources whose files carry no mtime or ETag."""
+    """A version you name for sources whose files carry no mtime or ETag, and for a ray.data
+    Dataset given as `data` (it has no content hash without reading it all)."""
     duplicates: str = "error"
     """Rows that share a key: error (the fill commits nothing and lists a few), or keep the
     first or the last of them in source order (files sorted, then rows)."""
@@ -36,6 +43,9 @@ class SourceConfig:
 
     def problems(self) -> list[str]:
         out = []
+        if (self.path is None) == (self.data is None):
+            out.append("source: give exactly one of path (files) and data (a DataFrame, Arrow "
+                       "table, Hugging Face or Ray dataset, from the SDK)")
         if self.format not in (None, *SOURCE_FORMATS):
             out.append(f"source.format={self.format!r}: expected one of {SOURCE_FORMATS}")
         if self.duplicates not in DUPLICATES:
