@@ -80,15 +80,17 @@ def test_train_on_missing_cache(tmp_path):
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_non_numeric_label_for_a_classifier(ray_session, source, tmp_path):
+def test_non_numeric_label_for_similarity_groups(ray_session, source, tmp_path):
     store = str(tmp_path / "store")
     raycache.fill(toy_fill(str(source), store))
     runs = Path(store, "toy")
     before = sorted(runs.rglob("*"))
-    with pytest.raises(ConfigError) as err:
-        raycache.train({"cache": "toy", "store": {"uri": store}, "label": "name"})
+    with pytest.raises(ConfigError) as err:  # a classifier takes names; groups need ids
+        raycache.train({"cache": "toy", "store": {"uri": store}, "label": "name",
+                        "objective": "groups", "embedding_dim": 4,
+                        "groups": {"loss": "infonce"}})
     text = str(err.value)
-    assert "label column 'name' holds string values" in text and "integer class ids" in text
+    assert "label column 'name' holds string values" in text and "integer group ids" in text
     assert sorted(runs.rglob("*")) == before  # no run folder, no checkpoint
 
 

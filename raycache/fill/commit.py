@@ -19,7 +19,7 @@ from raycache.cache.manifest import EncoderEntry, Manifest
 from raycache.cache.records import ShardRecord
 from raycache.cache.store import MANIFEST, PROGRESS
 from raycache.errors import RaycacheError
-from raycache.fill.keys import scan
+from raycache.fill.keys import named, scan
 from raycache.fill.plan import Plan
 from raycache.source.files import Ranges, Span
 
@@ -76,10 +76,11 @@ def check_complete(p: Plan, records: list[ShardRecord], totals: dict[str, int]) 
 
 def scan_keys(p: Plan, records: list[ShardRecord], *, cluster: bool = False
               ) -> tuple[list[ShardRecord], dict[str, Any]]:
-    """(records, label stats): duplicate keys handled as the config says, integer labels
-    counted (raycache.fill.keys; on the cluster for a large fill that ran there)."""
+    """(records, label stats): duplicate keys handled as the config says, integer and named
+    labels counted (raycache.fill.keys; on the cluster for a large fill that ran there)."""
     src = p.cfg.source
-    labels = [c for c in src.labels if pa.types.is_integer(p.schema.field(c).type)]
+    labels = [c for c in src.labels
+              if pa.types.is_integer(t := p.schema.field(c).type) or named(t)]
     return scan(p.store, p.dir, records, src.key, src.duplicates, labels, p.cfg.name,
                 cluster=cluster)
 

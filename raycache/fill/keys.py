@@ -17,9 +17,11 @@ from raycache.cache.records import ShardRecord
 from raycache.cache.store import Store
 from raycache.errors import RaycacheError
 
-__all__ = ["DRIVER_ROWS", "MAX_COUNTED", "scan"]
+__all__ = ["DRIVER_ROWS", "MAX_COUNTED", "MAX_NAMED", "label_stats", "named", "scan"]
 
 MAX_COUNTED = 1_000_000
+MAX_NAMED = 100_000
+"""Named labels (strings) with more distinct values than this keep no vocabulary."""
 """Label values counted per value in the manifest up to this (larger ids: min and max only)."""
 DRIVER_ROWS = 2_000_000
 """A fill that ran on Ray with more rows than this scans its keys on the cluster; below it the
@@ -27,6 +29,17 @@ driver reads them (at most a few tens of MB), which is faster than a distributed
 SHARD = "__shard"
 ROW = "__row"
 EXAMPLES = 5
+
+
+def named(tp: pa.DataType | str) -> bool:
+    """Whether a label column of this type (or its name, as a manifest records it) holds class
+    names: strings, or categories of them."""
+    if isinstance(tp, str):
+        return tp in ("string", "large_string") or tp.startswith(
+            ("dictionary<values=string,", "dictionary<values=large_string,"))
+    if pa.types.is_dictionary(tp):
+        tp = tp.value_type
+    return pa.types.is_string(tp) or pa.types.is_large_string(tp)
 
 
 def scan(store: Store, cache_dir: str, records: list[ShardRecord], key: str, duplicates: str,
@@ -156,13 +169,25 @@ def _value_counts(values: pa.ChunkedArray) -> dict[Any, int]:
                     strict=True))
 
 
+def label_stats(values: pa.ChunkedArray | pa.Array) -> dict[str, Any]:
+    """A label column's stats (see _stats), from the column itself."""
+    return _stats(_value_counts(values))
+
+
 def _stats(counts: dict[Any, int]) -> dict[str, Any]:
     """A label column's stats for the manifest, from its count per value (None: nulls):
-    nulls, min, max, and every value's count where the values are small ids."""
+    nulls, min, max, and every value's count where the values are small ids; for named labels
+    (strings), `classes`, the vocabulary in sorted order, and the count of each."""
     counts = {v: n for v, n in counts.items() if n}
     nulls = counts.pop(None, 0)
     if not counts:
         return {"nulls": nulls, "min": None, "max": None}
+    if any(isinstance(v, str) for v in counts):
+        names = sorted(counts, key=str)
+        out = {"nulls": nulls, "min": names[0], "max": names[-1]}
+        if len(names) <= MAX_NAMED:
+            out |= {"classes": names, "counts": [counts[v] for v in names]}
+        return out
     low, high = min(counts), max(counts)
     out: dict[str, Any] = {"nulls": nulls, "min": low, "max": high}
     if nulls == 0 and low >= 0 and high < MAX_COUNTED:

@@ -75,17 +75,44 @@ class Head:
         (search with them: cosine or dot against a gallery embedded the same way)."""
         return self.embed_embeddings(self.features(inputs))
 
+    @property
+    def classes(self) -> list:
+        """The label value of each class: its name for a named label, else its id."""
+        return list(self.spec.class_names) or list(range(self.spec.num_classes))
+
     def predict_embeddings(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
-        """Class ids for rows of concatenated embeddings (the cache's columns, in spec order)."""
+        """Classes for rows of concatenated embeddings (the cache's columns, in spec order), in
+        the label's own values: names for a named label, else ids."""
+        return self.named(self.predict_ids(x))
+
+    def named(self, ids: np.ndarray) -> np.ndarray:
+        """Class ids as the label's values (names for a named label; ids unchanged)."""
+        if not self.spec.class_names:
+            return ids
+        return np.asarray(self.spec.class_names, dtype=object)[ids]
+
+    def predict_ids(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Class ids (0..K-1) for rows of concatenated embeddings; `classes` names them."""
+        return self.logits(x).argmax(1)
+
+    def predict_proba(self, inputs: dict[str, list] | list) -> np.ndarray:
+        """Each class's probability (softmax) for raw inputs, columns in `classes` order."""
+        z = self.logits(self.features(inputs))
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        return z / z.sum(axis=1, keepdims=True)
+
+    def logits(self, x: np.ndarray | torch.Tensor | Inputs) -> np.ndarray:
+        """A classifier's logits for rows of concatenated embeddings."""
         if self.spec.objective != "classification":
             raise RaycacheError(
                 f"this head was trained with objective {self.spec.objective!r}: it maps rows to "
                 f"{self.spec.width}-d embeddings and has no classes to predict; use "
                 "Head.embed / embed_embeddings, and compare embeddings (nearest neighbours)")
-        return self.embed_embeddings(x).argmax(1)
+        return self.embed_embeddings(x)
 
     def predict(self, inputs: dict[str, list] | list) -> np.ndarray:
-        """Class ids for raw inputs: runs the head's frozen encoders live, then the head.
+        """Classes for raw inputs, in the label's own values (names for a named label, else
+        ids): runs the head's frozen encoders live, then the head.
 
         `inputs` maps each encoder's input column to values; a plain list is enough when the
         head uses one encoder.

@@ -156,6 +156,9 @@ class HeadSpec:
     trainable: tuple[str, ...] = ()
     """The encoders (of `encoders`) trained with the head, run live on their cached input;
     their outputs follow the cached frozen columns, in `encoders` order (raycache.heads.joint)."""
+    class_names: tuple[str, ...] = ()
+    """A classifier on a named label (strings): class i's name; empty for integer labels,
+    whose class i is the value i."""
     format_version: int = HEAD_FORMAT_VERSION
 
     @property
@@ -174,6 +177,9 @@ class HeadSpec:
         d["trainable"] = list(self.trainable)
         if not self.trainable:  # so heads and run digests without one read as before
             del d["trainable"]
+        d["class_names"] = list(self.class_names)
+        if not self.class_names:
+            del d["class_names"]
         return d
 
     @classmethod
@@ -187,6 +193,7 @@ class HeadSpec:
         kw = {k: v for k, v in data.items() if k in names}
         kw["hidden"], kw["encoders"] = tuple(kw["hidden"]), tuple(kw["encoders"])
         kw["trainable"] = tuple(kw.get("trainable", ()))
+        kw["class_names"] = tuple(kw.get("class_names", ()))
         kw["format_version"] = HEAD_FORMAT_VERSION  # older versions lack fields, not meaning
         return cls(**kw)
 

@@ -19,16 +19,19 @@ if TYPE_CHECKING:
     from raycache.heads.joint import Inputs
     from raycache.heads.loaded import Head
 
-__all__ = ["EMBEDDING", "OUTPUTS", "PREDICTION", "PROBABILITIES", "PredictActor", "head_columns",
-           "output_fields"]
+__all__ = ["EMBEDDING", "OUTPUTS", "PREDICTION", "PREDICTION_ID", "PROBABILITIES", "PredictActor",
+           "head_columns", "output_fields"]
 
 PREDICTION = "prediction"
-"""A classifier's class id, in the cache's label values (0..K-1)."""
+"""A classifier's class, in the cache's label values: its name for a named label, else its id."""
+PREDICTION_ID = "prediction_id"
+"""A classifier on a named label: the class id (0..K-1, the place of its name in the head's
+class_names)."""
 PROBABILITIES = "probabilities"
 """A classifier's softmax over its classes, a fixed-size list of float32."""
 EMBEDDING = "embedding"
 """A similarity head's embedding, a fixed-size list of float32."""
-OUTPUTS = (PREDICTION, PROBABILITIES, EMBEDDING)
+OUTPUTS = (PREDICTION, PREDICTION_ID, PROBABILITIES, EMBEDDING)
 
 
 def _vectors(x: np.ndarray) -> pa.FixedSizeListArray:
@@ -39,6 +42,9 @@ def _vectors(x: np.ndarray) -> pa.FixedSizeListArray:
 def output_fields(head: Head) -> list[pa.Field]:
     """The columns a head adds: prediction and probabilities, or embedding."""
     vector = pa.list_(pa.float32(), head.spec.width)
+    if head.spec.objective == "classification" and head.spec.class_names:
+        return [pa.field(PREDICTION, pa.string()), pa.field(PREDICTION_ID, pa.int64()),
+                pa.field(PROBABILITIES, vector)]
     if head.spec.objective == "classification":
         return [pa.field(PREDICTION, pa.int64()), pa.field(PROBABILITIES, vector)]
     return [pa.field(EMBEDDING, vector)]
@@ -52,7 +58,11 @@ def head_columns(head: Head, features: np.ndarray | Inputs) -> dict[str, pa.Arra
         return {EMBEDDING: _vectors(out)}
     z = np.exp(out - out.max(axis=1, keepdims=True))
     probs = z / z.sum(axis=1, keepdims=True)
-    return {PREDICTION: pa.array(out.argmax(axis=1), pa.int64()), PROBABILITIES: _vectors(probs)}
+    ids = out.argmax(axis=1)
+    if head.spec.class_names:
+        return {PREDICTION: pa.array(head.named(ids), pa.string()),
+                PREDICTION_ID: pa.array(ids, pa.int64()), PROBABILITIES: _vectors(probs)}
+    return {PREDICTION: pa.array(ids, pa.int64()), PROBABILITIES: _vectors(probs)}
 
 
 class PredictActor:

@@ -84,9 +84,9 @@ def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
     if family.labels == "none":  # the objective reads no label column
         if problems:
             raise ConfigError(problems)
-        label, counts = "", np.zeros(0, dtype=np.int64)
+        label, counts, names = "", np.zeros(0, dtype=np.int64), ()
     else:
-        label, counts = class_counts(cfg, cache, problems, column)
+        label, counts, names = class_counts(cfg, cache, problems, column)
     classes = len(counts)
     saved = m.extra.get("encoder_configs", {})
     trainable = trainable_encoders(cfg, cache, encoders)
@@ -100,7 +100,7 @@ def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
         encoder_configs={e: saved[e] for e in encoders if e in saved},
         weights_digests={e: m.encoder(e).weights_digest for e in encoders
                          if e not in trainable},
-        trainable=tuple(trainable),
+        trainable=tuple(trainable), class_names=names,
     )
     return cache, head, counts
 
@@ -142,37 +142,58 @@ def trainable_encoders(cfg: TrainConfig, cache: Cache, encoders: list[str]) -> d
 
 
 def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
-                 column: Callable[[str], Any] | None = None) -> tuple[str, np.ndarray]:
-    """The label column and its class counts, checked (with the problems found so far;
-    `column` reads the label column elsewhere than from the cache's shards)."""
+                 column: Callable[[str], Any] | None = None
+                 ) -> tuple[str, np.ndarray, tuple[str, ...]]:
+    """The label column, its class counts and, for a named label, its class names (sorted),
+    checked (with the problems found so far; `column` reads the label column elsewhere than
+    from the cache's shards)."""
+    from raycache.fill.keys import MAX_NAMED, label_stats, named
+
     m, family = cache.manifest, OBJECTIVES[cfg.objective]
     label = cfg.label or (m.label_columns[0] if m.label_columns else None)
+    names = False
     if label is None:
         problems.append(f"cache {m.name} has no label column; fill it with source.labels set")
     elif label not in m.label_columns:
         problems.append(f"label={label!r} is not cached; the cache holds {m.label_columns}")
-    elif not m.label_types[label].startswith(("int", "uint")):
-        ids = "group" if family.labels == "groups" else "class"
-        problems.append(
-            f"label column {label!r} holds {m.label_types[label]} values; objective "
-            f"{cfg.objective!r} needs integer {ids} ids 0..K-1. Map the labels to integers in "
-            "the source and fill again, or name an integer label column with `label:`")
+    else:
+        kind = m.label_types[label]
+        names = family.labels == "classes" and named(kind)
+        if not kind.startswith(("int", "uint")) and not names:
+            ids = "group" if family.labels == "groups" else "class"
+            names_too = " or class names (strings)" if ids == "class" else ""
+            problems.append(
+                f"label column {label!r} holds {kind} values; objective {cfg.objective!r} "
+                f"needs integer {ids} ids 0..K-1{names_too}. Map the labels to integers in the "
+                "source and fill again, or name another label column with `label:`")
     if problems:
         raise ConfigError(problems)
-    stats = m.label_stats.get(label) or _label_stats(cache, label, column)
+    stats = m.label_stats.get(label)
+    if stats is None or (names and "classes" not in stats):
+        stats = (label_stats(column(label) if column else cache.read_table(
+            columns=[label], verify=False).column(label)) if names
+            else _label_stats(cache, label, column))
     if stats["nulls"]:
         raise ConfigError([f"label column {label!r} has {stats['nulls']} empty values"])
-    low = stats["min"]
-    if low is None or low < 0:
-        raise ConfigError([f"label column {label!r}: smallest class id is {low}; expected >= 0"])
-    if "counts" not in stats:
-        stats = _label_stats(cache, label, column)
+    if names:
+        if "classes" not in stats:
+            raise ConfigError([f"label column {label!r} has more than {MAX_NAMED:,} distinct "
+                               "names; a classifier needs fewer classes (or integer ids)"])
+        classes = tuple(stats["classes"])
+    else:
+        classes = ()
+        low = stats["min"]
+        if low is None or low < 0:
+            raise ConfigError([f"label column {label!r}: smallest class id is {low}; expected "
+                               ">= 0"])
+        if "counts" not in stats:
+            stats = _label_stats(cache, label, column)
     counts = np.asarray(stats["counts"], dtype=np.int64)
     high = len(counts) - 1
     if isinstance(cfg.loss.class_weights, list) and len(cfg.loss.class_weights) != len(counts):
         raise ConfigError([f"class_weights has {len(cfg.loss.class_weights)} values; the label "
                            f"{label!r} has {len(counts)} classes (0..{high}): give one each"])
-    return label, counts
+    return label, counts, classes
 
 
 def _label_stats(cache: Cache, label: str, column: Callable[[str], Any] | None = None

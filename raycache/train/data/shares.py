@@ -15,6 +15,7 @@ import torch
 
 from raycache.cache.columns import input_column, views_column
 from raycache.cache.reads import map_ordered, read_checked
+from raycache.errors import RaycacheError
 from raycache.train.data.split import validation_mask
 from raycache.train.data.views import draw, row_ids
 from raycache.train.runspec import RunSpec
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
     from raycache.heads.joint import Inputs
 
 __all__ = ["InMemory", "Streamed", "all_views", "beside_readers", "cached_columns", "expected",
-           "features", "load_share", "pieces", "read_piece", "rows_of", "to_arrays",
+           "features", "label_ids", "load_share", "pieces", "read_piece", "rows_of",
+           "to_arrays",
            "view_columns"]
 
 READERS = 2
@@ -43,9 +45,26 @@ def beside_readers() -> None:
 Batches = Iterator[tuple["torch.Tensor | Inputs", torch.Tensor]]
 
 
-def to_arrays(batch: pa.Table, encoders: tuple[str, ...], label: str) -> tuple[np.ndarray, ...]:
-    """Concatenated embedding columns as float32 features, and the label column as int64."""
-    return features(batch, encoders), batch.column(label).to_numpy().astype(np.int64)
+def to_arrays(batch: pa.Table, encoders: tuple[str, ...], label: str,
+              names: tuple[str, ...] = ()) -> tuple[np.ndarray, ...]:
+    """Concatenated embedding columns as float32 features, and the label column as int64
+    class ids (see label_ids)."""
+    return features(batch, encoders), label_ids(batch.column(label), names)
+
+
+def label_ids(column: pa.ChunkedArray | pa.Array, names: tuple[str, ...] = ()) -> np.ndarray:
+    """A label column as int64 class ids: a named label's values by their place in `names`
+    (the head's class names), an integer label as it is."""
+    if not names:
+        return column.to_numpy().astype(np.int64)
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    ids = pc.index_in(column, value_set=pa.array(names, column.type))
+    if ids.null_count:
+        unknown = pc.filter(column, pc.is_null(ids)).unique().to_pylist()[:5]
+        raise RaycacheError(f"label values {unknown} are not among the run's classes "
+                            f"{list(names)[:10]}; the cache changed under the run: train again")
+    return ids.to_numpy().astype(np.int64)
 
 
 def features(batch: pa.Table, encoders: tuple[str, ...]) -> np.ndarray:
@@ -110,7 +129,7 @@ def rows_of(table: pa.Table, spec: RunSpec, rows: np.ndarray | None = None
             ) -> tuple[torch.Tensor | Inputs, torch.Tensor]:
     """A table's `rows` (all: None) as (model inputs, labels): the frozen features as one
     float32 tensor, or with trainable encoders as Inputs (raycache.heads.joint)."""
-    x, y = to_arrays(table, spec.head.frozen, spec.head.label)
+    x, y = to_arrays(table, spec.head.frozen, spec.head.label, spec.head.class_names)
     if rows is not None:
         x, y = np.take(x, rows, axis=0), y[rows]
     if not spec.head.trainable:  # np.take copied; a whole table's x may be a read-only view
@@ -244,7 +263,7 @@ class Streamed:
             rows = rows[torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)
                                        ).numpy()]
         if views:  # one view per row, drawn from (the piece's seed, the row's id)
-            y = table.column(spec.head.label).to_numpy().astype(np.int64)
+            y = label_ids(table.column(spec.head.label), spec.head.class_names)
             v = draw(self.ids[i][rows], seed, spec.views)
             x = all_views(table.take(pa.array(rows)), spec)[np.arange(len(rows)), v]
             return torch.from_numpy(x), torch.from_numpy(y[rows])
