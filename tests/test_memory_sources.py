@@ -72,6 +72,21 @@ def test_a_hugging_face_dataset_and_a_datasetdict_split_fill(tmp_path):
         fill_from(split, tmp_path / "store")
 
 
+def test_a_class_label_column_fills_as_named_classes(tmp_path):
+    import datasets
+
+    table = separable(n=240).drop_columns(["name"])
+    features = datasets.Features({
+        "id": datasets.Value("string"), "features": datasets.List(datasets.Value("float32"), 8),
+        "label": datasets.ClassLabel(names=["zebra", "ant", "moth"])})
+    ds = datasets.Dataset.from_dict(table.to_pydict(), features=features)
+    cache = fill_from(ds, tmp_path / "store", labels=["label"]).cache
+    stats = cache.manifest.label_stats["label"]
+    assert stats["classes"] == ["ant", "moth", "zebra"]
+    ids = table.column("label").to_pylist()
+    assert stats["counts"] == [ids.count(1), ids.count(2), ids.count(0)]
+
+
 def test_bad_in_memory_sources_are_named_with_the_fix(tmp_path):
     with pytest.raises(SourceError, match="source.data is a builtins.list; expected a pandas"):
         fill_from([1, 2, 3], tmp_path / "store")

@@ -36,9 +36,16 @@ def _pandas(data: Any, split: str | None) -> pa.Table:
 
 
 def _hf(data: Any, split: str | None) -> pa.Table:
+    """A Dataset's table; its ClassLabel columns as categories of their names (named labels)."""
     if getattr(data, "_indices", None) is not None:  # a shuffled/selected view: materialise
         data = data.flatten_indices()
-    return data.data.table
+    table = data.data.table
+    for name, feature in data.features.items():
+        if type(feature).__name__ == "ClassLabel":
+            ids = table.column(name).combine_chunks().cast(pa.int32())
+            table = table.set_column(table.schema.get_field_index(name), name,
+                                     pa.DictionaryArray.from_arrays(ids, feature.names))
+    return table
 
 
 def _hf_split(data: Any, split: str | None) -> pa.Table:
