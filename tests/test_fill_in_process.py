@@ -86,7 +86,7 @@ def test_auto_runs_in_process_only_for_small_cpu_fills_with_no_cluster(monkeypat
         monkeypatch.setattr(ray, "is_initialized", lambda: False)
     assert in_process(cfg(), 600)
     assert not in_process(cfg(), AUTO_IN_PROCESS_ROWS + 1)  # large: Ray Data's actor pool
-    assert not in_process(cfg(), None)  # CSV/JSONL: rows unknown before reading
+    assert not in_process(cfg(), None)  # rows not counted
     assert not in_process(cfg(num_gpus=1), 600)  # GPU actors
     assert not in_process(cfg(concurrency=2), 600)  # an actor pool was asked for
     assert in_process(cfg(in_process=True), 10**9)

@@ -78,8 +78,9 @@ class FillConfig:
     and wait for them, instead of refusing a pool the cluster cannot hold now."""
     in_process: bool | str = AUTO
     """Run the same stages (read, prepare, encode, write) in this process, without Ray: no
-    start-up, for small fills. auto: in-process for a CPU fill of at most 20,000 Parquet rows
-    to encode when no Ray cluster is running or named (RAY_ADDRESS); else Ray Data."""
+    start-up, for small fills. auto: in-process for a CPU fill of at most 20,000 rows
+    to encode (Parquet, CSV or JSONL) when no Ray cluster is running or named (RAY_ADDRESS);
+    else Ray Data."""
     views: ViewsConfig | None = None
     """Cache K augmented views of each row per encoder too (a column <encoder>@views); training
     draws one per row per epoch. Part of the fingerprint."""

@@ -114,8 +114,8 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> Fill
     start = time.perf_counter()
     resumed = sum(r.rows for r in done)
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
-                                       done_ranges(done))
-    todo = sum(u.todo() or 0 for u in units) if p.format == "parquet" else None
+                                       done_ranges(done), cfg.source.key)
+    todo = sum(u.todo() or 0 for u in units)
     block = block_rows(cfg, todo)
     blocks = None if todo is None else -(-todo // block)
     local = in_process(cfg, todo)

@@ -139,7 +139,7 @@ class Unit:
     start: int = 0
     """First row of the unit in the file."""
     rows: int | None = None
-    """Rows in the unit (None for a text file)."""
+    """Rows in the unit (a text file's, counted when planned; None where not counted)."""
     done: Ranges = ()
     """Rows of the unit already encoded, skipped when read."""
 
@@ -152,17 +152,22 @@ class Unit:
 
 
 def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows: int,
-               done: dict[str, Ranges] | None = None) -> tuple[list[Unit], dict[str, int]]:
+               done: dict[str, Ranges] | None = None, key: str | None = None
+               ) -> tuple[list[Unit], dict[str, int]]:
     """Read units of about `rows` rows, aligned to Parquet row groups (a row group larger than
-    that is one unit, read in pieces), skipping units that `done` covers; and each Parquet
-    file's row count."""
+    that is one unit, read in pieces), skipping units that `done` covers; and each file's row
+    count (a CSV or JSONL file is one unit, its rows counted by a streaming parse of its `key`
+    column: the progress total, the in-process choice and the completeness check need it)."""
     done = done or {}
     units: list[Unit] = []
     totals: dict[str, int] = {}
     for f in files:
         skip = done.get(f.block, ())
         if fmt != "parquet":
-            units.append(Unit(f, done=skip))
+            totals[f.block] = count_rows(f, fmt, options, key)
+            unit = Unit(f, start=0, rows=totals[f.block], done=skip)
+            if unit.todo():
+                units.append(unit)
             continue
         with fsspec.open(f.uri, "rb", **reveal(options)) as fh:
             meta = pq.ParquetFile(fh).metadata
@@ -178,6 +183,20 @@ def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows:
                     units.append(unit)
                 groups, first = [], start
     return units, totals
+
+
+def count_rows(f: SourceFile, fmt: str, options: dict[str, Any], key: str | None = None) -> int:
+    """Rows of a CSV or JSONL file, from a streaming parse (of the `key` column only, for CSV)."""
+    include = [key] if key and fmt == "csv" else []
+    with fsspec.open(f.uri, "rb", **reveal(options)) as fh:
+        try:
+            reader = (pjson.open_json(fh) if fmt == "jsonl" else
+                      pcsv.open_csv(fh, convert_options=pcsv.ConvertOptions(
+                          include_columns=include)))
+            return sum(batch.num_rows for batch in reader)
+        except pa.ArrowInvalid as exc:
+            raise SourceError(f"source file {f.uri!r} cannot be read as {fmt}: {exc}; check "
+                              "the file (or set source.format)") from exc
 
 
 def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: list[str]
