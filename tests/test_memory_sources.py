@@ -113,3 +113,34 @@ def test_a_ray_dataset_needs_a_named_version_and_fills_under_it(tmp_path, ray_se
     first = np.asarray(got["row-00000"])
     assert first.shape == (16,) and np.isfinite(first).all()
     assert fill_from(ds, tmp_path / "store", version="2026-11-24").hit
+
+
+def test_a_save_to_disk_folder_and_a_hub_dataset_id_from_the_local_cache(tmp_path, monkeypatch):
+    import datasets
+    import pyarrow.parquet as pq
+
+    table = separable(n=200)
+    datasets.Dataset(table).save_to_disk(str(tmp_path / "saved"))
+    saved = fill_from(str(tmp_path / "saved"), tmp_path / "store")
+    assert saved.cache.manifest.rows == 200
+
+    # the layout `hf download --repo-type dataset acme/toy` leaves in the hub cache
+    repo = tmp_path / "hub" / "datasets--acme--toy"
+    revision = "fedcba9876543210fedcba9876543210fedcba98"
+    data = repo / "snapshots" / revision / "data"
+    data.mkdir(parents=True)
+    pq.write_table(table.slice(0, 150), data / "train-00000-of-00001.parquet")
+    pq.write_table(table.slice(150), data / "test-00000-of-00001.parquet")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    test = fill_from("acme/toy", tmp_path / "store", split="test")
+    assert test.cache.manifest.rows == 50 and test.encoded_rows == 0  # reused from `saved`
+    assert sorted(embedded(test.cache)) == table.column("id").to_pylist()[150:]
+    with pytest.raises(SourceError, match=r"has splits \['test', 'train'\]; set source.split"):
+        fill_from("acme/toy", tmp_path / "store")
+    with pytest.raises(SourceError, match="has no split 'validation'"):
+        fill_from("acme/toy", tmp_path / "store", split="validation")
+    with pytest.raises(SourceError, match="not in the Hugging Face cache.*HF_HUB_OFFLINE"):
+        fill_from("acme/missing", tmp_path / "store", split="train")

@@ -5,13 +5,13 @@ package, or a Hugging Face model id (`org/name`, optionally `@revision`) from th
 from __future__ import annotations
 
 import importlib.resources
-import os
 import re
 from pathlib import Path
 
+from raycache.core.hf_cache import hub_cache, offline
 from raycache.errors import EncoderError
 
-__all__ = ["hub_cache", "model_folder"]
+__all__ = ["model_folder"]
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?(@[\w./-]+)?")
 
@@ -62,8 +62,7 @@ def _from_hub(path: str, name: str) -> Path:
         raise EncoderError(f"encoder {name!r}: model {path!r} in the Hugging Face cache "
                            f"{cache}: {exc}") from exc
     fetch = f"`hf download {repo}` where the hub can be reached (HF_HUB_CACHE={cache})"
-    if any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
-           for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
+    if offline("TRANSFORMERS_OFFLINE"):
         raise EncoderError(f"encoder {name!r}: model {path!r} is not in the Hugging Face cache "
                            f"and the hub is off (HF_HUB_OFFLINE); run {fetch}, or give a "
                            "local folder")
@@ -74,14 +73,3 @@ def _from_hub(path: str, name: str) -> Path:
                            f"and could not be downloaded ({type(exc).__name__}: {exc}); run "
                            f"{fetch}, or give a local folder") from exc
 
-
-def hub_cache() -> str:
-    """The Hugging Face hub cache, read from the environment now (HF_HUB_CACHE, else
-    HF_HOME/hub), so a setting made after import counts."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return os.environ["HF_HUB_CACHE"]
-    if os.environ.get("HF_HOME"):
-        return os.path.join(os.environ["HF_HOME"], "hub")
-    from huggingface_hub.constants import HF_HUB_CACHE
-
-    return HF_HUB_CACHE

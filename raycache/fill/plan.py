@@ -81,6 +81,12 @@ def plan(cfg: FillConfig) -> Plan:
     store = Store.from_config(cfg.store)
     store.check_reachable()
     staged = None
+    if isinstance(cfg.source.data, str):  # a hub dataset id, or a save_to_disk folder
+        from raycache.source.hub import from_string
+
+        files, loaded = from_string(cfg.source)
+        cfg = dataclasses.replace(cfg, source=files or dataclasses.replace(cfg.source,
+                                                                          data=loaded))
     if cfg.source.data is not None:  # in memory: staged as Parquet, described by content
         from raycache.source.memory import stage
 

@@ -19,8 +19,10 @@ class SourceConfig:
     """File, folder or glob (or a list of them), local or any fsspec URI (or give `data`)."""
     data: Any = None
     """Instead of `path`, from the SDK: a pandas DataFrame, a pyarrow Table, a Hugging Face
-    datasets Dataset or DatasetDict (with `split`), or a ray.data Dataset (with `version`).
-    Staged once into the store as Parquet and fingerprinted by its content."""
+    datasets Dataset or DatasetDict (with `split`), or a ray.data Dataset (with `version`),
+    staged once into the store as Parquet and fingerprinted by its content. As a string: a
+    folder written by datasets' save_to_disk, or a Hugging Face hub dataset id (org/name,
+    with `split`) from the local Hugging Face cache."""
     split: str | None = None
     """The split of a DatasetDict given as `data`."""
     format: str | None = None
