@@ -26,6 +26,7 @@ from raycache.encoders.config import EncoderConfig
 from raycache.errors import (
     CacheNotFound,
     ConfigError,
+    CorruptCache,
     CorruptShard,
     EncoderError,
     FillFailed,
@@ -53,6 +54,7 @@ __all__ = [
     "Cache",
     "CacheNotFound",
     "ConfigError",
+    "CorruptCache",
     "CorruptShard",
     "EncoderConfig",
     "EncoderError",
