@@ -72,9 +72,22 @@ class Lease:
         self.store.write_json(self.path, {"host": socket.gethostname(), "pid": os.getpid(),
                                           "written": time.time(), "period_s": self.period_s})
 
+    def _refresh(self) -> None:
+        """Written again; FileNotFoundError where it was removed, and then never made again
+        (locally a touch, which cannot make a removed folder again)."""
+        if self.store.is_local:
+            os.utime(self.path)
+        elif self.store.exists(self.path):
+            self._write()
+        else:
+            raise FileNotFoundError(self.path)
+
     def _beat(self) -> None:
         while not self._stop.wait(self.period_s):
-            if self.lost:  # never make a removed folder again
+            try:
+                self._refresh()
+            except FileNotFoundError:
+                self._lost = True
                 return
-            with contextlib.suppress(Exception):  # a store that fails now: the next beat tries
-                self._write()
+            except Exception:  # a store that fails now: the next beat tries again
+                continue

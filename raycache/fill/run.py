@@ -201,12 +201,16 @@ def in_process(cfg: FillConfig, todo: int | None) -> bool:
 def _reuse(p: Plan) -> Reuse | None:
     """What the store's other committed caches hold for this fill's encoders (see
     raycache.fill.reuse)."""
-    from raycache.cache.committed import ls
+    from raycache.cache.committed import scan
+    from raycache.cache.reads import cache_label
     from raycache.fill.reuse import Reuse
 
+    caches, bad = scan(p.store)
+    for exc in bad:  # one warning each; this fill's own folder has had its own
+        if getattr(exc, "cache", None) != cache_label(p.dir):
+            warnings.warn(str(exc), DamagedCacheWarning, stacklevel=2)
     return Reuse.scan(p.store, [e for e in p.cfg.encoders if not e.trainable],
-                      p.inputs["encoders"],
-                      [c.manifest for c in ls(p.store) if c.dir != p.dir])
+                      p.inputs["encoders"], [c.manifest for c in caches if c.dir != p.dir])
 
 
 def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None,
