@@ -242,3 +242,32 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch, exclusiv
     with pytest.raises(StoreError, match="No space left on device"):
         store.write_json(store.path("a", "manifest.json"), {"x": 1}, exclusive=exclusive)
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_a_damaged_run_record_is_listed_as_such_and_du_and_gc_go_on(root, capsys):
+    cache = folder(root, "toy", 16)
+    (cache / "runs" / "r1").mkdir(parents=True)
+    (cache / "runs" / "r1" / "run.json").write_text('{"status": "runn')
+    store = str(root / "store")
+    [run] = raycache.list_runs(raycache.open_cache("toy", store, cache.name))
+    assert run.name == "r1" and "damaged" in run.status
+    assert main(["du", "--store", store]) == 0
+    assert main(["gc", "--store", store, "--keep-last", "0", "--include-newest"]) == 0
+    assert f"would remove toy/{cache.name}" in capsys.readouterr().out
+
+
+def test_a_damaged_progress_record_is_passed_by_and_its_rows_encoded_again(root, monkeypatch):
+    import toy_encoders
+
+    cfg = config(root, "flaky", 16)
+    cfg["encoders"][0]["factory"] = "toy_encoders:flaky_projection"
+    monkeypatch.setattr(toy_encoders, "FAIL_AT", 2)  # the second shard's block fails
+    with pytest.raises(Exception, match="failed on purpose"):
+        raycache.fill({**cfg, "block_rows": 30})
+    [record] = (root / "store" / "flaky").glob("*/_progress/*.json")
+    record.write_text("{")
+    monkeypatch.setattr(toy_encoders, "FAIL_AT", None)
+    with pytest.warns(UserWarning, match="progress record .* cannot be read"):
+        result = raycache.fill({**cfg, "block_rows": 30})
+    assert result.encoded_rows == 60 and result.resumed_rows == 0
+    assert raycache.verify(result.cache).ok

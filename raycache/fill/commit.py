@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import time
+import warnings
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
@@ -35,9 +36,14 @@ def resumable(p: Plan) -> list[ShardRecord]:
     out = []
     for name in p.store.listdir(f"{p.dir}/{PROGRESS}"):
         if name.endswith(".json"):
+            path = f"{p.dir}/{PROGRESS}/{name}"
             try:  # another fill of this cache may commit (and clear the records) meanwhile
-                record = ShardRecord.from_json(p.store.read_json(f"{p.dir}/{PROGRESS}/{name}"))
+                record = ShardRecord.from_json(p.store.read_json(path))
             except FileNotFoundError:
+                continue
+            except (ValueError, TypeError, KeyError) as exc:  # damaged: its rows are encoded
+                warnings.warn(f"progress record {p.store.url(path)} cannot be read ({exc}); "
+                              "its shard's rows are encoded again", stacklevel=2)
                 continue
             if p.store.exists(f"{p.dir}/{record.path}"):
                 out.append(record)
