@@ -129,3 +129,14 @@ def test_a_held_lease_is_written_again_and_stops_where_its_folder_went(tmp_path)
         shutil.rmtree(folder)
         assert wait_for(lambda: not lease._thread.is_alive(), 30)
         assert lease.lost and not folder.exists()  # never made again
+
+
+def test_a_damaged_manifest_that_appears_during_a_fill_is_replaced_by_its_commit(tmp_path,
+                                                                                 gate):
+    filling = Filling(config(tmp_path))
+    folder = first_shard(tmp_path / "store")
+    (folder / "manifest.json").write_text('{"format_version": 3, "na')
+    gate.set()
+    done = filling.wait()
+    assert not done.hit and done.cache.manifest.rows == 60
+    assert raycache.verify(raycache.open_cache("toy", str(tmp_path / "store"))).ok

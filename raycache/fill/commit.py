@@ -19,7 +19,7 @@ from raycache.cache.committed import read_manifest
 from raycache.cache.manifest import EncoderEntry, Manifest
 from raycache.cache.records import ShardRecord
 from raycache.cache.store import MANIFEST, PROGRESS
-from raycache.errors import RaycacheError
+from raycache.errors import CorruptCache, RaycacheError
 from raycache.fill.keys import scan
 from raycache.fill.plan import Plan
 from raycache.source.files import Ranges, Span
@@ -107,7 +107,10 @@ def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = 
     p.store.write_atomic(f"{p.dir}/{manifest.shard_list['path']}", listing)
     committed = p.store.write_json(f"{p.dir}/{MANIFEST}", manifest.head(), exclusive=not replace)
     if not committed:
-        manifest = read_manifest(p.store, p.dir)
+        try:
+            manifest = read_manifest(p.store, p.dir)
+        except CorruptCache:  # not a commit to defer to: this one replaces it
+            committed = p.store.write_json(f"{p.dir}/{MANIFEST}", manifest.head())
     clear_progress(p)
     for name in p.store.listdir(p.dir):  # a repair's earlier shard list, or a losing fill's
         if SHARD_LIST.fullmatch(name) and name != manifest.shard_list.get("path"):
