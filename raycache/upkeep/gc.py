@@ -197,9 +197,8 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
             target.append(Removal(u, why or picked[u.id]))
     going = {r.usage.id for r in result.removed}
     for u in committed:
-        if u.id not in going:
-            busy = _leased(u, now) or u.live_runs
-            _find_strays(store, u, now, grace_s, result, damaged and not busy)
+        if u.id not in going and not _leased(u, now):  # a repair's new shards are no strays
+            _find_strays(store, u, now, grace_s, result, damaged and not u.live_runs)
     if delete:
         for r in result.removed:
             _remove(store, r.usage)
