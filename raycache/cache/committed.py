@@ -126,6 +126,8 @@ def read_manifest(store: Store, cache_dir: str) -> Manifest | None:
         raw = store.read_bytes(path)
     except (FileNotFoundError, NotADirectoryError):  # no manifest, or not a folder at all
         return None
+    except IsADirectoryError:
+        raise damaged(store, cache_dir, MANIFEST, "is a folder") from None
     try:
         data = json.loads(raw)
     except ValueError as exc:  # truncated, not JSON, not UTF-8
