@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 
 from raycache.cache.config import default_store
-from raycache.errors import RaycacheError
+from raycache.errors import DamagedCacheWarning, RaycacheError
 
 DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads on them."
 
@@ -66,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--include-newest", action="store_true",
                    help="the newest fingerprint of a name may go too")
     p.add_argument("--delete", action="store_true", help="remove; without it, only list")
+    p.add_argument("--damaged", action="store_true",
+                   help="caches whose manifest or shard list cannot be read go too (else they "
+                   "are kept and listed)")
     p = sub.add_parser("demo", help="fill and train on a real dataset and encoder, locally")
     p.add_argument("--store", default=".raycache/store")
     p.add_argument("--epochs", type=int, default=30)
@@ -73,11 +77,36 @@ def main(argv: list[str] | None = None) -> int:
                    help="DDP workers; 0 trains in-process; auto picks by cache size")
     p.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    shown = warnings.showwarning
+    warnings.showwarning = _warning(shown, args.command)
     try:
         return COMMANDS[args.command](args)
     except RaycacheError as exc:
         print(f"raycache {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        warnings.showwarning = shown
+
+
+def _warning(shown, command: str):
+    """warnings.showwarning that prints a DamagedCacheWarning as one line, as errors are."""
+    def show(message, category, *args, **kwargs) -> None:
+        if issubclass(category, DamagedCacheWarning):
+            print(f"raycache {command}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, *args, **kwargs)
+    return show
+
+
+def _store(uri: str):
+    """The store a command reads, checked: reachable, and a folder (StoreError, with the fix,
+    rather than the filesystem's own error)."""
+    from raycache.cache.store import Store
+
+    store = Store(uri)
+    store.check_reachable()
+    store.check_folder()
+    return store
 
 
 def _fill(args: argparse.Namespace) -> int:
@@ -126,7 +155,7 @@ def _ls(args: argparse.Namespace) -> int:
     from raycache.cache.committed import ls
     from raycache.cache.manifest import human_bytes
 
-    caches = ls(args.store)
+    caches = ls(_store(args.store))
     if not caches:
         print(f"no committed caches in {args.store}")
     for c in caches:
@@ -141,7 +170,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from raycache.cache.committed import open_cache
 
     name, _, fp = args.cache.partition("/")
-    cache = open_cache(name, args.store, fp or None)
+    cache = open_cache(name, _store(args.store), fp or None)
     m = cache.manifest
     if args.json:
         print(json.dumps(m.to_dict(), indent=2, sort_keys=True))
@@ -166,7 +195,7 @@ def _repair(args: argparse.Namespace) -> int:
     from raycache.upkeep.repair import repair
 
     name, _, fp = args.cache.partition("/")
-    result = repair(name, args.store, fp or None, progress=not args.no_progress)
+    result = repair(name, _store(args.store), fp or None, progress=not args.no_progress)
     if result.hit:
         print(f"repair {name}/{result.cache.fingerprint[:12]}: every shard is good; nothing to do")
     else:
@@ -183,7 +212,7 @@ def _runs(args: argparse.Namespace) -> int:
     from raycache.train.runs import list_runs
 
     name, _, fp = args.cache.partition("/")
-    cache = open_cache(name, args.store, fp or None)
+    cache = open_cache(name, _store(args.store), fp or None)
     runs = list_runs(cache)
     if not runs:
         print(f"no training runs of {cache.name}/{cache.fingerprint[:12]} in {args.store}")
@@ -197,7 +226,7 @@ def _verify(args: argparse.Namespace) -> int:
     from raycache.upkeep.verify import verify
 
     name, _, fp = args.cache.partition("/")
-    report = verify(open_cache(name, args.store, args.fingerprint or fp or None))
+    report = verify(open_cache(name, _store(args.store), args.fingerprint or fp or None))
     for line in report.lines():
         print(line)
     if not report.ok:
@@ -210,7 +239,7 @@ def _du(args: argparse.Namespace) -> int:
     from raycache.cache.manifest import human_bytes
     from raycache.upkeep.du import du
 
-    found = du(args.store)
+    found = du(_store(args.store))
     for u in found:
         print(u.line())
     total = sum(u.bytes for u in found)
@@ -222,9 +251,9 @@ def _du(args: argparse.Namespace) -> int:
 def _gc(args: argparse.Namespace) -> int:
     from raycache.upkeep.gc import gc
 
-    result = gc(args.store, keep_last=args.keep_last, older_than=args.older_than,
+    result = gc(_store(args.store), keep_last=args.keep_last, older_than=args.older_than,
                 max_size=args.max_size, grace=args.grace, delete=args.delete,
-                include_newest=args.include_newest)
+                include_newest=args.include_newest, damaged=args.damaged)
     for line in result.lines():
         print(line)
     return 0

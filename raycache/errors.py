@@ -47,6 +47,23 @@ class CorruptShard(StoreError):
         return type(self), (str(self), self.uri, self.cache, self.problems)
 
 
+class CorruptCache(StoreError):
+    """A committed cache's manifest or shard list cannot be read (truncated, not JSON, not a
+    manifest); `uri` names the file and `cache` (name/fingerprint) the cache."""
+
+    def __init__(self, message: str, uri: str = "", cache: str = ""):
+        super().__init__(message)
+        self.uri, self.cache = uri, cache
+
+    def __reduce__(self) -> tuple:  # keep the fields across processes (Ray workers)
+        return type(self), (str(self), self.uri, self.cache)
+
+
 class FillFailed(RaycacheError):
     """A fill that training was reading as it ran (pipeline overlap) stopped with an error; its
     written shards are kept, so running it again resumes."""
+
+
+class DamagedCacheWarning(UserWarning):
+    """A cache whose manifest or shard list cannot be read was skipped (listing, du, gc, the
+    reuse scan); the message names it and the fix."""

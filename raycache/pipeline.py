@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from raycache.errors import ConfigError
+from raycache.errors import ConfigError, CorruptCache
 from raycache.fill.config import FillConfig
 from raycache.fill.plan import load_config as load_fill
 from raycache.fill.run import FillResult, fill
@@ -89,7 +89,11 @@ def overlapped(fill_cfg: FillConfig, train_cfg: TrainConfig, progress: bool | No
         raise ConfigError(bad)
     p = plan(fill_cfg)
     train_cfg.fingerprint = p.fingerprint
-    if read_manifest(p.store, p.dir) is not None:  # a hit: nothing to overlap with
+    try:
+        hit = read_manifest(p.store, p.dir) is not None
+    except CorruptCache:  # damaged: fill() fills it again, with a warning
+        hit = True
+    if hit:  # nothing to overlap with
         filled = fill(fill_cfg)
         print(filled.summary(), flush=True)
         return PipelineResult(filled, train(train_cfg, progress=progress))

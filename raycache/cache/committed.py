@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -11,10 +12,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raycache.cache.manifest import Manifest
-from raycache.cache.reads import THREADS, map_ordered, read_shard
+from raycache.cache.reads import (
+    THREADS,
+    cache_label,
+    map_ordered,
+    read_bytes_checked,
+    read_shard,
+)
 from raycache.cache.records import ShardEntry
 from raycache.cache.store import MANIFEST, Store
-from raycache.errors import CacheNotFound
+from raycache.errors import (
+    CacheNotFound,
+    CorruptCache,
+    CorruptShard,
+    DamagedCacheWarning,
+    StoreError,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -106,35 +119,93 @@ class Cache:
 
 
 def read_manifest(store: Store, cache_dir: str) -> Manifest | None:
-    """The committed manifest of a cache folder (its shard list read on first use), or None."""
+    """The committed manifest of a cache folder (its shard list read on first use), or None;
+    CorruptCache where it cannot be read, naming the file and the fix."""
     path = f"{cache_dir}/{MANIFEST}"
     try:
-        data = store.read_json(path)
+        raw = store.read_bytes(path)
     except (FileNotFoundError, NotADirectoryError):  # no manifest, or not a folder at all
         return None
-    return Manifest.from_dict(data, where=store.url(path),
-                              shards=functools.partial(_shard_list, store, cache_dir))
+    except IsADirectoryError:
+        raise damaged(store, cache_dir, MANIFEST, "is a folder") from None
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:  # truncated, not JSON, not UTF-8
+        raise damaged(store, cache_dir, MANIFEST, f"is not JSON ({exc})") from None
+    try:
+        return Manifest.from_dict(data, where=store.url(path),
+                                  shards=functools.partial(_shard_list, store, cache_dir))
+    except CorruptCache as exc:
+        why = str(exc).removeprefix(exc.uri).strip().split("; fill")[0]
+        raise damaged(store, cache_dir, MANIFEST, why) from None
+
+
+def damaged(store: Store, cache_dir: str, rel: str, why: str) -> CorruptCache:
+    """The error for a cache whose manifest or shard list (`rel`) cannot be read: the file,
+    why, and the fix (a fill again, a repair, or gc's --damaged)."""
+    label = cache_label(cache_dir)
+    uri = store.url(f"{cache_dir}/{rel}")
+    if rel == MANIFEST:
+        fix = ("fill it again with the config it was filled from (the fill replaces the "
+               "damaged manifest)")
+        what = "its manifest"
+    else:
+        fix = f"re-encode it with `raycache repair {label} --store {store.uri}`"
+        what = "its shard list"
+    return CorruptCache(
+        f"cache {label} is damaged: {what} {uri} {why}. Reads of it fail, and listings, gc "
+        f"and other fills pass it by, until it is fixed: {fix}, or remove it with "
+        f"`raycache gc --store {store.uri} --damaged --delete`.", uri, label)
 
 
 def _shard_list(store: Store, cache_dir: str, info: dict[str, Any]) -> list[dict[str, Any]]:
-    """A format 3 manifest's shard list, checked against the size and sha256 it records."""
-    from raycache.cache.reads import cache_label, read_bytes_checked
+    """A format 3 manifest's shard list, checked against the size and sha256 it records
+    (CorruptCache where it is missing, does not match, or holds no shard entries)."""
+    rel = str(info.get("path", "shards-?.json")) if isinstance(info, dict) else "shards-?.json"
+    try:
+        blob = read_bytes_checked(store, f"{cache_dir}/{rel}", info["bytes"], info["sha256"],
+                                  cache_label(cache_dir))
+        data = json.loads(blob)
+        [ShardEntry.from_json(s) for s in data]  # every entry parses
+    except CorruptShard as exc:
+        why = "is missing" if exc.problems == ("missing",) else (
+            f"does not match the manifest's record of it: {'; '.join(exc.problems)}")
+        raise damaged(store, cache_dir, rel, why) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise damaged(store, cache_dir, rel, f"is not a shard list ({type(exc).__name__}: "
+                      f"{exc})") from None
+    return data
 
-    return json.loads(read_bytes_checked(store, f"{cache_dir}/{info['path']}", info["bytes"],
-                                         info["sha256"], cache_label(cache_dir)))
+
+def scan(store: Store | str, name: str | None = None
+         ) -> tuple[list[Cache], list[StoreError]]:
+    """Every committed cache in a store (or of one name), oldest first; and, apart, the errors
+    of the caches whose manifest cannot be read (CorruptCache, or a format this raycache does
+    not read)."""
+    store = store if isinstance(store, Store) else Store(store)
+    if name is None:
+        store.check_folder()
+    names = [name] if name else store.listdir(store.root)
+    caches, bad = [], []
+    for n in names:
+        for fp in store.listdir(store.path(n)):
+            try:
+                manifest = read_manifest(store, store.cache_dir(n, fp))
+            except StoreError as exc:
+                bad.append(exc)
+                continue
+            if manifest is not None:
+                caches.append(Cache(store, manifest))
+    return sorted(caches, key=lambda c: (c.manifest.created, c.name)), bad
 
 
 def ls(store: Store | str, name: str | None = None) -> list[Cache]:
-    """Every committed cache in a store (or of one name), oldest first."""
-    store = store if isinstance(store, Store) else Store(store)
-    names = [name] if name else store.listdir(store.root)
-    caches = []
-    for n in names:
-        for fp in store.listdir(store.path(n)):
-            manifest = read_manifest(store, store.cache_dir(n, fp))
-            if manifest is not None:
-                caches.append(Cache(store, manifest))
-    return sorted(caches, key=lambda c: (c.manifest.created, c.name))
+    """Every committed cache in a store (or of one name), oldest first. A cache whose manifest
+    cannot be read is left out, with one warning (DamagedCacheWarning) naming it."""
+    caches, bad = scan(store, name)
+    for exc in bad:
+        warnings.warn(str(exc), DamagedCacheWarning, stacklevel=2)
+    return caches
 
 
 def open_cache(
@@ -155,10 +226,19 @@ def open_cache(
                 f"{store.uri}` lists what is there"
             )
         return Cache(store, manifest)
-    found = ls(store, name)
+    found, bad = scan(store, name)
+    if bad:  # it may be the newest: which one is, is unknown
+        fps = ", ".join(f"{name}/{c.fingerprint}" for c in found) or "none"
+        raise type(bad[0])(f"{bad[0]} Meanwhile {name!r} has no known newest fill; to open "
+                           f"another, name its fingerprint (readable: {fps})",
+                           *_fields(bad[0]))
     if not found:
         raise CacheNotFound(
             f"no committed cache named {name!r} in {store.uri!r}; fill it first, or check the "
             f"name and store (`raycache ls {store.uri}`)"
         )
     return found[-1]
+
+
+def _fields(exc: StoreError) -> tuple[str, ...]:
+    return (exc.uri, exc.cache) if isinstance(exc, CorruptCache) else ()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raycache.cache.records import ShardEntry
-from raycache.errors import StoreError
+from raycache.errors import CorruptCache, StoreError
 
 __all__ = ["FORMAT_VERSION", "EncoderEntry", "Manifest", "ShardList", "human_bytes"]
 
@@ -130,6 +130,9 @@ class Manifest:
                   ) -> Manifest:
         """A manifest from its JSON; `shards` reads the shard list object a format 3
         manifest names, given its entry, when the shards are first used."""
+        if not isinstance(data, dict):
+            raise CorruptCache(f"{where} holds a JSON {type(data).__name__}, not a manifest",
+                               where)
         version = data.get("format_version")
         if version not in READABLE:
             raise StoreError(
@@ -147,8 +150,9 @@ class Manifest:
                 entries = ShardList(lambda: [ShardEntry.from_json(s) for s in shards(info)])
             return cls(**{**data, "encoders": [EncoderEntry(**e) for e in data["encoders"]],
                           "shards": entries})
-        except (KeyError, TypeError) as exc:
-            raise StoreError(f"{where} is malformed ({exc}); fill the cache again") from exc
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptCache(f"{where} is malformed ({type(exc).__name__}: {exc}); fill the "
+                               "cache again", where) from exc
 
     def summary(self) -> str:
         encs = ", ".join(f"{e.name}[trainable, input in {e.column}]" if e.trainable else

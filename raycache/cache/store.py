@@ -153,6 +153,14 @@ class Store:
                 "store.options.client_kwargs.endpoint_url), the bucket name and the credentials"
             ) from exc
 
+    def check_folder(self) -> None:
+        """StoreError where the store's URI names a file rather than a folder."""
+        if self.fs.isfile(self.root):
+            raise StoreError(
+                f"store {self.uri!r} is a file, not a folder: a store is the folder (or bucket "
+                "prefix) that holds the caches, e.g. .raycache/store; give that instead"
+            )
+
     def exists(self, path: str) -> bool:
         return self.fs.exists(path)
 
@@ -274,21 +282,23 @@ class _StoreHandler(pafs.FSSpecHandler):
 
 
 def _write_local_once(path: str, data: bytes, exclusive: bool) -> bool:
-    """A temporary file beside `path`, renamed over it (or hard linked, when exclusive)."""
+    """A temporary file beside `path`, renamed over it (or hard linked, when exclusive); the
+    temporary file is removed whatever happens (a full disk, an interrupt)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if not exclusive:
-        os.replace(tmp, path)
-        return True
     try:
-        os.link(tmp, path)  # fails if path exists: atomic and exclusive
-    except FileExistsError:
-        return False
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if not exclusive:
+            os.replace(tmp, path)
+            return True
+        try:
+            os.link(tmp, path)  # fails if path exists: atomic and exclusive
+        except FileExistsError:
+            return False
+        return True
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    return True

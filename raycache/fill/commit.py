@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import time
+import warnings
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +19,7 @@ from raycache.cache.committed import read_manifest
 from raycache.cache.manifest import EncoderEntry, Manifest
 from raycache.cache.records import ShardRecord
 from raycache.cache.store import MANIFEST, PROGRESS
-from raycache.errors import RaycacheError
+from raycache.errors import CorruptCache, RaycacheError
 from raycache.fill.keys import named, scan
 from raycache.fill.plan import Plan
 from raycache.source.files import Ranges, Span
@@ -35,9 +36,14 @@ def resumable(p: Plan) -> list[ShardRecord]:
     out = []
     for name in p.store.listdir(f"{p.dir}/{PROGRESS}"):
         if name.endswith(".json"):
+            path = f"{p.dir}/{PROGRESS}/{name}"
             try:  # another fill of this cache may commit (and clear the records) meanwhile
-                record = ShardRecord.from_json(p.store.read_json(f"{p.dir}/{PROGRESS}/{name}"))
+                record = ShardRecord.from_json(p.store.read_json(path))
             except FileNotFoundError:
+                continue
+            except (ValueError, TypeError, KeyError) as exc:  # damaged: its rows are encoded
+                warnings.warn(f"progress record {p.store.url(path)} cannot be read ({exc}); "
+                              "its shard's rows are encoded again", stacklevel=2)
                 continue
             if p.store.exists(f"{p.dir}/{record.path}"):
                 out.append(record)
@@ -102,7 +108,10 @@ def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = 
     p.store.write_atomic(f"{p.dir}/{manifest.shard_list['path']}", listing)
     committed = p.store.write_json(f"{p.dir}/{MANIFEST}", manifest.head(), exclusive=not replace)
     if not committed:
-        manifest = read_manifest(p.store, p.dir)
+        try:
+            manifest = read_manifest(p.store, p.dir)
+        except CorruptCache:  # not a commit to defer to: this one replaces it
+            committed = p.store.write_json(f"{p.dir}/{MANIFEST}", manifest.head())
     clear_progress(p)
     for name in p.store.listdir(p.dir):  # a repair's earlier shard list, or a losing fill's
         if SHARD_LIST.fullmatch(name) and name != manifest.shard_list.get("path"):

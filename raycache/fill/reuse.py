@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raycache.cache.columns import hash_column
+from raycache.errors import DamagedCacheWarning, StoreError
 
 if TYPE_CHECKING:
     from raycache.cache.manifest import Manifest
@@ -166,14 +167,19 @@ class Reuse:
         jobs: dict[str, list[_Source]] = {name: [] for name in wanted}
         dims: dict[str, int] = {}
         for m in manifests:
-            for entry in m.encoders:
-                for name, (identity, dtype) in wanted.items():
-                    if entry.identity == identity and entry.dtype == dtype:
-                        cache_dir = store.cache_dir(m.name, m.fingerprint)
-                        dims[name] = entry.dim
-                        jobs[name] += [_Source(cache_dir, s.path, entry.name,
-                                               hash_column(entry.input), s)
-                                       for s in m.shards]
+            same = [(name, entry) for entry in m.encoders
+                    for name, (identity, dtype) in wanted.items()
+                    if entry.identity == identity and entry.dtype == dtype]
+            try:
+                shards = list(m.shards) if same else []
+            except StoreError as exc:  # a damaged shard list: that cache is not reused
+                warnings.warn(str(exc), DamagedCacheWarning, stacklevel=2)
+                continue
+            cache_dir = store.cache_dir(m.name, m.fingerprint)
+            for name, entry in same:
+                dims[name] = entry.dim
+                jobs[name] += [_Source(cache_dir, s.path, entry.name, hash_column(entry.input),
+                                       s) for s in shards]
         lookups = {name: Lookup(srcs, dims[name]) for name, srcs in jobs.items() if srcs}
         return cls(store, lookups) if lookups else None
 
@@ -203,7 +209,6 @@ class Reuse:
         shard that fails the check); the last few kept, since consecutive batches of a source
         mostly hit the same shards."""
         from raycache.cache.reads import read_shard
-        from raycache.errors import StoreError
 
         key = f"{src.cache_dir}/{src.path}#{src.column}"
         if key in self._bad:

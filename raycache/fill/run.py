@@ -6,17 +6,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from raycache.cache.committed import Cache, read_manifest
+from raycache.cache.lease import Lease
 from raycache.cache.manifest import human_bytes
 from raycache.cache.records import ShardRecord
 from raycache.compute import runner
 from raycache.compute.pool import Pool
 from raycache.compute.runner import AUTO_IN_PROCESS_ROWS, Job, Stage
 from raycache.core.config import AUTO
+from raycache.errors import CorruptCache, DamagedCacheWarning, StoreError
 from raycache.fill.commit import check_complete, commit, done_ranges, resumable, scan_keys
 from raycache.fill.config import FillConfig
 from raycache.fill.plan import Plan, load_config, plan
@@ -98,7 +101,12 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
     if progress is not None:
         cfg = dataclasses.replace(cfg, progress=progress)
     p = plan(cfg)
-    manifest = read_manifest(p.store, p.dir)
+    try:
+        manifest = read_manifest(p.store, p.dir)
+    except CorruptCache as exc:  # the config says what it holds: fill it again, over it
+        warnings.warn(f"{exc}. Filling it again now, from this config", DamagedCacheWarning,
+                      stacklevel=2)
+        return complete(p, resumable(p), replace=True)
     if manifest is not None:
         return FillResult(Cache(p.store, manifest), True, 0.0, 0)
 
@@ -107,7 +115,26 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
 
 def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> FillResult:
     """Encode every row that the shard records `done` do not cover, check, and commit (with
-    `replace`, over a committed manifest: a repair)."""
+    `replace`, over a committed manifest: a repair). A lease on the cache folder, held
+    throughout, keeps gc off it; a folder removed meanwhile fails the fill with a StoreError."""
+    with Lease(p.store, p.dir) as lease:
+        try:
+            return _complete(p, done, replace, lease)
+        except Exception as exc:
+            if lease.lost:
+                raise _removed(p) from exc
+            raise
+
+
+def _removed(p: Plan) -> StoreError:
+    return StoreError(
+        f"the folder of the fill {p.cfg.name}/{p.fingerprint} ({p.store.url(p.dir)}) was removed "
+        "while the fill ran (by `raycache gc` or by hand), with the shards it had written; "
+        "nothing was committed. Run the fill again: it starts over"
+    )
+
+
+def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease) -> FillResult:
     from raycache.compute.pool import local_pool
 
     cfg = p.cfg
@@ -145,6 +172,8 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> Fill
     encoded = sum(r.rows for r in new) - reused
     encode_s = (max(r.written or 0.0 for r in new) - min(r.encode_started or 0.0 for r in new)
                 if new else 0.0)
+    if lease.lost:  # never a manifest over a folder whose shards went
+        raise _removed(p)
     manifest, committed = commit(p, records, time.perf_counter() - start, replace, label_stats)
     if not committed:  # another fill of this cache committed first: that cache is the result
         return FillResult(Cache(p.store, manifest), True, time.perf_counter() - start, 0)
@@ -174,12 +203,16 @@ def in_process(cfg: FillConfig, todo: int | None) -> bool:
 def _reuse(p: Plan) -> Reuse | None:
     """What the store's other committed caches hold for this fill's encoders (see
     raycache.fill.reuse)."""
-    from raycache.cache.committed import ls
+    from raycache.cache.committed import scan
+    from raycache.cache.reads import cache_label
     from raycache.fill.reuse import Reuse
 
+    caches, bad = scan(p.store)
+    for exc in bad:  # one warning each; this fill's own folder has had its own
+        if getattr(exc, "cache", None) != cache_label(p.dir):
+            warnings.warn(str(exc), DamagedCacheWarning, stacklevel=2)
     return Reuse.scan(p.store, [e for e in p.cfg.encoders if not e.trainable],
-                      p.inputs["encoders"],
-                      [c.manifest for c in ls(p.store) if c.dir != p.dir])
+                      p.inputs["encoders"], [c.manifest for c in caches if c.dir != p.dir])
 
 
 def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ __all__ = ["RECORD", "RESUMABLE", "RunInfo", "list_runs", "read_record", "runs_d
 RECORD = "run.json"
 RESUMABLE = ("resumable", "failed (resumable)")
 """Statuses of runs that died with a checkpoint: running them again resumes."""
+UNREADABLE = "unreadable (run.json damaged)"
 
 
 def runs_dir(cache: Cache) -> str:
@@ -78,7 +80,11 @@ def list_runs(cache: Cache) -> list[RunInfo]:
     store, root = cache.store, runs_dir(cache)
     out = []
     for name in store.listdir(root):
-        record = read_record(store, f"{root}/{name}")
+        try:
+            record = read_record(store, f"{root}/{name}")
+        except ValueError:  # a damaged run.json: listed as such, never trusted (du, gc)
+            out.append(RunInfo(name, UNREADABLE, 0, 0, {}, {}, ""))
+            continue
         if record is None:
             continue
         status = record["status"]
@@ -90,7 +96,9 @@ def list_runs(cache: Cache) -> list[RunInfo]:
         history = []
         metrics_path = f"{root}/{name}/metrics.jsonl"
         if store.exists(metrics_path):
-            history = [json.loads(line) for line in store.read_bytes(metrics_path).splitlines()]
+            with contextlib.suppress(ValueError):  # damaged: the run is listed without them
+                history = [json.loads(line)
+                           for line in store.read_bytes(metrics_path).splitlines()]
         out.append(RunInfo(
             name=name, status=status, epochs_done=len(history),
             epochs=recipe_epochs(record.get("recipe", {})), best=record.get("best", {}),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from raycache.cache.committed import Cache, read_manifest
+from raycache.cache.lease import LEASES
 from raycache.cache.manifest import human_bytes
 from raycache.cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
+from raycache.errors import CorruptCache, DamagedCacheWarning, StoreError
 from raycache.train.runs import RECORD, RESUMABLE, list_runs
 
 __all__ = ["Usage", "du"]
@@ -38,6 +41,14 @@ class Usage:
     resumable_runs: tuple[tuple[str, float], ...] = ()
     """Runs on it that died with a checkpoint (they can resume): name, and when their record
     was last written (seconds since the epoch)."""
+    leases: tuple[tuple[str, float], ...] = ()
+    """Fills that hold a lease on it (raycache.cache.lease): lease name, and when it was last
+    refreshed (seconds since the epoch); a stale one is listed too."""
+    damaged: str = ""
+    """Why its manifest cannot be read (empty when it can): not committed, not unfinished."""
+    corrupt: bool = False
+    """Damaged as in CorruptCache (gc --damaged removes it), not a manifest of a newer
+    format."""
 
     @property
     def id(self) -> str:
@@ -48,7 +59,7 @@ class Usage:
         return datetime.fromisoformat(self.created).timestamp()
 
     def line(self) -> str:
-        state = "committed" if self.committed else "unfinished"
+        state = "committed" if self.committed else "damaged" if self.damaged else "unfinished"
         rows = "-" if self.rows is None else str(self.rows)
         live = f"  live runs: {', '.join(self.live_runs)}" if self.live_runs else ""
         if self.resumable_runs:
@@ -69,11 +80,19 @@ def _folder(store: Store, name: str, fp: str) -> Usage | None:
     newest = max(mtime for _, mtime in files.values())
     runs_bytes = sum(size for rel, (size, _) in files.items() if rel.startswith(f"{RUNS}/"))
     total = sum(size for size, _ in files.values())
-    manifest = read_manifest(store, cache_dir) if MANIFEST in files else None
+    leases = tuple((rel.rsplit("/", 1)[1], mtime) for rel, (_, mtime) in files.items()
+                   if rel.startswith(f"{LEASES}/"))
+    why, corrupt = "", False
+    try:
+        manifest = read_manifest(store, cache_dir) if MANIFEST in files else None
+    except StoreError as exc:  # damaged, or of a newer format: counted, never read
+        manifest, why, corrupt = None, str(exc), isinstance(exc, CorruptCache)
+        warnings.warn(why, DamagedCacheWarning, stacklevel=3)
     if manifest is None:
         shards = sum(rel.startswith(f"{SHARDS}/") and rel.endswith(".parquet") for rel in files)
         when = datetime.fromtimestamp(newest, UTC).isoformat(timespec="seconds")
-        return Usage(name, fp, cache_dir, False, None, shards, total, runs_bytes, when, newest)
+        return Usage(name, fp, cache_dir, False, None, shards, total, runs_bytes, when, newest,
+                     leases=leases, damaged=why, corrupt=corrupt)
     live: tuple[str, ...] = ()
     resumable: tuple[tuple[str, float], ...] = ()
     if any(rel.startswith(f"{RUNS}/") and rel.endswith(f"/{RECORD}") for rel in files):
@@ -82,7 +101,7 @@ def _folder(store: Store, name: str, fp: str) -> Usage | None:
         resumable = tuple((r.name, files[f"{RUNS}/{r.name}/{RECORD}"][1]) for r in runs
                           if r.status in RESUMABLE)
     return Usage(name, fp, cache_dir, True, manifest.rows, manifest.shard_count, total,
-                 runs_bytes, manifest.created, newest, live, resumable)
+                 runs_bytes, manifest.created, newest, live, resumable, leases)
 
 
 def du(store: Store | str | None = None) -> list[Usage]:
@@ -90,6 +109,7 @@ def du(store: Store | str | None = None) -> list[Usage]:
     from raycache.cache.config import default_store
 
     store = store if isinstance(store, Store) else Store(store or default_store())
+    store.check_folder()
     found = [u for name in store.listdir(store.root) for fp in store.listdir(store.path(name))
              if (u := _folder(store, name, fp)) is not None]
     return sorted(found, key=lambda u: (u.name, u.created_ts))

@@ -4,6 +4,7 @@ reads."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -11,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raycache.cache.committed import Cache, read_manifest
+from raycache.cache.lease import live
 from raycache.cache.manifest import human_bytes
 from raycache.cache.store import MANIFEST, Store
 from raycache.core.units import human_duration, parse_duration, parse_size
-from raycache.errors import ConfigError, RaycacheError
+from raycache.errors import ConfigError, CorruptCache, RaycacheError
 from raycache.upkeep.du import Usage, du
 from raycache.upkeep.strays import strays
 
@@ -105,8 +107,16 @@ def _picked(committed: list[Usage], now: float, keep_last: int | None,
     return {k: "; ".join(v) for k, v in picked.items()}
 
 
+def _leased(u: Usage, now: float) -> str | None:
+    """Why a fill in progress protects the folder (a lease refreshed lately), or None."""
+    held = live(u.leases, now)
+    return f"a fill is writing it (lease {', '.join(held)})" if held else None
+
+
 def _protected(u: Usage, newest: dict[str, str], include_newest: bool, now: float,
                grace_s: float | None) -> str | None:
+    if leased := _leased(u, now):
+        return leased
     if u.live_runs:
         return f"run(s) in progress read it: {', '.join(u.live_runs)}"
     waiting = [f"{name} (last written {human_duration(now - when)} ago)"
@@ -123,15 +133,18 @@ def _protected(u: Usage, newest: dict[str, str], include_newest: bool, now: floa
 def gc(store: Store | str | None = None, keep_last: int | None = None,
        older_than: str | float | None = None, max_size: str | int | None = None,
        grace: str | float | None = "24h", delete: bool = False, include_newest: bool = False,
-       now: float | None = None) -> GcResult:
+       now: float | None = None, damaged: bool = False) -> GcResult:
     """Remove (delete=True) or list (a dry run, the default) what the policies pick:
     - unfinished fills (no manifest) whose newest file is older than `grace` (None: none);
     - committed fingerprints beyond the newest `keep_last` of each name;
     - committed fingerprints `created` more than `older_than` ago ("7d", "24h", seconds);
     - the oldest committed fingerprints until the store's caches fit in `max_size` ("50GB");
     - in the committed caches it keeps, stray files (not named by the manifest) older than
-      `grace` (None: none).
-    Never a cache a run in progress reads, nor one a run that died with a checkpoint reads
+      `grace` (None: none);
+    - with `damaged`, caches whose manifest or shard list cannot be read (CorruptCache); else
+      they are kept and listed, and a manifest of a newer format is never removed.
+    Never a folder a live fill writes (its lease, raycache.cache.lease, whatever the grace),
+    nor a cache a run in progress reads, nor one a run that died with a checkpoint reads
     while its record is younger than `grace` (it can still resume), nor the newest committed
     fingerprint of a name unless include_newest. A cache's runs (checkpoints of heads) go
     with it."""
@@ -151,9 +164,17 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     newest = {u.name: u.id for u in sorted(committed, key=_order)}
     result = GcResult(deleted=delete)
     for u in found:
-        if not u.committed and grace_s is not None and now - u.newest > grace_s:
-            result.removed.append(Removal(u, f"unfinished fill, newest file written "
-                                             f"{human_duration(now - u.newest)} ago"))
+        leased = _leased(u, now)
+        if u.damaged:
+            why = (f"its manifest {store.url(f'{u.dir}/{MANIFEST}')} cannot be read" if u.corrupt
+                   else u.damaged)
+            _damaged(u, why, u.corrupt, damaged, leased, result)
+        elif not u.committed and grace_s is not None and now - u.newest > grace_s:
+            if leased:
+                result.kept.append(Removal(u, f"unfinished fill: {leased}"))
+            else:
+                result.removed.append(Removal(u, f"unfinished fill, newest file written "
+                                                 f"{human_duration(now - u.newest)} ago"))
     picked = _picked(committed, now, keep_last, older_s)
 
     def protected(u: Usage) -> str | None:
@@ -174,11 +195,10 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
             why = protected(u)
             target = result.kept if why else result.removed
             target.append(Removal(u, why or picked[u.id]))
-    if grace_s is not None:
-        going = {r.usage.id for r in result.removed}
-        for u in committed:
-            if u.id not in going:
-                _find_strays(store, u, now, grace_s, result)
+    going = {r.usage.id for r in result.removed}
+    for u in committed:
+        if u.id not in going and not _leased(u, now):  # a repair's new shards are no strays
+            _find_strays(store, u, now, grace_s, result, damaged and not u.live_runs)
     if delete:
         for r in result.removed:
             _remove(store, r.usage)
@@ -187,16 +207,36 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     return result
 
 
-def _find_strays(store: Store, u: Usage, now: float, grace_s: float, result: GcResult) -> None:
-    """Add a kept committed cache's stray files older than the grace to `result.strays`; a
-    cache whose shard list cannot be read is kept as it is, with the reason."""
-    manifest = read_manifest(store, u.dir)
-    if manifest is None:  # removed meanwhile
-        return
+def _damaged(u: Usage, why: str, corrupt: bool, remove: bool, leased: str | None,
+             result: GcResult) -> None:
+    """A cache whose manifest or shard list cannot be read: removed when it is corrupt (not of
+    a newer format), asked (`remove`) and no fill holds it; else kept, with why."""
+    if corrupt and remove and not leased:
+        result.removed.append(Removal(u, f"damaged: {why}"))
+    elif corrupt:
+        result.kept.append(Removal(u, f"damaged: {why}; "
+                                      f"{leased or 'pass --damaged to remove it'}"))
+    else:
+        result.kept.append(Removal(u, f"not read: {why}"))
+
+
+def _find_strays(store: Store, u: Usage, now: float, grace_s: float | None, result: GcResult,
+                 remove_damaged: bool) -> None:
+    """Add a kept committed cache's stray files older than the grace to `result.strays` (none
+    with no grace); a cache whose shard list cannot be read is removed (`remove_damaged`) or
+    kept as it is, with the reason."""
     try:
+        manifest = read_manifest(store, u.dir)
+        if manifest is None:  # removed meanwhile
+            return
         found = strays(Cache(store, manifest))
+    except CorruptCache as exc:
+        _damaged(u, f"{exc.uri} cannot be read", True, remove_damaged, None, result)
+        return
     except RaycacheError as exc:
         result.kept.append(Removal(u, f"stray files not looked for: {exc}"))
+        return
+    if grace_s is None:
         return
     result.strays += [Stray(u, rel, size, now - mtime) for rel, (size, mtime) in found.items()
                       if now - mtime > grace_s]
@@ -217,8 +257,9 @@ def _parsed(parse: Callable[[Any, str], float], value: Any, what: str, problems:
 
 def _remove(store: Store, u: Usage) -> None:
     """The manifest first, so readers stop seeing a committed cache before its shards go."""
-    if u.committed:
-        store.rm(f"{u.dir}/{MANIFEST}")
+    if u.committed or u.damaged:
+        with contextlib.suppress(FileNotFoundError):
+            store.rm(f"{u.dir}/{MANIFEST}")
     store.rm(u.dir)
 
 

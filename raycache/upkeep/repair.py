@@ -25,8 +25,9 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
            source_options: dict[str, Any] | None = None, progress: bool = True,
            in_process: bool | str = "auto") -> FillResult:
     """Verify the cache `name` (its newest fill, or `fingerprint`) and re-encode the shards that
-    fail; a cache that passes is left as it is (returned as a hit). The source must be the one
-    the cache was filled from, unchanged; `source_options` are its fsspec options, and
+    fail (all of them where its shard list cannot be read: which rows each holds is not known
+    without it); a cache that passes is left as it is (returned as a hit). The source must be
+    the one the cache was filled from, unchanged; `source_options` are its fsspec options, and
     `in_process` is the fill's setting of that name."""
     from raycache.upkeep.verify import verify
 
@@ -41,6 +42,8 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
             f"since the fill (they now give fingerprint {p.fingerprint}). Fill the cache again "
             "instead; content reuse encodes only what changed"
         )
+    if cache.manifest.shard_list.get("path") in report.bad:  # a damaged shard list
+        return complete(p, [], replace=True)
     bad = set(report.bad)
     for path in bad:  # never reused, never adopted: the re-encoded shard replaces it
         with contextlib.suppress(FileNotFoundError):

@@ -15,6 +15,7 @@ from raycache.cache.manifest import Manifest, human_bytes
 from raycache.cache.reads import THREADS, map_ordered, mismatch
 from raycache.cache.records import ShardEntry
 from raycache.cache.store import Store
+from raycache.errors import CorruptCache
 
 if TYPE_CHECKING:
     from raycache.cache.committed import Cache
@@ -143,6 +144,12 @@ def verify(cache: Cache, threads: int = THREADS) -> Report:
 
     start = time.perf_counter()
     m = cache.manifest
+    try:
+        len(m.shards)
+    except CorruptCache as exc:  # the shard list: no shard can be checked without it
+        return Report(cache=f"{m.name}/{m.fingerprint}", shards=m.shard_count, rows=m.rows,
+                      bytes=m.bytes, seconds=time.perf_counter() - start,
+                      bad={m.shard_list.get("path", "shard list"): [str(exc)]})
     results = list(map_ordered(lambda e: _check(cache.store, cache.dir, m, e), m.shards,
                                threads))
     bad = {e.path: problems for e, (problems, _) in zip(m.shards, results, strict=True)
