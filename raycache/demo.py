@@ -63,4 +63,14 @@ def run(store: str = ".raycache/store", data: str = ".raycache/data/stdlib-docs.
         f"({epochs} x {encode_s:.1f} s of encoding + training), "
         f"{live_s / (encode_s + trained.seconds):.1f}x this run's fill + train"
     )
+    store_uri = filled.cache.store.uri
+    print(
+        f"\nthe cache: {filled.cache.dir}\n"
+        f"the head:  {trained.checkpoint}\n"
+        "next, try:\n"
+        f"  raycache ls --store {store_uri}                  # what the store holds\n"
+        f"  raycache runs stdlib-docs --store {store_uri}    # runs, their metrics and heads\n"
+        f"  raycache predict --checkpoint {trained.checkpoint} --input <file.jsonl with a "
+        "text column> --output predictions.parquet"
+    )
     return figures
