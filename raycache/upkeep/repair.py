@@ -25,7 +25,8 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
            source_options: dict[str, Any] | None = None, progress: bool = True,
            in_process: bool | str = "auto") -> FillResult:
     """Verify the cache `name` (its newest fill, or `fingerprint`) and re-encode the shards that
-    fail; a cache that passes is left as it is (returned as a hit). The source must be the one
+    fail; a cache that passes is left as it is (returned as a hit). The result's summary calls
+    itself a repair. The source must be the one
     the cache was filled from, unchanged; `source_options` are its fsspec options, and
     `in_process` is the fill's setting of that name."""
     from raycache.upkeep.verify import verify
@@ -33,7 +34,7 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
     cache = open_cache(name, store, fingerprint)
     report = verify(cache)
     if report.ok:
-        return FillResult(cache, True, 0.0, 0)
+        return FillResult(cache, True, 0.0, 0, repair=True)
     p = plan(_config(cache, source_options or {}, progress, in_process))
     if p.fingerprint != cache.fingerprint:
         raise RaycacheError(
