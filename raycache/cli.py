@@ -3,26 +3,50 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import json
+import re
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from raycache.cache.config import default_store
-from raycache.errors import RaycacheError
+from raycache.errors import ConfigError, RaycacheError
 
 DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads on them."
 
 
-def main(argv: list[str] | None = None) -> int:
+# --- the parser: every command, every option with its help ---------------------------------
+
+STORE_HELP = ("store URI: a folder, s3://bucket/prefix or any fsspec URI (default: "
+              "$RAYCACHE_STORE, else .raycache/store)")
+CACHE_HELP = "cache name, or NAME/FINGERPRINT (default fingerprint: the newest)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The raycache command line: `--store` on every command that reads or writes a store,
+    and help text on every option."""
     parser = argparse.ArgumentParser(prog="raycache", description=DESCRIPTION)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in (("fill", "fill a cache from a YAML config"),
                        ("train", "train a head on a cache from a YAML config"),
                        ("pipeline", "fill, then train on that fill, from one YAML config")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("--config", required=True, help="YAML file")
-        p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p = sub.add_parser("predict", help="run a trained head over a file, write Parquet")
-    p.add_argument("--checkpoint", required=True, help="head checkpoint folder (path or URI)")
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--config", required=True, help="the YAML config file")
+        _overrides(p, "the config's")
+        p.add_argument("--store", help="store URI; replaces the config's store.uri "
+                                       "(default: the config's)")
+        p.add_argument("--no-progress", action="store_true",
+                       help="print no progress bars or per-epoch lines while it runs")
+    text = "run a trained head over a file, write Parquet"
+    p = sub.add_parser("predict", help=text, description=text)
+    p.add_argument("--checkpoint", required=True,
+                   help="a head checkpoint folder (path or URI), or a run folder (its final "
+                        "checkpoint, else its newest): `raycache runs` prints it")
     p.add_argument("--input", required=True, help="Parquet, JSONL or CSV file, folder or glob")
     p.add_argument("--output", required=True, help="Parquet file to write (path or URI)")
     p.add_argument("--keep", nargs="+", metavar="COLUMN",
@@ -32,30 +56,33 @@ def main(argv: list[str] | None = None) -> int:
                    help="run without Ray (auto: for small CPU jobs with no cluster)")
     p.add_argument("--num-gpus", type=_gpus, default="auto",
                    help="GPUs per actor (auto: 1 where the cluster has GPUs)")
-    p.add_argument("--no-progress", action="store_true")
-    p = sub.add_parser("ls", help="list the committed caches in a store")
-    p.add_argument("store", nargs="?", default=default_store(),
-                   help="store URI (default: $RAYCACHE_STORE, else .raycache/store)")
-    p = sub.add_parser("inspect", help="print a cache's manifest")
-    p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
-    p.add_argument("--store", default=default_store())
-    p.add_argument("--json", action="store_true", help="the whole manifest as JSON")
-    p = sub.add_parser("repair", help="re-encode a cache's bad or missing shards from its source")
-    p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
-    p.add_argument("--store", default=default_store())
-    p.add_argument("--no-progress", action="store_true")
-    p = sub.add_parser("runs", help="list a cache's training runs with status and metrics")
-    p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
-    p.add_argument("--store", default=default_store())
-    p = sub.add_parser("verify", help="check every shard of a cache against its manifest")
-    p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
-    p.add_argument("--store", default=default_store())
-    p.add_argument("--fingerprint", help="this fill (default: the newest)")
-    p = sub.add_parser("du", help="bytes, rows and shards of every cache folder in a store")
-    p.add_argument("--store", default=default_store())
-    p = sub.add_parser("gc", help="remove unfinished fills and old fingerprints (dry run unless "
-                                  "--delete)")
-    p.add_argument("--store", default=default_store())
+    _overrides(p, "PredictConfig's (e.g. batch_size=64)")
+    p.add_argument("--no-progress", action="store_true", help="print no progress bar")
+    text = "list the committed caches in a store"
+    p = sub.add_parser("ls", help=text, description=text)
+    p.add_argument("store", nargs="?", default=argparse.SUPPRESS, metavar="STORE",
+                   help="the same as --store")
+    p.add_argument("--store", default=default_store(), help=STORE_HELP)
+    for name, text in (("inspect", "print a cache's manifest"),
+                       ("repair", "re-encode a cache's bad or missing shards from its source"),
+                       ("runs", "list a cache's training runs: status, epochs, objective, head, "
+                                "monitored metric and the checkpoint predict takes"),
+                       ("verify", "check every shard of a cache against its manifest")):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("cache", help=CACHE_HELP)
+        p.add_argument("--store", default=default_store(), help=STORE_HELP)
+        if name == "inspect":
+            p.add_argument("--json", action="store_true", help="the whole manifest as JSON")
+        if name == "repair":
+            p.add_argument("--no-progress", action="store_true", help="print no progress bar")
+        if name == "verify":
+            p.add_argument("--fingerprint", help="this fill (default: the newest)")
+    text = "bytes, rows and shards of every cache folder in a store"
+    p = sub.add_parser("du", help=text, description=text)
+    p.add_argument("--store", default=default_store(), help=STORE_HELP)
+    text = "remove unfinished fills and old fingerprints (dry run unless --delete)"
+    p = sub.add_parser("gc", help=text, description=text)
+    p.add_argument("--store", default=default_store(), help=STORE_HELP)
     p.add_argument("--keep-last", type=int, help="keep the newest N committed fingerprints of "
                                                  "each name")
     p.add_argument("--older-than", help="remove fingerprints created longer ago, e.g. 7d")
@@ -66,12 +93,92 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--include-newest", action="store_true",
                    help="the newest fingerprint of a name may go too")
     p.add_argument("--delete", action="store_true", help="remove; without it, only list")
-    p = sub.add_parser("demo", help="fill and train on a real dataset and encoder, locally")
-    p.add_argument("--store", default=".raycache/store")
-    p.add_argument("--epochs", type=int, default=30)
+    text = "fill and train on a real dataset and encoder, locally"
+    p = sub.add_parser("demo", help=text, description=text)
+    p.add_argument("--store", default=".raycache/store",
+                   help="store URI for the demo's cache (default .raycache/store)")
+    p.add_argument("--epochs", type=int, default=30, help="epochs to train (default 30)")
     p.add_argument("--workers", type=_workers, default="auto",
                    help="DDP workers; 0 trains in-process; auto picks by cache size")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true",
+                   help="print no progress bars or per-epoch lines")
+    return parser
+
+
+def _overrides(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help=f"override one of {what} settings (repeatable): a dotted KEY into the "
+                        "nested config (e.g. optim.lr=0.01, store.uri=s3://b/p), a YAML VALUE")
+
+
+# --- --set and --store: overrides of a YAML config -------------------------------------------
+
+def overridden(config: str | dict[str, Any], overrides: list[str],
+               store: str | None = None, store_keys: tuple[str, ...] = ("store",)
+               ) -> str | dict[str, Any]:
+    """`config` (a YAML path or a dict) with each KEY=VALUE of `overrides` set (VALUE parsed as
+    YAML, KEY dotted into the nested config) and `store` as the URI of each of `store_keys`;
+    the path itself when there is nothing to override (the loader checks every key, so an
+    unknown one gets its ConfigError)."""
+    if not overrides and store is None:
+        return config
+    data = copy.deepcopy(config) if isinstance(config, dict) else _read_yaml(config)
+    for i, key in enumerate(store_keys if store is not None else ()):
+        if i == 0 or _get(data, key) is not None:  # a pipeline's train: its own store only
+            _set(data, f"{key}.uri", store, f"--store {store}")
+    for item in overrides:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError([f"--set {item!r}: expected KEY=VALUE, e.g. --set optim.lr=0.01 "
+                               "or --set store.uri=/data/store"])
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError as exc:
+            raise ConfigError([f"--set {item!r}: VALUE {text!r} is not a YAML value ({exc}); "
+                               "quote strings that hold ':' or '#'"]) from exc
+        _set(data, key.strip(), value, f"--set {item}")
+    return data
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    if not Path(path).is_file():
+        raise ConfigError([f"config file {path!r} does not exist; check the path"])
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"config file {path!r} is not valid YAML: {exc}"]) from exc
+    if not isinstance(data, dict):
+        raise ConfigError([f"config file {path!r}: expected a mapping of settings, got "
+                           f"{type(data).__name__}"])
+    return data
+
+
+def _get(data: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def _set(data: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """data[key] = value, a dotted key walking into nested mappings (made where missing); a
+    key written dotted in the config (a sweep's optim.lr) is set as it is."""
+    node, parts = data, key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        rest = ".".join(parts[i:])
+        if rest in node:
+            node[rest] = value
+            return
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError([f"{where}: {'.'.join(parts[:i + 1])} is {child!r}, not a group "
+                               f"of settings, so it has no {parts[i + 1]!r}; set "
+                               f"{'.'.join(parts[:i + 1])} itself"])
+        node = child
+    node[parts[-1]] = value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
@@ -83,42 +190,53 @@ def main(argv: list[str] | None = None) -> int:
 def _fill(args: argparse.Namespace) -> int:
     from raycache.fill.run import fill
 
-    print(fill(args.config, progress=not args.no_progress).summary())
+    config = overridden(args.config, args.overrides, args.store)
+    print(fill(config, progress=not args.no_progress).summary())
     return 0
 
 
 def _train(args: argparse.Namespace) -> int:
     from raycache.train.run import train
 
-    _print_history(train(args.config, progress=not args.no_progress))
+    config = overridden(args.config, args.overrides, args.store)
+    _print_history(train(config, progress=not args.no_progress))
     return 0
 
 
 def _pipeline(args: argparse.Namespace) -> int:
     from raycache.pipeline import pipeline
 
-    _print_history(pipeline(args.config, progress=not args.no_progress).train)
+    config = overridden(args.config, args.overrides, args.store, ("fill.store", "train.store"))
+    _print_history(pipeline(config, progress=not args.no_progress).train)
     return 0
 
 
 def _predict(args: argparse.Namespace) -> int:
     from raycache.predict.run import predict_file
+    from raycache.train.runs import checkpoint_of
 
     flags = {"auto": "auto", "true": True, "false": False}
-    print(predict_file({"checkpoint": args.checkpoint, "input": args.input,
-                        "output": args.output, "keep": args.keep, "overwrite": args.overwrite,
-                        "in_process": flags[args.in_process], "num_gpus": args.num_gpus},
-                       progress=not args.no_progress).summary())
+    config = overridden({"checkpoint": args.checkpoint, "input": args.input,
+                         "output": args.output, "keep": args.keep, "overwrite": args.overwrite,
+                         "in_process": flags[args.in_process], "num_gpus": args.num_gpus},
+                        args.overrides)
+    config["checkpoint"] = checkpoint_of(config["checkpoint"], config.get("options"))
+    with _flags(PREDICT_FLAGS):
+        print(predict_file(config, progress=not args.no_progress).summary())
     return 0
 
 
 def _print_history(result) -> None:
-    """Every epoch when the loop printed nothing (--no-progress); else only the final one."""
+    """Every epoch when the loop printed nothing (--no-progress); else only the final one;
+    none for a run that had finished before (this call trained nothing)."""
+    from raycache.train.console import epoch_text
+
     history = result.history if not result.spec.progress else result.history[-1:]
-    for m in history:
-        print(f"{'final ' if result.spec.progress else ''}epoch {m['epoch']:3d}  "
-              f"train_loss {m['train_loss']:.4f}  train_acc {m['train_acc']:.3f}  "
-              f"val_loss {m['val_loss']:.4f}  val_acc {m['val_acc']:.3f}")
+    s, sweep = result.spec, [m.settings_dict() for m in result.spec.sweep]
+    for m in [] if result.finished_before else history:
+        line = epoch_text(m, s.recipe.loop.epochs, s.recipe.evaluation.monitor, None, sweep,
+                          s.select)
+        print(f"{'final ' if s.progress else ''}{line}")
     print(result.summary())
 
 
@@ -166,11 +284,7 @@ def _repair(args: argparse.Namespace) -> int:
     from raycache.upkeep.repair import repair
 
     name, _, fp = args.cache.partition("/")
-    result = repair(name, args.store, fp or None, progress=not args.no_progress)
-    if result.hit:
-        print(f"repair {name}/{result.cache.fingerprint[:12]}: every shard is good; nothing to do")
-    else:
-        print(result.summary().replace("fill ", "repair ", 1))
+    print(repair(name, args.store, fp or None, progress=not args.no_progress).summary())
     return 0
 
 
@@ -222,9 +336,10 @@ def _du(args: argparse.Namespace) -> int:
 def _gc(args: argparse.Namespace) -> int:
     from raycache.upkeep.gc import gc
 
-    result = gc(args.store, keep_last=args.keep_last, older_than=args.older_than,
-                max_size=args.max_size, grace=args.grace, delete=args.delete,
-                include_newest=args.include_newest)
+    with _flags(GC_FLAGS):
+        result = gc(args.store, keep_last=args.keep_last, older_than=args.older_than,
+                    max_size=args.max_size, grace=args.grace, delete=args.delete,
+                    include_newest=args.include_newest)
     for line in result.lines():
         print(line)
     return 0
@@ -236,6 +351,26 @@ def _demo(args: argparse.Namespace) -> int:
     run(store=args.store, epochs=args.epochs, workers=args.workers,
         progress=not args.no_progress)
     return 0
+
+
+# --- flags named as flags: the SDK's names for them in its messages, as the CLI spells them ---
+
+GC_FLAGS = {"keep_last": "--keep-last", "older_than": "--older-than", "max_size": "--max-size",
+            "grace": "--grace"}
+PREDICT_FLAGS = {"in_process": "--in-process", "num_gpus": "--num-gpus",
+                 "checkpoint": "--checkpoint", "input": "--input", "output": "--output"}
+
+
+@contextlib.contextmanager
+def _flags(names: dict[str, str]) -> Iterator[None]:
+    """Re-raise a ConfigError with the SDK's parameter names (`keep_last=-1`, `set num_gpus:
+    0`) written as this command's flags (`--keep-last=-1`, `set --num-gpus 0`)."""
+    pattern = re.compile(r"(?<![\w.(-])(" + "|".join(names) + r")(=|: )")
+    try:
+        yield
+    except ConfigError as exc:
+        raise ConfigError([pattern.sub(lambda m: names[m.group(1)] + (
+            "=" if m.group(2) == "=" else " "), p) for p in exc.problems]) from exc
 
 
 COMMANDS = {

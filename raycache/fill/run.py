@@ -84,8 +84,8 @@ class FillResult:
         if self.hit:
             return head + f"hit, {m.rows} rows in {m.shard_count} shards, encoded nothing"
         resumed = f", {self.resumed_rows} resumed" if self.resumed_rows else ""
-        what = (f"re-encoded {self.encoded_rows} rows{self._by()} ({self.resumed_rows} rows of "
-                f"good shards kept), {m.rows} rows in " if self.repair else
+        what = (f"re-encoded the bad shards, {m.rows} rows ({self.encoded_rows} encoded"
+                f"{self._by()}, {self.resumed_rows} kept from good shards), " if self.repair else
                 f"miss, {m.rows} rows ({self.encoded_rows} encoded{self._by()}, "
                 f"{self.reused_rows} reused{resumed}), ")
         return head + (f"{what}{m.shard_count} shards, {human_bytes(m.bytes)}, "

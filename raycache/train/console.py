@@ -7,7 +7,7 @@ import logging
 import sys
 from typing import Any
 
-__all__ = ["epoch_text", "quiet_ray_train", "say"]
+__all__ = ["epoch_text", "number", "quiet_ray_train", "say", "settings_text"]
 
 SHOWN = ("train_loss", "train_acc", "val_loss", "val_acc")
 """Metrics every epoch line shows; the monitored one is added when it is another."""
@@ -35,19 +35,23 @@ def epoch_text(m: dict[str, Any], epochs: int, monitor: str, eta_s: float | None
     if sweep:
         member, value = m.get("member", 0), m.get("leader_best", m.get(select))
         at = f" (epoch {m['leader_epoch']})" if "leader_epoch" in m else ""
-        return (f"{head}leader #{member} {_settings(sweep[member])}: {select} {_num(value)}"
+        return (f"{head}leader #{member} {settings_text(sweep[member])}: {select} {number(value)}"
                 f"{at}  {m.get('active', len(sweep))} of {len(sweep)} heads training{tail}")
-    parts = [f"{k} {_num(m[k])}" for k in SHOWN if k in m]
+    parts = [f"{k} {number(m[k])}" for k in SHOWN if k in m]
     if monitor not in SHOWN and monitor in m:
-        parts.append(f"{monitor} {_num(m[monitor])}")
+        parts.append(f"{monitor} {number(m[monitor])}")
     if "lr" in m:
         parts.append(f"lr {m['lr']:.2e}")
     return head + "  ".join(parts) + tail
 
 
-def _num(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
+def number(value: Any) -> str:
+    """A metric as the console shows it: 4 decimals (3 significant digits when tiny)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-" if value is None else str(value)
+    return f"{value:.4f}" if value == 0 or abs(value) >= 1e-3 else f"{value:.3g}"
 
 
-def _settings(settings: dict[str, Any]) -> str:
+def settings_text(settings: dict[str, Any]) -> str:
+    """A sweep member's settings as `lr=0.01 hidden=[64]`."""
     return " ".join(f"{k}={v}" for k, v in settings.items())

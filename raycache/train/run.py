@@ -14,6 +14,7 @@ from raycache.errors import RaycacheError
 from raycache.heads.specs import HEAD_CONFIG
 from raycache.train import checkpoint as ckpt
 from raycache.train.config import TrainConfig
+from raycache.train.console import number, settings_text
 from raycache.train.metrics_log import read_sweep
 from raycache.train.plan import check, cluster, prepare
 from raycache.train.plan import load_config as load_train
@@ -118,12 +119,10 @@ class TrainResult:
         and whose weights the checkpoint holds."""
         s, best = self.spec, self.best
         key = s.select if self.sweep else s.recipe.evaluation.monitor
-        value = best.get(key)
-        shown = f"{value:.4g}" if isinstance(value, int | float) else "?"
-        epoch = best.get("epoch", "?")
+        shown, epoch = number(best.get(key)), best.get("epoch", "?")
         if self.sweep:
-            return (f"selected member #{best.get('member')} {best.get('settings')}: {key} "
-                    f"{shown} at epoch {epoch}")
+            return (f"selected member #{best.get('member')} "
+                    f"{settings_text(best.get('settings', {}))}: {key} {shown} at epoch {epoch}")
         held = ("its weights in the checkpoint" if self.weights == "best"
                 else "the checkpoint holds the last epoch's weights")
         return f"best {key} {shown} at epoch {epoch} (monitored; {held})"

@@ -13,6 +13,7 @@ from raycache.cache.store import RUNS, Store
 from raycache.errors import RaycacheError
 from raycache.heads.specs import HEAD_CONFIG
 from raycache.train.checkpoint import PREFIX, latest
+from raycache.train.console import number, settings_text
 
 __all__ = ["RECORD", "RESUMABLE", "RunInfo", "checkpoint_of", "list_runs", "read_record",
            "runs_dir", "write_record"]
@@ -62,22 +63,16 @@ class RunInfo:
     newest complete one); empty when the run has none yet."""
 
     def line(self) -> str:
-        """Two lines: the run (status, epochs, objective, head, the monitored metric at the
-        last epoch and at its best) and the checkpoint predict takes."""
-        m, key = self.metrics, self.monitor or "val_loss"
-        best = self.best.get(key)
-        at = f" at epoch {self.best['epoch']}" if "epoch" in self.best else ""
-        best_text = f"best {_num(best)}{at}" if best is not None else "best -"
-        if "member" in self.best:
-            best_text += f", head #{self.best['member']} {self.best.get('settings', {})}"
+        """Two lines: the run (status, epochs, objective/head, the monitored metric at the last
+        epoch and at its best) and the checkpoint `raycache predict --checkpoint` takes."""
+        key, best = self.monitor or "val_loss", self.best
+        at = f" at epoch {best['epoch']}" if "epoch" in best else ""
+        chosen = (f", head #{best['member']} {settings_text(best.get('settings', {}))}"
+                  if "member" in best else "")
         return (f"{self.name:<28} {self.status:<10} {self.epochs_done:>4}/{self.epochs:<4} "
-                f"{self.objective or '-'} {self.head or '-'}  {key} {_num(m.get(key))} "
-                f"({best_text})  {self.updated}\n"
-                f"{'':<4}checkpoint {self.checkpoint or '- (none yet)'}")
-
-
-def _num(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, int | float) else "-"
+                f"{self.objective or '-'}/{self.head or '-'}  {key} "
+                f"{number(self.metrics.get(key))} (best {number(best.get(key))}{at}{chosen})  "
+                f"{self.updated}\n{'':<4}checkpoint {self.checkpoint or '- (none yet)'}")
 
 
 def checkpoint_of(path: str, options: dict[str, Any] | None = None) -> str:
