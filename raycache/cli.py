@@ -131,13 +131,23 @@ def overridden(config: str | dict[str, Any], overrides: list[str],
         if not eq or not key.strip():
             raise ConfigError([f"--set {item!r}: expected KEY=VALUE, e.g. --set optim.lr=0.01 "
                                "or --set store.uri=/data/store"])
-        try:
-            value = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError as exc:
-            raise ConfigError([f"--set {item!r}: VALUE {text!r} is not a YAML value ({exc}); "
-                               "quote strings that hold ':' or '#'"]) from exc
-        _set(data, key.strip(), value, f"--set {item}")
+        _set(data, key.strip(), _value(text, item), f"--set {item}")
     return data
+
+
+FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+"""1e-3: a float, which YAML 1.1 (PyYAML) reads as a string without a dot."""
+
+
+def _value(text: str, item: str) -> Any:
+    """A --set VALUE as YAML reads it (1e-3 a float too); empty: null."""
+    if FLOAT.fullmatch(text.strip()):
+        return float(text)
+    try:
+        return yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"--set {item!r}: VALUE {text!r} is not a YAML value ({exc}); "
+                           "quote strings that hold ':' or '#'"]) from exc
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
