@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from raycache.cache.config import default_store
-from raycache.errors import ConfigError, RaycacheError
+from raycache.errors import ConfigError, RaycacheError, StoreError
 
 DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads on them."
 
@@ -200,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
 def _fill(args: argparse.Namespace) -> int:
     from raycache.fill.run import fill
 
+    _store_folder(args.store)
     config = overridden(args.config, args.overrides, args.store)
     print(fill(config, progress=not args.no_progress).summary())
     return 0
@@ -208,6 +209,7 @@ def _fill(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from raycache.train.run import train
 
+    _store_folder(args.store)
     config = overridden(args.config, args.overrides, args.store)
     _print_history(train(config, progress=not args.no_progress))
     return 0
@@ -216,6 +218,7 @@ def _train(args: argparse.Namespace) -> int:
 def _pipeline(args: argparse.Namespace) -> int:
     from raycache.pipeline import pipeline
 
+    _store_folder(args.store)
     config = overridden(args.config, args.overrides, args.store, ("fill.store", "train.store"))
     _print_history(pipeline(config, progress=not args.no_progress).train)
     return 0
@@ -294,6 +297,7 @@ def _repair(args: argparse.Namespace) -> int:
     from raycache.upkeep.repair import repair
 
     name, _, fp = args.cache.partition("/")
+    _store_folder(args.store)
     print(repair(name, args.store, fp or None, progress=not args.no_progress).summary())
     return 0
 
@@ -307,6 +311,7 @@ def _runs(args: argparse.Namespace) -> int:
     from raycache.train.runs import list_runs
 
     name, _, fp = args.cache.partition("/")
+    _store_folder(args.store)
     cache = open_cache(name, args.store, fp or None)
     runs = list_runs(cache)
     if not runs:
@@ -346,6 +351,7 @@ def _du(args: argparse.Namespace) -> int:
 def _gc(args: argparse.Namespace) -> int:
     from raycache.upkeep.gc import gc
 
+    _store_folder(args.store)
     with _flags(GC_FLAGS):
         result = gc(args.store, keep_last=args.keep_last, older_than=args.older_than,
                     max_size=args.max_size, grace=args.grace, delete=args.delete,
@@ -361,6 +367,16 @@ def _demo(args: argparse.Namespace) -> int:
     run(store=args.store, epochs=args.epochs, workers=args.workers,
         progress=not args.no_progress)
     return 0
+
+
+# --- a bad store path: a clear error, no traceback ---------------------------------------------
+
+def _store_folder(store: str | None) -> None:
+    """A local store that is a file (not a folder) is refused here, naming it and the fix."""
+    if store and "://" not in store and Path(store).expanduser().exists() and \
+            not Path(store).expanduser().is_dir():
+        raise StoreError(f"store {store!r} is a file, not a folder of caches; pass the store's "
+                         "folder (or URI) with --store, e.g. the store.uri of your fill config")
 
 
 # --- flags named as flags: the SDK's names for them in its messages, as the CLI spells them ---

@@ -147,3 +147,15 @@ def test_messages_name_flags_as_flags(filled, tmp_path, capsys):
                  str(tmp_path / "o.parquet"), "--in-process", "true", "--num-gpus", "1"]) == 2
     err = capsys.readouterr().err
     assert "--in-process=true runs no Ray actors" in err and "set --num-gpus 0" in err
+
+
+@pytest.mark.parametrize("command", [["runs", "toy"], ["repair", "toy"], ["gc"],
+                                     ["fill", "--config", "CONFIG"]])
+def test_a_store_that_is_a_file_is_a_clear_error(filled, tmp_path, capsys, command):
+    afile = tmp_path / "store.txt"
+    afile.write_text("not a store")
+    argv = [str(filled / "fill.yaml") if a == "CONFIG" else a for a in command]
+    assert main([*argv, "--store", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert f"store {str(afile)!r} is a file, not a folder of caches" in err
+    assert "Traceback" not in err
