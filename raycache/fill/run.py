@@ -113,24 +113,27 @@ class FillResult:
 
 def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> FillResult:
     """Fill the cache described by `config` (a FillConfig, a dict or a YAML path)."""
+    started = time.perf_counter(), time.time()  # the plan (encoder digests) counts too
     cfg = load_config(config)
     if progress is not None:
         cfg = dataclasses.replace(cfg, progress=progress)
     p = plan(cfg)
     manifest = read_manifest(p.store, p.dir)
     if manifest is not None:
-        return FillResult(Cache(p.store, manifest), True, 0.0, 0)
+        return FillResult(Cache(p.store, manifest), True, time.perf_counter() - started[0], 0)
 
-    return complete(p, resumable(p))
+    return complete(p, resumable(p), started=started)
 
 
-def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> FillResult:
+def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False,
+             started: tuple[float, float] | None = None) -> FillResult:
     """Encode every row that the shard records `done` do not cover, check, and commit (with
-    `replace`, over a committed manifest: a repair)."""
+    `replace`, over a committed manifest: a repair); `started`: (perf_counter, time) when the
+    call began, where it did before this."""
     from raycache.compute.pool import local_pool
 
     cfg = p.cfg
-    start, start_wall = time.perf_counter(), time.time()
+    start, start_wall = started or (time.perf_counter(), time.time())
     resumed = sum(r.rows for r in done)
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
                                        done_ranges(done))

@@ -4,6 +4,7 @@ and commit a corrected manifest."""
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 from raycache.cache.committed import Cache, open_cache
@@ -31,10 +32,11 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
     `in_process` is the fill's setting of that name."""
     from raycache.upkeep.verify import verify
 
+    started = time.perf_counter(), time.time()  # the verify counts in the repair's time
     cache = open_cache(name, store, fingerprint)
     report = verify(cache)
     if report.ok:
-        return FillResult(cache, True, 0.0, 0, repair=True)
+        return FillResult(cache, True, time.perf_counter() - started[0], 0, repair=True)
     p = plan(_config(cache, source_options or {}, progress, in_process))
     if p.fingerprint != cache.fingerprint:
         raise RaycacheError(
@@ -46,7 +48,7 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
     for path in bad:  # never reused, never adopted: the re-encoded shard replaces it
         with contextlib.suppress(FileNotFoundError):
             cache.store.rm(f"{cache.dir}/{path}")
-    return complete(p, _records(cache, bad), replace=True)
+    return complete(p, _records(cache, bad), replace=True, started=started)
 
 
 def _config(cache: Cache, source_options: dict[str, Any], progress: bool,
