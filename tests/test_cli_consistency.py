@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 import raycache
-from raycache.cli import build_parser, main, overridden
+from raycache.cli import build_parser, main
+from raycache.core.overrides import overridden
 from raycache.errors import ConfigError
 from tests.conftest import separable, toy_fill
 
@@ -64,9 +65,10 @@ def test_ls_takes_store_as_a_flag_or_a_word(tmp_path, capsys):
 
 def test_set_overrides_nest_dotted_keys_and_parse_yaml_values(filled, capsys):
     data = overridden(train_yaml(filled), ["epochs=1", "optim.lr=1e-2", "loop.seed=7",
-                                           "run_name=set-run", "sweep.optim.lr=[0.1, 0.01]"])
+                                           "run_name=set-run", "sweep.optim.lr=[0.1, 0.01]"],
+                      flat=("sweep",))
     assert data["epochs"] == 1 and data["optim"] == {"lr": 0.01} and data["loop"] == {"seed": 7}
-    assert data["sweep"] == {"optim": {"lr": [0.1, 0.01]}} and data["run_name"] == "set-run"
+    assert data["sweep"] == {"optim.lr": [0.1, 0.01]} and data["run_name"] == "set-run"
     assert main(["train", "--config", train_yaml(filled), "--set", "epochs=1",
                  "--set", "optim.lr=0.01", "--set", "run_name=set-run", "--no-progress"]) == 0
     out = capsys.readouterr().out
