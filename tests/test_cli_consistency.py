@@ -72,7 +72,7 @@ def test_set_overrides_nest_dotted_keys_and_parse_yaml_values(filled, capsys):
     assert main(["train", "--config", train_yaml(filled), "--set", "epochs=1",
                  "--set", "optim.lr=0.01", "--set", "run_name=set-run", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "trained epochs 1-1 of 1" in out and "run set-run" in out
+    assert "trained epoch 1 of 1" in out and "run set-run" in out
     record = json.loads((next((filled / "store").glob("toy/*/runs/set-run")) / "run.json")
                         .read_text())
     assert record["recipe"]["optim"]["lr"] == 0.01 and record["recipe"]["loop"]["epochs"] == 1

@@ -119,3 +119,19 @@ def test_a_repair_calls_itself_a_repair(tmp_path, capsys):
     assert out.startswith(f"repair toy/{cache.fingerprint[:12]}: re-encoded the bad shards, "
                           "400 rows (100 encoded, 300 kept from good shards)"), out
     assert "miss" not in out and "fill " not in out
+
+
+def test_a_resumed_run_says_which_epochs_this_call_trained(store):
+    import shutil
+
+    first = raycache.train(train_cfg(store, epochs=3, run_name="resumed",
+                                     checkpoints={"every": 1}))
+    folder = Path(first.spec.run_dir)
+    record = json.loads((folder / "run.json").read_text())
+    (folder / "run.json").write_text(json.dumps({**record, "status": "failed"}))
+    shutil.rmtree(folder / "checkpoint_000003")  # as if it died after epoch 2's checkpoint
+    assert (folder / "checkpoint_000002" / "state.pt").is_file()
+    again = raycache.train(train_cfg(store, epochs=3, run_name="resumed",
+                                     checkpoints={"every": 1}))
+    assert again.first_epoch == 2 and not again.finished_before
+    assert "trained epoch 3 of 3 (resumed from epoch 2)" in again.summary()

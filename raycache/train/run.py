@@ -104,12 +104,13 @@ class TrainResult:
                     "false (command line: --set resume=false), or give it another run_name")
         workers = f"{s.num_workers} workers" if s.num_workers else "1 worker (in-process)"
         total, done = s.recipe.loop.epochs, len(self.history)
-        epochs = f"trained epochs {self.first_epoch + 1}-{done} of {total}"
+        epochs = (f"trained epoch {done} of {total}" if done == self.first_epoch + 1 else
+                  f"trained epochs {self.first_epoch + 1}-{done} of {total}")
         if done <= self.first_epoch:
             epochs = f"trained no epoch (all {done} were done before)"
         if self.first_epoch:
             epochs += f" (resumed from epoch {self.first_epoch})"
-        if done < total and not self.first_epoch >= done:
+        if self.first_epoch < done < total:
             epochs += ", stopped early"
         return (f"train {what} on {where}: {epochs}, {workers}, {self.seconds:.1f} s; "
                 f"{self._outcome()}; run {s.run_name}, checkpoint {self.checkpoint}")
