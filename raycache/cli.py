@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("pipeline", "fill, then train on that fill, from one YAML config")):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--config", required=True, help="the YAML config file")
-        _overrides(p, "the config's")
+        _overrides(p, EXAMPLES[name])
         p.add_argument("--store", help="store URI; replaces the config's store.uri "
                                        "(default: the config's)")
         p.add_argument("--no-progress", action="store_true",
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run without Ray (auto: for small CPU jobs with no cluster)")
     p.add_argument("--num-gpus", type=_gpus, default="auto",
                    help="GPUs per actor (auto: 1 where the cluster has GPUs)")
-    _overrides(p, "PredictConfig's (e.g. batch_size=64)")
+    _overrides(p, EXAMPLES["predict"], "the PredictConfig these flags make")
     p.add_argument("--no-progress", action="store_true", help="print no progress bar")
     text = "list the committed caches in a store"
     p = sub.add_parser("ls", help=text, description=text)
@@ -102,10 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _overrides(p: argparse.ArgumentParser, what: str) -> None:
+EXAMPLES = {"fill": "rows_per_shard=512", "train": "optim.lr=1e-3 or loop.epochs=5",
+            "pipeline": "train.optim.lr=1e-3", "predict": "batch_size=64"}
+"""An example of --set per command."""
+
+
+def _overrides(p: argparse.ArgumentParser, example: str, what: str = "the config") -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help=f"override one of {what} settings (repeatable): a dotted KEY into the "
-                        "nested config (e.g. optim.lr=0.01, store.uri=s3://b/p), a YAML VALUE")
+                   help=f"override a setting of {what} (repeatable): KEY dotted into its "
+                        f"groups, VALUE read as YAML, e.g. {example}")
 
 
 def main(argv: list[str] | None = None) -> int:
