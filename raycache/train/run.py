@@ -126,7 +126,10 @@ class TrainResult:
                     f"{settings_text(best.get('settings', {}))}: {key} {shown} at epoch {epoch}")
         held = ("its weights in the checkpoint" if self.weights == "best"
                 else "the checkpoint holds the last epoch's weights")
-        return f"best {key} {shown} at epoch {epoch} (monitored; {held})"
+        last = ", ".join(f"{k} {number(self.metrics[k])}" for k in ("val_loss", "val_acc")
+                         if k in self.metrics)
+        return (f"last epoch {last}; " if last else "") + \
+            f"best {key} {shown} at epoch {epoch} (monitored; {held})"
 
     def __repr__(self) -> str:
         return f"TrainResult({self.summary()})"
