@@ -26,10 +26,9 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
            source_options: dict[str, Any] | None = None, progress: bool = True,
            in_process: bool | str = "auto") -> FillResult:
     """Verify the cache `name` (its newest fill, or `fingerprint`) and re-encode the shards that
-    fail; a cache that passes is left as it is (returned as a hit). The result's summary calls
-    itself a repair. The source must be the one
-    the cache was filled from, unchanged; `source_options` are its fsspec options, and
-    `in_process` is the fill's setting of that name."""
+    fail; a cache that passes is left as it is (returned as a hit); the result's summary says
+    repair. The source must be the one the cache was filled from, unchanged; `source_options`
+    are its fsspec options, and `in_process` is the fill's setting of that name."""
     from raycache.upkeep.verify import verify
 
     started = time.perf_counter(), time.time()  # the verify counts in the repair's time
