@@ -3,27 +3,48 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import re
 import sys
 import warnings
+from collections.abc import Iterator
+from pathlib import Path
 
 from raycache.cache.config import default_store
-from raycache.errors import DamagedCacheWarning, RaycacheError
+from raycache.core.overrides import overridden
+from raycache.errors import ConfigError, DamagedCacheWarning, RaycacheError, StoreError
 
 DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads on them."
 
 
-def main(argv: list[str] | None = None) -> int:
+# --- the parser: every command, every option with its help ---------------------------------
+
+STORE_HELP = ("store URI: a folder, s3://bucket/prefix or any fsspec URI (default: "
+              "$RAYCACHE_STORE, else .raycache/store)")
+CACHE_HELP = "cache name, or NAME/FINGERPRINT (default fingerprint: the newest)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The raycache command line: `--store` on every command that reads or writes a store,
+    and help text on every option."""
     parser = argparse.ArgumentParser(prog="raycache", description=DESCRIPTION)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in (("fill", "fill a cache from a YAML config"),
                        ("train", "train a head on a cache from a YAML config"),
                        ("pipeline", "fill, then train on that fill, from one YAML config")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("--config", required=True, help="YAML file")
-        p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p = sub.add_parser("predict", help="run a trained head over a file, write Parquet")
-    p.add_argument("--checkpoint", required=True, help="head checkpoint folder (path or URI)")
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--config", required=True, help="the YAML config file")
+        _overrides(p, EXAMPLES[name])
+        p.add_argument("--store", help="store URI; replaces the config's store.uri "
+                                       "(default: the config's)")
+        p.add_argument("--no-progress", action="store_true",
+                       help="print no progress bars or per-epoch lines while it runs")
+    text = "run a trained head over a file, write Parquet"
+    p = sub.add_parser("predict", help=text, description=text)
+    p.add_argument("--checkpoint", required=True,
+                   help="a head checkpoint folder (path or URI), or a run folder (its final "
+                        "checkpoint, else its newest): `raycache runs` prints it")
     p.add_argument("--input", required=True, help="Parquet, JSONL or CSV file, folder or glob")
     p.add_argument("--output", required=True, help="Parquet file to write (path or URI)")
     p.add_argument("--keep", nargs="+", metavar="COLUMN",
@@ -33,30 +54,33 @@ def main(argv: list[str] | None = None) -> int:
                    help="run without Ray (auto: for small CPU jobs with no cluster)")
     p.add_argument("--num-gpus", type=_gpus, default="auto",
                    help="GPUs per actor (auto: 1 where the cluster has GPUs)")
-    p.add_argument("--no-progress", action="store_true")
-    p = sub.add_parser("ls", help="list the committed caches in a store")
-    p.add_argument("store", nargs="?", default=default_store(),
-                   help="store URI (default: $RAYCACHE_STORE, else .raycache/store)")
-    p = sub.add_parser("inspect", help="print a cache's manifest")
-    p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
-    p.add_argument("--store", default=default_store())
-    p.add_argument("--json", action="store_true", help="the whole manifest as JSON")
-    p = sub.add_parser("repair", help="re-encode a cache's bad or missing shards from its source")
-    p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
-    p.add_argument("--store", default=default_store())
-    p.add_argument("--no-progress", action="store_true")
-    p = sub.add_parser("runs", help="list a cache's training runs with status and metrics")
-    p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
-    p.add_argument("--store", default=default_store())
-    p = sub.add_parser("verify", help="check every shard of a cache against its manifest")
-    p.add_argument("cache", help="cache name, or NAME/FINGERPRINT")
-    p.add_argument("--store", default=default_store())
-    p.add_argument("--fingerprint", help="this fill (default: the newest)")
-    p = sub.add_parser("du", help="bytes, rows and shards of every cache folder in a store")
-    p.add_argument("--store", default=default_store())
-    p = sub.add_parser("gc", help="remove unfinished fills and old fingerprints (dry run unless "
-                                  "--delete)")
-    p.add_argument("--store", default=default_store())
+    _overrides(p, EXAMPLES["predict"], "the PredictConfig these flags make")
+    p.add_argument("--no-progress", action="store_true", help="print no progress bar")
+    text = "list the committed caches in a store"
+    p = sub.add_parser("ls", help=text, description=text)
+    p.add_argument("store", nargs="?", default=argparse.SUPPRESS, metavar="STORE",
+                   help="the same as --store")
+    p.add_argument("--store", default=default_store(), help=STORE_HELP)
+    for name, text in (("inspect", "print a cache's manifest"),
+                       ("repair", "re-encode a cache's bad or missing shards from its source"),
+                       ("runs", "list a cache's training runs: status, epochs, objective, head, "
+                                "monitored metric and the checkpoint predict takes"),
+                       ("verify", "check every shard of a cache against its manifest")):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("cache", help=CACHE_HELP)
+        p.add_argument("--store", default=default_store(), help=STORE_HELP)
+        if name == "inspect":
+            p.add_argument("--json", action="store_true", help="the whole manifest as JSON")
+        if name == "repair":
+            p.add_argument("--no-progress", action="store_true", help="print no progress bar")
+        if name == "verify":
+            p.add_argument("--fingerprint", help="this fill (default: the newest)")
+    text = "bytes, rows and shards of every cache folder in a store"
+    p = sub.add_parser("du", help=text, description=text)
+    p.add_argument("--store", default=default_store(), help=STORE_HELP)
+    text = "remove unfinished fills and old fingerprints (dry run unless --delete)"
+    p = sub.add_parser("gc", help=text, description=text)
+    p.add_argument("--store", default=default_store(), help=STORE_HELP)
     p.add_argument("--keep-last", type=int, help="keep the newest N committed fingerprints of "
                                                  "each name")
     p.add_argument("--older-than", help="remove fingerprints created longer ago, e.g. 7d")
@@ -70,12 +94,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--damaged", action="store_true",
                    help="caches whose manifest or shard list cannot be read go too (else they "
                    "are kept and listed)")
-    p = sub.add_parser("demo", help="fill and train on a real dataset and encoder, locally")
-    p.add_argument("--store", default=".raycache/store")
-    p.add_argument("--epochs", type=int, default=30)
+    text = "fill and train on a real dataset and encoder, locally"
+    p = sub.add_parser("demo", help=text, description=text)
+    p.add_argument("--store", default=".raycache/store",
+                   help="store URI for the demo's cache (default .raycache/store)")
+    p.add_argument("--epochs", type=int, default=30, help="epochs to train (default 30)")
     p.add_argument("--workers", type=_workers, default="auto",
                    help="DDP workers; 0 trains in-process; auto picks by cache size")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true",
+                   help="print no progress bars or per-epoch lines")
+    return parser
+
+
+EXAMPLES = {"fill": "rows_per_shard=512", "train": "optim.lr=1e-3 or loop.epochs=5",
+            "pipeline": "train.optim.lr=1e-3", "predict": "batch_size=64"}
+"""An example of --set per command."""
+
+
+def _overrides(p: argparse.ArgumentParser, example: str, what: str = "the config") -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help=f"override a setting of {what} (repeatable): KEY dotted into its "
+                        f"groups, VALUE read as YAML, e.g. {example}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     shown = warnings.showwarning
     warnings.showwarning = _warning(shown, args.command)
@@ -112,42 +155,57 @@ def _store(uri: str):
 def _fill(args: argparse.Namespace) -> int:
     from raycache.fill.run import fill
 
-    print(fill(args.config, progress=not args.no_progress).summary())
+    _store_folder(args.store)
+    config = overridden(args.config, args.overrides, args.store)
+    print(fill(config, progress=not args.no_progress).summary())
     return 0
 
 
 def _train(args: argparse.Namespace) -> int:
     from raycache.train.run import train
 
-    _print_history(train(args.config, progress=not args.no_progress))
+    _store_folder(args.store)
+    config = overridden(args.config, args.overrides, args.store, flat=("sweep",))
+    _print_history(train(config, progress=not args.no_progress))
     return 0
 
 
 def _pipeline(args: argparse.Namespace) -> int:
     from raycache.pipeline import pipeline
 
-    _print_history(pipeline(args.config, progress=not args.no_progress).train)
+    _store_folder(args.store)
+    config = overridden(args.config, args.overrides, args.store, ("fill.store", "train.store"),
+                        flat=("train.sweep",))
+    _print_history(pipeline(config, progress=not args.no_progress).train)
     return 0
 
 
 def _predict(args: argparse.Namespace) -> int:
     from raycache.predict.run import predict_file
+    from raycache.train.runs import checkpoint_of
 
     flags = {"auto": "auto", "true": True, "false": False}
-    print(predict_file({"checkpoint": args.checkpoint, "input": args.input,
-                        "output": args.output, "keep": args.keep, "overwrite": args.overwrite,
-                        "in_process": flags[args.in_process], "num_gpus": args.num_gpus},
-                       progress=not args.no_progress).summary())
+    config = overridden({"checkpoint": args.checkpoint, "input": args.input,
+                         "output": args.output, "keep": args.keep, "overwrite": args.overwrite,
+                         "in_process": flags[args.in_process], "num_gpus": args.num_gpus},
+                        args.overrides)
+    config["checkpoint"] = checkpoint_of(config["checkpoint"], config.get("options"))
+    with _flags(PREDICT_FLAGS):
+        print(predict_file(config, progress=not args.no_progress).summary())
     return 0
 
 
 def _print_history(result) -> None:
-    """Every epoch when the loop printed nothing (--no-progress); else only the final one."""
+    """Every epoch when the loop printed nothing (--no-progress); else only the final one;
+    none for a run that had finished before (this call trained nothing)."""
+    from raycache.train.console import epoch_text
+
     history = result.history if not result.spec.progress else result.history[-1:]
-    for m in history:
-        print(f"{'final ' if result.spec.progress else ''}epoch {m['epoch']:3d}  "
-              f"train_loss {m['train_loss']:.4f}  train_acc {m['train_acc']:.3f}  "
-              f"val_loss {m['val_loss']:.4f}  val_acc {m['val_acc']:.3f}")
+    s, sweep = result.spec, [m.settings_dict() for m in result.spec.sweep]
+    for m in [] if result.finished_before else history:
+        line = epoch_text(m, s.recipe.loop.epochs, s.recipe.evaluation.monitor, None, sweep,
+                          s.select)
+        print(f"{'final ' if s.progress else ''}{line}")
     print(result.summary())
 
 
@@ -195,11 +253,8 @@ def _repair(args: argparse.Namespace) -> int:
     from raycache.upkeep.repair import repair
 
     name, _, fp = args.cache.partition("/")
-    result = repair(name, _store(args.store), fp or None, progress=not args.no_progress)
-    if result.hit:
-        print(f"repair {name}/{result.cache.fingerprint[:12]}: every shard is good; nothing to do")
-    else:
-        print(result.summary().replace("fill ", "repair ", 1))
+    print(repair(name, _store(args.store), fp or None, progress=not args.no_progress)
+          .summary())
     return 0
 
 
@@ -251,9 +306,10 @@ def _du(args: argparse.Namespace) -> int:
 def _gc(args: argparse.Namespace) -> int:
     from raycache.upkeep.gc import gc
 
-    result = gc(_store(args.store), keep_last=args.keep_last, older_than=args.older_than,
-                max_size=args.max_size, grace=args.grace, delete=args.delete,
-                include_newest=args.include_newest, damaged=args.damaged)
+    with _flags(GC_FLAGS):
+        result = gc(_store(args.store), keep_last=args.keep_last, older_than=args.older_than,
+                    max_size=args.max_size, grace=args.grace, delete=args.delete,
+                    include_newest=args.include_newest, damaged=args.damaged)
     for line in result.lines():
         print(line)
     return 0
@@ -265,6 +321,36 @@ def _demo(args: argparse.Namespace) -> int:
     run(store=args.store, epochs=args.epochs, workers=args.workers,
         progress=not args.no_progress)
     return 0
+
+
+# --- a bad store path: a clear error, no traceback ---------------------------------------------
+
+def _store_folder(store: str | None) -> None:
+    """A local store that is a file (not a folder) is refused here, naming it and the fix."""
+    if store and "://" not in store and Path(store).expanduser().exists() and \
+            not Path(store).expanduser().is_dir():
+        raise StoreError(f"store {store!r} is a file, not a folder of caches; pass the store's "
+                         "folder (or URI) with --store, e.g. the store.uri of your fill config")
+
+
+# --- flags named as flags: the SDK's names for them in its messages, as the CLI spells them ---
+
+GC_FLAGS = {"keep_last": "--keep-last", "older_than": "--older-than", "max_size": "--max-size",
+            "grace": "--grace"}
+PREDICT_FLAGS = {"in_process": "--in-process", "num_gpus": "--num-gpus",
+                 "checkpoint": "--checkpoint", "input": "--input", "output": "--output"}
+
+
+@contextlib.contextmanager
+def _flags(names: dict[str, str]) -> Iterator[None]:
+    """Re-raise a ConfigError with the SDK's parameter names (`keep_last=-1`, `set num_gpus:
+    0`) written as this command's flags (`--keep-last=-1`, `set --num-gpus 0`)."""
+    pattern = re.compile(r"(?<![\w.(-])(" + "|".join(names) + r")(=|: )")
+    try:
+        yield
+    except ConfigError as exc:
+        raise ConfigError([pattern.sub(lambda m: names[m.group(1)] + (
+            "=" if m.group(2) == "=" else " "), p) for p in exc.problems]) from exc
 
 
 COMMANDS = {

@@ -104,9 +104,9 @@ def test_summary_reports_start_up_and_speed(ray_session, separable_source, tmp_p
     shards = result.cache.manifest.shards
     assert result.encoded_rows == 600 and len(shards) == 7  # 350 -> 100 x 3 + 50, 250 -> ...
     assert max(s.rows for s in shards) == 100
-    assert 0 < result.first_shard_seconds <= result.seconds
+    assert 0 < result.startup_seconds < result.first_shard_seconds <= result.seconds
     assert 0 < result.encode_seconds <= result.seconds
     text = result.summary()
-    assert "600 encoded" in text and "to the first shard" in text and "rows/s after" in text
+    assert "600 encoded" in text and "s start-up (to the first encoder call)" in text
     ranges = [s.ranges for s in result.cache.manifest.shards]
     assert sum(x.stop - x.start for r in ranges for x in r) == 600

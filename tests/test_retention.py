@@ -213,4 +213,4 @@ def test_sizes_and_durations_parse_and_bad_values_are_named(store, capsys):
             call()
     assert main(["gc", "--store", str(store), "--max-size", "50XB", "--older-than", "soon"]) == 2
     err = capsys.readouterr().err
-    assert "max_size='50XB'" in err and "older_than='soon'" in err and "GiB" in err
+    assert "--max-size='50XB'" in err and "--older-than='soon'" in err and "GiB" in err

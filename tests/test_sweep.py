@@ -164,7 +164,9 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
     for k, v in head.model.state_dict().items():
         torch.testing.assert_close(v, members[best["member"]]["model"][k])
     assert head.info["sweep"][best["member"]]["selected"]
-    assert f"sweep of 8 heads, best: {best['settings']}" in run.summary()
+    settings = " ".join(f"{k}={v}" for k, v in best["settings"].items())
+    assert "sweep of 8 heads" in run.summary()
+    assert f"selected member #{best['member']} {settings}: val_loss" in run.summary()
     # every member recorded: sweep.jsonl, run.json; the same config again returns the run
     folder = Path(run.spec.run_dir)
     lines = [json.loads(x) for x in (folder / "sweep.jsonl").read_text().splitlines()]

@@ -41,7 +41,7 @@ __all__ = ["AUTO_IN_PROCESS_ROWS", "FillResult", "block_rows", "build_pipeline",
 
 @dataclass
 class FillResult:
-    """What a fill did: the committed cache, hit or miss, and how long it took."""
+    """What a fill (or a repair) did: the committed cache, hit or miss, and how long it took."""
 
     cache: Cache
     hit: bool
@@ -57,11 +57,17 @@ class FillResult:
     encoded_by: dict[str, int] = dataclasses.field(default_factory=dict)
     """Rows each encoder encoded (the rest of its rows it reused or resumed)."""
     first_shard_seconds: float = 0.0
-    """From the start of the fill to its first shard written: the start-up cost."""
+    """From the start of the fill to its first shard written (start-up and the first shard's
+    encoding)."""
     encode_seconds: float = 0.0
     """From the first encoder call to the last shard written."""
     pool: str = ""
     """The encoder pool it ran, in words."""
+    startup_seconds: float = 0.0
+    """From the start of the fill to its first encoder call: the start-up cost (reading,
+    starting Ray and the encoder actors, loading the models)."""
+    repair: bool = False
+    """A repair (raycache.upkeep.repair): the shards it re-encoded, into a committed cache."""
 
     @property
     def rows_per_second(self) -> float:
@@ -74,18 +80,33 @@ class FillResult:
         return self.encoded_rows / self.encode_seconds if self.encode_seconds else 0.0
 
     def summary(self) -> str:
+        """What this call did, in one line: its timings add up to its wall time."""
         m = self.cache.manifest
-        head = f"fill {m.name}/{m.fingerprint[:12]}: "
+        head = f"{'repair' if self.repair else 'fill'} {m.name}/{m.fingerprint[:12]}: "
+        if self.hit and self.repair:
+            return head + f"every shard is good, {m.rows} rows in {m.shard_count} shards; " \
+                          "nothing to repair"
         if self.hit:
             return head + f"hit, {m.rows} rows in {m.shard_count} shards, encoded nothing"
         resumed = f", {self.resumed_rows} resumed" if self.resumed_rows else ""
-        return head + (
-            f"miss, {m.rows} rows ({self.encoded_rows} encoded{self._by()}, {self.reused_rows} "
-            f"reused{resumed}), {m.shard_count} "
-            f"shards, {human_bytes(m.bytes)}, {self.seconds:.1f} s, "
-            f"{self.rows_per_second:.1f} rows/s ({self.encode_rows_per_second:.1f} rows/s after "
-            f"a start-up of {self.first_shard_seconds:.1f} s to the first shard)"
-        )
+        what = (f"re-encoded the bad shards, {m.rows} rows ({self.encoded_rows} encoded"
+                f"{self._by()}, {self.resumed_rows} kept from good shards), " if self.repair else
+                f"miss, {m.rows} rows ({self.encoded_rows} encoded{self._by()}, "
+                f"{self.reused_rows} reused{resumed}), ")
+        return head + (f"{what}{m.shard_count} shards, {human_bytes(m.bytes)}, "
+                       f"{self._timings()}")
+
+    def _timings(self) -> str:
+        """The call's wall time split so that it adds up: start-up, encoding, the rest."""
+        if not self.encoded_rows:  # every row reused or resumed: no encoder ran
+            return f"{self.seconds:.1f} s, nothing encoded (every row reused or resumed)"
+        startup = min(max(self.startup_seconds, 0.0), self.seconds)
+        encode = min(self.encode_seconds, self.seconds - startup)
+        rest = max(self.seconds - startup - encode, 0.0)
+        return (f"{self.seconds:.1f} s = {startup:.1f} s start-up (to the first encoder call) "
+                f"+ {encode:.1f} s encoding and writing shards "
+                f"({self.encoded_rows / encode if encode else 0.0:.1f} rows/s) "
+                f"+ {rest:.1f} s checking and committing")
 
     def _by(self) -> str:
         by = self.encoded_by
@@ -97,6 +118,7 @@ class FillResult:
 
 def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> FillResult:
     """Fill the cache described by `config` (a FillConfig, a dict or a YAML path)."""
+    started = time.perf_counter(), time.time()  # the plan (encoder digests) counts too
     cfg = load_config(config)
     if progress is not None:
         cfg = dataclasses.replace(cfg, progress=progress)
@@ -108,18 +130,20 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
                       stacklevel=2)
         return complete(p, resumable(p), replace=True)
     if manifest is not None:
-        return FillResult(Cache(p.store, manifest), True, 0.0, 0)
+        return FillResult(Cache(p.store, manifest), True, time.perf_counter() - started[0], 0)
 
-    return complete(p, resumable(p))
+    return complete(p, resumable(p), started=started)
 
 
-def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> FillResult:
+def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False,
+             started: tuple[float, float] | None = None) -> FillResult:
     """Encode every row that the shard records `done` do not cover, check, and commit (with
-    `replace`, over a committed manifest: a repair). A lease on the cache folder, held
-    throughout, keeps gc off it; a folder removed meanwhile fails the fill with a StoreError."""
+    `replace`, over a committed manifest: a repair); `started`: (perf_counter, time) when the
+    call began, where it did before this. A lease on the cache folder, held throughout, keeps
+    gc off it; a folder removed meanwhile fails the fill with a StoreError."""
     with Lease(p.store, p.dir) as lease:
         try:
-            return _complete(p, done, replace, lease)
+            return _complete(p, done, replace, lease, started)
         except Exception as exc:
             if lease.lost:
                 raise _removed(p) from exc
@@ -134,11 +158,12 @@ def _removed(p: Plan) -> StoreError:
     )
 
 
-def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease) -> FillResult:
+def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
+              started: tuple[float, float] | None) -> FillResult:
     from raycache.compute.pool import local_pool
 
     cfg = p.cfg
-    start = time.perf_counter()
+    start, start_wall = started or (time.perf_counter(), time.time())
     resumed = sum(r.rows for r in done)
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
                                        done_ranges(done), cfg.source.key)
@@ -170,8 +195,8 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease) -> 
     by = {e.name: sum((r.encoded or {}).get(e.name, r.rows) for r in new)
           for e in cfg.encoders if not e.trainable}
     encoded = sum(r.rows for r in new) - reused
-    encode_s = (max(r.written or 0.0 for r in new) - min(r.encode_started or 0.0 for r in new)
-                if new else 0.0)
+    began = min((r.encode_started for r in new if r.encode_started), default=None)
+    encode_s = max(r.written or 0.0 for r in new) - began if began else 0.0
     if lease.lost:  # never a manifest over a folder whose shards went
         raise _removed(p)
     manifest, committed = commit(p, records, time.perf_counter() - start, replace, label_stats)
@@ -180,7 +205,8 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease) -> 
     where = runner.where(pool, local)
     return FillResult(Cache(p.store, manifest), False, time.perf_counter() - start, encoded,
                       resumed_rows=resumed, reused_rows=reused, first_shard_seconds=first or 0.0,
-                      encode_seconds=encode_s, pool=where, encoded_by=by)
+                      encode_seconds=encode_s, pool=where, encoded_by=by, repair=replace,
+                      startup_seconds=began - start_wall if began else 0.0)
 
 
 def block_rows(cfg: FillConfig, todo: int | None) -> int:

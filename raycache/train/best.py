@@ -54,7 +54,8 @@ def end_sweep_epoch(team: Team, latest: list[dict[str, Any]]) -> None:
     lead = saved_epoch(team.members[team.leader], team.progress[team.leader])
     run.epoch += 1
     run.history.append({**latest[team.leader], "member": team.leader,
-                        "active": sum(not p.stopped for p in team.progress)})
+                        "active": sum(not p.stopped for p in team.progress),
+                        "leader_best": scores[team.leader], "leader_epoch": lead["epoch"]})
     run.best, run.best_epoch = scores[team.leader], lead["epoch"]
     run.stopped = all(p.stopped for p in team.progress)
 

@@ -1,11 +1,16 @@
-"""What a training worker prints: one line at a time, and no Ray Train INFO dumps."""
+"""What a training run prints: one line per epoch (a single head's, or a sweep's leader by
+name and the heads still training), one line at a time, and no Ray Train INFO dumps."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
-__all__ = ["quiet_ray_train", "say"]
+__all__ = ["epoch_text", "number", "quiet_ray_train", "say", "settings_text"]
+
+SHOWN = ("train_loss", "train_acc", "val_loss", "val_acc")
+"""Metrics every epoch line shows; the monitored one is added when it is another."""
 
 
 def quiet_ray_train() -> None:
@@ -18,3 +23,35 @@ def say(line: str) -> None:
     logger, which showed every epoch twice."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def epoch_text(m: dict[str, Any], epochs: int, monitor: str, eta_s: float | None = None,
+               sweep: list[dict[str, Any]] | None = None, select: str = "") -> str:
+    """An epoch's line from its run history row `m`. A single head: its metrics, the
+    monitored one included. A sweep (`sweep`: each member's settings): the leader by number
+    and settings, its `select` metric at its best epoch, and how many heads still train."""
+    head = f"epoch {m['epoch']}/{epochs}  "
+    tail = f"  {m['rows_per_s']:.0f} rows/s" + ("" if eta_s is None else f"  eta {eta_s:.0f}s")
+    if sweep:
+        member, value = m.get("member", 0), m.get("leader_best", m.get(select))
+        at = f" (epoch {m['leader_epoch']})" if "leader_epoch" in m else ""
+        return (f"{head}leader #{member} {settings_text(sweep[member])}: {select} {number(value)}"
+                f"{at}  {m.get('active', len(sweep))} of {len(sweep)} heads training{tail}")
+    parts = [f"{k} {number(m[k])}" for k in SHOWN if k in m]
+    if monitor not in SHOWN and monitor in m:
+        parts.append(f"{monitor} {number(m[monitor])}")
+    if "lr" in m:
+        parts.append(f"lr {m['lr']:.2e}")
+    return head + "  ".join(parts) + tail
+
+
+def number(value: Any) -> str:
+    """A metric as the console shows it: 4 decimals (3 significant digits when tiny)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-" if value is None else str(value)
+    return f"{value:.4f}" if value == 0 or abs(value) >= 1e-3 else f"{value:.3g}"
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    """A sweep member's settings as `lr=0.01 hidden=[64]`."""
+    return " ".join(f"{k}={v}" for k, v in settings.items())

@@ -15,9 +15,9 @@ import torch.distributed as dist
 
 from raycache.train.assemble import build_team, holders, wrap
 from raycache.train.best import end_sweep_epoch, sweep_rows, track_best
-from raycache.train.console import quiet_ray_train, say
+from raycache.train.console import epoch_text, quiet_ray_train, say
 from raycache.train.epoch import SAVE_NOW, SLOTS, epoch_metrics, epoch_seed, evaluate, train_epoch
-from raycache.train.metrics_log import epoch_line, write_artifacts
+from raycache.train.metrics_log import write_artifacts
 from raycache.train.runspec import RunSpec
 from raycache.train.state import restore, save
 from raycache.train.team import Team
@@ -91,10 +91,9 @@ def record(team: Team, epoch: int, rows: list[list[float]], extras: list[dict[st
 
 
 def progress_line(team: Team, pace: float) -> str:
-    """The epoch's line: its metrics and the time left at `pace` seconds an epoch."""
-    epochs, now = team.spec.recipe.loop.epochs, team.run.history[-1]
-    line = epoch_line(now, epochs, pace * (epochs - team.run.epoch))
-    if team.spec.sweep:
-        line += (f"  sweep: best #{team.leader} of {len(team.members)}, "
-                 f"{now['active']} training")
-    return line
+    """The epoch's line (raycache.train.console): its metrics, the monitored one included, or
+    a sweep's leader by name; and the time left at `pace` seconds an epoch."""
+    spec, epochs = team.spec, team.spec.recipe.loop.epochs
+    sweep = [m.settings_dict() for m in spec.sweep]
+    return epoch_text(team.run.history[-1], epochs, spec.recipe.evaluation.monitor,
+                      pace * (epochs - team.run.epoch), sweep, spec.select)

@@ -14,6 +14,7 @@ from raycache.errors import RaycacheError
 from raycache.heads.specs import HEAD_CONFIG
 from raycache.train import checkpoint as ckpt
 from raycache.train.config import TrainConfig
+from raycache.train.console import number, settings_text
 from raycache.train.metrics_log import read_sweep
 from raycache.train.plan import check, cluster, prepare
 from raycache.train.plan import load_config as load_train
@@ -43,6 +44,16 @@ class TrainResult:
     sweep: list[dict[str, Any]] = field(default_factory=list)
     """A sweep's members, one dict each: member, settings, the select metric's value, epoch
     (whose weights count), selected, stopped, epochs, metrics (last epoch's) and history."""
+    monitored: dict[str, Any] = field(default_factory=dict)
+    """The monitored metric's best value and its epoch, e.g. {"val_acc": 0.93, "epoch": 4}
+    (a sweep: the select metric's, of the selected member)."""
+    weights: str = "last"
+    """Whose weights the checkpoint holds: "best" (early stopping) or "last" epoch's."""
+    first_epoch: int = 0
+    """Epochs the run had done before this call (a resumed run); this call trained the rest."""
+    finished_before: str = ""
+    """When the run had already finished before this call (its run.json's time): this call
+    trained nothing and returned that run. Empty when this call trained."""
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -66,8 +77,11 @@ class TrainResult:
 
     @property
     def best(self) -> dict[str, Any]:
-        """A sweep's selected member (empty for a single head)."""
-        return next((row for row in self.sweep if row["selected"]), {})
+        """A sweep's selected member (its record, as in `sweep`); a single head's monitored
+        metric at its best epoch, e.g. {"val_acc": 0.93, "epoch": 4}."""
+        if self.sweep:
+            return next((row for row in self.sweep if row["selected"]), {})
+        return dict(self.monitored)
 
     def sweep_frame(self) -> pd.DataFrame:
         """A sweep's members as a DataFrame: one row each, its settings as columns."""
@@ -78,20 +92,44 @@ class TrainResult:
                              for row in self.sweep])
 
     def summary(self) -> str:
-        m, s = self.metrics, self.spec
+        """What this call did, in one line or two: what it trained (or that the run had
+        already finished), the monitored metric, the run and its checkpoint."""
+        s, where = self.spec, f"{self.cache.name}/{self.cache.fingerprint[:12]}"
+        what = f"sweep of {len(self.sweep)} heads" if self.sweep else s.head.head
+        if self.finished_before:
+            return (f"train {what} on {where}: run {s.run_name} had already finished "
+                    f"({self.finished_before}, in {self.run_dir}); nothing was trained now. "
+                    f"It has {len(self.history)} epochs; {self._outcome()}; checkpoint "
+                    f"{self.checkpoint}.\nTo train a new run of this config, set resume: "
+                    "false (command line: --set resume=false), or give it another run_name")
         workers = f"{s.num_workers} workers" if s.num_workers else "1 worker (in-process)"
-        resumed = f", resumed from epoch {self.resumed_from}" if self.resumed_from else ""
-        what = s.head.head
+        total, done = s.recipe.loop.epochs, len(self.history)
+        epochs = (f"trained epoch {done} of {total}" if done == self.first_epoch + 1 else
+                  f"trained epochs {self.first_epoch + 1}-{done} of {total}")
+        if done <= self.first_epoch:
+            epochs = f"trained no epoch (all {done} were done before)"
+        if self.first_epoch:
+            epochs += f" (resumed from epoch {self.first_epoch})"
+        if self.first_epoch < done < total:
+            epochs += ", stopped early"
+        return (f"train {what} on {where}: {epochs}, {workers}, {self.seconds:.1f} s; "
+                f"{self._outcome()}; run {s.run_name}, checkpoint {self.checkpoint}")
+
+    def _outcome(self) -> str:
+        """The monitored metric's best (a sweep: the selected member's select metric), named,
+        and whose weights the checkpoint holds."""
+        s, best = self.spec, self.best
+        key = s.select if self.sweep else s.recipe.evaluation.monitor
+        shown, epoch = number(best.get(key)), best.get("epoch", "?")
         if self.sweep:
-            best = self.best
-            what = (f"sweep of {len(self.sweep)} heads, best: {best['settings']} "
-                    f"({s.select} {best[s.select]:.4g}),")
-        return (
-            f"train {what} on {self.cache.name}/{self.cache.fingerprint[:12]}: "
-            f"{len(self.history)} epochs, {workers}, "
-            f"val_acc {m.get('val_acc', 0):.3f}, val_loss {m.get('val_loss', 0):.4f}, "
-            f"{self.seconds:.1f} s, run {s.run_name}{resumed}, checkpoint {self.checkpoint}"
-        )
+            return (f"selected member #{best.get('member')} "
+                    f"{settings_text(best.get('settings', {}))}: {key} {shown} at epoch {epoch}")
+        held = ("its weights in the checkpoint" if self.weights == "best"
+                else "the checkpoint holds the last epoch's weights")
+        last = ", ".join(f"{k} {number(self.metrics[k])}" for k in ("val_loss", "val_acc")
+                         if k in self.metrics)
+        return (f"last epoch {last}; " if last else "") + \
+            f"best {key} {shown} at epoch {epoch} (monitored; {held})"
 
     def __repr__(self) -> str:
         return f"TrainResult({self.summary()})"
@@ -174,7 +212,9 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     store = spec.store
     record = read_record(store, spec.run_dir)
     if record and record["status"] == "finished" and ckpt.latest(store, spec.run_dir):
-        return _result(cache, spec, start, {"resumed_from": []})
+        return _result(cache, spec, start, {"resumed_from": []},
+                       finished_before=record.get("updated") or "?")
+    first_epoch = _epochs_done(store, spec.run_dir)
     base = {**spec.record(), "started": (record or {}).get("started")}
     base = {k: v for k, v in base.items() if v is not None}
     write_record(store, spec.run_dir, base, "running")
@@ -195,37 +235,41 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
                             "its last checkpoint when run again with the same config") from exc
     if landing is not None:
         cache = landing.result().cache  # committed: the first epoch's validation waited for it
-    out = _result(cache, spec, start, result.return_value or {})
-    best = {spec.recipe.evaluation.monitor: _best(out, spec)}
+    out = _result(cache, spec, start, result.return_value or {}, first_epoch=first_epoch)
+    best = dict(out.monitored)
     if out.sweep:
         best = {spec.select: out.best[spec.select], "member": out.best["member"],
-                "settings": out.best["settings"]}
-    write_record(store, spec.run_dir, base, "finished", best=best,
+                "settings": out.best["settings"], "epoch": out.best["epoch"]}
+    write_record(store, spec.run_dir, base, "finished", best=best, checkpoint=out.checkpoint,
                  metrics={k: v for k, v in out.metrics.items() if k != "placement"})
     return out
 
 
-def _best(out: TrainResult, spec: RunSpec) -> float | None:
-    monitor = spec.recipe.evaluation.monitor
-    values = [m[monitor] for m in out.history if monitor in m]
-    if not values:
-        return None
-    return max(values) if spec.recipe.evaluation.mode == "max" else min(values)
+def _epochs_done(store: Store, run_dir: str) -> int:
+    """Epochs of the run's newest complete checkpoint (0: none): where a run resumes."""
+    path = ckpt.latest(store, run_dir)
+    if path is None:
+        return 0
+    return int(path.rsplit("/", 1)[-1].removeprefix(ckpt.PREFIX) or 0)
 
 
-def _result(cache: Cache, spec: RunSpec, start: float, value: dict[str, Any]) -> TrainResult:
+def _result(cache: Cache, spec: RunSpec, start: float, value: dict[str, Any],
+            **more: Any) -> TrainResult:
     path = ckpt.latest(spec.store, spec.run_dir)
     if path is None:
         raise RaycacheError(f"run {spec.run_name!r} finished without a checkpoint in "
                             f"{spec.store.url(spec.run_dir)}; see the worker logs")
+    saved = spec.store.read_json(f"{path}/{HEAD_CONFIG}")
     history = value.get("history")
     if history is None:
-        history = spec.store.read_json(f"{path}/{HEAD_CONFIG}")["history"]
+        history = saved["history"]
     sweep = value.get("sweep")
     if sweep is None and spec.sweep:
         sweep = read_sweep(spec.store, spec.run_dir)
     return TrainResult(cache=cache, spec=spec, history=list(history),
                        checkpoint=spec.store.url(path), seconds=time.perf_counter() - start,
-                       resumed_from=list(value.get("resumed_from", [])), sweep=list(sweep or []))
+                       resumed_from=list(value.get("resumed_from", [])), sweep=list(sweep or []),
+                       monitored=dict(saved.get("best") or {}),
+                       weights=saved.get("weights", "last"), **more)
 
 

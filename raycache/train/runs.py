@@ -11,9 +11,13 @@ from typing import Any
 
 from raycache.cache.committed import Cache
 from raycache.cache.store import RUNS, Store
-from raycache.train.checkpoint import latest
+from raycache.errors import RaycacheError
+from raycache.heads.specs import HEAD_CONFIG
+from raycache.train.checkpoint import PREFIX, latest
+from raycache.train.console import number, settings_text
 
-__all__ = ["RECORD", "RESUMABLE", "RunInfo", "list_runs", "read_record", "runs_dir", "write_record"]
+__all__ = ["RECORD", "RESUMABLE", "RunInfo", "checkpoint_of", "list_runs", "read_record",
+           "runs_dir", "write_record"]
 
 RECORD = "run.json"
 RESUMABLE = ("resumable", "failed (resumable)")
@@ -51,14 +55,44 @@ class RunInfo:
     best: dict[str, Any]
     metrics: dict[str, Any]
     updated: str
+    objective: str = ""
+    head: str = ""
+    """The head's family (mlp, linear, ...), or "sweep of N heads"."""
+    monitor: str = ""
+    """The metric the run monitors (a sweep: the one that selects its head)."""
+    checkpoint: str = ""
+    """The checkpoint `raycache predict --checkpoint` takes (the run's final one, else its
+    newest complete one); empty when the run has none yet."""
 
     def line(self) -> str:
-        m = self.metrics
-        best = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                         for k, v in self.best.items())
+        """Two lines: the run (status, epochs, objective/head, the monitored metric at the last
+        epoch and at its best) and the checkpoint `raycache predict --checkpoint` takes."""
+        key, best = self.monitor or "val_loss", self.best
+        at = f" at epoch {best['epoch']}" if "epoch" in best else ""
+        chosen = (f", head #{best['member']} {settings_text(best.get('settings', {}))}"
+                  if "member" in best else "")
         return (f"{self.name:<28} {self.status:<10} {self.epochs_done:>4}/{self.epochs:<4} "
-                f"val_acc {m.get('val_acc', float('nan')):.3f}  best: {best or '-'}  "
-                f"{self.updated}")
+                f"{self.objective or '-'}/{self.head or '-'}  {key} "
+                f"{number(self.metrics.get(key))} (best {number(best.get(key))}{at}{chosen})  "
+                f"{self.updated}\n{'':<4}checkpoint {self.checkpoint or '- (none yet)'}")
+
+
+def checkpoint_of(path: str, options: dict[str, Any] | None = None) -> str:
+    """The head checkpoint folder `path` names: itself when it holds head.json; a run folder's
+    final (else newest complete) checkpoint; anything else unchanged, for load_head to judge."""
+    folder = Store(path, options or {})
+    if folder.exists(folder.path(HEAD_CONFIG)):
+        return path
+    names = folder.listdir(folder.root) if folder.is_dir(folder.root) else []
+    if RECORD not in names and not any(n.startswith(PREFIX) for n in names):
+        return path
+    found = latest(folder, folder.root)
+    if found is None:
+        raise RaycacheError(
+            f"run folder {path!r} has no complete checkpoint yet (a {PREFIX}* folder with "
+            "state.pt): a run saves one at its end and every checkpoints.every epochs; let it "
+            "train (running its config again resumes it), or pass another run's folder")
+    return folder.url(found)
 
 
 def _alive(record: dict[str, Any]) -> bool:
@@ -88,7 +122,8 @@ def list_runs(cache: Cache) -> list[RunInfo]:
         if record is None:
             continue
         status = record["status"]
-        has_ckpt = latest(store, f"{root}/{name}") is not None
+        final = latest(store, f"{root}/{name}")
+        has_ckpt = final is not None
         if status == "running" and not _alive(record):
             status = RESUMABLE[0] if has_ckpt else "interrupted"
         elif status == "failed" and has_ckpt:
@@ -99,10 +134,17 @@ def list_runs(cache: Cache) -> list[RunInfo]:
             with contextlib.suppress(ValueError):  # damaged: the run is listed without them
                 history = [json.loads(line)
                            for line in store.read_bytes(metrics_path).splitlines()]
+        recipe = record.get("recipe", {})
+        sweep = record.get("sweep") or []
         out.append(RunInfo(
             name=name, status=status, epochs_done=len(history),
-            epochs=recipe_epochs(record.get("recipe", {})), best=record.get("best", {}),
+            epochs=recipe_epochs(recipe), best=record.get("best", {}),
             metrics=history[-1] if history else {}, updated=record.get("updated", ""),
+            objective=recipe.get("objective", ""),
+            head=(f"sweep of {len(sweep)} heads" if sweep
+                  else record.get("head", {}).get("head", "")),
+            monitor=record.get("select") or recipe.get("evaluation", {}).get("monitor", ""),
+            checkpoint=store.url(final) if final else "",
         ))
     return sorted(out, key=lambda r: r.updated)
 

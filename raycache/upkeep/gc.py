@@ -123,10 +123,11 @@ def _protected(u: Usage, newest: dict[str, str], include_newest: bool, now: floa
                for name, when in u.resumable_runs if grace_s is None or now - when <= grace_s]
     if waiting:
         return (f"run(s) that died with a checkpoint read it and can resume: "
-                f"{', '.join(waiting)}; resume them, or pass a --grace shorter than that "
-                f"to let it go")
+                f"{', '.join(waiting)}; resume them, or pass a --grace (grace=...) shorter "
+                f"than that to let it go")
     if newest.get(u.name) == u.id and not include_newest:
-        return f"the newest committed fingerprint of {u.name!r} (include_newest to remove it)"
+        return (f"the newest committed fingerprint of {u.name!r}; pass --include-newest "
+                "(include_newest=True) to remove it")
     return None
 
 

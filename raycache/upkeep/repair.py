@@ -4,6 +4,7 @@ and commit a corrected manifest."""
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 from raycache.cache.committed import Cache, open_cache
@@ -26,15 +27,17 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
            in_process: bool | str = "auto") -> FillResult:
     """Verify the cache `name` (its newest fill, or `fingerprint`) and re-encode the shards that
     fail (all of them where its shard list cannot be read: which rows each holds is not known
-    without it); a cache that passes is left as it is (returned as a hit). The source must be
-    the one the cache was filled from, unchanged; `source_options` are its fsspec options, and
-    `in_process` is the fill's setting of that name."""
+    without it); a cache that passes is left as it is (returned as a hit); the result's summary
+    says repair. The source must be the one the cache was filled from, unchanged;
+    `source_options` are its fsspec options, and `in_process` is the fill's setting of that
+    name."""
     from raycache.upkeep.verify import verify
 
+    started = time.perf_counter(), time.time()  # the verify counts in the repair's time
     cache = open_cache(name, store, fingerprint)
     report = verify(cache)
     if report.ok:
-        return FillResult(cache, True, 0.0, 0)
+        return FillResult(cache, True, time.perf_counter() - started[0], 0, repair=True)
     p = plan(_config(cache, source_options or {}, progress, in_process))
     if p.fingerprint != cache.fingerprint:
         raise RaycacheError(
@@ -48,7 +51,7 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
     for path in bad:  # never reused, never adopted: the re-encoded shard replaces it
         with contextlib.suppress(FileNotFoundError):
             cache.store.rm(f"{cache.dir}/{path}")
-    return complete(p, _records(cache, bad), replace=True)
+    return complete(p, _records(cache, bad), replace=True, started=started)
 
 
 def _config(cache: Cache, source_options: dict[str, Any], progress: bool,
