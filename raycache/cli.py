@@ -13,7 +13,7 @@ from pathlib import Path
 
 from raycache.cache.config import default_store
 from raycache.core.overrides import overridden
-from raycache.errors import ConfigError, DamagedCacheWarning, RaycacheError, StoreError
+from raycache.errors import ConfigError, DamagedCacheWarning, RaycacheError
 
 DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads on them."
 
@@ -327,10 +327,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _store_folder(store: str | None) -> None:
     """A local store that is a file (not a folder) is refused here, naming it and the fix."""
-    if store and "://" not in store and Path(store).expanduser().exists() and \
-            not Path(store).expanduser().is_dir():
-        raise StoreError(f"store {store!r} is a file, not a folder of caches; pass the store's "
-                         "folder (or URI) with --store, e.g. the store.uri of your fill config")
+    if store and "://" not in store and Path(store).expanduser().is_file():
+        from raycache.cache.store import Store
+
+        Store(store).check_folder()
 
 
 # --- flags named as flags: the SDK's names for them in its messages, as the CLI spells them ---

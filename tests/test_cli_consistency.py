@@ -159,5 +159,5 @@ def test_a_store_that_is_a_file_is_a_clear_error(filled, tmp_path, capsys, comma
     argv = [str(filled / "fill.yaml") if a == "CONFIG" else a for a in command]
     assert main([*argv, "--store", str(afile)]) == 2
     err = capsys.readouterr().err
-    assert f"store {str(afile)!r} is a file, not a folder of caches" in err
+    assert f"store {str(afile)!r} is a file, not a folder" in err
     assert "Traceback" not in err
