@@ -90,12 +90,16 @@ __all__ = [
     "open_cache",
     "predict_file",
     "repair",
+    "retrieval_metrics",
+    "stdlib_docs",
     "train",
     "verify",
 ]
 
 
-_LAZY = {"Head": "raycache.heads.loaded", "load_head": "raycache.heads.loaded"}
+_LAZY = {"Head": "raycache.heads.loaded", "load_head": "raycache.heads.loaded",
+         "retrieval_metrics": "raycache.train.objectives.retrieval",
+         "stdlib_docs": "raycache.source.demo_data"}
 """Names whose modules import torch: loaded on first use."""
 
 

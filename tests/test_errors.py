@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -80,17 +81,21 @@ def test_train_on_missing_cache(tmp_path):
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_non_numeric_label_for_similarity_groups(ray_session, source, tmp_path):
+def test_a_label_of_neither_ids_nor_names_for_groups(ray_session, tmp_path):
+    table = separable(n=20)
+    pq.write_table(table.append_column("score", pa.array([0.5] * 20)), tmp_path / "d.parquet")
     store = str(tmp_path / "store")
-    raycache.fill(toy_fill(str(source), store))
+    raycache.fill(toy_fill(str(tmp_path / "d.parquet"), store) | {
+        "source": {"path": str(tmp_path / "d.parquet"), "key": "id", "labels": ["score"]}})
     runs = Path(store, "toy")
     before = sorted(runs.rglob("*"))
-    with pytest.raises(ConfigError) as err:  # a classifier takes names; groups need ids
-        raycache.train({"cache": "toy", "store": {"uri": store}, "label": "name",
+    with pytest.raises(ConfigError) as err:
+        raycache.train({"cache": "toy", "store": {"uri": store}, "label": "score",
                         "objective": "groups", "embedding_dim": 4,
                         "groups": {"loss": "infonce"}})
     text = str(err.value)
-    assert "label column 'name' holds string values" in text and "integer group ids" in text
+    assert "label column 'score' holds double values" in text
+    assert "integer group ids 0..K-1 or group names" in text
     assert sorted(runs.rglob("*")) == before  # no run folder, no checkpoint
 
 

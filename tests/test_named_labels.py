@@ -87,3 +87,12 @@ def test_categorical_labels_from_a_dataframe_stream_and_train(tmp_path):
                           "num_workers": 0, "progress": False, "epochs": 3, "lr": 0.05,
                           "placement": "stream"})
     assert run.spec.head.class_names == tuple(NAMES) and run.metrics["val_acc"] > 0.9
+
+
+def test_similarity_groups_take_names_too(named):
+    run = raycache.train({"cache": "toy", "store": {"uri": named["store"]}, "label": "name",
+                          "objective": "groups", "embedding_dim": 4, "normalize": True,
+                          "groups": {"loss": "infonce"}, "num_workers": 0, "progress": False,
+                          "epochs": 2, "lr": 0.05, "metrics_k": [1]})
+    assert run.spec.head.class_names == tuple(NAMES)
+    assert run.metrics["val_precision_at_1"] > 0.9

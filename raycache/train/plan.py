@@ -158,14 +158,14 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
         problems.append(f"label={label!r} is not cached; the cache holds {m.label_columns}")
     else:
         kind = m.label_types[label]
-        names = family.labels == "classes" and named(kind)
+        names = named(kind)
         if not kind.startswith(("int", "uint")) and not names:
             ids = "group" if family.labels == "groups" else "class"
-            names_too = " or class names (strings)" if ids == "class" else ""
             problems.append(
                 f"label column {label!r} holds {kind} values; objective {cfg.objective!r} "
-                f"needs integer {ids} ids 0..K-1{names_too}. Map the labels to integers in the "
-                "source and fill again, or name another label column with `label:`")
+                f"needs integer {ids} ids 0..K-1 or {ids} names (strings). Map the labels to "
+                "integers or names in the source and fill again, or name another label column "
+                "with `label:`")
     if problems:
         raise ConfigError(problems)
     stats = m.label_stats.get(label)

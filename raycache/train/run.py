@@ -22,6 +22,7 @@ from raycache.train.runs import read_record, runs_dir, write_record
 from raycache.train.runspec import RunSpec
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
     from raycache.heads.loaded import Head
@@ -62,6 +63,19 @@ class TrainResult:
     @property
     def run_dir(self) -> str:
         return self.cache.store.url(self.spec.run_dir)
+
+    def held_out(self, keys: Any) -> np.ndarray:
+        """Which of `keys` (a cache's key values: a list, or an Arrow or pandas column) this run
+        held out for validation, as a bool array: the same stable hash of the key training
+        used, so the rows to evaluate on without looking at training data."""
+        import numpy as np
+        import pyarrow as pa
+
+        from raycache.train.data.split import validation_mask
+
+        keys = keys if isinstance(keys, pa.Array | pa.ChunkedArray) else pa.array(list(keys))
+        fraction = self.spec.recipe.evaluation.val_fraction
+        return np.asarray(validation_mask(keys, fraction).to_pylist(), dtype=bool)
 
     def load_head(self) -> Head:
         """The trained head, ready to predict from raw inputs or embeddings."""
