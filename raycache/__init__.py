@@ -113,3 +113,5 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from raycache.heads.loaded import Head, load_head
+    from raycache.source.demo_data import stdlib_docs
+    from raycache.train.objectives.retrieval import retrieval_metrics
