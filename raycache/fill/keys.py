@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from raycache.cache.records import ShardRecord
 from raycache.cache.store import Store
-from raycache.errors import RaycacheError
+from raycache.errors import RaycacheError, SourceError
 
 __all__ = ["DRIVER_ROWS", "MAX_COUNTED", "scan"]
 
@@ -43,7 +43,16 @@ def scan(store: Store, cache_dir: str, records: list[ShardRecord], key: str, dup
         return records, {}
     paths = [f"{cache_dir}/{r.path}" for r in order]
     big = cluster and sum(r.rows for r in order) > DRIVER_ROWS
-    dups, counts = (_on_cluster if big else _here)(store, paths, key, labels)
+    dups, counts, nulls = (_on_cluster if big else _here)(store, paths, key, labels)
+    if nulls.num_rows:
+        first = nulls.sort_by([(SHARD, "ascending"), (ROW, "ascending")])
+        uri, row = _source_row(order[first.column(SHARD)[0].as_py()], first.column(ROW)[0].as_py())
+        raise SourceError(
+            f"fill of {name}: {nulls.num_rows} row(s) have no key (null in column {key!r}), "
+            f"the first in {uri!r} at row {row}; no manifest was written. Every row needs a "
+            "key: fill in the missing keys, or name a column that has one in every row as "
+            "source.key"
+        )
     if dups.num_rows == 0:
         return records, {c: _stats(counts[c]) for c in labels}
     drop = _dropped(dups, key, duplicates, name)
@@ -70,22 +79,26 @@ def read_keys(store: Store, path: str, index: int, key: str, labels: list[str]) 
 
 
 def _here(store: Store, paths: list[str], key: str, labels: list[str]
-          ) -> tuple[pa.Table, dict[str, dict[Any, int]]]:
-    """(rows whose key occurs more than once, each label column's count per value), read on
-    this process."""
+          ) -> tuple[pa.Table, dict[str, dict[Any, int]], pa.Table]:
+    """(rows whose key occurs more than once, each label column's count per value, rows whose
+    key is null), read on this process."""
     with ThreadPoolExecutor(8) as pool:
         tables = list(pool.map(lambda i: read_keys(store, paths[i], i, key, labels),
                                range(len(paths))))
-    table = pa.concat_tables(tables).combine_chunks()
+    try:
+        table = pa.concat_tables(tables, promote_options="default").combine_chunks()
+    except pa.ArrowInvalid as exc:  # types that differ past the rows the plan's check read
+        raise _type_conflict(tables, paths) from exc
     keys = table.column(key)
     first = pc.index_in(keys, value_set=keys).to_numpy()
     seen = np.bincount(first, minlength=len(first))
     dup = seen[first] > 1
-    return table.filter(pa.array(dup)), {c: _value_counts(table.column(c)) for c in labels}
+    return (table.filter(pa.array(dup)), {c: _value_counts(table.column(c)) for c in labels},
+            _null_rows(table, key))
 
 
 def _on_cluster(store: Store, paths: list[str], key: str, labels: list[str]
-                ) -> tuple[pa.Table, dict[str, dict[Any, int]]]:
+                ) -> tuple[pa.Table, dict[str, dict[Any, int]], pa.Table]:
     """The same on the cluster: keys counted by Ray Data's hash-partitioned group-by; only the
     rows of duplicate keys, and one count per label value, come back to the driver."""
     import ray.data
@@ -108,7 +121,38 @@ def _on_cluster(store: Store, paths: list[str], key: str, labels: list[str]
                   ROW: pa.array([], pa.int32())})
     counts = {c: {r[c]: r["count()"] for r in ds.groupby(c).count().take_all()}
               for c in labels}
-    return table, counts
+    nulls = ray.get(ds.map_batches(_null_rows, fn_kwargs=dict(key=key),
+                                   batch_format="pyarrow").to_arrow_refs())
+    return table, counts, pa.concat_tables([_null_rows(table.slice(0, 0), key), *nulls])
+
+
+def _type_conflict(tables: list[pa.Table], paths: list[str]) -> SourceError:
+    """The first two shards whose key or label columns differ in type, as a SourceError."""
+    first = tables[0].schema
+    for table, path in zip(tables[1:], paths[1:], strict=True):
+        for field in table.schema:
+            if field.name in first.names and first.field(field.name).type != field.type:
+                return SourceError(
+                    f"source column {field.name!r} was read as {first.field(field.name).type} "
+                    f"for shard {paths[0]!r} but as {field.type} for shard {path!r} (the "
+                    "source files differ past the first rows the plan checked); give the "
+                    "column one type in every file and row of the source, then fill again"
+                )
+    return SourceError(f"the shards' key and label columns differ in type: {paths[:2]}")
+
+
+def _null_rows(table: pa.Table, key: str) -> pa.Table:
+    """The shard and row of each row of `table` whose key is null."""
+    return table.filter(pc.is_null(table.column(key))).select([SHARD, ROW])
+
+
+def _source_row(record: ShardRecord, row: int) -> tuple[str, int]:
+    """The source file and row of row `row` of a shard (as written, before any rewrite)."""
+    for r in record.ranges:
+        if row < r.rows:
+            return r.source or r.block, r.start + row
+        row -= r.rows
+    return record.source, -1
 
 
 def _read_batch(batch: pa.Table, store: Store, paths: list[str], key: str, labels: list[str]

@@ -17,6 +17,7 @@ from raycache.compute import runner
 from raycache.compute.pool import Pool
 from raycache.compute.runner import AUTO_IN_PROCESS_ROWS, Job, Stage
 from raycache.core.config import AUTO
+from raycache.errors import SourceError
 from raycache.fill.commit import check_complete, commit, done_ranges, resumable, scan_keys
 from raycache.fill.config import FillConfig
 from raycache.fill.plan import Plan, load_config, plan
@@ -136,6 +137,12 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> Fill
                 bar.update(record.rows)
     records = done + new
     check_complete(p, records, totals)
+    if not sum(r.rows for r in records):
+        raise SourceError(
+            f"source {cfg.source.path!r} holds no rows (its files: "
+            f"{[f.uri for f in p.files][:5]}); no cache was committed. Point source.path at "
+            "files with rows"
+        )
     records, label_stats = scan_keys(p, records, cluster=not local)
     reused = sum(r.reused or 0 for r in new)
     by = {e.name: sum((r.encoded or {}).get(e.name, r.rows) for r in new)
@@ -143,6 +150,7 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> Fill
     encoded = sum(r.rows for r in new) - reused
     encode_s = (max(r.written or 0.0 for r in new) - min(r.encode_started or 0.0 for r in new)
                 if new else 0.0)
+    sources.check_unchanged(p.files, cfg.source.options, "nothing was committed")
     manifest, committed = commit(p, records, time.perf_counter() - start, replace, label_stats)
     if not committed:  # another fill of this cache committed first: that cache is the result
         return FillResult(Cache(p.store, manifest), True, time.perf_counter() - start, 0)

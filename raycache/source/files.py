@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +22,9 @@ from raycache.core.secrets import reveal
 from raycache.errors import FingerprintError, SourceError
 from raycache.source.config import SOURCE_FORMATS, SourceConfig
 
-__all__ = ["META", "Ranges", "SourceFile", "Span", "Unit", "check_columns", "list_files",
-           "plan_units", "read_schema", "read_stage", "read_unit"]
+__all__ = ["META", "Ranges", "SourceFile", "Span", "Unit", "changes", "check_columns",
+           "check_types", "check_unchanged", "check_utf8", "list_files", "plan_units",
+           "read_schema", "read_schemas", "read_stage", "read_unit"]
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
             ".ndjson": "jsonl", ".csv": "csv"}
@@ -54,8 +57,9 @@ def list_files(cfg: SourceConfig) -> tuple[str, list[SourceFile]]:
         exists = _has_magic(root) or fs.exists(root)
         found = (fs.glob(root) if _has_magic(root) else [root]) if exists else []
         if not found:
+            what = "matches no files" if _has_magic(root) else "does not exist"
             raise SourceError(
-                f"source path {path!r} does not exist; check the path (a file, folder or glob)"
+                f"source path {path!r} {what}; check the path (a file, folder or glob)"
             )
         for p in found:
             infos = fs.find(p, detail=True).values() if fs.isdir(p) else [fs.info(p)]
@@ -64,7 +68,13 @@ def list_files(cfg: SourceConfig) -> tuple[str, list[SourceFile]]:
                 if name.rsplit("/", 1)[-1].startswith(("_", ".")):
                     continue
                 uri = fs.unstrip_protocol(name) if "://" in path else name
-                files[uri] = SourceFile(uri, int(info["size"]), _version(info, uri, cfg))
+                version = _version(info, uri) or cfg.version
+                if version is None:
+                    raise FingerprintError(
+                        f"source file {uri!r} has no modification time or ETag to fingerprint; "
+                        "set source.version to a name for this version of the data"
+                    )
+                files[uri] = SourceFile(uri, int(info["size"]), version)
     if not files:
         raise SourceError(f"source path {cfg.path!r} holds no files; point it at data files")
     fmt = cfg.format or _infer_format(sorted(files))
@@ -75,19 +85,48 @@ def _has_magic(path: str) -> bool:
     return any(c in path for c in "*?[")
 
 
-def _version(info: dict[str, Any], uri: str, cfg: SourceConfig) -> str:
+def _version(info: dict[str, Any], uri: str) -> str | None:
+    """The file's modification time or ETag as the store reports it; None when it has none."""
     if "://" not in uri and info.get("mtime") is not None:
         return str(os.stat(uri).st_mtime_ns)  # full precision, not fsspec's float seconds
     for key in ("ETag", "etag", "mtime", "LastModified", "last_modified", "generation"):
         if info.get(key) is not None:
             value = info[key]
             return str(value.isoformat() if hasattr(value, "isoformat") else value)
-    if cfg.version:
-        return cfg.version
-    raise FingerprintError(
-        f"source file {uri!r} has no modification time or ETag to fingerprint; set "
-        "source.version to a name for this version of the data"
-    )
+    return None
+
+
+def changes(files: list[SourceFile], options: dict[str, Any]) -> list[str]:
+    """What changed in each of `files` since it was listed (its size, or its modification time
+    or ETag, read again from the store, past any listing cache): one line per changed file."""
+    def change(f: SourceFile) -> str | None:
+        fs, path = fsspec.core.url_to_fs(f.uri, **reveal(options))
+        fs.invalidate_cache()
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            return f"{f.uri!r} was removed"
+        size, version = int(info["size"]), _version(info, f.uri)
+        if size != f.size:
+            return f"{f.uri!r} changed size ({f.size} -> {size} bytes)"
+        if version is not None and version != f.version:
+            return f"{f.uri!r} changed version (modification time or ETag {f.version} -> {version})"
+        return None
+
+    with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
+        return [c for c in pool.map(change, files) if c]
+
+
+def check_unchanged(files: list[SourceFile], options: dict[str, Any], stopped: str) -> None:
+    """A SourceError when any of `files` changed since it was listed; `stopped` says what the
+    change stopped (e.g. "nothing was committed")."""
+    changed = changes(files, options)
+    if changed:
+        raise SourceError(
+            f"source file(s) changed since they were listed: {'; '.join(changed)}. Rows read "
+            f"before and after a change would mix two versions of the data, so {stopped}. Run "
+            "it again once the source stays still: a fill then makes a cache of the new contents"
+        )
 
 
 def _infer_format(uris: list[str]) -> str:
@@ -107,11 +146,42 @@ def _infer_format(uris: list[str]) -> str:
 
 def read_schema(file: SourceFile, fmt: str, options: dict[str, Any]) -> pa.Schema:
     """The schema of one file, read cheaply (a footer, or the first block)."""
-    with fsspec.open(file.uri, "rb", **reveal(options)) as f:
+    with _reading(file, fmt), fsspec.open(file.uri, "rb", **reveal(options)) as f:
         if fmt == "parquet":
             return pq.read_schema(f)
         reader = pjson.open_json(f) if fmt == "jsonl" else pcsv.open_csv(f)
         return reader.schema
+
+
+def read_schemas(files: list[SourceFile], fmt: str, options: dict[str, Any]
+                 ) -> list[pa.Schema]:
+    """Every file's schema (read_schema), a few files at a time."""
+    with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
+        return list(pool.map(lambda f: read_schema(f, fmt, options), files))
+
+
+@contextlib.contextmanager
+def _reading(file: SourceFile, fmt: str) -> Iterator[None]:
+    """Errors of reading `file` as `fmt` (pyarrow's, a file gone) raised as SourceError."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise SourceError(
+            f"source file {file.uri!r} was removed after the source was listed; run again "
+            "once the source stays still"
+        ) from exc
+    except pa.ArrowException as exc:
+        if file.size == 0:
+            needs = {"csv": "a header row", "jsonl": "one row", "parquet": "a footer"}[fmt]
+            raise SourceError(
+                f"source file {file.uri!r} is empty (0 bytes), and a {fmt} file needs at least "
+                f"{needs}; remove it from the source, or write its rows"
+            ) from exc
+        raise SourceError(
+            f"source file {file.uri!r} cannot be read as {fmt} ({type(exc).__name__}: {exc}); "
+            f"check that it is a whole {fmt} file whose columns keep one type in every row "
+            "(set source.format where its suffix says otherwise), or remove it from the source"
+        ) from exc
 
 
 @dataclass(frozen=True, order=True)
@@ -182,8 +252,10 @@ def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows:
 
 def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: list[str]
               ) -> Iterator[pa.Table]:
-    """The unit's rows not yet done, in pieces of at most `rows` rows, each with META columns."""
-    with fsspec.open(u.file.uri, "rb", **reveal(options)) as f:
+    """The unit's rows not yet done, in pieces of at most `rows` rows, each with META columns.
+    A file changed since it was listed is a SourceError before any of it is read."""
+    check_unchanged([u.file], options, "the run stopped")
+    with _reading(u.file, fmt), fsspec.open(u.file.uri, "rb", **reveal(options)) as f:
         if fmt == "parquet":
             pf = pq.ParquetFile(f)
             total, offset = pf.metadata.num_rows, u.start
@@ -193,8 +265,69 @@ def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: li
                 offset += batch.num_rows
             return
         table = pjson.read_json(f) if fmt == "jsonl" else pcsv.read_csv(f)
+    if fmt == "csv":
+        check_utf8(table, u.file.uri, columns)
     for offset in range(0, table.num_rows, rows):
         yield from _tagged(table.slice(offset, rows), u, offset, table.num_rows, columns)
+
+
+def check_utf8(table: pa.Table | pa.Schema, uri: str, columns: list[str]) -> None:
+    """A SourceError for a CSV column that pyarrow read as bytes: one of its values is not
+    UTF-8 (only text that is UTF-8 reads as strings). Given a table, it names the row."""
+    schema = table if isinstance(table, pa.Schema) else table.schema
+    for col in columns:
+        if col not in schema.names or not (pa.types.is_binary(schema.field(col).type)
+                                           or pa.types.is_large_binary(schema.field(col).type)):
+            continue
+        where = ""
+        if isinstance(table, pa.Table):
+            for i, value in enumerate(table.column(col).to_pylist()):
+                try:
+                    (value or b"").decode()
+                except UnicodeDecodeError:
+                    where = f" (data row {i + 1}: {value[:40]!r})"
+                    break
+        raise SourceError(
+            f"source file {uri!r}: column {col!r} holds text that is not UTF-8{where}; "
+            "raycache reads CSV as UTF-8: re-encode the file (e.g. iconv -f latin1 -t utf-8 "
+            "in.csv > out.csv) and point source.path at the result"
+        )
+
+
+def check_types(schemas: list[pa.Schema], files: list[SourceFile], columns: list[str]
+                ) -> list[str]:
+    """Columns whose type differs between two files (large_ and plain string, binary or list
+    count as one type; a column of nulls only, as any): one problem per column, naming the
+    first two files that differ."""
+    out = []
+    for col in columns:
+        seen: tuple[str, pa.DataType] | None = None
+        for f, schema in zip(files, schemas, strict=True):
+            if col not in schema.names or pa.types.is_null(schema.field(col).type):
+                continue
+            t = schema.field(col).type
+            if seen is None:
+                seen = (f.uri, t)
+            elif _plain(t) != _plain(seen[1]):
+                out.append(
+                    f"source column {col!r} is {seen[1]} in {seen[0]!r} but {t} in {f.uri!r}; "
+                    f"a column needs one type in every file of a source: write {col!r} with "
+                    f"one type in all of them (e.g. cast it to {seen[1]}), or fill the files "
+                    "as separate sources"
+                )
+                break
+    return out
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """`t` with large_ string, binary and list types as their plain forms."""
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        return pa.list_(_plain(t.value_type))
+    return t
 
 
 def _tagged(table: pa.Table, u: Unit, offset: int, total: int, columns: list[str]
