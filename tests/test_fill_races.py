@@ -165,3 +165,31 @@ def test_resume_distrusts_a_record_whose_shard_has_other_bytes(separable_source,
     result = raycache.fill(cfg)
     assert result.resumed_rows == 600 - 50 and result.encoded_rows == 50
     assert verify(result.cache).ok and result.cache.read_table().num_rows == 600
+
+
+@pytest.mark.s3
+def test_an_s3_object_replaced_with_one_of_the_same_size_fails_the_commit(bucket, tmp_path):
+    """On S3 the ETag tells a replaced object from the one listed, even at the same size."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    rows = separable(n=40).to_pylist()
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    fs.pipe(f"{bucket}/data/a.jsonl", text.encode())
+    cfg = toy_fill(f"{bucket}/data/", str(tmp_path / "store"), in_process=True)
+    run = sys.modules["raycache.fill.run"]
+    original = run.check_complete
+    other = text.replace('"label": 0', '"label": 1')
+    assert len(other) == len(text) and other != text
+
+    def then_replaced(*args, **kwargs):
+        fs.pipe(f"{bucket}/data/a.jsonl", other.encode())
+        return original(*args, **kwargs)
+
+    with mock.patch.object(run, "check_complete", then_replaced), \
+            pytest.raises(SourceError, match=r"a\.jsonl' changed version \(modification time "
+                                             r"or ETag"):
+        raycache.fill(cfg)
+    assert raycache.ls(str(tmp_path / "store")) == []
+    again = raycache.fill(cfg).cache
+    assert set(again.read_table().column("label").to_pylist()) == {1, 2}

@@ -18,6 +18,7 @@ from raycache.encoders import ENCODERS
 from raycache.errors import ConfigError, SourceError
 from raycache.fill.augment import AUGMENTS
 from raycache.fill.config import FillConfig
+from raycache.source import checks
 from raycache.source import files as sources
 
 __all__ = ["Plan", "check_source", "load_config", "plan", "problems"]
@@ -83,15 +84,15 @@ def check_source(cfg: FillConfig, fmt: str, files: list[sources.SourceFile]) -> 
     inputs = [e.input for e in cfg.encoders]
     schemas = sources.read_schemas(files, fmt, cfg.source.options)
     missing = [p for f, s in zip(files, schemas, strict=True)
-               for p in sources.check_columns(s, cfg.source, inputs, f.uri)]
+               for p in checks.check_columns(s, cfg.source, inputs, f.uri)]
     if missing:
         more = len(missing) - MAX_LISTED
         raise ConfigError(missing[:MAX_LISTED] + ([f"... and {more} more"] if more > 0 else []))
     columns = list(dict.fromkeys([cfg.source.key, *cfg.source.labels, *inputs]))
     if fmt == "csv":
         for f, s in zip(files, schemas, strict=True):
-            sources.check_utf8(s, f.uri, columns)
-    conflicts = sources.check_types(schemas, files, [cfg.source.key, *cfg.source.labels])
+            checks.check_utf8(s, f.uri, columns)
+    conflicts = checks.check_types(schemas, files, [cfg.source.key, *cfg.source.labels])
     if conflicts:
         raise SourceError("; ".join(conflicts))
     return schemas[0]

@@ -20,11 +20,12 @@ import pyarrow.parquet as pq
 
 from raycache.core.secrets import reveal
 from raycache.errors import FingerprintError, SourceError
+from raycache.source.checks import check_columns, check_utf8
 from raycache.source.config import SOURCE_FORMATS, SourceConfig
 
 __all__ = ["META", "Ranges", "SourceFile", "Span", "Unit", "changes", "check_columns",
-           "check_types", "check_unchanged", "check_utf8", "list_files", "plan_units",
-           "read_schema", "read_schemas", "read_stage", "read_unit"]
+           "check_unchanged", "list_files", "plan_units", "read_schema", "read_schemas",
+           "read_stage", "read_unit"]
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
             ".ndjson": "jsonl", ".csv": "csv"}
@@ -68,13 +69,7 @@ def list_files(cfg: SourceConfig) -> tuple[str, list[SourceFile]]:
                 if name.rsplit("/", 1)[-1].startswith(("_", ".")):
                     continue
                 uri = fs.unstrip_protocol(name) if "://" in path else name
-                version = _version(info, uri) or cfg.version
-                if version is None:
-                    raise FingerprintError(
-                        f"source file {uri!r} has no modification time or ETag to fingerprint; "
-                        "set source.version to a name for this version of the data"
-                    )
-                files[uri] = SourceFile(uri, int(info["size"]), version)
+                files[uri] = SourceFile(uri, int(info["size"]), _version(info, uri, cfg))
     if not files:
         raise SourceError(f"source path {cfg.path!r} holds no files; point it at data files")
     fmt = cfg.format or _infer_format(sorted(files))
@@ -85,7 +80,19 @@ def _has_magic(path: str) -> bool:
     return any(c in path for c in "*?[")
 
 
-def _version(info: dict[str, Any], uri: str) -> str | None:
+def _version(info: dict[str, Any], uri: str, cfg: SourceConfig) -> str:
+    """What fingerprints the file's content: its modification time or ETag, else the
+    source.version the config names."""
+    version = _stamp(info, uri) or cfg.version
+    if version is None:
+        raise FingerprintError(
+            f"source file {uri!r} has no modification time or ETag to fingerprint; set "
+            "source.version to a name for this version of the data"
+        )
+    return version
+
+
+def _stamp(info: dict[str, Any], uri: str) -> str | None:
     """The file's modification time or ETag as the store reports it; None when it has none."""
     if "://" not in uri and info.get("mtime") is not None:
         return str(os.stat(uri).st_mtime_ns)  # full precision, not fsspec's float seconds
@@ -106,7 +113,7 @@ def changes(files: list[SourceFile], options: dict[str, Any]) -> list[str]:
             info = fs.info(path)
         except FileNotFoundError:
             return f"{f.uri!r} was removed"
-        size, version = int(info["size"]), _version(info, f.uri)
+        size, version = int(info["size"]), _stamp(info, f.uri)
         if size != f.size:
             return f"{f.uri!r} changed size ({f.size} -> {size} bytes)"
         if version is not None and version != f.version:
@@ -271,65 +278,6 @@ def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: li
         yield from _tagged(table.slice(offset, rows), u, offset, table.num_rows, columns)
 
 
-def check_utf8(table: pa.Table | pa.Schema, uri: str, columns: list[str]) -> None:
-    """A SourceError for a CSV column that pyarrow read as bytes: one of its values is not
-    UTF-8 (only text that is UTF-8 reads as strings). Given a table, it names the row."""
-    schema = table if isinstance(table, pa.Schema) else table.schema
-    for col in columns:
-        if col not in schema.names or not (pa.types.is_binary(schema.field(col).type)
-                                           or pa.types.is_large_binary(schema.field(col).type)):
-            continue
-        where = ""
-        if isinstance(table, pa.Table):
-            for i, value in enumerate(table.column(col).to_pylist()):
-                try:
-                    (value or b"").decode()
-                except UnicodeDecodeError:
-                    where = f" (data row {i + 1}: {value[:40]!r})"
-                    break
-        raise SourceError(
-            f"source file {uri!r}: column {col!r} holds text that is not UTF-8{where}; "
-            "raycache reads CSV as UTF-8: re-encode the file (e.g. iconv -f latin1 -t utf-8 "
-            "in.csv > out.csv) and point source.path at the result"
-        )
-
-
-def check_types(schemas: list[pa.Schema], files: list[SourceFile], columns: list[str]
-                ) -> list[str]:
-    """Columns whose type differs between two files (large_ and plain string, binary or list
-    count as one type; a column of nulls only, as any): one problem per column, naming the
-    first two files that differ."""
-    out = []
-    for col in columns:
-        seen: tuple[str, pa.DataType] | None = None
-        for f, schema in zip(files, schemas, strict=True):
-            if col not in schema.names or pa.types.is_null(schema.field(col).type):
-                continue
-            t = schema.field(col).type
-            if seen is None:
-                seen = (f.uri, t)
-            elif _plain(t) != _plain(seen[1]):
-                out.append(
-                    f"source column {col!r} is {seen[1]} in {seen[0]!r} but {t} in {f.uri!r}; "
-                    f"a column needs one type in every file of a source: write {col!r} with "
-                    f"one type in all of them (e.g. cast it to {seen[1]}), or fill the files "
-                    "as separate sources"
-                )
-                break
-    return out
-
-
-def _plain(t: pa.DataType) -> pa.DataType:
-    """`t` with large_ string, binary and list types as their plain forms."""
-    if pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_large_binary(t):
-        return pa.binary()
-    if pa.types.is_large_list(t) or pa.types.is_list(t):
-        return pa.list_(_plain(t.value_type))
-    return t
-
-
 def _tagged(table: pa.Table, u: Unit, offset: int, total: int, columns: list[str]
             ) -> Iterator[pa.Table]:
     missing = [c for c in columns if c not in table.column_names]
@@ -360,15 +308,3 @@ def read_stage(batch: pa.Table, fmt: str, options: dict[str, Any], rows: int,
     """Ray Data stage: units in (pickled, one per row), row pieces out."""
     for item in batch.column("unit").to_pylist():
         yield from read_unit(pickle.loads(item), fmt, options, rows, columns)
-
-
-def check_columns(schema: pa.Schema, cfg: SourceConfig, inputs: list[str], uri: str) -> list[str]:
-    """Problems with the key, label and encoder input columns of a schema."""
-    have = schema.names
-    wanted = [("key", cfg.key), *[("label", c) for c in cfg.labels]]
-    wanted += [("input", c) for c in inputs]
-    return [
-        f"source.{role} column {col!r} is not in {uri!r}; its columns are {have}"
-        for role, col in wanted
-        if col not in have
-    ]

@@ -1,0 +1,87 @@
+"""Checks of a source's columns in each of its files: present, of one type in all of them,
+and, in CSV, UTF-8 text."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from raycache.errors import SourceError
+from raycache.source.config import SourceConfig
+
+if TYPE_CHECKING:
+    from raycache.source.files import SourceFile
+
+__all__ = ["check_columns", "check_types", "check_utf8"]
+
+
+def check_columns(schema: pa.Schema, cfg: SourceConfig, inputs: list[str], uri: str) -> list[str]:
+    """Problems with the key, label and encoder input columns of a schema."""
+    have = schema.names
+    wanted = [("key", cfg.key), *[("label", c) for c in cfg.labels]]
+    wanted += [("input", c) for c in inputs]
+    return [
+        f"source.{role} column {col!r} is not in {uri!r}; its columns are {have}"
+        for role, col in wanted
+        if col not in have
+    ]
+
+
+def check_utf8(table: pa.Table | pa.Schema, uri: str, columns: list[str]) -> None:
+    """A SourceError for a CSV column that pyarrow read as bytes: one of its values is not
+    UTF-8 (only text that is UTF-8 reads as strings). Given a table, it names the row."""
+    schema = table if isinstance(table, pa.Schema) else table.schema
+    for col in columns:
+        if col not in schema.names or not (pa.types.is_binary(schema.field(col).type)
+                                           or pa.types.is_large_binary(schema.field(col).type)):
+            continue
+        where = ""
+        if isinstance(table, pa.Table):
+            for i, value in enumerate(table.column(col).to_pylist()):
+                try:
+                    (value or b"").decode()
+                except UnicodeDecodeError:
+                    where = f" (data row {i + 1}: {value[:40]!r})"
+                    break
+        raise SourceError(
+            f"source file {uri!r}: column {col!r} holds text that is not UTF-8{where}; "
+            "raycache reads CSV as UTF-8: re-encode the file (e.g. iconv -f latin1 -t utf-8 "
+            "in.csv > out.csv) and point source.path at the result"
+        )
+
+
+def check_types(schemas: list[pa.Schema], files: list[SourceFile], columns: list[str]
+                ) -> list[str]:
+    """Columns whose type differs between two files (large_ and plain string, binary or list
+    count as one type; a column of nulls only, as any): one problem per column, naming the
+    first two files that differ."""
+    out = []
+    for col in columns:
+        seen: tuple[str, pa.DataType] | None = None
+        for f, schema in zip(files, schemas, strict=True):
+            if col not in schema.names or pa.types.is_null(schema.field(col).type):
+                continue
+            t = schema.field(col).type
+            if seen is None:
+                seen = (f.uri, t)
+            elif _plain(t) != _plain(seen[1]):
+                out.append(
+                    f"source column {col!r} is {seen[1]} in {seen[0]!r} but {t} in {f.uri!r}; "
+                    f"a column needs one type in every file of a source: write {col!r} with "
+                    f"one type in all of them (e.g. cast it to {seen[1]}), or fill the files "
+                    "as separate sources"
+                )
+                break
+    return out
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """`t` with large_ string, binary and list types as their plain forms."""
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        return pa.list_(_plain(t.value_type))
+    return t
