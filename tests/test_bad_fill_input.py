@@ -143,3 +143,37 @@ def test_a_source_of_no_rows_commits_nothing(tmp_path, model, suffix):
     with pytest.raises(SourceError, match=rf"holds no rows .*a\.{suffix}.*no cache was committed"):
         raycache.fill(text_fill(path, tmp_path / "store", model))
     assert raycache.ls(str(tmp_path / "store")) == []
+
+
+def test_a_key_column_of_lists_is_refused_before_any_work(tmp_path):
+    (tmp_path / "src").mkdir()
+    table = separable(n=20)
+    pq.write_table(table.set_column(0, "id", pa.array([[i] for i in range(20)])),
+                   tmp_path / "src" / "a.parquet")
+    with pytest.raises(ConfigError, match=r"source.key column 'id' is of type list<.*a\.parquet'"
+                                          r"; a key is one value per row"):
+        raycache.fill(toy_fill(str(tmp_path / "src"), str(tmp_path / "store"), in_process=True))
+    assert not list((tmp_path / "store").rglob("*.parquet"))
+
+
+def test_a_parquet_file_with_corrupt_pages_is_named(tmp_path):
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "a.parquet"
+    pq.write_table(separable(n=100), path, compression="snappy")
+    data = bytearray(path.read_bytes())
+    for i in range(100, 600):  # the first pages; the footer stays readable
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+    with pytest.raises(SourceError, match=r"a\.parquet' cannot be read as parquet \(OSError"):
+        raycache.fill(toy_fill(str(tmp_path / "src"), str(tmp_path / "store"), in_process=True))
+    assert not committed(tmp_path / "store")
+
+
+def test_an_unreachable_s3_source_is_named(tmp_path):
+    cfg = toy_fill("s3://rc-nowhere/data/", str(tmp_path / "store"), in_process=True)
+    cfg["source"]["options"] = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9"},
+                                "config_kwargs": {"retries": {"max_attempts": 1}},
+                                "key": "testing", "secret": "testing"}
+    with pytest.raises(SourceError, match=r"'s3://rc-nowhere/data/' cannot be listed "
+                                          r"\(EndpointConnectionError.*source\.options"):
+        raycache.fill(cfg)

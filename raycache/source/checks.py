@@ -21,11 +21,15 @@ def check_columns(schema: pa.Schema, cfg: SourceConfig, inputs: list[str], uri: 
     have = schema.names
     wanted = [("key", cfg.key), *[("label", c) for c in cfg.labels]]
     wanted += [("input", c) for c in inputs]
-    return [
+    out = [
         f"source.{role} column {col!r} is not in {uri!r}; its columns are {have}"
         for role, col in wanted
         if col not in have
     ]
+    if cfg.key in have and pa.types.is_nested(key := schema.field(cfg.key).type):
+        out.append(f"source.key column {cfg.key!r} is of type {key} in {uri!r}; a key is one "
+                   "value per row (a string or an integer): name such a column as source.key")
+    return out
 
 
 def check_utf8(table: pa.Table | pa.Schema, uri: str, columns: list[str]) -> None:

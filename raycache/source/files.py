@@ -19,7 +19,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from raycache.core.secrets import reveal
-from raycache.errors import FingerprintError, SourceError
+from raycache.errors import FingerprintError, RaycacheError, SourceError
 from raycache.source.checks import check_columns, check_utf8
 from raycache.source.config import SOURCE_FORMATS, SourceConfig
 
@@ -54,26 +54,40 @@ def list_files(cfg: SourceConfig) -> tuple[str, list[SourceFile]]:
     paths = [cfg.path] if isinstance(cfg.path, str) else list(cfg.path)
     files: dict[str, SourceFile] = {}
     for path in paths:
-        fs, root = fsspec.core.url_to_fs(path, **reveal(cfg.options))
-        exists = _has_magic(root) or fs.exists(root)
-        found = (fs.glob(root) if _has_magic(root) else [root]) if exists else []
-        if not found:
-            what = "matches no files" if _has_magic(root) else "does not exist"
+        try:
+            files.update(_listed(path, cfg))
+        except RaycacheError:
+            raise
+        except Exception as exc:  # each filesystem raises its own types (botocore's, ...)
             raise SourceError(
-                f"source path {path!r} {what}; check the path (a file, folder or glob)"
-            )
-        for p in found:
-            infos = fs.find(p, detail=True).values() if fs.isdir(p) else [fs.info(p)]
-            for info in infos:
-                name = info["name"]
-                if name.rsplit("/", 1)[-1].startswith(("_", ".")):
-                    continue
-                uri = fs.unstrip_protocol(name) if "://" in path else name
-                files[uri] = SourceFile(uri, int(info["size"]), _version(info, uri, cfg))
+                f"source path {path!r} cannot be listed ({type(exc).__name__}: {exc}); check "
+                "the path, and the endpoint and credentials in source.options (fsspec options, "
+                "as in store.options)"
+            ) from exc
     if not files:
         raise SourceError(f"source path {cfg.path!r} holds no files; point it at data files")
     fmt = cfg.format or _infer_format(sorted(files))
     return fmt, [files[k] for k in sorted(files)]
+
+
+def _listed(path: str, cfg: SourceConfig) -> dict[str, SourceFile]:
+    """The files of one source path (a file, folder or glob), by URI."""
+    fs, root = fsspec.core.url_to_fs(path, **reveal(cfg.options))
+    exists = _has_magic(root) or fs.exists(root)
+    found = (fs.glob(root) if _has_magic(root) else [root]) if exists else []
+    if not found:
+        what = "matches no files" if _has_magic(root) else "does not exist"
+        raise SourceError(f"source path {path!r} {what}; check the path (a file, folder or glob)")
+    files = {}
+    for p in found:
+        infos = fs.find(p, detail=True).values() if fs.isdir(p) else [fs.info(p)]
+        for info in infos:
+            name = info["name"]
+            if name.rsplit("/", 1)[-1].startswith(("_", ".")):
+                continue
+            uri = fs.unstrip_protocol(name) if "://" in path else name
+            files[uri] = SourceFile(uri, int(info["size"]), _version(info, uri, cfg))
+    return files
 
 
 def _has_magic(path: str) -> bool:
@@ -177,7 +191,7 @@ def _reading(file: SourceFile, fmt: str) -> Iterator[None]:
             f"source file {file.uri!r} was removed after the source was listed; run again "
             "once the source stays still"
         ) from exc
-    except pa.ArrowException as exc:
+    except (pa.ArrowException, OSError) as exc:  # pyarrow raises OSError for corrupt data
         if file.size == 0:
             needs = {"csv": "a header row", "jsonl": "one row", "parquet": "a footer"}[fmt]
             raise SourceError(
@@ -186,8 +200,9 @@ def _reading(file: SourceFile, fmt: str) -> Iterator[None]:
             ) from exc
         raise SourceError(
             f"source file {file.uri!r} cannot be read as {fmt} ({type(exc).__name__}: {exc}); "
-            f"check that it is a whole {fmt} file whose columns keep one type in every row "
-            "(set source.format where its suffix says otherwise), or remove it from the source"
+            f"check that it is a whole, readable {fmt} file whose columns keep one type in "
+            "every row (set source.format where its suffix says otherwise), or remove it from "
+            "the source"
         ) from exc
 
 
