@@ -177,3 +177,14 @@ def test_an_unreachable_s3_source_is_named(tmp_path):
     with pytest.raises(SourceError, match=r"'s3://rc-nowhere/data/' cannot be listed "
                                           r"\(EndpointConnectionError.*source\.options"):
         raycache.fill(cfg)
+
+
+def test_a_column_named_like_raycaches_own_is_refused(tmp_path):
+    (tmp_path / "src").mkdir()
+    table = separable(n=20)
+    pq.write_table(table.append_column("__row", pa.array(range(20))),
+                   tmp_path / "src" / "a.parquet")
+    cfg = toy_fill(str(tmp_path / "src"), str(tmp_path / "store"), in_process=True)
+    cfg["source"]["labels"] = ["label", "__row"]
+    with pytest.raises(ConfigError, match=r"'__row'.*names starting with '__' are raycache's own"):
+        raycache.fill(cfg)

@@ -82,6 +82,12 @@ def check_source(cfg: FillConfig, fmt: str, files: list[sources.SourceFile]) -> 
     input columns (a ConfigError), each of them of one type in all files, and, in CSV, as
     UTF-8 text (a SourceError): before any work."""
     inputs = [e.input for e in cfg.encoders]
+    own = [f"source column {c!r} (a key, label or encoder input): names starting with '__' "
+           "are raycache's own columns; rename the column in the source"
+           for c in dict.fromkeys([cfg.source.key, *cfg.source.labels, *inputs])
+           if c.startswith("__")]
+    if own:
+        raise ConfigError(own)
     schemas = sources.read_schemas(files, fmt, cfg.source.options)
     missing = [p for f, s in zip(files, schemas, strict=True)
                for p in checks.check_columns(s, cfg.source, inputs, f.uri)]

@@ -256,7 +256,7 @@ def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows:
         if fmt != "parquet":
             units.append(Unit(f, done=skip))
             continue
-        with fsspec.open(f.uri, "rb", **reveal(options)) as fh:
+        with _reading(f, fmt), fsspec.open(f.uri, "rb", **reveal(options)) as fh:
             meta = pq.ParquetFile(fh).metadata
         totals[f.block] = meta.num_rows
         groups: list[int] = []
