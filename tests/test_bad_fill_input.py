@@ -94,16 +94,37 @@ def test_a_csv_value_that_is_not_utf8_past_the_first_block_is_named_with_its_row
     assert not committed(tmp_path / "store")
 
 
-def test_null_keys_are_counted_and_named(tmp_path):
+def null_keyed(tmp_path: Path) -> str:
+    """100 rows, rows 3 and 70 without a key."""
     (tmp_path / "src").mkdir()
     table = separable(n=100)
     ids = table.column("id").to_pylist()
     ids[3] = ids[70] = None
     pq.write_table(table.set_column(0, "id", pa.array(ids)), tmp_path / "src" / "a.parquet")
-    cfg = toy_fill(str(tmp_path / "src"), str(tmp_path / "store"), in_process=True)
+    return str(tmp_path / "src")
+
+
+NULL_KEYS = (r"2 row\(s\) have no key \(null in column 'id'\), the first in '.*a\.parquet' at "
+             r"row 3.*source\.key")
+
+
+def test_null_keys_are_counted_and_named(tmp_path):
+    cfg = toy_fill(null_keyed(tmp_path), str(tmp_path / "store"), in_process=True)
     cfg["source"]["duplicates"] = "first"  # nulls are no key to keep one copy of
-    with pytest.raises(SourceError, match=r"2 row\(s\) have no key \(null in column 'id'\), "
-                                          r"the first in '.*a\.parquet' at row 3.*source\.key"):
+    with pytest.raises(SourceError, match=NULL_KEYS):
+        raycache.fill(cfg)
+    assert not committed(tmp_path / "store")
+
+
+@pytest.mark.ray
+def test_null_keys_are_counted_and_named_by_the_cluster_key_scan(ray_session, tmp_path,
+                                                                monkeypatch):
+    from raycache.fill import keys
+
+    monkeypatch.setattr(keys, "DRIVER_ROWS", 0)  # the large fill's group-by on Ray Data
+    cfg = toy_fill(null_keyed(tmp_path), str(tmp_path / "store"), in_process=False,
+                   rows_per_shard=50)
+    with pytest.raises(SourceError, match=NULL_KEYS):
         raycache.fill(cfg)
     assert not committed(tmp_path / "store")
 
