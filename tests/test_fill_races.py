@@ -84,6 +84,26 @@ def test_a_file_replaced_before_it_was_read_stops_the_fill(separable_source, tmp
     assert again.resumed_rows == 0 and verify(again.cache).ok
 
 
+@pytest.mark.ray
+def test_a_file_replaced_before_a_ray_read_task_reads_it_stops_the_fill(ray_session,
+                                                                       separable_source,
+                                                                       tmp_path):
+    """On Ray the read tasks check each file against its listed version: replaced after the
+    plan, before the stages start, it fails the fill with the SourceError the task raised."""
+    cfg = toy_fill(str(separable_source), str(tmp_path / "store"), in_process=False)
+    run = sys.modules["raycache.fill.run"]
+    original = run.resumable
+
+    def then_replaced(p):
+        replace_file(separable_source / "b.parquet", seed=3)
+        return original(p)
+
+    with mock.patch.object(run, "resumable", then_replaced), pytest.raises(SourceError) as err:
+        raycache.fill(cfg)
+    assert "b.parquet" in str(err.value) and "the run stopped" in str(err.value)
+    assert raycache.ls(str(tmp_path / "store")) == []
+
+
 def test_a_file_removed_before_it_was_read_stops_the_fill(separable_source, tmp_path):
     cfg = toy_fill(str(separable_source), str(tmp_path / "store"), in_process=True,
                    rows_per_shard=50)
