@@ -209,3 +209,21 @@ def test_a_column_named_like_raycaches_own_is_refused(tmp_path):
     cfg["source"]["labels"] = ["label", "__row"]
     with pytest.raises(ConfigError, match=r"'__row'.*names starting with '__' are raycache's own"):
         raycache.fill(cfg)
+
+
+def test_a_label_type_that_changes_past_the_first_block_is_named(tmp_path):
+    """The plan reads a JSONL file's first block (1 MiB) for its types; a label that turns
+    float further down makes that file's shards differ from the others': named at the key scan,
+    nothing committed."""
+    (tmp_path / "src").mkdir()
+    rows = separable(n=7000).to_pylist()
+    rows[-1]["label"] = 1.5
+    (tmp_path / "src" / "a.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    (tmp_path / "src" / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[1:]))
+    assert (tmp_path / "src" / "b.jsonl").stat().st_size > 2**20
+    cfg = toy_fill(str(tmp_path / "src"), str(tmp_path / "store"), in_process=True,
+                   rows_per_shard=1000)
+    with pytest.raises(SourceError, match=r"'label' was read as int64 from '.*a\.jsonl' but as "
+                                          r"double from '.*b\.jsonl'.*no manifest was written"):
+        raycache.fill(cfg)
+    assert not committed(tmp_path / "store")

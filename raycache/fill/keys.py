@@ -43,7 +43,16 @@ def scan(store: Store, cache_dir: str, records: list[ShardRecord], key: str, dup
         return records, {}
     paths = [f"{cache_dir}/{r.path}" for r in order]
     big = cluster and sum(r.rows for r in order) > DRIVER_ROWS
-    dups, counts, nulls = (_on_cluster if big else _here)(store, paths, key, labels)
+    try:
+        dups, counts, nulls = (_on_cluster if big else _here)(store, paths, key, labels)
+    except _Mixed as exc:  # types that differ past the rows the plan's check read
+        a, b = order[exc.a], order[exc.b]
+        raise SourceError(
+            f"source column {exc.column!r} was read as {exc.types[0]} from {a.source!r} but as "
+            f"{exc.types[1]} from {b.source!r} (past the first rows of each file, which the "
+            "plan checked); no manifest was written. Give the column one type in every file "
+            "and row of the source (e.g. 1.0 or 1 throughout), then fill again"
+        ) from exc
     if nulls.num_rows:
         first = nulls.sort_by([(SHARD, "ascending"), (ROW, "ascending")])
         uri, row = _source_row(order[first.column(SHARD)[0].as_py()], first.column(ROW)[0].as_py())
@@ -85,10 +94,8 @@ def _here(store: Store, paths: list[str], key: str, labels: list[str]
     with ThreadPoolExecutor(8) as pool:
         tables = list(pool.map(lambda i: read_keys(store, paths[i], i, key, labels),
                                range(len(paths))))
-    try:
-        table = pa.concat_tables(tables, promote_options="default").combine_chunks()
-    except pa.ArrowInvalid as exc:  # types that differ past the rows the plan's check read
-        raise _type_conflict(tables, paths) from exc
+    _check_types(tables)
+    table = pa.concat_tables(tables, promote_options="default").combine_chunks()
     keys = table.column(key)
     first = pc.index_in(keys, value_set=keys).to_numpy()
     seen = np.bincount(first, minlength=len(first))
@@ -126,19 +133,25 @@ def _on_cluster(store: Store, paths: list[str], key: str, labels: list[str]
     return table, counts, pa.concat_tables([_null_rows(table.slice(0, 0), key), *nulls])
 
 
-def _type_conflict(tables: list[pa.Table], paths: list[str]) -> SourceError:
-    """The first two shards whose key or label columns differ in type, as a SourceError."""
-    first = tables[0].schema
-    for table, path in zip(tables[1:], paths[1:], strict=True):
+class _Mixed(Exception):
+    """Shards `a` and `b` hold `column` as two `types`."""
+
+    def __init__(self, column: str, types: tuple[pa.DataType, pa.DataType], a: int, b: int):
+        super().__init__(column)
+        self.column, self.types, self.a, self.b = column, types, a, b
+
+
+def _check_types(tables: list[pa.Table]) -> None:
+    """_Mixed for the first shard whose key or label column differs in type from the first
+    shard that holds it with a type (a column of nulls only goes with any)."""
+    seen: dict[str, tuple[pa.DataType, int]] = {}
+    for i, table in enumerate(tables):
         for field in table.schema:
-            if field.name in first.names and first.field(field.name).type != field.type:
-                return SourceError(
-                    f"source column {field.name!r} was read as {first.field(field.name).type} "
-                    f"for shard {paths[0]!r} but as {field.type} for shard {path!r} (the "
-                    "source files differ past the first rows the plan checked); give the "
-                    "column one type in every file and row of the source, then fill again"
-                )
-    return SourceError(f"the shards' key and label columns differ in type: {paths[:2]}")
+            if field.name in (SHARD, ROW) or pa.types.is_null(field.type):
+                continue
+            t, j = seen.setdefault(field.name, (field.type, i))
+            if t != field.type:
+                raise _Mixed(field.name, (t, field.type), j, i)
 
 
 def _null_rows(table: pa.Table, key: str) -> pa.Table:

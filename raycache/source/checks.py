@@ -57,9 +57,9 @@ def check_utf8(table: pa.Table | pa.Schema, uri: str, columns: list[str]) -> Non
 
 def check_types(schemas: list[pa.Schema], files: list[SourceFile], columns: list[str]
                 ) -> list[str]:
-    """Columns whose type differs between two files (large_ and plain string, binary or list
-    count as one type; a column of nulls only, as any): one problem per column, naming the
-    first two files that differ."""
+    """Columns whose type differs between two files (a column of nulls only goes with any; the
+    shards keep each file's types, and one cache holds one type per column): one problem per
+    column, naming the first two files that differ."""
     out = []
     for col in columns:
         seen: tuple[str, pa.DataType] | None = None
@@ -69,7 +69,7 @@ def check_types(schemas: list[pa.Schema], files: list[SourceFile], columns: list
             t = schema.field(col).type
             if seen is None:
                 seen = (f.uri, t)
-            elif _plain(t) != _plain(seen[1]):
+            elif t != seen[1]:
                 out.append(
                     f"source column {col!r} is {seen[1]} in {seen[0]!r} but {t} in {f.uri!r}; "
                     f"a column needs one type in every file of a source: write {col!r} with "
@@ -79,13 +79,3 @@ def check_types(schemas: list[pa.Schema], files: list[SourceFile], columns: list
                 break
     return out
 
-
-def _plain(t: pa.DataType) -> pa.DataType:
-    """`t` with large_ string, binary and list types as their plain forms."""
-    if pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_large_binary(t):
-        return pa.binary()
-    if pa.types.is_large_list(t) or pa.types.is_list(t):
-        return pa.list_(_plain(t.value_type))
-    return t

@@ -122,7 +122,7 @@ def changes(files: list[SourceFile], options: dict[str, Any]) -> list[str]:
     or ETag, read again from the store, past any listing cache): one line per changed file."""
     def change(f: SourceFile) -> str | None:
         fs, path = fsspec.core.url_to_fs(f.uri, **reveal(options))
-        fs.invalidate_cache()
+        fs.invalidate_cache(path)
         try:
             info = fs.info(path)
         except FileNotFoundError:
