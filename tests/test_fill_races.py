@@ -213,3 +213,28 @@ def test_an_s3_object_replaced_with_one_of_the_same_size_fails_the_commit(bucket
     assert raycache.ls(str(tmp_path / "store")) == []
     again = raycache.fill(cfg).cache
     assert set(again.read_table().column("label").to_pylist()) == {1, 2}
+
+
+def test_a_fill_whose_shards_another_fill_deduplicated_and_committed_returns_that_cache(
+        tmp_path):
+    """Two fills of one cache with duplicate keys: the one that commits first replaces the
+    shards both wrote with rewritten ones; the other, at its key scan, finds its shards gone
+    and returns the committed cache (as when it loses the commit), not a FileNotFoundError."""
+    cfg = toy_fill(duplicated(tmp_path), str(tmp_path / "store"), rows_per_shard=150,
+                   in_process=True, reuse=False)
+    cfg["source"]["duplicates"] = "last"
+    run = sys.modules["raycache.fill.run"]
+    original = run.scan_keys
+    first = []
+
+    def other_fill_commits_first(*args, **kwargs):
+        if not first:
+            first.append(None)
+            first[0] = raycache.fill(cfg)  # resumes this fill's shards, rewrites, commits
+        return original(*args, **kwargs)
+
+    with mock.patch.object(run, "scan_keys", other_fill_commits_first):
+        second = raycache.fill(cfg)
+    assert second.hit and not first[0].hit
+    assert second.cache.manifest.shards == first[0].cache.manifest.shards
+    assert verify(second.cache).ok and second.cache.read_table().num_rows == 298

@@ -143,7 +143,13 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> Fill
             f"{[f.uri for f in p.files][:5]}); no cache was committed. Point source.path at "
             "files with rows"
         )
-    records, label_stats = scan_keys(p, records, cluster=not local)
+    try:
+        records, label_stats = scan_keys(p, records, cluster=not local)
+    except FileNotFoundError:  # another fill of this cache committed, its rewrites replacing
+        manifest = read_manifest(p.store, p.dir)  # shards this one wrote too: its result
+        if manifest is None or replace:
+            raise
+        return FillResult(Cache(p.store, manifest), True, time.perf_counter() - start, 0)
     reused = sum(r.reused or 0 for r in new)
     by = {e.name: sum((r.encoded or {}).get(e.name, r.rows) for r in new)
           for e in cfg.encoders if not e.trainable}
