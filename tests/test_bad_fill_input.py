@@ -227,3 +227,18 @@ def test_a_label_type_that_changes_past_the_first_block_is_named(tmp_path):
                                           r"double from '.*b\.jsonl'.*no manifest was written"):
         raycache.fill(cfg)
     assert not committed(tmp_path / "store")
+
+
+def test_a_label_of_nulls_only_in_the_first_file_takes_the_other_files_type(tmp_path):
+    """JSONL gives a column of nulls only the null type: the label's type and counts come
+    from the files that hold values, not from the first file."""
+    (tmp_path / "src").mkdir()
+    rows = separable(n=40).to_pylist()
+    (tmp_path / "src" / "a.jsonl").write_text(
+        "".join(json.dumps({**r, "label": None}) + "\n" for r in rows[:20]))
+    (tmp_path / "src" / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[20:]))
+    cache = raycache.fill(toy_fill(str(tmp_path / "src"), str(tmp_path / "store"),
+                                   in_process=True)).cache
+    m = cache.manifest
+    assert m.label_types["label"] == "int64"
+    assert m.label_stats["label"]["nulls"] == 20 and m.label_stats["label"]["max"] == 2

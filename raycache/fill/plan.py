@@ -78,9 +78,10 @@ class Plan:
 
 
 def check_source(cfg: FillConfig, fmt: str, files: list[sources.SourceFile]) -> pa.Schema:
-    """The first file's schema, once every file's schema is read and has the key, label and
-    input columns (a ConfigError), each of them of one type in all files, and, in CSV, as
-    UTF-8 text (a SourceError): before any work."""
+    """The first file's schema (a key or label column of nulls only there typed as in the
+    files that hold values), once every file's schema is read and has the key, label and input
+    columns (a ConfigError), each of them of one type in all files, and, in CSV, as UTF-8 text
+    (a SourceError): before any work."""
     inputs = [e.input for e in cfg.encoders]
     own = [f"source column {c!r} (a key, label or encoder input): names starting with '__' "
            "are raycache's own columns; rename the column in the source"
@@ -101,7 +102,12 @@ def check_source(cfg: FillConfig, fmt: str, files: list[sources.SourceFile]) -> 
     conflicts = checks.check_types(schemas, files, [cfg.source.key, *cfg.source.labels])
     if conflicts:
         raise SourceError("; ".join(conflicts))
-    return schemas[0]
+    schema = schemas[0]
+    for col in dict.fromkeys([cfg.source.key, *cfg.source.labels]):  # nulls only in the first
+        typed = [s.field(col) for s in schemas if not pa.types.is_null(s.field(col).type)]
+        if typed and pa.types.is_null(schema.field(col).type):
+            schema = schema.set(schema.get_field_index(col), typed[0])
+    return schema
 
 
 def plan(cfg: FillConfig) -> Plan:
