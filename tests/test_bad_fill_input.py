@@ -214,19 +214,23 @@ def test_a_column_named_like_raycaches_own_is_refused(tmp_path):
 def test_a_label_type_that_changes_past_the_first_block_is_named(tmp_path):
     """The plan reads a JSONL file's first block (1 MiB) for its types; a label that turns
     float further down makes that file's shards differ from the others': named at the key scan,
-    nothing committed."""
+    nothing committed. (Where the other file's label is float too, the files agree: the plan
+    lets an integer and a float type of inferred files pass.)"""
     (tmp_path / "src").mkdir()
     rows = separable(n=7000).to_pylist()
     rows[-1]["label"] = 1.5
-    (tmp_path / "src" / "a.jsonl").write_text(json.dumps(rows[0]) + "\n")
     (tmp_path / "src" / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[1:]))
     assert (tmp_path / "src" / "b.jsonl").stat().st_size > 2**20
     cfg = toy_fill(str(tmp_path / "src"), str(tmp_path / "store"), in_process=True,
                    rows_per_shard=1000)
+    (tmp_path / "src" / "a.jsonl").write_text(json.dumps({**rows[0], "label": 0.5}) + "\n")
+    assert raycache.fill(cfg).cache.manifest.rows == 7000  # double in both files, read whole
+
+    (tmp_path / "src" / "a.jsonl").write_text(json.dumps(rows[0]) + "\n")
     with pytest.raises(SourceError, match=r"'label' was read as int64 from '.*a\.jsonl' but as "
                                           r"double from '.*b\.jsonl'.*no manifest was written"):
         raycache.fill(cfg)
-    assert not committed(tmp_path / "store")
+    assert len(committed(tmp_path / "store")) == 1
 
 
 def test_a_label_of_nulls_only_in_the_first_file_takes_the_other_files_type(tmp_path):

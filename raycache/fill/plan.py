@@ -99,7 +99,8 @@ def check_source(cfg: FillConfig, fmt: str, files: list[sources.SourceFile]) -> 
     if fmt == "csv":
         for f, s in zip(files, schemas, strict=True):
             checks.check_utf8(s, f.uri, columns)
-    conflicts = checks.check_types(schemas, files, [cfg.source.key, *cfg.source.labels])
+    conflicts = checks.check_types(schemas, files, [cfg.source.key, *cfg.source.labels],
+                                   inferred=fmt != "parquet")
     if conflicts:
         raise SourceError("; ".join(conflicts))
     schema = schemas[0]

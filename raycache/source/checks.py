@@ -55,11 +55,13 @@ def check_utf8(table: pa.Table | pa.Schema, uri: str, columns: list[str]) -> Non
         )
 
 
-def check_types(schemas: list[pa.Schema], files: list[SourceFile], columns: list[str]
-                ) -> list[str]:
+def check_types(schemas: list[pa.Schema], files: list[SourceFile], columns: list[str],
+                inferred: bool = False) -> list[str]:
     """Columns whose type differs between two files (a column of nulls only goes with any; the
     shards keep each file's types, and one cache holds one type per column): one problem per
-    column, naming the first two files that differ."""
+    column, naming the first two files that differ. `inferred`: the types were inferred from
+    each file's first rows (CSV, JSONL), so an integer and a float type pass (a float further
+    down makes both float; the key scan names a type that stays apart)."""
     out = []
     for col in columns:
         seen: tuple[str, pa.DataType] | None = None
@@ -69,7 +71,7 @@ def check_types(schemas: list[pa.Schema], files: list[SourceFile], columns: list
             t = schema.field(col).type
             if seen is None:
                 seen = (f.uri, t)
-            elif t != seen[1]:
+            elif t != seen[1] and not (inferred and _number(t) and _number(seen[1])):
                 out.append(
                     f"source column {col!r} is {seen[1]} in {seen[0]!r} but {t} in {f.uri!r}; "
                     f"a column needs one type in every file of a source: write {col!r} with "
@@ -79,3 +81,6 @@ def check_types(schemas: list[pa.Schema], files: list[SourceFile], columns: list
                 break
     return out
 
+
+def _number(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
