@@ -198,11 +198,12 @@ def _reading(file: SourceFile, fmt: str) -> Iterator[None]:
                 f"source file {file.uri!r} is empty (0 bytes), and a {fmt} file needs at least "
                 f"{needs}; remove it from the source, or write its rows"
             ) from exc
+        form = " (one JSON object per line)" if fmt == "jsonl" else ""
         raise SourceError(
             f"source file {file.uri!r} cannot be read as {fmt} ({type(exc).__name__}: {exc}); "
-            f"check that it is a whole, readable {fmt} file whose columns keep one type in "
-            "every row (set source.format where its suffix says otherwise), or remove it from "
-            "the source"
+            f"check that it is a whole, readable {fmt} file{form} whose columns keep one type "
+            "in every row (set source.format where its suffix says otherwise), or remove it "
+            "from the source"
         ) from exc
 
 
