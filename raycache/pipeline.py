@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from raycache.core.config import read_yaml
 from raycache.errors import ConfigError, CorruptCache
 from raycache.fill.config import FillConfig
 from raycache.fill.plan import load_config as load_fill
@@ -40,7 +39,10 @@ def document(config: dict[str, Any] | str | Path) -> dict[str, Any]:
         path = Path(config)
         if not path.is_file():
             raise ConfigError([f"config file {str(path)!r} does not exist; check the path"])
-        config = yaml.safe_load(path.read_text()) or {}
+        config = read_yaml(path)
+    if not isinstance(config, dict):
+        raise ConfigError([f"pipeline config: expected a mapping of sections 'fill' and "
+                           f"'train', got {type(config).__name__} {config!r}"])
     unknown = sorted(set(config) - set(SECTIONS))
     if unknown or "fill" not in config:
         raise ConfigError([f"pipeline config: expected sections 'fill' and 'train' (and "

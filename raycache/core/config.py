@@ -13,7 +13,8 @@ import yaml
 
 from raycache.errors import ConfigError
 
-__all__ = ["AUTO", "is_name", "load", "parse_value", "positive", "positive_or_auto"]
+__all__ = ["AUTO", "is_name", "load", "parse_value", "positive", "positive_or_auto",
+           "read_yaml"]
 
 AUTO = "auto"
 
@@ -50,7 +51,7 @@ def load(cls: type[T], data: dict[str, Any] | str | Path | T,
             path = Path(data)
             if not path.is_file():
                 raise ConfigError([f"config file {str(path)!r} does not exist; check the path"])
-            data = yaml.safe_load(path.read_text()) or {}
+            data = read_yaml(path)
         if hasattr(cls, "moved"):  # settings that moved since (e.g. flat keys into groups)
             data = cls.moved(data)
         problems: list[str] = []
@@ -63,6 +64,22 @@ def load(cls: type[T], data: dict[str, Any] | str | Path | T,
     if problems:
         raise ConfigError(problems)
     return obj
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file's contents ({} when empty); a syntax error, or text that is not UTF-8, as a
+    ConfigError naming the file, the line and column, and the problem."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = "; ".join(str(x) for x in (exc.context, exc.problem) if x)
+        raise ConfigError([f"config file {str(path)!r}{where}: not valid YAML ({what}); fix "
+                           "the YAML there (indentation, a missing ':' or a quote)"]) from exc
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"config file {str(path)!r}: not readable as YAML ({exc}); save it "
+                           "as UTF-8 YAML text"]) from exc
 
 
 def parse_value(tp: Any, value: Any, where: str, problems: list[str]) -> Any:

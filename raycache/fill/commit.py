@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -18,21 +19,25 @@ from raycache.cache.columns import input_column
 from raycache.cache.committed import read_manifest
 from raycache.cache.manifest import EncoderEntry, Manifest
 from raycache.cache.records import ShardRecord
-from raycache.cache.store import MANIFEST, PROGRESS
+from raycache.cache.store import MANIFEST, PROGRESS, SHARDS, shard_name
 from raycache.errors import CorruptCache, RaycacheError
 from raycache.fill.keys import named, scan
 from raycache.fill.plan import Plan
 from raycache.source.files import Ranges, Span
 
 __all__ = ["SHARD_LIST", "check_complete", "clear_progress", "commit", "done_ranges",
-           "manifest_of", "resumable", "scan_keys"]
+           "manifest_of", "resumable", "scan_keys", "superseded"]
 
 SHARD_LIST = re.compile(r"shards-[0-9a-f]{16}\.json")
 """The name of a shard list object in a cache folder."""
 
 
 def resumable(p: Plan) -> list[ShardRecord]:
-    """Records of the shards an earlier, interrupted fill of this fingerprint wrote."""
+    """Records of the shards an earlier, interrupted fill of this fingerprint wrote, each
+    trusted only when its shard is there with the size it records (a record written before a
+    crash can describe other bytes; its rows are then encoded again)."""
+    sizes = {path: size for path, (size, _) in p.store.files(f"{p.dir}/{SHARDS}").items()}
+    sizes = {f"{SHARDS}/{path.rsplit('/', 1)[-1]}": size for path, size in sizes.items()}
     out = []
     for name in p.store.listdir(f"{p.dir}/{PROGRESS}"):
         if name.endswith(".json"):
@@ -45,7 +50,7 @@ def resumable(p: Plan) -> list[ShardRecord]:
                 warnings.warn(f"progress record {p.store.url(path)} cannot be read ({exc}); "
                               "its shard's rows are encoded again", stacklevel=2)
                 continue
-            if p.store.exists(f"{p.dir}/{record.path}"):
+            if sizes.get(record.path) == record.bytes:
                 out.append(record)
     return out
 
@@ -113,10 +118,26 @@ def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = 
         except CorruptCache:  # not a commit to defer to: this one replaces it
             committed = p.store.write_json(f"{p.dir}/{MANIFEST}", manifest.head())
     clear_progress(p)
+    for path in superseded(p, manifest):
+        with contextlib.suppress(FileNotFoundError):
+            p.store.rm(f"{p.dir}/{path}")
     for name in p.store.listdir(p.dir):  # a repair's earlier shard list, or a losing fill's
         if SHARD_LIST.fullmatch(name) and name != manifest.shard_list.get("path"):
             p.store.rm(f"{p.dir}/{name}")  # never another fill's temporary file: it renames it
     return manifest, committed
+
+
+def superseded(p: Plan, manifest: Manifest) -> list[str]:
+    """Shards that a committed shard was rewritten from (duplicate keys dropped) and that are
+    still there: the manifest names the rewritten one, never them."""
+    named = {s.path for s in manifest.shards}
+    there = set(p.store.listdir(f"{p.dir}/{SHARDS}"))
+    out = []
+    for s in manifest.shards:
+        if s.ranges and s.path != (base := shard_name(s.ranges)) and base not in named \
+                and base.rsplit("/", 1)[-1] in there:
+            out.append(base)
+    return out
 
 
 def clear_progress(p: Plan, attempts: int = 3) -> None:

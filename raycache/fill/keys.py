@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from raycache.cache.records import ShardRecord
 from raycache.cache.store import Store
-from raycache.errors import RaycacheError
+from raycache.errors import RaycacheError, SourceError
 
 __all__ = ["DRIVER_ROWS", "MAX_COUNTED", "MAX_NAMED", "label_stats", "named", "scan"]
 
@@ -56,7 +56,25 @@ def scan(store: Store, cache_dir: str, records: list[ShardRecord], key: str, dup
         return records, {}
     paths = [f"{cache_dir}/{r.path}" for r in order]
     big = cluster and sum(r.rows for r in order) > DRIVER_ROWS
-    dups, counts = (_on_cluster if big else _here)(store, paths, key, labels)
+    try:
+        dups, counts, nulls = (_on_cluster if big else _here)(store, paths, key, labels)
+    except _Mixed as exc:  # types that differ past the rows the plan's check read
+        a, b = order[exc.a], order[exc.b]
+        raise SourceError(
+            f"source column {exc.column!r} was read as {exc.types[0]} from {a.source!r} but as "
+            f"{exc.types[1]} from {b.source!r} (past the first rows of each file, which the "
+            "plan checked); no manifest was written. Give the column one type in every file "
+            "and row of the source (e.g. 1.0 or 1 throughout), then fill again"
+        ) from exc
+    if nulls.num_rows:
+        first = nulls.sort_by([(SHARD, "ascending"), (ROW, "ascending")])
+        uri, row = _source_row(order[first.column(SHARD)[0].as_py()], first.column(ROW)[0].as_py())
+        raise SourceError(
+            f"fill of {name}: {nulls.num_rows} row(s) have no key (null in column {key!r}), "
+            f"the first in {uri!r} at row {row}; no manifest was written. Every row needs a "
+            "key: fill in the missing keys, or name a column that has one in every row as "
+            "source.key"
+        )
     if dups.num_rows == 0:
         return records, {c: _stats(counts[c]) for c in labels}
     drop = _dropped(dups, key, duplicates, name)
@@ -83,22 +101,24 @@ def read_keys(store: Store, path: str, index: int, key: str, labels: list[str]) 
 
 
 def _here(store: Store, paths: list[str], key: str, labels: list[str]
-          ) -> tuple[pa.Table, dict[str, dict[Any, int]]]:
-    """(rows whose key occurs more than once, each label column's count per value), read on
-    this process."""
+          ) -> tuple[pa.Table, dict[str, dict[Any, int]], pa.Table]:
+    """(rows whose key occurs more than once, each label column's count per value, rows whose
+    key is null), read on this process."""
     with ThreadPoolExecutor(8) as pool:
         tables = list(pool.map(lambda i: read_keys(store, paths[i], i, key, labels),
                                range(len(paths))))
-    table = pa.concat_tables(tables).combine_chunks()
+    _check_types(tables)
+    table = pa.concat_tables(tables, promote_options="default").combine_chunks()
     keys = table.column(key)
     first = pc.index_in(keys, value_set=keys).to_numpy()
     seen = np.bincount(first, minlength=len(first))
     dup = seen[first] > 1
-    return table.filter(pa.array(dup)), {c: _value_counts(table.column(c)) for c in labels}
+    return (table.filter(pa.array(dup)), {c: _value_counts(table.column(c)) for c in labels},
+            _null_rows(table, key))
 
 
 def _on_cluster(store: Store, paths: list[str], key: str, labels: list[str]
-                ) -> tuple[pa.Table, dict[str, dict[Any, int]]]:
+                ) -> tuple[pa.Table, dict[str, dict[Any, int]], pa.Table]:
     """The same on the cluster: keys counted by Ray Data's hash-partitioned group-by; only the
     rows of duplicate keys, and one count per label value, come back to the driver."""
     import ray.data
@@ -121,7 +141,44 @@ def _on_cluster(store: Store, paths: list[str], key: str, labels: list[str]
                   ROW: pa.array([], pa.int32())})
     counts = {c: {r[c]: r["count()"] for r in ds.groupby(c).count().take_all()}
               for c in labels}
-    return table, counts
+    nulls = ray.get(ds.map_batches(_null_rows, fn_kwargs=dict(key=key),
+                                   batch_format="pyarrow").to_arrow_refs())
+    return table, counts, pa.concat_tables([_null_rows(table.slice(0, 0), key), *nulls])
+
+
+class _Mixed(Exception):
+    """Shards `a` and `b` hold `column` as two `types`."""
+
+    def __init__(self, column: str, types: tuple[pa.DataType, pa.DataType], a: int, b: int):
+        super().__init__(column)
+        self.column, self.types, self.a, self.b = column, types, a, b
+
+
+def _check_types(tables: list[pa.Table]) -> None:
+    """_Mixed for the first shard whose key or label column differs in type from the first
+    shard that holds it with a type (a column of nulls only goes with any)."""
+    seen: dict[str, tuple[pa.DataType, int]] = {}
+    for i, table in enumerate(tables):
+        for field in table.schema:
+            if field.name in (SHARD, ROW) or pa.types.is_null(field.type):
+                continue
+            t, j = seen.setdefault(field.name, (field.type, i))
+            if t != field.type:
+                raise _Mixed(field.name, (t, field.type), j, i)
+
+
+def _null_rows(table: pa.Table, key: str) -> pa.Table:
+    """The shard and row of each row of `table` whose key is null."""
+    return table.filter(pc.is_null(table.column(key))).select([SHARD, ROW])
+
+
+def _source_row(record: ShardRecord, row: int) -> tuple[str, int]:
+    """The source file and row of row `row` of a shard (as written, before any rewrite)."""
+    for r in record.ranges:
+        if row < r.rows:
+            return r.source or r.block, r.start + row
+        row -= r.rows
+    return record.source, -1
 
 
 def _read_batch(batch: pa.Table, store: Store, paths: list[str], key: str, labels: list[str]

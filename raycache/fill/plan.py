@@ -16,12 +16,16 @@ from raycache.cache.store import Store
 from raycache.core.config import load
 from raycache.core.fingerprint import fingerprint
 from raycache.encoders import ENCODERS
-from raycache.errors import ConfigError
+from raycache.errors import ConfigError, SourceError
 from raycache.fill.augment import AUGMENTS
 from raycache.fill.config import FillConfig
+from raycache.source import checks
 from raycache.source import files as sources
 
-__all__ = ["Plan", "load_config", "plan", "problems"]
+__all__ = ["Plan", "check_source", "load_config", "plan", "problems"]
+
+MAX_LISTED = 10
+"""Missing-column problems listed at most (a source of many files can miss one in each)."""
 
 
 def problems(cfg: FillConfig) -> list[str]:
@@ -74,6 +78,40 @@ class Plan:
         return self.store.cache_dir(self.cfg.name, self.fingerprint)
 
 
+def check_source(cfg: FillConfig, fmt: str, files: list[sources.SourceFile]) -> pa.Schema:
+    """The first file's schema (a key or label column of nulls only there typed as in the
+    files that hold values), once every file's schema is read and has the key, label and input
+    columns (a ConfigError), each of them of one type in all files, and, in CSV, as UTF-8 text
+    (a SourceError): before any work."""
+    inputs = [e.input for e in cfg.encoders]
+    own = [f"source column {c!r} (a key, label or encoder input): names starting with '__' "
+           "are raycache's own columns; rename the column in the source"
+           for c in dict.fromkeys([cfg.source.key, *cfg.source.labels, *inputs])
+           if c.startswith("__")]
+    if own:
+        raise ConfigError(own)
+    schemas = sources.read_schemas(files, fmt, cfg.source.options)
+    missing = [p for f, s in zip(files, schemas, strict=True)
+               for p in checks.check_columns(s, cfg.source, inputs, f.uri)]
+    if missing:
+        more = len(missing) - MAX_LISTED
+        raise ConfigError(missing[:MAX_LISTED] + ([f"... and {more} more"] if more > 0 else []))
+    columns = list(dict.fromkeys([cfg.source.key, *cfg.source.labels, *inputs]))
+    if fmt == "csv":
+        for f, s in zip(files, schemas, strict=True):
+            checks.check_utf8(s, f.uri, columns)
+    conflicts = checks.check_types(schemas, files, [cfg.source.key, *cfg.source.labels],
+                                   inferred=fmt != "parquet")
+    if conflicts:
+        raise SourceError("; ".join(conflicts))
+    schema = schemas[0]
+    for col in dict.fromkeys([cfg.source.key, *cfg.source.labels]):  # nulls only in the first
+        typed = [s.field(col) for s in schemas if not pa.types.is_null(s.field(col).type)]
+        if typed and pa.types.is_null(schema.field(col).type):
+            schema = schema.set(schema.get_field_index(col), typed[0])
+    return schema
+
+
 def plan(cfg: FillConfig) -> Plan:
     """Check every input and compute the fingerprint; no Ray, no encoding."""
     from raycache.encoders import ENCODERS
@@ -93,12 +131,7 @@ def plan(cfg: FillConfig) -> Plan:
         source, staged = stage(cfg.source, store)
         cfg = dataclasses.replace(cfg, source=source)
     fmt, files = sources.list_files(cfg.source)
-    schema = sources.read_schema(files[0], fmt, cfg.source.options)
-    problems = sources.check_columns(
-        schema, cfg.source, [e.input for e in cfg.encoders], files[0].uri
-    )
-    if problems:
-        raise ConfigError(problems)
+    schema = check_source(cfg, fmt, files)
     inputs = {
         "format_version": FORMAT_VERSION,
         "source": {

@@ -19,7 +19,7 @@ from raycache.compute import runner
 from raycache.compute.pool import Pool
 from raycache.compute.runner import AUTO_IN_PROCESS_ROWS, Job, Stage
 from raycache.core.config import AUTO
-from raycache.errors import CorruptCache, DamagedCacheWarning, StoreError
+from raycache.errors import CorruptCache, DamagedCacheWarning, SourceError, StoreError
 from raycache.fill.commit import check_complete, commit, done_ranges, resumable, scan_keys
 from raycache.fill.config import FillConfig
 from raycache.fill.plan import Plan, load_config, plan
@@ -190,13 +190,26 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
                 bar.update(record.rows)
     records = done + new
     check_complete(p, records, totals)
-    records, label_stats = scan_keys(p, records, cluster=not local)
+    if not sum(r.rows for r in records):
+        raise SourceError(
+            f"source {cfg.source.path!r} holds no rows (its files: "
+            f"{[f.uri for f in p.files][:5]}); no cache was committed. Point source.path at "
+            "files with rows"
+        )
+    try:
+        records, label_stats = scan_keys(p, records, cluster=not local)
+    except FileNotFoundError:  # another fill of this cache committed, its rewrites replacing
+        manifest = read_manifest(p.store, p.dir)  # shards this one wrote too: its result
+        if manifest is None or replace:
+            raise
+        return FillResult(Cache(p.store, manifest), True, time.perf_counter() - start, 0)
     reused = sum(r.reused or 0 for r in new)
     by = {e.name: sum((r.encoded or {}).get(e.name, r.rows) for r in new)
           for e in cfg.encoders if not e.trainable}
     encoded = sum(r.rows for r in new) - reused
     began = min((r.encode_started for r in new if r.encode_started), default=None)
     encode_s = max(r.written or 0.0 for r in new) - began if began else 0.0
+    sources.check_unchanged(p.files, cfg.source.options, "nothing was committed")
     if lease.lost:  # never a manifest over a folder whose shards went
         raise _removed(p)
     manifest, committed = commit(p, records, time.perf_counter() - start, replace, label_stats)

@@ -17,7 +17,10 @@ from raycache.cache.records import RowRange, ShardRecord
 from raycache.cache.store import PROGRESS, Store, shard_name
 from raycache.fill.reuse import need_column
 
-__all__ = ["STARTED", "rewrite", "write_stage"]
+__all__ = ["DEDUP", "STARTED", "rewrite", "write_stage"]
+
+DEDUP = "-dedup-"
+"""In a shard's name, before its checksum: the shard written again without duplicate keys."""
 
 STARTED = "__encode_started"
 """When the encoder call that made a row began (seconds since the epoch)."""
@@ -73,17 +76,23 @@ def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> s
 
 def rewrite(store: Store, cache_dir: str, record: ShardRecord, keep: np.ndarray
             ) -> ShardRecord:
-    """A written shard again with only rows `keep` (dropping duplicate keys), and its record."""
-    path = f"{cache_dir}/{record.path}"
-    table = pq.read_table(pa.BufferReader(store.read_bytes(path)))
+    """A written shard again with only rows `keep` (dropping duplicate keys), and its record.
+    The new shard gets a name of its own (its rows' name, then `-dedup-` and its checksum), and
+    only then the record is replaced: a crash between the two leaves the record naming the
+    shard it describes, never a shard whose bytes it does not hold. The shard it replaces
+    stays until the commit removes it (commit.superseded)."""
+    table = pq.read_table(pa.BufferReader(store.read_bytes(f"{cache_dir}/{record.path}")))
     table = table.take(pa.array(keep))
     buf = io.BytesIO()
     pq.write_table(table, buf, **_parquet_options(table.schema))
     blob = buf.getvalue()
-    store.write_atomic(path, blob)
-    out = record.replace(rows=table.num_rows, bytes=len(blob),
-                         sha256=hashlib.sha256(blob).hexdigest(), written=time.time())
-    store.write_json(_progress_path(cache_dir, record.path), out.to_json())
+    digest = hashlib.sha256(blob).hexdigest()
+    base = shard_name(record.ranges)
+    path = f"{base.removesuffix('.parquet')}{DEDUP}{digest[:16]}.parquet"
+    store.write_atomic(f"{cache_dir}/{path}", blob)
+    out = record.replace(path=path, rows=table.num_rows, bytes=len(blob), sha256=digest,
+                         written=time.time())
+    store.write_json(_progress_path(cache_dir, base), out.to_json())
     return out
 
 

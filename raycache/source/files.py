@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +19,13 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from raycache.core.secrets import reveal
-from raycache.errors import FingerprintError, SourceError
+from raycache.errors import FingerprintError, RaycacheError, SourceError
+from raycache.source.checks import check_columns, check_utf8
 from raycache.source.config import SOURCE_FORMATS, SourceConfig
 
-__all__ = ["META", "Ranges", "SourceFile", "Span", "Unit", "check_columns", "list_files",
-           "plan_units", "read_schema", "read_stage", "read_unit"]
+__all__ = ["META", "Ranges", "SourceFile", "Span", "Unit", "changes", "check_columns",
+           "check_unchanged", "list_files", "plan_units", "read_schema", "read_schemas",
+           "read_stage", "read_unit"]
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
             ".ndjson": "jsonl", ".csv": "csv"}
@@ -50,25 +54,40 @@ def list_files(cfg: SourceConfig) -> tuple[str, list[SourceFile]]:
     paths = [cfg.path] if isinstance(cfg.path, str) else list(cfg.path)
     files: dict[str, SourceFile] = {}
     for path in paths:
-        fs, root = fsspec.core.url_to_fs(path, **reveal(cfg.options))
-        exists = _has_magic(root) or fs.exists(root)
-        found = (fs.glob(root) if _has_magic(root) else [root]) if exists else []
-        if not found:
+        try:
+            files.update(_listed(path, cfg))
+        except RaycacheError:
+            raise
+        except Exception as exc:  # each filesystem raises its own types (botocore's, ...)
             raise SourceError(
-                f"source path {path!r} does not exist; check the path (a file, folder or glob)"
-            )
-        for p in found:
-            infos = fs.find(p, detail=True).values() if fs.isdir(p) else [fs.info(p)]
-            for info in infos:
-                name = info["name"]
-                if name.rsplit("/", 1)[-1].startswith(("_", ".")):
-                    continue
-                uri = fs.unstrip_protocol(name) if "://" in path else name
-                files[uri] = SourceFile(uri, int(info["size"]), _version(info, uri, cfg))
+                f"source path {path!r} cannot be listed ({type(exc).__name__}: {exc}); check "
+                "the path, and the endpoint and credentials in source.options (fsspec options, "
+                "as in store.options)"
+            ) from exc
     if not files:
         raise SourceError(f"source path {cfg.path!r} holds no files; point it at data files")
     fmt = cfg.format or _infer_format(sorted(files))
     return fmt, [files[k] for k in sorted(files)]
+
+
+def _listed(path: str, cfg: SourceConfig) -> dict[str, SourceFile]:
+    """The files of one source path (a file, folder or glob), by URI."""
+    fs, root = fsspec.core.url_to_fs(path, **reveal(cfg.options))
+    exists = _has_magic(root) or fs.exists(root)
+    found = (fs.glob(root) if _has_magic(root) else [root]) if exists else []
+    if not found:
+        what = "matches no files" if _has_magic(root) else "does not exist"
+        raise SourceError(f"source path {path!r} {what}; check the path (a file, folder or glob)")
+    files = {}
+    for p in found:
+        infos = fs.find(p, detail=True).values() if fs.isdir(p) else [fs.info(p)]
+        for info in infos:
+            name = info["name"]
+            if name.rsplit("/", 1)[-1].startswith(("_", ".")):
+                continue
+            uri = fs.unstrip_protocol(name) if "://" in path else name
+            files[uri] = SourceFile(uri, int(info["size"]), _version(info, uri, cfg))
+    return files
 
 
 def _has_magic(path: str) -> bool:
@@ -76,18 +95,59 @@ def _has_magic(path: str) -> bool:
 
 
 def _version(info: dict[str, Any], uri: str, cfg: SourceConfig) -> str:
+    """What fingerprints the file's content: its modification time or ETag, else the
+    source.version the config names."""
+    version = _stamp(info, uri) or cfg.version
+    if version is None:
+        raise FingerprintError(
+            f"source file {uri!r} has no modification time or ETag to fingerprint; set "
+            "source.version to a name for this version of the data"
+        )
+    return version
+
+
+def _stamp(info: dict[str, Any], uri: str) -> str | None:
+    """The file's modification time or ETag as the store reports it; None when it has none."""
     if "://" not in uri and info.get("mtime") is not None:
         return str(os.stat(uri).st_mtime_ns)  # full precision, not fsspec's float seconds
     for key in ("ETag", "etag", "mtime", "LastModified", "last_modified", "generation"):
         if info.get(key) is not None:
             value = info[key]
             return str(value.isoformat() if hasattr(value, "isoformat") else value)
-    if cfg.version:
-        return cfg.version
-    raise FingerprintError(
-        f"source file {uri!r} has no modification time or ETag to fingerprint; set "
-        "source.version to a name for this version of the data"
-    )
+    return None
+
+
+def changes(files: list[SourceFile], options: dict[str, Any]) -> list[str]:
+    """What changed in each of `files` since it was listed (its size, or its modification time
+    or ETag, read again from the store, past any listing cache): one line per changed file."""
+    def change(f: SourceFile) -> str | None:
+        fs, path = fsspec.core.url_to_fs(f.uri, **reveal(options))
+        fs.invalidate_cache(path)
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            return f"{f.uri!r} was removed"
+        size, version = int(info["size"]), _stamp(info, f.uri)
+        if size != f.size:
+            return f"{f.uri!r} changed size ({f.size} -> {size} bytes)"
+        if version is not None and version != f.version:
+            return f"{f.uri!r} changed version (modification time or ETag {f.version} -> {version})"
+        return None
+
+    with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
+        return [c for c in pool.map(change, files) if c]
+
+
+def check_unchanged(files: list[SourceFile], options: dict[str, Any], stopped: str) -> None:
+    """A SourceError when any of `files` changed since it was listed; `stopped` says what the
+    change stopped (e.g. "nothing was committed")."""
+    changed = changes(files, options)
+    if changed:
+        raise SourceError(
+            f"source file(s) changed since they were listed: {'; '.join(changed)}. Rows read "
+            f"before and after a change would mix two versions of the data, so {stopped}. Run "
+            "it again once the source stays still: a fill then makes a cache of the new contents"
+        )
 
 
 def _infer_format(uris: list[str]) -> str:
@@ -107,11 +167,44 @@ def _infer_format(uris: list[str]) -> str:
 
 def read_schema(file: SourceFile, fmt: str, options: dict[str, Any]) -> pa.Schema:
     """The schema of one file, read cheaply (a footer, or the first block)."""
-    with fsspec.open(file.uri, "rb", **reveal(options)) as f:
+    with _reading(file, fmt), fsspec.open(file.uri, "rb", **reveal(options)) as f:
         if fmt == "parquet":
             return pq.read_schema(f)
         reader = pjson.open_json(f) if fmt == "jsonl" else pcsv.open_csv(f)
         return reader.schema
+
+
+def read_schemas(files: list[SourceFile], fmt: str, options: dict[str, Any]
+                 ) -> list[pa.Schema]:
+    """Every file's schema (read_schema), a few files at a time."""
+    with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
+        return list(pool.map(lambda f: read_schema(f, fmt, options), files))
+
+
+@contextlib.contextmanager
+def _reading(file: SourceFile, fmt: str) -> Iterator[None]:
+    """Errors of reading `file` as `fmt` (pyarrow's, a file gone) raised as SourceError."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise SourceError(
+            f"source file {file.uri!r} was removed after the source was listed; run again "
+            "once the source stays still"
+        ) from exc
+    except (pa.ArrowException, OSError) as exc:  # pyarrow raises OSError for corrupt data
+        if file.size == 0:
+            needs = {"csv": "a header row", "jsonl": "one row", "parquet": "a footer"}[fmt]
+            raise SourceError(
+                f"source file {file.uri!r} is empty (0 bytes), and a {fmt} file needs at least "
+                f"{needs}; remove it from the source, or write its rows"
+            ) from exc
+        form = " (one JSON object per line)" if fmt == "jsonl" else ""
+        raise SourceError(
+            f"source file {file.uri!r} cannot be read as {fmt} ({type(exc).__name__}: {exc}); "
+            f"check that it is a whole, readable {fmt} file{form} whose columns keep one type "
+            "in every row (set source.format where its suffix says otherwise), or remove it "
+            "from the source"
+        ) from exc
 
 
 @dataclass(frozen=True, order=True)
@@ -169,7 +262,7 @@ def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows:
             if unit.todo():
                 units.append(unit)
             continue
-        with fsspec.open(f.uri, "rb", **reveal(options)) as fh:
+        with _reading(f, fmt), fsspec.open(f.uri, "rb", **reveal(options)) as fh:
             meta = pq.ParquetFile(fh).metadata
         totals[f.block] = meta.num_rows
         groups: list[int] = []
@@ -201,8 +294,10 @@ def count_rows(f: SourceFile, fmt: str, options: dict[str, Any], key: str | None
 
 def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: list[str]
               ) -> Iterator[pa.Table]:
-    """The unit's rows not yet done, in pieces of at most `rows` rows, each with META columns."""
-    with fsspec.open(u.file.uri, "rb", **reveal(options)) as f:
+    """The unit's rows not yet done, in pieces of at most `rows` rows, each with META columns.
+    A file changed since it was listed is a SourceError before any of it is read."""
+    check_unchanged([u.file], options, "the run stopped")
+    with _reading(u.file, fmt), fsspec.open(u.file.uri, "rb", **reveal(options)) as f:
         if fmt == "parquet":
             pf = pq.ParquetFile(f)
             total, offset = pf.metadata.num_rows, u.start
@@ -212,6 +307,8 @@ def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: li
                 offset += batch.num_rows
             return
         table = pjson.read_json(f) if fmt == "jsonl" else pcsv.read_csv(f)
+    if fmt == "csv":
+        check_utf8(table, u.file.uri, columns)
     for offset in range(0, table.num_rows, rows):
         yield from _tagged(table.slice(offset, rows), u, offset, table.num_rows, columns)
 
@@ -246,15 +343,3 @@ def read_stage(batch: pa.Table, fmt: str, options: dict[str, Any], rows: int,
     """Ray Data stage: units in (pickled, one per row), row pieces out."""
     for item in batch.column("unit").to_pylist():
         yield from read_unit(pickle.loads(item), fmt, options, rows, columns)
-
-
-def check_columns(schema: pa.Schema, cfg: SourceConfig, inputs: list[str], uri: str) -> list[str]:
-    """Problems with the key, label and encoder input columns of a schema."""
-    have = schema.names
-    wanted = [("key", cfg.key), *[("label", c) for c in cfg.labels]]
-    wanted += [("input", c) for c in inputs]
-    return [
-        f"source.{role} column {col!r} is not in {uri!r}; its columns are {have}"
-        for role, col in wanted
-        if col not in have
-    ]
