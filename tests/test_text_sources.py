@@ -30,7 +30,8 @@ def test_text_files_are_counted_by_a_parse_and_done_rows_skipped(tmp_path):
     assert done == [] and totals == {files[0].block: 3}  # nothing left to read
 
     rows = [{"id": i, "text": f"t{i}", "label": i % 2} for i in range(5)]
-    (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = [json.dumps(r) for r in rows]  # a blank line, and none after the last row
+    (tmp_path / "b.jsonl").write_text("\n".join(lines[:2] + ["  "] + lines[2:]))
     fmt, files = list_files(SourceConfig(path=str(tmp_path / "b.jsonl"), key="id"))
     assert plan_units(files, fmt, {}, 1024, key="id")[1] == {files[0].block: 5}
 

@@ -279,17 +279,28 @@ def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows:
 
 
 def count_rows(f: SourceFile, fmt: str, options: dict[str, Any], key: str | None = None) -> int:
-    """Rows of a CSV or JSONL file, from a streaming parse (of the `key` column only, for CSV)."""
-    include = [key] if key and fmt == "csv" else []
+    """Rows of a CSV or JSONL file: a JSONL file's lines that hold something; a CSV file's rows
+    from a streaming parse of its `key` column as text (a quoted field may hold newlines)."""
     with fsspec.open(f.uri, "rb", **reveal(options)) as fh:
+        if fmt == "jsonl":
+            return _json_lines(fh)
+        convert = pcsv.ConvertOptions(include_columns=[key] if key else [],
+                                      column_types={key: pa.string()} if key else {})
         try:
-            reader = (pjson.open_json(fh) if fmt == "jsonl" else
-                      pcsv.open_csv(fh, convert_options=pcsv.ConvertOptions(
-                          include_columns=include)))
-            return sum(batch.num_rows for batch in reader)
+            return sum(batch.num_rows for batch in pcsv.open_csv(fh, convert_options=convert))
         except pa.ArrowInvalid as exc:
-            raise SourceError(f"source file {f.uri!r} cannot be read as {fmt}: {exc}; check "
-                              "the file (or set source.format)") from exc
+            raise SourceError(f"source file {f.uri!r} cannot be read as csv: {exc}; check the "
+                              "file (or set source.format)") from exc
+
+
+def _json_lines(fh: Any, chunk: int = 1 << 24) -> int:
+    """Lines holding more than whitespace: a JSONL file's rows."""
+    rows, tail = 0, b""
+    while block := fh.read(chunk):
+        lines = (tail + block).split(b"\n")
+        tail = lines.pop()
+        rows += sum(1 for line in lines if line.strip())
+    return rows + bool(tail.strip())
 
 
 def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: list[str]
