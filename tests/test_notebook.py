@@ -1,6 +1,8 @@
 """examples/quickstart.ipynb and examples/similarity.ipynb run top to bottom in fresh kernels
 and show what they promise (the similarity notebook after the quickstart, in its store: its fill
-is a hit, as it is for a reader who runs them in order).
+is a hit, as it is for a reader who runs them in order). They are stored with their outputs (a
+reader on GitHub sees the results), which show no internal column and no Ray or ipywidgets
+noise.
 
 The kernel is a separate process with its own in-process Ray, so it does not share (or clash
 with) a Ray the pytest process may already run for other tests.
@@ -79,15 +81,27 @@ def printed(nb, marker: str) -> str:
     )
 
 
+NOISE = ("IProgress not found", "Missing packages", "Traceback", "_sha256", "__input",
+         "has constructor arguments")
+"""What a notebook's outputs never show: widget and Ray chatter, errors, internal columns."""
+
+
 @pytest.mark.parametrize("path", [NOTEBOOK, SIMILARITY], ids=lambda p: p.stem)
-def test_notebook_is_stored_without_outputs(path):
+def test_notebook_is_stored_with_its_outputs_and_uses_the_public_sdk_only(path):
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert nb.metadata.kernelspec.name == KERNEL
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert code and all(not c.outputs and c.execution_count is None for c in code)
+    assert code and all(c.execution_count is not None for c in code)
+    assert all(c.outputs for c in code if not c.source.startswith("import os"))
+    shown = "".join(text_of(o) for c in code for o in c.outputs)
+    assert not [n for n in NOISE if n in shown], [n for n in NOISE if n in shown]
+    imports = re.findall(r"^\s*(?:from|import) (raycache[\w.]*)", "".join(c.source for c in code),
+                         re.M)
+    assert set(imports) == {"raycache"}, imports  # nothing but the package's top level
+    assert "what to try next" in nb.cells[-1].source.lower()
 
 
 def errors_of(nb) -> list:
@@ -104,14 +118,13 @@ def test_quickstart_runs(executed):
         r"fill stdlib-docs/\w+: miss, 150 rows \(150 encoded, 0 reused\), \d+ shards", fill), fill
     assert (work / "store" / "stdlib-docs").is_dir()
 
-    cache_repr = "".join(text_of(o) for o in outputs(nb, "raycache.open_cache("))
-    assert "<b>raycache</b> stdlib-docs/" in cache_repr and "150 rows" in cache_repr
-    encoders = "".join(text_of(o) for o in outputs(nb, "cache.manifest.encoders"))
-    assert "name='minilm'" in encoders and "dim=384" in encoders
+    manifest = printed(nb, "raycache.open_cache(")
+    assert "150 rows" in manifest and "minilm[384 float32]" in manifest
+    assert f"classes: {sorted(TOPICS)}" in manifest  # named labels, in sorted order
 
     frame = [o for o in outputs(nb, "cache.to_pandas(") if o.output_type == "execute_result"]
     assert frame and "text/html" in frame[0].data
-    assert "minilm" in frame[0].data["text/plain"] and "label" in frame[0].data["text/plain"]
+    assert "minilm" in frame[0].data["text/plain"] and "topic" in frame[0].data["text/plain"]
 
     trained = printed(nb, "raycache.train(")
     match = re.search(
@@ -121,14 +134,16 @@ def test_quickstart_runs(executed):
     )
     assert match, trained
     assert float(match.group(2)) > 0.4, trained  # 6 topics: chance is about 0.17
+    assert "1 worker (in-process)" in trained  # a small run starts no Ray workers
 
     plot = outputs(nb, "history_frame()")
     assert any("image/png" in o.get("data", {}) for o in plot), plot
 
-    predictions = printed(nb, "head.predict(").splitlines()
+    predictions = printed(nb, "head.predict(").splitlines()  # "  math (0.75)  <-  text"
     assert len(predictions) == 2, predictions
     assert predictions[0].split()[0] == "math", predictions
     assert all(line.split()[0] in TOPICS for line in predictions), predictions
+    assert all(0 < float(line.split()[1].strip("()")) <= 1 for line in predictions)
 
 
 QUERY_TOPICS = {"greatest common divisor": "math", "HTTP request": "network",
@@ -144,11 +159,11 @@ def test_similarity_notebook_beats_a_random_projection_and_finds_the_topic(execu
     nb = execute(SIMILARITY, work)
     seconds = time.perf_counter() - start
     assert not errors_of(nb), errors_of(nb)
-    assert "hit, 150 rows" in printed(nb, "raycache.fill("), printed(nb, "raycache.fill(")
+    assert ": hit, 150 rows" in printed(nb, "raycache.fill("), printed(nb, "raycache.fill(")
     assert "in-process" in printed(nb, "raycache.train(")
 
     scores = {}
-    for line in printed(nb, "retrieval_metrics(").splitlines():
+    for line in printed(nb, "raycache.retrieval_metrics(").splitlines():
         found = re.match(r"\s*(.+?)\s+precision@1 ([\d.]+)\s+mAP@5 ([\d.]+)", line)
         if found:
             scores[found.group(1)] = (float(found.group(2)), float(found.group(3)))
