@@ -17,6 +17,7 @@ from raycache.compute import runner
 from raycache.compute.pool import Pool
 from raycache.compute.runner import AUTO_IN_PROCESS_ROWS, Job, Stage
 from raycache.core.config import AUTO
+from raycache.errors import SourceError
 from raycache.fill.commit import check_complete, commit, done_ranges, resumable, scan_keys
 from raycache.fill.config import FillConfig
 from raycache.fill.plan import Plan, load_config, plan
@@ -113,6 +114,8 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> Fill
     resumed = sum(r.rows for r in done)
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
                                        done_ranges(done))
+    if p.format == "parquet" and not sum(totals.values()):
+        _no_rows(p)  # before any work
     todo = sum(u.todo() or 0 for u in units) if p.format == "parquet" else None
     block = block_rows(cfg, todo)
     blocks = None if todo is None else -(-todo // block)
@@ -136,6 +139,8 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> Fill
                 bar.update(record.rows)
     records = done + new
     check_complete(p, records, totals)
+    if not sum(r.rows for r in records):
+        _no_rows(p)  # never an empty cache committed
     records, label_stats = scan_keys(p, records, cluster=not local)
     reused = sum(r.reused or 0 for r in new)
     by = {e.name: sum((r.encoded or {}).get(e.name, r.rows) for r in new)
@@ -150,6 +155,13 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False) -> Fill
     return FillResult(Cache(p.store, manifest), False, time.perf_counter() - start, encoded,
                       resumed_rows=resumed, reused_rows=reused, first_shard_seconds=first or 0.0,
                       encode_seconds=encode_s, pool=where, encoded_by=by)
+
+
+def _no_rows(p: Plan) -> None:
+    raise SourceError(
+        f"source {p.cfg.source.path!r} holds no rows (in {len(p.files)} file(s)): a cache of "
+        f"no rows would train nothing, so fill {p.cfg.name!r} commits none. Point "
+        "source.path at files that hold rows")
 
 
 def block_rows(cfg: FillConfig, todo: int | None) -> int:

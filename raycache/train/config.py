@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +13,7 @@ from raycache.core.config import AUTO, is_name, positive
 __all__ = ["FLAT", "GROUPS", "MONITOR_MODES", "PLACEMENTS", "TRAIN_PRECISIONS",
            "CheckpointConfig", "EvalConfig", "GroupsConfig", "LoopConfig", "LossConfig",
            "OptimConfig", "PairsConfig", "ResourcesConfig", "ScheduleConfig", "TrainConfig",
-           "regroup", "sweepable"]
+           "non_finite", "regroup", "sweepable"]
 
 PLACEMENTS = ("auto", "stream", "cpu", "gpu")
 TRAIN_PRECISIONS = ("float32", "bfloat16", "float16")
@@ -120,6 +121,11 @@ class OptimConfig:
         for name in ("grad_clip", "weight_decay"):
             if getattr(self, name) < 0:
                 out.append(f"{name}={getattr(self, name)}: must be >= 0 (0 turns it off)")
+        if not 0.0 <= self.momentum < 1.0:
+            out.append(f"momentum={self.momentum}: expected a value in [0, 1), e.g. 0.9")
+        elif self.nesterov and self.optimizer == "sgd" and self.momentum == 0:
+            out.append("nesterov=true needs momentum > 0 (got momentum=0); set momentum: 0.9, "
+                       "or nesterov: false")
         return out
 
 
@@ -354,7 +360,11 @@ class TrainConfig:
             out.append(f"embedding_dim={self.embedding_dim}: must be >= 1, e.g. 128")
         if self.select_mode not in MONITOR_MODES:
             out.append(f"select_mode={self.select_mode!r}: expected one of {MONITOR_MODES}")
-        return out
+        if not 0.0 <= self.dropout < 1.0:
+            out.append(f"dropout={self.dropout}: expected a value in [0, 1), e.g. 0.1")
+        if any(h < 1 for h in self.hidden):
+            out.append(f"hidden={self.hidden}: expected a list of layer widths >= 1, e.g. [256]")
+        return non_finite(self) + out
 
 
 GROUPS: dict[str, type] = {"loop": LoopConfig, "optim": OptimConfig,
@@ -366,6 +376,25 @@ FLAT: dict[str, tuple[str, str]] = {
     f.metadata.get("flat", f.name): (group, f.name)
     for group, cls in GROUPS.items() for f in dataclasses.fields(cls)}
 """Each grouped setting's flat (pre-group) key -> (its group, its name there)."""
+
+
+def non_finite(cfg: Any, where: str = "") -> list[str]:
+    """Every float setting of `cfg` (its groups' and lists' too) that is NaN or infinite: YAML's
+    .nan and .inf parse as floats, and would reach torch as they are."""
+    out = []
+    for f in dataclasses.fields(cfg):
+        value, name = getattr(cfg, f.name), f"{where}{f.name}"
+        if dataclasses.is_dataclass(value):
+            out += non_finite(value, f"{name}.")
+            continue
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            default = f.default if isinstance(f.default, float) else None
+            fix = (f"e.g. {default:g} (its default)" if default is not None
+                   else "or leave it out" if f.default is None else "")
+            out.append(f"{name}={value}: expected a finite number, not NaN or infinity; "
+                       f"give a finite value{', ' + fix if fix else ''}")
+    return out
 
 
 def regroup(data: dict[str, Any]) -> dict[str, Any]:

@@ -3,17 +3,36 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 BUCKETS = 10_000
+SURE = 64
+"""Rows expected on each side of a split above which neither side can be empty in practice
+(the chance is below e^-64): only smaller splits are counted key by key."""
 
 
 def validation_mask(keys: pa.Array | pa.ChunkedArray, fraction: float) -> pa.Array:
     """True for the rows held out for validation (about `fraction` of them)."""
     cut = int(fraction * BUCKETS)
     return pa.array([zlib.crc32(str(k).encode()) % BUCKETS < cut for k in keys.to_pylist()])
+
+
+def sides(rows: int, fraction: float, keys: Callable[[], pa.Array | pa.ChunkedArray]
+          ) -> tuple[int, int] | None:
+    """(training rows, validation rows) of a split of `rows` rows, counted from `keys` where
+    either side may come out empty; None where both surely hold rows (no keys read)."""
+    cut = int(fraction * BUCKETS)
+    if cut == 0:
+        return rows, 0
+    if cut >= BUCKETS:
+        return 0, rows
+    if min(rows * fraction, rows * (1 - fraction)) >= SURE:
+        return None
+    held = pc.sum(validation_mask(keys(), fraction)).as_py() or 0
+    return rows - held, held
 
 
 def split(table: pa.Table, key: str, fraction: float, validation: bool) -> pa.Table:
