@@ -13,12 +13,14 @@ from raycache.train.objectives.gather import lockstep
 from raycache.train.runspec import RunSpec
 from raycache.train.team import Parts, Team
 
-__all__ = ["SAVE_NOW", "SLOTS", "autocast", "epoch_metrics", "epoch_seed", "evaluate",
-           "train_epoch"]
+__all__ = ["FINITE", "SAVE_NOW", "SLOTS", "TRAIN_LOSS", "VAL_LOSS", "autocast", "epoch_metrics",
+           "epoch_seed", "evaluate", "train_epoch"]
 
-# Slots of the per-epoch sums all-reduced across workers (one row of them per head).
-TRAIN_LOSS, TRAIN_HIT, TRAIN_N, VAL_LOSS, VAL_HIT, VAL_N, SAVE_NOW = range(7)
-SLOTS = 7
+# Slots of the per-epoch sums all-reduced across workers (one row of them per head). FINITE
+# counts the batches before the training loss sum turned NaN or infinite (it never turns back):
+# the first bad batch, found with no sync in the loop.
+TRAIN_LOSS, TRAIN_HIT, TRAIN_N, VAL_LOSS, VAL_HIT, VAL_N, SAVE_NOW, FINITE = range(8)
+SLOTS = 8
 
 
 def autocast(parts: Parts) -> Any:
@@ -64,6 +66,7 @@ def train_epoch(team: Team, data: Any, seed: int, sums: torch.Tensor,
             sums[:, TRAIN_LOSS] += values.double() * len(y)
             sums[:, TRAIN_HIT] += hits
             sums[:, TRAIN_N] += len(y)
+            sums[:, FINITE] += sums[:, TRAIN_LOSS].isfinite()
             if last:
                 step(team)
     if micro % accum:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from raycache.cache.committed import Cache
 from raycache.cache.store import Store
-from raycache.errors import RaycacheError
+from raycache.errors import DivergedError, RaycacheError, StoreError
 from raycache.heads.specs import HEAD_CONFIG
 from raycache.train import checkpoint as ckpt
 from raycache.train.config import TrainConfig
@@ -105,7 +105,8 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
         RunConfig,
         ScalingConfig,
     )
-    from ray.train.torch import TorchTrainer
+
+    from raycache.train.failures import Trainer
 
     if spec.num_workers:
         resources = {"CPU": cpus_per_worker, **({"GPU": 1} if spec.use_gpu else {})}
@@ -116,7 +117,7 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
     # Ray records the loop config and run config (its train state API, export events, the
     # controller's arguments): DDP workers get the credentials through Ray's object store.
     store = spec.store.for_workers() if spec.num_workers else spec.store
-    return TorchTrainer(
+    return Trainer(
         _train_loop,
         train_loop_config={"spec": dataclasses.replace(spec, store=store)},
         scaling_config=scaling,
@@ -178,15 +179,10 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         if result.error is not None:
             raise result.error
     except Exception as exc:
-        write_record(store, spec.run_dir, base, "failed", error=f"{type(exc).__name__}: {exc}")
-        typed = next((e for e in getattr(exc, "worker_failures", {}).values()
-                      if isinstance(e, RaycacheError)), None)  # e.g. a worker's CorruptShard
-        if typed is not None:
-            raise typed from exc
-        if isinstance(exc, RaycacheError):
+        error = _failed(exc, spec, base)
+        if error is exc:
             raise
-        raise RaycacheError(f"training run {spec.run_name!r} failed: {exc}; it resumes from "
-                            "its last checkpoint when run again with the same config") from exc
+        raise error from exc
     if landing is not None:
         cache = landing.result().cache  # committed: the first epoch's validation waited for it
     out = _result(cache, spec, start, result.return_value or {})
@@ -197,6 +193,31 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     write_record(store, spec.run_dir, base, "finished", best=best,
                  metrics={k: v for k, v in out.metrics.items() if k != "placement"})
     return out
+
+
+def _failed(exc: Exception, spec: RunSpec, base: dict[str, Any]) -> RaycacheError:
+    """The error a failed run raises (a worker's raycache error as its own type), with the run
+    recorded as failed; what running it again does, said only where it is true."""
+    typed = next((e for e in getattr(exc, "worker_failures", {}).values()
+                  if isinstance(e, RaycacheError)), None)  # e.g. a worker's CorruptShard
+    error = typed or (exc if isinstance(exc, RaycacheError) else None)
+    store, again = spec.store, ""
+    try:
+        write_record(store, spec.run_dir, base, "failed", error=f"{type(exc).__name__}: {exc}",
+                     **({"resumable": False} if isinstance(error, DivergedError) else {}))
+        path = ckpt.latest(store, spec.run_dir)
+        again = (f"it resumes from its checkpoint {path.rsplit('/', 1)[-1]} when run again "
+                 "with the same config" if path else
+                 "it saved no checkpoint, so running it again starts over")
+    except Exception as store_exc:  # the store itself failed: say so, not "it resumes"
+        again = (f"the store {store.uri!r} failed too ({type(store_exc).__name__}: "
+                 f"{store_exc}); check that it is reachable and writable, then run again")
+    if type(error) is StoreError:  # the store failed under the run: what running again does
+        return StoreError(f"{error}; training run {spec.run_name!r}: {again}")
+    if error is not None:
+        return error
+    return RaycacheError(f"training run {spec.run_name!r} failed: {type(exc).__name__}: {exc}; "
+                         f"{again}")
 
 
 def _best(out: TrainResult, spec: RunSpec) -> float | None:
