@@ -244,6 +244,9 @@ class ResourcesConfig:
     """Where each worker keeps its share: stream (read every epoch), cpu, gpu, or auto."""
     prefetch_batches: int = 4
     """stream: batches read ahead of the training step."""
+    autoscaling: bool = False
+    """The cluster adds nodes on demand (KubeRay autoscaler): ask for the workers' resources
+    and wait for them, instead of refusing workers the cluster cannot hold now."""
 
     def problems(self) -> list[str]:
         out = positive(self, "prefetch_batches")

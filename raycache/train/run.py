@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from raycache.cache.committed import Cache
 from raycache.cache.store import Store
-from raycache.errors import DivergedError, RaycacheError, StoreError
+from raycache.errors import ConfigError, DivergedError, RaycacheError, StoreError
 from raycache.heads.specs import HEAD_CONFIG
 from raycache.train import checkpoint as ckpt
 from raycache.train.config import TrainConfig
 from raycache.train.metrics_log import read_sweep
 from raycache.train.plan import check, cluster, prepare
 from raycache.train.plan import load_config as load_train
+from raycache.train.resources import check_local
 from raycache.train.runs import read_record, runs_dir, write_record
 from raycache.train.runspec import RunSpec
 
@@ -164,6 +165,9 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
 
         cluster(cfg)
         check_store_for_cluster(cache.store)
+        _check_cluster(cfg, spec.num_workers)
+    else:
+        check_local(cfg.resources)
     if landing is not None:
         spec = landing.runspec(spec)
     store = spec.store
@@ -193,6 +197,21 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     write_record(store, spec.run_dir, base, "finished", best=best,
                  metrics={k: v for k, v in out.metrics.items() if k != "placement"})
     return out
+
+
+def _check_cluster(cfg: TrainConfig, workers: int) -> None:
+    """The workers against the cluster's nodes (asked of an autoscaling one), before Ray Train
+    starts: a ConfigError rather than a wait without end."""
+    from raycache.compute.pool import nodes
+    from raycache.train import resources
+
+    found = resources.problems(cfg.resources, workers, nodes())
+    if found:
+        raise ConfigError(found)
+    if cfg.resources.autoscaling:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(**resources.request(cfg.resources, workers))
 
 
 def _failed(exc: Exception, spec: RunSpec, base: dict[str, Any]) -> RaycacheError:
