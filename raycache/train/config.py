@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from raycache.cache.config import StoreConfig
-from raycache.core.config import AUTO, is_name, positive
+from raycache.core.config import AUTO, is_name, non_finite, positive
 
 __all__ = ["FLAT", "GROUPS", "MONITOR_MODES", "PLACEMENTS", "TRAIN_PRECISIONS",
            "CheckpointConfig", "EvalConfig", "GroupsConfig", "LoopConfig", "LossConfig",
            "OptimConfig", "PairsConfig", "ResourcesConfig", "ScheduleConfig", "TrainConfig",
-           "non_finite", "regroup", "sweepable"]
+           "regroup", "sweepable"]
 
 PLACEMENTS = ("auto", "stream", "cpu", "gpu")
 TRAIN_PRECISIONS = ("float32", "bfloat16", "float16")
@@ -379,25 +378,6 @@ FLAT: dict[str, tuple[str, str]] = {
     f.metadata.get("flat", f.name): (group, f.name)
     for group, cls in GROUPS.items() for f in dataclasses.fields(cls)}
 """Each grouped setting's flat (pre-group) key -> (its group, its name there)."""
-
-
-def non_finite(cfg: Any, where: str = "") -> list[str]:
-    """Every float setting of `cfg` (its groups' and lists' too) that is NaN or infinite: YAML's
-    .nan and .inf parse as floats, and would reach torch as they are."""
-    out = []
-    for f in dataclasses.fields(cfg):
-        value, name = getattr(cfg, f.name), f"{where}{f.name}"
-        if dataclasses.is_dataclass(value):
-            out += non_finite(value, f"{name}.")
-            continue
-        values = value if isinstance(value, list) else [value]
-        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-            default = f.default if isinstance(f.default, float) else None
-            fix = (f"e.g. {default:g} (its default)" if default is not None
-                   else "or leave it out" if f.default is None else "")
-            out.append(f"{name}={value}: expected a finite number, not NaN or infinity; "
-                       f"give a finite value{', ' + fix if fix else ''}")
-    return out
 
 
 def regroup(data: dict[str, Any]) -> dict[str, Any]:
