@@ -23,11 +23,14 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> str:
-    """A toy cache of 80 rows (3 classes) and one of a single class, filled in-process."""
+    """Toy caches of 80 rows, filled in-process: toy (3 classes), one (a single class), unique
+    (every row its own id) and sparse (ids far beyond 0..K-1)."""
     root = tmp_path_factory.mktemp("bad-input")
     table = separable(n=80)
-    for name, t in (("toy", table),
-                    ("one", table.set_column(2, "label", pa.array([1] * 80, pa.int64())))):
+    labels = {"one": [1] * 80, "unique": list(range(80)),
+              "sparse": [10**12 + i % 2 for i in range(80)]}
+    for name, t in (("toy", table), *((n, table.set_column(2, "label", pa.array(v, pa.int64())))
+                                      for n, v in labels.items())):
         (root / name).mkdir()
         pq.write_table(t, root / name / "a.parquet")
         raycache.fill(toy_fill(str(root / name), str(root / "store"), name=name,
@@ -69,6 +72,20 @@ def test_a_label_of_one_class_is_refused(store):
     for objective in ("classification", "groups"):
         with pytest.raises(ConfigError, match=r"holds one (class|group) id only \(\[1\]\)"):
             raycache.train(train_cfg(store, cache="one", objective=objective))
+
+
+def test_labels_that_cannot_train_a_head_are_refused(store):
+    with pytest.raises(ConfigError, match="no group holds two rows"):
+        raycache.train(train_cfg(store, cache="unique", objective="groups"))
+    with pytest.raises(ConfigError, match=r"holds ids up to 1000000000001 over 80 rows"):
+        raycache.train(train_cfg(store, cache="sparse"))  # not an 8 TB bincount
+    with pytest.raises(ConfigError, match="every class the label 'label' holds weighs 0"):
+        raycache.train(train_cfg(store, loss={"class_weights": [0.0, 0.0, 0.0]}))
+
+
+def test_a_monitor_that_is_no_metric_is_a_config_error(store):
+    with pytest.raises(ConfigError, match=r"evaluation.monitor='val_acc1' is not a metric"):
+        raycache.train(train_cfg(store, evaluation={"monitor": "val_acc1"}, epochs=1))
 
 
 @pytest.mark.parametrize(("fraction", "empty"), [(0.0001, "validation"), (0.00005, "validation"),

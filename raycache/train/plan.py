@@ -171,6 +171,11 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
     if low is None or low < 0:
         raise ConfigError([f"label column {label!r}: smallest class id is {low}; expected >= 0"])
     if "counts" not in stats:
+        if column is None and stats["max"] >= max(10 * m.rows, 2**20):  # a bincount that big
+            raise ConfigError([
+                f"label column {label!r} holds ids up to {stats['max']} over {m.rows} rows; "
+                f"objective {cfg.objective!r} needs ids 0..K-1, and would build a head of "
+                f"{stats['max'] + 1} outputs. Map the labels to 0..K-1 and fill again"])
         stats = _label_stats(cache, label, column)
     counts = np.asarray(stats["counts"], dtype=np.int64)
     if np.count_nonzero(counts) < 2:
@@ -181,10 +186,18 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
             f"2 (a head of one {ids} learns nothing, yet scores an accuracy of 1.0). Fill the "
             f"cache from rows of two or more {ids}{'es' if ids == 'class' else 's'}, or name "
             "another label column with `label:`"])
-    high = len(counts) - 1
-    if isinstance(cfg.loss.class_weights, list) and len(cfg.loss.class_weights) != len(counts):
-        raise ConfigError([f"class_weights has {len(cfg.loss.class_weights)} values; the label "
+    if family.labels == "groups" and counts.max() < 2:
+        raise ConfigError([f"label column {label!r}: no group holds two rows, so no row is "
+                           f"similar to another and objective {cfg.objective!r} has nothing to "
+                           "learn. Name a label column whose groups repeat with `label:`"])
+    high, weights = len(counts) - 1, cfg.loss.class_weights
+    if isinstance(weights, list) and len(weights) != len(counts):
+        raise ConfigError([f"class_weights has {len(weights)} values; the label "
                            f"{label!r} has {len(counts)} classes (0..{high}): give one each"])
+    if isinstance(weights, list) and not any(w for w, n in zip(weights, counts, strict=True)
+                                             if n):
+        raise ConfigError([f"loss.class_weights={weights}: every class the label {label!r} "
+                           "holds weighs 0, so the loss is 0/0 (NaN); give them weights > 0"])
     return label, counts
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Callable
 
@@ -9,9 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 BUCKETS = 10_000
-SURE = 64
-"""Rows expected on each side of a split above which neither side can be empty in practice
-(the chance is below e^-64): only smaller splits are counted key by key."""
+SURE = 20.0
+"""-log of the chance that a split leaves one side empty, above which it is not counted key
+by key (below e^-20, 2e-9): (1 - f)^rows for the smaller side's fraction f."""
 
 
 def validation_mask(keys: pa.Array | pa.ChunkedArray, fraction: float) -> pa.Array:
@@ -29,7 +30,7 @@ def sides(rows: int, fraction: float, keys: Callable[[], pa.Array | pa.ChunkedAr
         return rows, 0
     if cut >= BUCKETS:
         return 0, rows
-    if min(rows * fraction, rows * (1 - fraction)) >= SURE:
+    if -rows * math.log1p(-min(fraction, 1 - fraction)) >= SURE:
         return None
     held = pc.sum(validation_mask(keys(), fraction)).as_py() or 0
     return rows - held, held
