@@ -13,7 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.errors import ConfigError, CorruptShard, DivergedError, SourceError
+from raycache.errors import (
+    ConfigError,
+    CorruptShard,
+    DivergedError,
+    RaycacheError,
+    SourceError,
+)
 from raycache.train.plan import load_config
 from raycache.train.runs import list_runs
 from tests.conftest import separable, toy_fill
@@ -130,6 +136,14 @@ def test_a_diverging_loss_stops_the_run_naming_epoch_and_step(store):
     assert not list(Path(store).glob("toy/*/runs/diverges/checkpoint_*"))
     record = json.loads(next(Path(store).glob("toy/*/runs/diverges/run.json")).read_text())
     assert record["resumable"] is False
+
+
+def test_a_failed_run_says_what_running_it_again_does(store):
+    """Not "it resumes from its last checkpoint" where it saved none."""
+    with pytest.raises(RaycacheError, match="saved no checkpoint, so running it again starts "
+                                            "over") as err:
+        raycache.train(train_cfg(store, head="toy_heads:failing_linear"))
+    assert "RuntimeError: toy: the head's forward pass failed" in str(err.value)
 
 
 def test_nan_embeddings_stop_the_run_at_the_batch_that_holds_them(tmp_path):

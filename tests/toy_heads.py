@@ -111,3 +111,14 @@ def corrupt_linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float
         f.write(f"{os.getpid()}\n")
     raise CorruptShard("toy shard-00000.parquet: 12 bytes, expected 34 (sha256 differs); "
                        "run `raycache repair`", uri="toy/shard-00000.parquet")
+
+
+class _Fails(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("toy: the head's forward pass failed")
+
+
+def failing_linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float
+                   ) -> torch.nn.Module:
+    """A head whose first forward pass raises a plain RuntimeError (no raycache type)."""
+    return torch.nn.Sequential(torch.nn.Linear(in_dim, out_dim), _Fails())

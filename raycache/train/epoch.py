@@ -48,7 +48,8 @@ def train_epoch(team: Team, data: Any, seed: int, sums: torch.Tensor,
     accum = r.optim.grad_accum
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     join = model.join() if ddp else contextlib.nullcontext()
-    micro = 0
+    micro = rows = 0
+    loss_sum, finite = sums[:, TRAIN_LOSS], sums[:, FINITE]  # views, taken once
     batches = data.batches(r.loop.batch_size, seed=seed, then=then)
     if any(p.objective.gathers for p in team.members):
         batches = lockstep(batches, lead.device)  # every worker at every gathering step
@@ -63,12 +64,13 @@ def train_epoch(team: Team, data: Any, seed: int, sums: torch.Tensor,
                     outs = team.forward(x, training=True)
                 total, values, hits = losses(team, outs, y)
                 lead.scaler.scale(total / accum).backward()
-            sums[:, TRAIN_LOSS] += values.double() * len(y)
+            loss_sum += values.double() * len(y)
             sums[:, TRAIN_HIT] += hits
-            sums[:, TRAIN_N] += len(y)
-            sums[:, FINITE] += sums[:, TRAIN_LOSS].isfinite()
+            finite += loss_sum.isfinite()  # no sync: read once, after the epoch
+            rows += len(y)
             if last:
                 step(team)
+    sums[:, TRAIN_N] += rows
     if micro % accum:
         step(team)  # the epoch's last, partial accumulation
 
