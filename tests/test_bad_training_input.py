@@ -213,5 +213,7 @@ def test_a_deterministic_worker_error_under_ddp_is_not_retried(ray_session, stor
     with pytest.raises(CorruptShard, match="raycache repair"):
         raycache.train(train_cfg(store, num_workers=2, head="toy_heads:corrupt_linear",
                                  max_failures=3))
-    assert len(builds.read_text().splitlines()) == 2  # one attempt of 2 workers, not 4
+    # one attempt: each of its 2 workers built the head once at most (the first to fail may
+    # stop the other first); every restart would have built it again (4 attempts, >= 4)
+    assert 1 <= len(builds.read_text().splitlines()) <= 2
     builds.unlink()
