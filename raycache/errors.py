@@ -59,6 +59,11 @@ class CorruptCache(StoreError):
         return type(self), (str(self), self.uri, self.cache)
 
 
+class DivergedError(RaycacheError):
+    """A training or validation loss became NaN or infinite; the run stopped before saving that
+    epoch. Running the same config again repeats it: the fix is in the config or the data."""
+
+
 class FillFailed(RaycacheError):
     """A fill that training was reading as it ran (pipeline overlap) stopped with an error; its
     written shards are kept, so running it again resumes."""

@@ -79,7 +79,7 @@ def run_spec(tmp_path, head="linear", normalize=False, out_dim=16, **over) -> Ru
 def fit(spec: RunSpec, epochs: int) -> tuple[list[float], dict, dict]:
     """(train loss per epoch, validation metrics before training, after training)."""
     from raycache.train.assemble import build_parts
-    from raycache.train.epoch import evaluate, train_epoch
+    from raycache.train.epoch import SLOTS, evaluate, train_epoch
     from raycache.train.team import Team
 
     torch.manual_seed(0)
@@ -87,11 +87,11 @@ def fit(spec: RunSpec, epochs: int) -> tuple[list[float], dict, dict]:
     train, val = Holder(*hidden_groups(600, 1)), Holder(*hidden_groups(300, 2))
 
     def validate():
-        return evaluate(Team.of(parts), val, torch.zeros(7, dtype=torch.float64))[0].compute()
+        return evaluate(Team.of(parts), val, torch.zeros(SLOTS, dtype=torch.float64))[0].compute()
 
     before, losses = validate(), []
     for epoch in range(epochs):
-        sums = torch.zeros(7, dtype=torch.float64)
+        sums = torch.zeros(SLOTS, dtype=torch.float64)
         train_epoch(Team.of(parts), train, seed=epoch, sums=sums)
         losses.append(float(sums[0] / sums[2]))
     return losses, before, validate()
@@ -193,7 +193,7 @@ def test_retrieval_metrics_match_a_brute_force_computation_and_torchmetrics():
 
 def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
     from raycache.train.assemble import build_parts
-    from raycache.train.epoch import evaluate, train_epoch
+    from raycache.train.epoch import SLOTS, evaluate, train_epoch
     from raycache.train.team import Team
 
     spec = run_spec(tmp_path, objective="classification", out_dim=GROUPS, lr=0.05)
@@ -203,8 +203,8 @@ def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
     parts = build_parts(spec, torch.device("cpu"), 600)
     for epoch in range(5):
         train_epoch(Team.of(parts), Holder(*hidden_groups(600, 1)), epoch,
-                    torch.zeros(7, dtype=torch.float64))
-    sums = torch.zeros(7, dtype=torch.float64)
+                    torch.zeros(SLOTS, dtype=torch.float64))
+    sums = torch.zeros(SLOTS, dtype=torch.float64)
     found = evaluate(Team.of(parts), Holder(*hidden_groups(300, 2)), sums)[0].compute()
     acc = float(sums[4] / sums[5])
     assert set(found) == {"val_f1", "val_top5_acc"}

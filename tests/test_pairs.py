@@ -103,7 +103,7 @@ LEARNERS = [  # (pairs settings, table, the metric that must rise above 0.7, lr)
 def test_each_pair_loss_learns_what_a_random_projection_misses(tmp_path, pairs, target, metric,
                                                                lr):
     from raycache.train.assemble import build_parts
-    from raycache.train.epoch import evaluate, train_epoch
+    from raycache.train.epoch import SLOTS, evaluate, train_epoch
     from raycache.train.team import Team
 
     torch.manual_seed(0)
@@ -112,11 +112,11 @@ def test_each_pair_loss_learns_what_a_random_projection_misses(tmp_path, pairs, 
     val = pair_share(300, 600, 2, "positive" if target == "positive" else "label")
 
     def validate():
-        return evaluate(Team.of(parts), val, torch.zeros(7, dtype=torch.float64))[0].compute()
+        return evaluate(Team.of(parts), val, torch.zeros(SLOTS, dtype=torch.float64))[0].compute()
 
     before, losses = validate(), []
     for epoch in range(8):
-        sums = torch.zeros(7, dtype=torch.float64)
+        sums = torch.zeros(SLOTS, dtype=torch.float64)
         train_epoch(Team.of(parts), train, seed=epoch, sums=sums)
         losses.append(float(sums[0] / sums[2]))
     after = validate()

@@ -91,3 +91,34 @@ def seeing_linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float
                   ) -> torch.nn.Module:
     """A linear head that appends every input batch to SEEN (local-mode runs only)."""
     return torch.nn.Sequential(See(), torch.nn.Linear(in_dim, out_dim))
+
+
+BUILDS = "raycache-toy-corrupt-head-{uid}.log"
+"""In the temp folder: one line per corrupt_linear built (on every worker of every attempt)."""
+
+
+def corrupt_linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float
+                   ) -> torch.nn.Module:
+    """A head whose building fails as a worker's read of a damaged shard does (CorruptShard):
+    an error that every restart of the worker group would repeat."""
+    import os
+    import tempfile
+
+    from raycache.errors import CorruptShard
+
+    path = os.path.join(tempfile.gettempdir(), BUILDS.format(uid=os.getuid()))
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    raise CorruptShard("toy shard-00000.parquet: 12 bytes, expected 34 (sha256 differs); "
+                       "run `raycache repair`", uri="toy/shard-00000.parquet")
+
+
+class _Fails(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("toy: the head's forward pass failed")
+
+
+def failing_linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float
+                   ) -> torch.nn.Module:
+    """A head whose first forward pass raises a plain RuntimeError (no raycache type)."""
+    return torch.nn.Sequential(torch.nn.Linear(in_dim, out_dim), _Fails())

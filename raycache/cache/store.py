@@ -192,7 +192,8 @@ class Store:
             raise StoreError(
                 f"store {self.uri!r}: writing {self.url(path)!r} failed ({type(exc).__name__}: "
                 f"{exc}); check that the store is reachable and writable, then run again (a "
-                "fill resumes where it stopped)"
+                "fill resumes where it stopped; a training run, from its last checkpoint if it "
+                "saved one)"
             ) from exc
 
     @staticmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -13,7 +14,7 @@ import yaml
 
 from raycache.errors import ConfigError
 
-__all__ = ["AUTO", "is_name", "load", "parse_value", "positive", "positive_or_auto",
+__all__ = ["AUTO", "is_name", "load", "non_finite", "parse_value", "positive", "positive_or_auto",
            "read_yaml"]
 
 AUTO = "auto"
@@ -29,6 +30,25 @@ def positive_or_auto(cfg: Any, *names: str) -> list[str]:
         v = getattr(cfg, n)
         if v != AUTO and (isinstance(v, str) or v < 1):
             out.append(f"{n}={v!r}: expected a whole number >= 1, or 'auto'")
+    return out
+
+
+def non_finite(cfg: Any, where: str = "") -> list[str]:
+    """Every float setting of the config `cfg` (its nested configs' and lists' too) that is
+    NaN or infinite: YAML's .nan and .inf parse as floats, and would reach a library as is."""
+    out = []
+    for f in dataclasses.fields(cfg):
+        value, name = getattr(cfg, f.name), f"{where}{f.name}"
+        if dataclasses.is_dataclass(value):
+            out += non_finite(value, f"{name}.")
+            continue
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            default = f.default if isinstance(f.default, float) else None
+            fix = (f"e.g. {default:g} (its default)" if default is not None
+                   else "or leave it out" if f.default is None else "")
+            out.append(f"{name}={value}: expected a finite number, not NaN or infinity; "
+                       f"give a finite value{', ' + fix if fix else ''}")
     return out
 
 

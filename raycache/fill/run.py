@@ -167,6 +167,8 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
     resumed = sum(r.rows for r in done)
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
                                        done_ranges(done), cfg.source.key)
+    if not sum(totals.values()):
+        _no_rows(p)  # before any work
     todo = sum(u.todo() or 0 for u in units)
     block = block_rows(cfg, todo)
     blocks = None if todo is None else -(-todo // block)
@@ -191,11 +193,7 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
     records = done + new
     check_complete(p, records, totals)
     if not sum(r.rows for r in records):
-        raise SourceError(
-            f"source {cfg.source.path!r} holds no rows (its files: "
-            f"{[f.uri for f in p.files][:5]}); no cache was committed. Point source.path at "
-            "files with rows"
-        )
+        _no_rows(p)  # never an empty cache committed
     try:
         records, label_stats = scan_keys(p, records, cluster=not local)
     except FileNotFoundError:  # another fill of this cache committed, its rewrites replacing
@@ -220,6 +218,13 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
                       resumed_rows=resumed, reused_rows=reused, first_shard_seconds=first or 0.0,
                       encode_seconds=encode_s, pool=where, encoded_by=by, repair=replace,
                       startup_seconds=began - start_wall if began else 0.0)
+
+
+def _no_rows(p: Plan) -> None:
+    raise SourceError(
+        f"source {p.cfg.source.path!r} holds no rows (in {len(p.files)} file(s)): a cache of "
+        f"no rows would train nothing, so fill {p.cfg.name!r} commits none. Point "
+        "source.path at files that hold rows")
 
 
 def block_rows(cfg: FillConfig, todo: int | None) -> int:

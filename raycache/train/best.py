@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from raycache.errors import ConfigError
 from raycache.train.team import Parts, Progress, Team
 
 __all__ = ["end_sweep_epoch", "saved_epoch", "score", "sweep_rows", "track_best"]
@@ -14,8 +15,9 @@ def track_best(parts: Parts, progress: Progress, metrics: dict[str, Any]) -> Non
     r = parts.spec.recipe
     value = metrics.get(r.evaluation.monitor)
     if value is None:
-        raise RuntimeError(f"monitor={r.evaluation.monitor!r} is not a metric; expected one of "
-                           f"{sorted(k for k in metrics if k != 'placement')}")
+        raise ConfigError([f"evaluation.monitor={r.evaluation.monitor!r} is not a metric of "
+                           f"objective {r.objective!r}; expected one of "
+                           f"{sorted(k for k in metrics if k != 'placement')}"])
     if progress.best is None or r.better(value, progress.best):
         progress.best, progress.best_epoch, progress.bad_epochs = value, metrics["epoch"], 0
         parts.best_weights = {k: v.detach().cpu().clone()
@@ -39,8 +41,8 @@ def score(team: Team, i: int) -> float:
     """Member i's value of the select metric, at the epoch whose weights it saves."""
     spec, metrics = team.spec, saved_epoch(team.members[i], team.progress[i])
     if spec.select not in metrics:
-        raise RuntimeError(f"select={spec.select!r} is not a metric; expected one of "
-                           f"{sorted(k for k in metrics if k != 'placement')}")
+        raise ConfigError([f"select={spec.select!r} is not a metric; expected one of "
+                           f"{sorted(k for k in metrics if k != 'placement')}"])
     return metrics[spec.select]
 
 

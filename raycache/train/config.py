@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raycache.cache.config import StoreConfig
-from raycache.core.config import AUTO, is_name, positive
+from raycache.core.config import AUTO, is_name, non_finite, positive
 
 __all__ = ["FLAT", "GROUPS", "MONITOR_MODES", "PLACEMENTS", "TRAIN_PRECISIONS",
            "CheckpointConfig", "EvalConfig", "GroupsConfig", "LoopConfig", "LossConfig",
@@ -120,6 +120,11 @@ class OptimConfig:
         for name in ("grad_clip", "weight_decay"):
             if getattr(self, name) < 0:
                 out.append(f"{name}={getattr(self, name)}: must be >= 0 (0 turns it off)")
+        if not 0.0 <= self.momentum < 1.0:
+            out.append(f"momentum={self.momentum}: expected a value in [0, 1), e.g. 0.9")
+        elif self.nesterov and self.optimizer == "sgd" and self.momentum == 0:
+            out.append("nesterov=true needs momentum > 0 (got momentum=0); set momentum: 0.9, "
+                       "or nesterov: false")
         return out
 
 
@@ -238,6 +243,9 @@ class ResourcesConfig:
     """Where each worker keeps its share: stream (read every epoch), cpu, gpu, or auto."""
     prefetch_batches: int = 4
     """stream: batches read ahead of the training step."""
+    autoscaling: bool = False
+    """The cluster adds nodes on demand (KubeRay autoscaler): ask for the workers' resources
+    and wait for them, instead of refusing workers the cluster cannot hold now."""
 
     def problems(self) -> list[str]:
         out = positive(self, "prefetch_batches")
@@ -354,7 +362,11 @@ class TrainConfig:
             out.append(f"embedding_dim={self.embedding_dim}: must be >= 1, e.g. 128")
         if self.select_mode not in MONITOR_MODES:
             out.append(f"select_mode={self.select_mode!r}: expected one of {MONITOR_MODES}")
-        return out
+        if not 0.0 <= self.dropout < 1.0:
+            out.append(f"dropout={self.dropout}: expected a value in [0, 1), e.g. 0.1")
+        if any(h < 1 for h in self.hidden):
+            out.append(f"hidden={self.hidden}: expected a list of layer widths >= 1, e.g. [256]")
+        return non_finite(self) + out
 
 
 GROUPS: dict[str, type] = {"loop": LoopConfig, "optim": OptimConfig,

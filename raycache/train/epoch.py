@@ -13,12 +13,14 @@ from raycache.train.objectives.gather import lockstep
 from raycache.train.runspec import RunSpec
 from raycache.train.team import Parts, Team
 
-__all__ = ["SAVE_NOW", "SLOTS", "autocast", "epoch_metrics", "epoch_seed", "evaluate",
-           "train_epoch"]
+__all__ = ["FINITE", "SAVE_NOW", "SLOTS", "TRAIN_LOSS", "VAL_LOSS", "autocast", "epoch_metrics",
+           "epoch_seed", "evaluate", "train_epoch"]
 
-# Slots of the per-epoch sums all-reduced across workers (one row of them per head).
-TRAIN_LOSS, TRAIN_HIT, TRAIN_N, VAL_LOSS, VAL_HIT, VAL_N, SAVE_NOW = range(7)
-SLOTS = 7
+# Slots of the per-epoch sums all-reduced across workers (one row of them per head). FINITE
+# counts the batches before the training loss sum turned NaN or infinite (it never turns back):
+# the first bad batch, found with no sync in the loop.
+TRAIN_LOSS, TRAIN_HIT, TRAIN_N, VAL_LOSS, VAL_HIT, VAL_N, SAVE_NOW, FINITE = range(8)
+SLOTS = 8
 
 
 def autocast(parts: Parts) -> Any:
@@ -46,7 +48,8 @@ def train_epoch(team: Team, data: Any, seed: int, sums: torch.Tensor,
     accum = r.optim.grad_accum
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     join = model.join() if ddp else contextlib.nullcontext()
-    micro = 0
+    micro = rows = 0
+    loss_sum, finite = sums[:, TRAIN_LOSS], sums[:, FINITE]  # views, taken once
     batches = data.batches(r.loop.batch_size, seed=seed, then=then)
     if any(p.objective.gathers for p in team.members):
         batches = lockstep(batches, lead.device)  # every worker at every gathering step
@@ -61,11 +64,13 @@ def train_epoch(team: Team, data: Any, seed: int, sums: torch.Tensor,
                     outs = team.forward(x, training=True)
                 total, values, hits = losses(team, outs, y)
                 lead.scaler.scale(total / accum).backward()
-            sums[:, TRAIN_LOSS] += values.double() * len(y)
+            loss_sum += values.double() * len(y)
             sums[:, TRAIN_HIT] += hits
-            sums[:, TRAIN_N] += len(y)
+            finite += loss_sum.isfinite()  # no sync: read once, after the epoch
+            rows += len(y)
             if last:
                 step(team)
+    sums[:, TRAIN_N] += rows
     if micro % accum:
         step(team)  # the epoch's last, partial accumulation
 

@@ -16,7 +16,17 @@ import torch.distributed as dist
 from raycache.train.assemble import build_team, holders, wrap
 from raycache.train.best import end_sweep_epoch, sweep_rows, track_best
 from raycache.train.console import epoch_text, quiet_ray_train, say
-from raycache.train.epoch import SAVE_NOW, SLOTS, epoch_metrics, epoch_seed, evaluate, train_epoch
+from raycache.train.diverged import check_finite
+from raycache.train.epoch import (
+    FINITE,
+    SAVE_NOW,
+    SLOTS,
+    TRAIN_LOSS,
+    epoch_metrics,
+    epoch_seed,
+    evaluate,
+    train_epoch,
+)
 from raycache.train.metrics_log import write_artifacts
 from raycache.train.runspec import RunSpec
 from raycache.train.state import restore, save
@@ -44,18 +54,22 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
         torch.manual_seed(epoch_seed(spec, epoch, rank))
         sums = torch.zeros(len(team.members), SLOTS, dtype=torch.float64, device=device)
         then = epoch_seed(spec, epoch + 1, rank) if epoch + 1 < epochs else None
+        steps_before = team.members[0].schedule.step_no
         train_epoch(team, train_data, epoch_seed(spec, epoch, rank), sums, then)
         evaluators = evaluate(team, val_data, sums)
         if team.stack is not None:
             team.stack.pull()  # each member's head, for its best weights and checkpoint
-        # collectives, on every worker
-        extras = (evaluators[0].compute_each() if team.stack is not None
-                  else [e.compute() for e in evaluators])
         due = spec.checkpoint_seconds and time.monotonic() - last_save >= spec.checkpoint_seconds
         sums[0, SAVE_NOW] = float(rank == 0 and bool(due))
+        local = sums[:, [TRAIN_LOSS, FINITE]].cpu()  # this worker's, for where it diverged
+        # collectives, on every worker, in the same order
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(sums)
-        record(team, epoch, sums.tolist(), extras, time.perf_counter() - t0,
+        total = sums.tolist()
+        check_finite(team, epoch, total, local, steps_before, rank)
+        extras = (evaluators[0].compute_each() if team.stack is not None
+                  else [e.compute() for e in evaluators])
+        record(team, epoch, total, extras, time.perf_counter() - t0,
                time.monotonic() - started)
         if rank == 0 and spec.progress:
             say(progress_line(team, (time.monotonic() - started) / (team.run.epoch - first)))

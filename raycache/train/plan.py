@@ -73,6 +73,9 @@ def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
     `column` reads a label column from its source); the head's spec and the class counts."""
     cache = cache or open_cache(cfg.cache, store, cfg.fingerprint)
     m = cache.manifest
+    if column is None and not m.rows:
+        raise ConfigError([f"cache {m.name}/{m.fingerprint[:12]} holds no rows: nothing to train "
+                           "on. Fill it again from a source that has rows"])
     problems = []
     have = [e.name for e in m.encoders]
     encoders = cfg.encoders or have
@@ -87,6 +90,8 @@ def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
         label, counts, names = "", np.zeros(0, dtype=np.int64), ()
     else:
         label, counts, names = class_counts(cfg, cache, problems, column)
+    if family.holders is None:  # the objective trains on the cache's rows, split by key
+        split_problems(cfg, cache, column)
     classes = len(counts)
     saved = m.extra.get("encoder_configs", {})
     trainable = trainable_encoders(cfg, cache, encoders)
@@ -187,13 +192,57 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
             raise ConfigError([f"label column {label!r}: smallest class id is {low}; expected "
                                ">= 0"])
         if "counts" not in stats:
+            if column is None and stats["max"] >= max(10 * m.rows, 2**20):  # a bincount that big
+                raise ConfigError([
+                    f"label column {label!r} holds ids up to {stats['max']} over {m.rows} rows; "
+                    f"objective {cfg.objective!r} needs ids 0..K-1, and would build a head of "
+                    f"{stats['max'] + 1} outputs. Map the labels to 0..K-1 and fill again"])
             stats = _label_stats(cache, label, column)
     counts = np.asarray(stats["counts"], dtype=np.int64)
-    high = len(counts) - 1
-    if isinstance(cfg.loss.class_weights, list) and len(cfg.loss.class_weights) != len(counts):
-        raise ConfigError([f"class_weights has {len(cfg.loss.class_weights)} values; the label "
+    if np.count_nonzero(counts) < 2:
+        ids = "group" if family.labels == "groups" else "class"
+        raise ConfigError([
+            f"label column {label!r} holds one {ids} id only "
+            f"({np.flatnonzero(counts).tolist()}); objective {cfg.objective!r} needs at least "
+            f"2 (a head of one {ids} learns nothing, yet scores an accuracy of 1.0). Fill the "
+            f"cache from rows of two or more {ids}{'es' if ids == 'class' else 's'}, or name "
+            "another label column with `label:`"])
+    if family.labels == "groups" and counts.max() < 2:
+        raise ConfigError([f"label column {label!r}: no group holds two rows, so no row is "
+                           f"similar to another and objective {cfg.objective!r} has nothing to "
+                           "learn. Name a label column whose groups repeat with `label:`"])
+    high, weights = len(counts) - 1, cfg.loss.class_weights
+    if isinstance(weights, list) and len(weights) != len(counts):
+        raise ConfigError([f"class_weights has {len(weights)} values; the label "
                            f"{label!r} has {len(counts)} classes (0..{high}): give one each"])
+    if isinstance(weights, list) and not any(w for w, n in zip(weights, counts, strict=True)
+                                             if n):
+        raise ConfigError([f"loss.class_weights={weights}: every class the label {label!r} "
+                           "holds weighs 0, so the loss is 0/0 (NaN); give them weights > 0"])
     return label, counts, classes
+
+
+def split_problems(cfg: TrainConfig, cache: Cache,
+                   column: Callable[[str], Any] | None = None) -> None:
+    """A ConfigError where evaluation.val_fraction leaves no training or no validation rows
+    (the split is by a hash of each key, so small caches are counted key by key)."""
+    from raycache.train.data.split import sides
+
+    key, fraction = cache.manifest.key_column, cfg.evaluation.val_fraction
+    def keys() -> Any:
+        return column(key) if column else cache.read_table([key], verify=False).column(key)
+    rows = cache.manifest.rows if column is None else len(keys())
+    found = sides(rows, fraction, keys)
+    if found is None or all(found):
+        return
+    train, held = found
+    side = "validation" if not held else "training"
+    fix = "raise it, e.g. 0.2" if not held else "lower it, e.g. 0.2"
+    raise ConfigError([
+        f"evaluation.val_fraction={fraction}: leaves {train} of the {rows} rows of cache "
+        f"{cache.name} for training and {held} for validation (split by a hash of each key); "
+        f"with no {side} rows a run reports {side} metrics of 0 and picks them as best. "
+        f"{fix.capitalize()}, or fill more rows"])
 
 
 def _label_stats(cache: Cache, label: str, column: Callable[[str], Any] | None = None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from raycache.cache.committed import Cache
 from raycache.cache.store import Store
-from raycache.errors import RaycacheError
+from raycache.errors import ConfigError, DivergedError, RaycacheError, StoreError
 from raycache.heads.specs import HEAD_CONFIG
 from raycache.train import checkpoint as ckpt
 from raycache.train.config import TrainConfig
@@ -18,6 +18,7 @@ from raycache.train.console import number, settings_text
 from raycache.train.metrics_log import read_sweep
 from raycache.train.plan import check, cluster, prepare
 from raycache.train.plan import load_config as load_train
+from raycache.train.resources import check_local
 from raycache.train.runs import read_record, runs_dir, write_record
 from raycache.train.runspec import RunSpec
 
@@ -157,7 +158,8 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
         RunConfig,
         ScalingConfig,
     )
-    from ray.train.torch import TorchTrainer
+
+    from raycache.train.failures import Trainer
 
     if spec.num_workers:
         resources = {"CPU": cpus_per_worker, **({"GPU": 1} if spec.use_gpu else {})}
@@ -168,7 +170,7 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
     # Ray records the loop config and run config (its train state API, export events, the
     # controller's arguments): DDP workers get the credentials through Ray's object store.
     store = spec.store.for_workers() if spec.num_workers else spec.store
-    return TorchTrainer(
+    return Trainer(
         _train_loop,
         train_loop_config={"spec": dataclasses.replace(spec, store=store)},
         scaling_config=scaling,
@@ -221,6 +223,9 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
 
         cluster(cfg)
         check_store_for_cluster(cache.store)
+        _check_cluster(cfg, spec.num_workers)
+    else:
+        check_local(cfg.resources)
     if landing is not None:
         spec = landing.runspec(spec)
     store = spec.store
@@ -238,15 +243,10 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         if result.error is not None:
             raise result.error
     except Exception as exc:
-        write_record(store, spec.run_dir, base, "failed", error=f"{type(exc).__name__}: {exc}")
-        typed = next((e for e in getattr(exc, "worker_failures", {}).values()
-                      if isinstance(e, RaycacheError)), None)  # e.g. a worker's CorruptShard
-        if typed is not None:
-            raise typed from exc
-        if isinstance(exc, RaycacheError):
+        error = _failed(exc, spec, base)
+        if error is exc:
             raise
-        raise RaycacheError(f"training run {spec.run_name!r} failed: {exc}; it resumes from "
-                            "its last checkpoint when run again with the same config") from exc
+        raise error from exc
     if landing is not None:
         cache = landing.result().cache  # committed: the first epoch's validation waited for it
     out = _result(cache, spec, start, result.return_value or {}, first_epoch=first_epoch)
@@ -265,6 +265,54 @@ def _epochs_done(store: Store, run_dir: str) -> int:
     if path is None:
         return 0
     return int(path.rsplit("/", 1)[-1].removeprefix(ckpt.PREFIX) or 0)
+
+
+def _check_cluster(cfg: TrainConfig, workers: int) -> None:
+    """The workers against the cluster's nodes (asked of an autoscaling one), before Ray Train
+    starts: a ConfigError rather than a wait without end."""
+    from raycache.compute.pool import nodes
+    from raycache.train import resources
+
+    found = resources.problems(cfg.resources, workers, nodes())
+    if found:
+        raise ConfigError(found)
+    if cfg.resources.autoscaling:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(**resources.request(cfg.resources, workers))
+
+
+def _failed(exc: Exception, spec: RunSpec, base: dict[str, Any]) -> RaycacheError:
+    """The error a failed run raises (a worker's raycache error as its own type), with the run
+    recorded as failed; what running it again does, said only where it is true."""
+    typed = next((e for e in getattr(exc, "worker_failures", {}).values()
+                  if isinstance(e, RaycacheError)), None)  # e.g. a worker's CorruptShard
+    error = typed or (exc if isinstance(exc, RaycacheError) else None)
+    store, again = spec.store, ""
+    try:
+        write_record(store, spec.run_dir, base, "failed", error=f"{type(exc).__name__}: {exc}",
+                     **({"resumable": False} if isinstance(error, DivergedError) else {}))
+        path = ckpt.latest(store, spec.run_dir)
+        again = (f"it resumes from its checkpoint {path.rsplit('/', 1)[-1]} when run again "
+                 "with the same config" if path else
+                 "it saved no checkpoint, so running it again starts over")
+    except Exception as store_exc:  # the store itself failed: say so, not "it resumes"
+        again = (f"the store {store.uri!r} failed too ({type(store_exc).__name__}: "
+                 f"{store_exc}); check that it is reachable and writable, then run again")
+    if type(error) is StoreError:  # the store failed under the run: what running again does
+        return StoreError(f"{error}; training run {spec.run_name!r}: {again}")
+    if error is not None:
+        return error
+    return RaycacheError(f"training run {spec.run_name!r} failed: {type(exc).__name__}: {exc}; "
+                         f"{again}")
+
+
+def _best(out: TrainResult, spec: RunSpec) -> float | None:
+    monitor = spec.recipe.evaluation.monitor
+    values = [m[monitor] for m in out.history if monitor in m]
+    if not values:
+        return None
+    return max(values) if spec.recipe.evaluation.mode == "max" else min(values)
 
 
 def _result(cache: Cache, spec: RunSpec, start: float, value: dict[str, Any],

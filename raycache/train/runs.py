@@ -126,7 +126,7 @@ def list_runs(cache: Cache) -> list[RunInfo]:
         has_ckpt = final is not None
         if status == "running" and not _alive(record):
             status = RESUMABLE[0] if has_ckpt else "interrupted"
-        elif status == "failed" and has_ckpt:
+        elif status == "failed" and has_ckpt and record.get("resumable", True):
             status = RESUMABLE[1]
         history = []
         metrics_path = f"{root}/{name}/metrics.jsonl"

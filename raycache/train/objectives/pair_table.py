@@ -101,6 +101,11 @@ def data_problems(cfg: TrainConfig, cache: Cache) -> list[str]:
     if out:
         return out
     score = table.column("score").to_numpy()
+    if not np.isfinite(score).all():
+        bad = score[~np.isfinite(score)]
+        return [f"pairs table {p.path!r}: column {p.score!r} has {len(bad)} NaN or infinite "
+                f"values (e.g. {bad[:SHOWN].tolist()}); drop or fix those pairs"]
+    out += split_problems(table, p, cfg.evaluation.val_fraction)
     if p.loss == "contrastive" and not np.isin(score, (0.0, 1.0)).all():
         bad = score[~np.isin(score, (0.0, 1.0))][:SHOWN].tolist()
         out.append(f"pairs.loss=contrastive needs 0/1 labels in {p.score!r}, but it holds "
@@ -124,6 +129,20 @@ def data_problems(cfg: TrainConfig, cache: Cache) -> list[str]:
                    f"e.g. {shown}; every {p.left!r} and {p.right!r} value must be a key of "
                    "the cache: fill the cache with those rows, or drop the pairs that name them")
     return out
+
+
+def split_problems(table: pa.Table, p: PairsConfig, fraction: float) -> list[str]:
+    """Where evaluation.val_fraction leaves no pairs to train on or none to validate on."""
+    train, held = shares(table, p, fraction, 0, 1)
+    if train.num_rows and held.num_rows:
+        return []
+    side, fix = (("validation", "raise") if train.num_rows else ("training", "lower"))
+    kept = " (pairs.positives keeps only the pairs that score that high)" \
+        if p.positives is not None and not train.num_rows else ""
+    return [f"evaluation.val_fraction={fraction}: of the {table.num_rows} pairs of {p.path!r}, "
+            f"{train.num_rows} train and {held.num_rows} validate{kept}; with no {side} pairs "
+            f"a run reports {side} metrics of 0 and picks them as best. {fix.capitalize()} "
+            "it, or add pairs"]
 
 
 class PairShare:
