@@ -50,3 +50,15 @@ class CorruptShard(StoreError):
 class FillFailed(RaycacheError):
     """A fill that training was reading as it ran (pipeline overlap) stopped with an error; its
     written shards are kept, so running it again resumes."""
+
+
+class BadInput(EncoderError):
+    """One input value an encoder cannot take (an unreadable image); `value` and `column` let
+    the prepare stage name the row's key."""
+
+    def __init__(self, message: str, value: object = None, column: str = ""):
+        super().__init__(message)
+        self.value, self.column = value, column
+
+    def __reduce__(self) -> tuple:  # keep the fields across processes (Ray workers)
+        return type(self), (str(self), self.value, self.column)
