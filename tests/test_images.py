@@ -102,6 +102,65 @@ def test_embeddings_equal_transformers_own_forward_on_digits_and_photographs(vit
         assert family.describe(cfg)["pooling"] == ("pooler" if pooling == "auto" else pooling)
 
 
+def tower(kind: str, folder: Path) -> Path:
+    """A tiny seeded model of `kind` and its image processor, saved in `folder`."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    vision = dict(image_size=SIZE, patch_size=8, hidden_size=32, num_hidden_layers=1,
+                  num_attention_heads=2, intermediate_size=64)
+    text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    size = {"height": SIZE, "width": SIZE}
+    model, processor = {
+        "clip": lambda: (tf.CLIPModel(tf.CLIPConfig(vision_config=vision, text_config=text,
+                                                    projection_dim=16)),
+                         tf.CLIPImageProcessor(size={"shortest_edge": SIZE}, crop_size=size)),
+        "siglip": lambda: (tf.SiglipModel(tf.SiglipConfig(vision_config=vision,
+                                                          text_config=text)),
+                           tf.SiglipImageProcessor(size=size)),
+        "dinov2": lambda: (tf.Dinov2Model(tf.Dinov2Config(**vision)),
+                           tf.BitImageProcessor(size={"shortest_edge": SIZE}, crop_size=size)),
+        "convnext": lambda: (tf.ConvNextModel(tf.ConvNextConfig(hidden_sizes=[8, 16, 24, 32],
+                                                                depths=[1, 1, 1, 1])),
+                             tf.ConvNextImageProcessor(size={"shortest_edge": SIZE})),
+    }[kind]()
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+def test_clip_siglip_dinov2_and_convnext_folders_encode_as_the_model_does(digits, tmp_path):
+    """auto pools as each model says: a CLIP-style folder's get_image_features, else the pooled
+    output; mean of a ConvNeXt is that of its feature map."""
+    import torch
+    from PIL import Image
+    from transformers import AutoImageProcessor, AutoModel
+
+    values = pa.array(digits[0][:6], pa.binary())
+    pil = [Image.open(io.BytesIO(b)).convert("RGB") for b in values.to_pylist()]
+    family = ENCODERS["hf-image"]
+    for kind, dim in (("clip", 16), ("siglip", 32), ("dinov2", 32), ("convnext", 32)):
+        folder = tower(kind, tmp_path / kind)
+        pixels = torch.from_numpy(AutoImageProcessor.from_pretrained(folder)(
+            images=pil, return_tensors="np")["pixel_values"])
+        model = AutoModel.from_pretrained(folder).eval()
+        with torch.no_grad():
+            if kind in ("clip", "siglip"):
+                want = {"auto": model.get_image_features(pixel_values=pixels).pooler_output}
+            else:
+                out = model(pixel_values=pixels)
+                want = {"auto": out.pooler_output, "mean": out.last_hidden_state.mean((2, 3))
+                        if kind == "convnext" else out.last_hidden_state[:, 1:].mean(1)}
+        for pooling, expected in want.items():
+            cfg = EncoderConfig(**image_encoder(folder, pooling=pooling))
+            got = family.load(cfg, "cpu").encode(values)
+            assert got.shape == (6, dim) and family.describe(cfg)["dim"] == dim, kind
+            np.testing.assert_allclose(got, expected.numpy(), atol=1e-5, err_msg=kind)
+    with pytest.raises(EncoderError, match="a 'convnext' model has no CLS token; use pooler"):
+        family.describe(EncoderConfig(**image_encoder(tmp_path / "convnext", pooling="cls")))
+
+
 def test_the_fingerprint_follows_weights_preprocessor_and_pooling(vit, tmp_path):
     import shutil
 
@@ -139,11 +198,14 @@ def digit_folder(tmp_path_factory, digits) -> Path:
 def test_an_image_folder_fills_and_a_linear_head_learns_the_digits(vit, digit_folder, digits,
                                                                    tmp_path):
     store = str(tmp_path / "store")
-    cfg = {"name": "digits", "source": {"path": str(digit_folder), "format": "imagefolder"},
-           "encoders": [image_encoder(vit, pooling="mean")], "store": {"uri": store},
-           "rows_per_shard": 256, "in_process": True, "progress": False}
+    source = {"path": str(digit_folder), "format": "imagefolder",
+              "options": {"api_token": "hunter2"}}  # passed to the encoder's reads, never kept
+    cfg = {"name": "digits", "source": source, "encoders": [image_encoder(vit, pooling="mean")],
+           "store": {"uri": store}, "rows_per_shard": 256, "in_process": True, "progress": False}
     filled = raycache.fill(cfg)
     manifest = filled.cache.manifest
+    assert manifest.extra["encoder_configs"]["vit"]["options"] == {"api_token": "<redacted>"}
+    assert not [p for p in Path(store).rglob("*") if p.is_file() and b"hunter2" in p.read_bytes()]
     assert manifest.rows == 600 and filled.encoded_rows == 600
     stats = manifest.label_stats["label"]
     assert stats["classes"] == sorted(["zero", "one", "two", "three", "four", "five", "six",

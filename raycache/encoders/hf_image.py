@@ -144,6 +144,11 @@ class Preprocess:
     per row as nested fixed-size lists of float32 (the shape is in the type)."""
 
     def __init__(self, cfg: EncoderConfig):
+        try:
+            import PIL.Image  # noqa: F401
+        except ImportError as exc:
+            raise EncoderError(f"encoder {cfg.name!r}: hf-image decodes images with Pillow, "
+                               "which is not installed; pip install 'raycache[images]'") from exc
         self.cfg, self.settings = cfg, settings(cfg)
         self.processor = _processor(str(self.settings.folder))
         self.mode = "RGB" if self.settings.channels == 3 else "L"
