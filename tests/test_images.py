@@ -199,12 +199,12 @@ def test_an_image_folder_fills_and_a_linear_head_learns_the_digits(vit, digit_fo
                                                                    tmp_path):
     store = str(tmp_path / "store")
     source = {"path": str(digit_folder), "format": "imagefolder",
-              "options": {"api_token": "hunter2"}}  # passed to the encoder's reads, never kept
+              "options": {"api_token": "hunter2", "skip_instance_cache": True}}  # to the encoder
     cfg = {"name": "digits", "source": source, "encoders": [image_encoder(vit, pooling="mean")],
            "store": {"uri": store}, "rows_per_shard": 256, "in_process": True, "progress": False}
     filled = raycache.fill(cfg)
     manifest = filled.cache.manifest
-    assert manifest.extra["encoder_configs"]["vit"]["options"] == {"api_token": "<redacted>"}
+    assert manifest.extra["encoder_configs"]["vit"]["options"] == {"skip_instance_cache": True}
     assert not [p for p in Path(store).rglob("*") if p.is_file() and b"hunter2" in p.read_bytes()]
     assert manifest.rows == 600 and filled.encoded_rows == 600
     stats = manifest.label_stats["label"]
@@ -231,6 +231,9 @@ def test_an_image_folder_fills_and_a_linear_head_learns_the_digits(vit, digit_fo
                           "num_workers": 0, "progress": False, "epochs": 30, "lr": 0.05})
     assert run.spec.head.class_names[0] == "eight"
     assert run.metrics["val_acc"] > 0.6, run.metrics  # chance is 0.1
+    files = sorted(digit_folder.rglob("*.png"))[::15]  # the head on image paths: digit names
+    predicted = raycache.load_head(run.checkpoint).predict([str(f) for f in files])
+    assert np.mean([p == f.parent.name for p, f in zip(predicted, files, strict=True)]) > 0.6
 
 
 def test_a_bad_image_names_its_row_and_what_it_holds(vit, digits, tmp_path):
