@@ -183,6 +183,28 @@ def test_the_fingerprint_follows_weights_preprocessor_and_pooling(vit, tmp_path)
         describe(EncoderConfig(**image_encoder(vit, pooling="projection")))
 
 
+def test_image_fills_cut_blocks_to_a_gigabyte_of_pixels(vit, tmp_path):
+    import shutil
+
+    from raycache.fill.plan import load_config
+    from raycache.fill.run import block_rows
+
+    big = tmp_path / "vit224"
+    shutil.copytree(vit, big)
+    config = json.loads((big / "preprocessor_config.json").read_text())
+    config["size"] = {"height": 224, "width": 224}
+    (big / "preprocessor_config.json").write_text(json.dumps(config))
+    cfg = {"name": "images", "source": {"path": str(tmp_path)}, "store": {"uri": str(tmp_path)},
+           "rows_per_shard": 256, "num_gpus": 1}
+    per_row = 3 * 224 * 224 * 4
+    assert ENCODERS["hf-image"].input_bytes(EncoderConfig(**image_encoder(big))) == per_row
+    blocks = block_rows(load_config({**cfg, "encoders": [image_encoder(big)]}), None)
+    assert blocks == (2**30 // per_row) // 256 * 256 == 1536  # not 65,536 rows: 37 GiB
+    assert block_rows(load_config({**cfg, "encoders": [image_encoder(vit)]}), None) == 65_536
+    one = load_config({**cfg, "rows_per_shard": 4096, "encoders": [image_encoder(big)]})
+    assert block_rows(one, None) == 4096  # never less than a shard
+
+
 @pytest.fixture(scope="module")
 def digit_folder(tmp_path_factory, digits) -> Path:
     """An image folder of the digits: one subfolder per digit, named after it."""

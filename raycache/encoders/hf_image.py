@@ -24,8 +24,8 @@ from raycache.errors import BadInput, EncoderError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["HF_IMAGE", "HFImageEncoder", "Preprocess", "Settings", "describe", "pixels",
-           "settings"]
+__all__ = ["HF_IMAGE", "HFImageEncoder", "Preprocess", "Settings", "describe", "input_bytes",
+           "pixels", "settings"]
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 PREPROCESSOR = "preprocessor_config.json"
@@ -121,6 +121,20 @@ def describe(cfg: EncoderConfig) -> dict[str, Any]:
         "config_digest": digest_files([s.folder / "config.json"], s.folder),
         "preprocessor_digest": digest_files([processor], s.folder),
     }
+
+
+def input_bytes(cfg: EncoderConfig) -> int:
+    """Bytes of one row's prepared pixels, from the processor's output size (its crop, else its
+    resize; 224 pixels a side where it names neither as a fixed size)."""
+    s = settings(cfg)
+    path = s.folder / PREPROCESSOR
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    size = (config.get("crop_size") if config.get("do_center_crop") else None) \
+        or config.get("size") or {}
+    if isinstance(size, int):
+        size = {"height": size, "width": size}
+    side = size.get("shortest_edge") or size.get("longest_edge") or 224
+    return 4 * s.channels * int(size.get("height") or side) * int(size.get("width") or side)
 
 
 @functools.lru_cache(maxsize=8)
@@ -302,4 +316,5 @@ class HFImageEncoder:
                                                             np.float32)
 
 
-HF_IMAGE = Family(describe=describe, load=HFImageEncoder, prepare=Preprocess)
+HF_IMAGE = Family(describe=describe, load=HFImageEncoder, prepare=Preprocess,
+                  input_bytes=input_bytes)
