@@ -258,6 +258,27 @@ def test_an_image_folder_fills_and_a_linear_head_learns_the_digits(vit, digit_fo
     assert np.mean([p == f.parent.name for p, f in zip(predicted, files, strict=True)]) > 0.6
 
 
+def test_a_hugging_face_dataset_of_images_fills_by_its_image_feature(vit, digits, tmp_path):
+    import datasets
+    from PIL import Image
+
+    names = [str(d) for d in range(10)]
+    features = datasets.Features({"id": datasets.Value("string"), "image": datasets.Image(),
+                                  "label": datasets.ClassLabel(names=names)})
+    pil = [Image.open(io.BytesIO(b)) for b in digits[0][:40]]
+    ds = datasets.Dataset.from_dict({"id": [f"d{i}" for i in range(40)], "image": pil,
+                                     "label": digits[1][:40].tolist()}, features=features)
+    filled = raycache.fill({"name": "hf-digits", "encoders": [image_encoder(vit)],
+                            "source": {"data": ds, "key": "id", "labels": ["label"]},
+                            "store": {"uri": str(tmp_path)}, "in_process": True,
+                            "progress": False})
+    table = filled.cache.read_table(columns=["id", "vit", "label"])
+    got = dict(zip(table.column("id").to_pylist(), table.column("vit").to_pylist(), strict=True))
+    want = reference(vit, [im.convert("RGB") for im in pil[:3]], "pooler")
+    np.testing.assert_allclose(np.array([got[f"d{i}"] for i in range(3)]), want, atol=1e-5)
+    assert filled.cache.manifest.label_stats["label"]["classes"] == names
+
+
 def test_a_bad_image_names_its_row_and_what_it_holds(vit, digits, tmp_path):
     prepare = ENCODERS["hf-image"].prepare(EncoderConfig(**image_encoder(vit)))
     truncated = digits[0][3][: len(digits[0][3]) // 2]
