@@ -161,6 +161,25 @@ def test_clip_siglip_dinov2_and_convnext_folders_encode_as_the_model_does(digits
         family.describe(EncoderConfig(**image_encoder(tmp_path / "convnext", pooling="cls")))
 
 
+def test_a_vit_without_pooler_weights_pools_its_cls_token_and_refuses_a_random_pooler(
+        vit, digits, tmp_path):
+    import torch
+    from transformers import ViTImageProcessor, ViTModel
+
+    torch.manual_seed(1)
+    ViTModel(ViTModel.config_class.from_pretrained(vit), add_pooling_layer=False) \
+        .save_pretrained(tmp_path)
+    ViTImageProcessor.from_pretrained(vit).save_pretrained(tmp_path)
+    family, values = ENCODERS["hf-image"], pa.array(digits[0][:4])
+    auto = EncoderConfig(**image_encoder(tmp_path))
+    assert family.describe(auto)["pooling"] == "cls"
+    cls = family.load(EncoderConfig(**image_encoder(tmp_path, pooling="cls")), "cpu")
+    np.testing.assert_array_equal(family.load(auto, "cpu").encode(values), cls.encode(values))
+    with pytest.raises(EncoderError, match=r"lacks weights \['pooler.dense.bias', 'pooler.dense"
+                                           r".weight'\].*would be random.*or pooling cls or mean"):
+        family.load(EncoderConfig(**image_encoder(tmp_path, pooling="pooler")), "cpu")
+
+
 def test_the_fingerprint_follows_weights_preprocessor_and_pooling(vit, tmp_path):
     import shutil
 
