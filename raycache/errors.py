@@ -69,6 +69,18 @@ class FillFailed(RaycacheError):
     written shards are kept, so running it again resumes."""
 
 
+class BadInput(EncoderError):
+    """One input value an encoder cannot take (an unreadable image); `value` and `column` let
+    the prepare stage name the row's key."""
+
+    def __init__(self, message: str, value: object = None, column: str = ""):
+        super().__init__(message)
+        self.value, self.column = value, column
+
+    def __reduce__(self) -> tuple:  # keep the fields across processes (Ray workers)
+        return type(self), (str(self), self.value, self.column)
+
+
 class DamagedCacheWarning(UserWarning):
     """A cache whose manifest or shard list cannot be read was skipped (listing, du, gc, the
     reuse scan); the message names it and the fix."""

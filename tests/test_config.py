@@ -46,7 +46,7 @@ def test_semantic_problems_name_value_and_fix():
     with pytest.raises(ConfigError) as err:
         load_fill(bad)
     text = str(err.value)
-    assert "kind='bert-ish': unknown; expected one of ['hf-text', 'torch']" in text
+    assert "kind='bert-ish': unknown; expected one of ['hf-image', 'hf-text', 'torch']" in text
     assert "dtype='int8'" in text
     assert "name 'e' is used twice" in text
     assert "batch_size=0: expected a whole number >= 1, or 'auto'" in text

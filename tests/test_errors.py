@@ -43,7 +43,8 @@ def test_missing_key_or_label_column(source, tmp_path, field, value, message):
 def test_unknown_encoder_kind(source, tmp_path):
     cfg = toy_fill(str(source), str(tmp_path / "store"))
     cfg["encoders"][0]["kind"] = "clip"
-    with pytest.raises(ConfigError, match=r"kind='clip': unknown; expected one of \['hf-text'"):
+    with pytest.raises(ConfigError,
+                       match=r"kind='clip': unknown; expected one of \['hf-image', 'hf-text'"):
         raycache.fill(cfg)
     assert no_cache_written(tmp_path / "store")
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from raycache.cache.columns import input_column
 from raycache.encoders.config import EncoderConfig
+from raycache.errors import BadInput
 from raycache.source.files import META
 
 __all__ = ["Inputs", "Prepare", "PrepareActor", "prepared"]
@@ -45,6 +46,13 @@ class PrepareActor:
         self.inputs = inputs
 
     def __call__(self, table: pa.Table) -> pa.Table:
+        try:
+            return self._prepare(table)
+        except BadInput as exc:  # name the row: its key and where it was read from
+            raise BadInput(f"{exc} [{_row_of(table, exc, self.keep[0])}]", exc.value,
+                           exc.column) from exc.__cause__
+
+    def _prepare(self, table: pa.Table) -> pa.Table:
         out = table.select(self.keep)
         if self.inputs is not None:
             return self.inputs(table, out, self.prepare)
@@ -53,3 +61,16 @@ class PrepareActor:
             out = out.append_column(column, self.prepare[e.name](table.column(e.input)
                                                                  .combine_chunks()))
         return out
+
+
+def _row_of(table: pa.Table, exc: BadInput, key: str) -> str:
+    """Where the bad value of `exc` is in the batch: the row's key, and its file and row."""
+    try:
+        at = table.column(exc.column).to_pylist().index(exc.value)
+    except (KeyError, ValueError):
+        return "its row was not found in the batch"
+    where = f"the row with {key}={table.column(key)[at].as_py()!r}"
+    if "__source" in table.column_names:
+        where += (f", row {table.column('__row')[at].as_py()} of "
+                  f"{table.column('__source')[at].as_py()}")
+    return where

@@ -1,10 +1,12 @@
 """Frozen encoders: a protocol, and a dict registry of families keyed by config `kind`."""
 
 from raycache.encoders.base import Batching, Encoder, Family, digest_files, freeze
+from raycache.encoders.hf_image import HF_IMAGE
 from raycache.encoders.hf_text import HF_TEXT
 from raycache.encoders.torch_module import TORCH_MODULE
 
 ENCODERS: dict[str, Family] = {
+    "hf-image": HF_IMAGE,
     "hf-text": HF_TEXT,
     "torch": TORCH_MODULE,
 }

@@ -58,6 +58,9 @@ class Family(NamedTuple):
     rows: Callable[[EncoderConfig, pa.Array], np.ndarray] | None = None
     """rows(cfg, prepared) -> what the cache stored for a trainable encoder (its prepared inputs)
     as one array of rows, the tensor its `live` module takes."""
+    input_bytes: Callable[[EncoderConfig], int] | None = None
+    """input_bytes(cfg) -> bytes of one row's prepared input, for a family whose inputs are
+    large (images): the fill cuts its blocks to hold few of them (None: small, as text)."""
 
 
 def freeze(module: torch.nn.Module) -> torch.nn.Module:

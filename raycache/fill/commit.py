@@ -20,6 +20,7 @@ from raycache.cache.committed import read_manifest
 from raycache.cache.manifest import EncoderEntry, Manifest
 from raycache.cache.records import ShardRecord
 from raycache.cache.store import MANIFEST, PROGRESS, SHARDS, shard_name
+from raycache.core.secrets import split
 from raycache.errors import CorruptCache, RaycacheError
 from raycache.fill.keys import named, scan
 from raycache.fill.plan import Plan
@@ -186,7 +187,8 @@ def manifest_of(p: Plan, records: list[ShardRecord], seconds: float,
         shards=[r.entry() for r in records],
         created=datetime.now(UTC).isoformat(timespec="milliseconds"),
         fill_seconds=round(seconds, 3),
-        extra={"encoder_configs": {e.name: dataclasses.asdict(e) for e in p.cfg.encoders},
+        extra={"encoder_configs": {e.name: {**dataclasses.asdict(e), "options": split(e.options)[0]}
+                                   for e in p.cfg.encoders},  # never their credentials
                **({"views": p.inputs["views"]} if "views" in p.inputs else {})},
         label_stats=label_stats or {},
     )

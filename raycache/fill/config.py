@@ -71,8 +71,9 @@ class FillConfig:
     """Rows per Ray Data block and per encoder actor call, a whole number of shards: every
     stage hop, task and actor call has a fixed cost, so blocks are cut for throughput apart
     from the shard size (auto: 16,384 rows on CPU, 65,536 with GPUs, fewer where the fill is
-    small so that the pool has at least 8 blocks to share; never less than a shard). Not part
-    of the fingerprint."""
+    small so that the pool has at least 8 blocks to share, or where an encoder's prepared rows
+    are large: images, 1 GiB of pixels a block; never less than a shard). Not part of the
+    fingerprint."""
     autoscaling: bool = False
     """The cluster adds nodes on demand (KubeRay autoscaler): ask for the pool's resources
     and wait for them, instead of refusing a pool the cluster cannot hold now."""

@@ -130,6 +130,13 @@ def plan(cfg: FillConfig) -> Plan:
 
         source, staged = stage(cfg.source, store)
         cfg = dataclasses.replace(cfg, source=source)
+    elif cfg.source.format == "imagefolder":  # its table of images, staged the same way
+        from raycache.source import imagefolder
+
+        source, staged = imagefolder.stage(cfg.source, store)
+        encoders = [dataclasses.replace(e, options=e.options or cfg.source.options)
+                    if e.input == imagefolder.IMAGE else e for e in cfg.encoders]
+        cfg = dataclasses.replace(cfg, source=source, encoders=encoders)
     fmt, files = sources.list_files(cfg.source)
     schema = check_source(cfg, fmt, files)
     inputs = {

@@ -34,6 +34,9 @@ MIN_BLOCKS = 8
 """block_rows: auto leaves at least this many blocks to a fill, so every actor gets work."""
 BLOCK_ROWS_CPU, BLOCK_ROWS_GPU = 16_384, 65_536
 """block_rows auto: rows per block and encoder call on CPU and GPU pools (whole shards)."""
+BLOCK_BYTES = 1 << 30
+"""block_rows auto: prepared inputs per block at most where an encoder says how large a row's
+are (images: ~600 KiB of pixels a row at 224x224), never less than a shard."""
 
 __all__ = ["AUTO_IN_PROCESS_ROWS", "FillResult", "block_rows", "build_pipeline", "complete", "fill",
            "in_process", "job", "run_in_process"]
@@ -232,7 +235,13 @@ def block_rows(cfg: FillConfig, todo: int | None) -> int:
     shard = cfg.rows_per_shard
     if cfg.block_rows != AUTO:
         return max(1, int(cfg.block_rows) // shard) * shard
+    from raycache.encoders import ENCODERS
+
     rows = BLOCK_ROWS_GPU if cfg.num_gpus > 0 else BLOCK_ROWS_CPU
+    per_row = sum(ENCODERS[e.kind].input_bytes(e) for e in cfg.encoders
+                  if ENCODERS[e.kind].input_bytes is not None)
+    if per_row:
+        rows = min(rows, max(1, BLOCK_BYTES // per_row))
     if todo is not None:
         rows = min(rows, -(-todo // MIN_BLOCKS))
     return max(1, rows // shard) * shard

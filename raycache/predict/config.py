@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raycache.core.config import AUTO
-from raycache.source.config import SOURCE_FORMATS
+from raycache.source.config import FILE_FORMATS
 
 __all__ = ["AUTO_IN_PROCESS_BYTES", "PredictConfig"]
 
@@ -57,8 +57,8 @@ class PredictConfig:
 
     def problems(self) -> list[str]:
         out = []
-        if self.format not in (None, *SOURCE_FORMATS):
-            out.append(f"format={self.format!r}: expected one of {SOURCE_FORMATS}")
+        if self.format not in (None, *FILE_FORMATS):
+            out.append(f"format={self.format!r}: expected one of {FILE_FORMATS}")
         if self.rows_per_batch < 1:
             out.append(f"rows_per_batch={self.rows_per_batch}: expected a whole number >= 1")
         for name in ("batch_size", "token_budget", "concurrency"):

@@ -7,9 +7,12 @@ from typing import Any
 
 from raycache.core.secrets import seal
 
-__all__ = ["DUPLICATES", "SOURCE_FORMATS", "SourceConfig"]
+__all__ = ["DUPLICATES", "FILE_FORMATS", "SOURCE_FORMATS", "SourceConfig"]
 
-SOURCE_FORMATS = ("parquet", "jsonl", "csv")
+FILE_FORMATS = ("parquet", "jsonl", "csv")
+"""Formats of tables in files (what predict reads too)."""
+SOURCE_FORMATS = (*FILE_FORMATS, "imagefolder")
+"""A fill's source formats: tables in files, or a folder of images, one subfolder per class."""
 DUPLICATES = ("error", "first", "last")
 
 
@@ -26,7 +29,11 @@ class SourceConfig:
     split: str | None = None
     """The split of a DatasetDict given as `data`."""
     format: str | None = None
-    """parquet, jsonl or csv; inferred from the file suffix when left out."""
+    """parquet, jsonl or csv; inferred from the file suffix when left out. Or imagefolder: `path`
+    is a folder of images with one subfolder per class; its rows are keyed by each file's path
+    relative to the folder (in the `key` column), with an `image` column (the file's URI, size
+    and version, for an hf-image encoder's input) and a `label` column (the subfolder's name, a
+    named label)."""
     key: str = "id"
     """Column whose value identifies a row; it travels into the cache."""
     labels: list[str] = field(default_factory=list)
@@ -50,6 +57,9 @@ class SourceConfig:
                        "table, Hugging Face or Ray dataset, from the SDK)")
         if self.format not in (None, *SOURCE_FORMATS):
             out.append(f"source.format={self.format!r}: expected one of {SOURCE_FORMATS}")
+        if self.format == "imagefolder" and self.data is not None:
+            out.append("source.format=imagefolder reads a folder: give it as source.path, not "
+                       "source.data")
         if self.duplicates not in DUPLICATES:
             out.append(f"source.duplicates={self.duplicates!r}: expected one of {DUPLICATES}")
         return out

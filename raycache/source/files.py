@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from raycache.core.secrets import reveal
 from raycache.errors import FingerprintError, RaycacheError, SourceError
 from raycache.source.checks import check_columns, check_utf8
-from raycache.source.config import SOURCE_FORMATS, SourceConfig
+from raycache.source.config import FILE_FORMATS, SourceConfig
 
 __all__ = ["META", "Ranges", "SourceFile", "Span", "Unit", "changes", "check_columns",
            "check_unchanged", "list_files", "plan_units", "read_schema", "read_schemas",
@@ -157,7 +157,7 @@ def _infer_format(uris: list[str]) -> str:
         if suffix not in SUFFIXES:
             raise SourceError(
                 f"source file {uri!r}: cannot tell its format from the suffix; set source.format "
-                f"to one of {SOURCE_FORMATS}"
+                f"to one of {FILE_FORMATS}"
             )
         kinds.add(SUFFIXES[suffix])
     if len(kinds) > 1:

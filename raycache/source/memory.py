@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from raycache.cache.store import Store
     from raycache.source.config import SourceConfig
 
-__all__ = ["STAGED", "describe_kind", "stage"]
+__all__ = ["STAGED", "describe_kind", "stage", "stage_table"]
 
 STAGED = ".sources"
 """The store folder of staged in-memory sources (a dot name: never a cache)."""
@@ -85,6 +85,12 @@ def stage(source: SourceConfig, store: Store) -> tuple[SourceConfig, dict[str, A
     table = TABLES[kind](source.data, source.split)
     if table.num_rows == 0:
         raise SourceError(f"source.data ({kind}) has no rows; give data with rows to fill")
+    return stage_table(table, kind, source, store)
+
+
+def stage_table(table: pa.Table, kind: str, source: SourceConfig, store: Store
+                ) -> tuple[SourceConfig, dict[str, Any]]:
+    """`table` staged as Parquet in the store, named and described by its content."""
     digest = content_digest(table)
     folder = store.path(STAGED, digest[:32])
     if not store.exists(f"{folder}/{READY}"):
