@@ -22,6 +22,7 @@ from raycache.source.demo_data import TOPICS
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
 SIMILARITY = ROOT / "examples" / "similarity.ipynb"
+IMAGES = ROOT / "examples" / "images.ipynb"
 KERNEL = "python3"
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
@@ -86,7 +87,7 @@ NOISE = ("IProgress not found", "Missing packages", "Traceback", "_sha256", "__i
 """What a notebook's outputs never show: widget and Ray chatter, errors, internal columns."""
 
 
-@pytest.mark.parametrize("path", [NOTEBOOK, SIMILARITY], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [NOTEBOOK, SIMILARITY, IMAGES], ids=lambda p: p.stem)
 def test_notebook_is_stored_with_its_outputs_and_uses_the_public_sdk_only(path):
     import nbformat
 
@@ -183,3 +184,18 @@ def test_similarity_notebook_beats_a_random_projection_and_finds_the_topic(execu
         assert topics[0] == QUERY_TOPICS[query], results  # the nearest row: the query's topic
         assert topics.count(QUERY_TOPICS[query]) >= 2, results
     print(f"similarity notebook: {seconds:.1f} s")  # shown with -s; the brief's budget is ~60 s
+
+
+def test_images_notebook_probes_an_image_folder_and_predicts_digit_names(tmp_path):
+    nb = execute(IMAGES, tmp_path)
+    assert not errors_of(nb), errors_of(nb)
+    fill = printed(nb, "raycache.fill(")
+    assert re.search(r"fill digits/\w+: miss, 600 rows \(600 encoded, 0 reused\)", fill), fill
+    assert "classes: ['eight', 'five', 'four', 'nine', 'one'" in fill
+    trained = printed(nb, "raycache.train(")
+    acc = re.search(r"val_acc ([\d.]+)", trained)
+    assert acc and float(acc.group(1)) > 0.6, trained  # 10 digits: chance is 0.1
+    lines = printed(nb, "head.predict(").splitlines()  # "  seven/0052.png -> seven"
+    assert len(lines) == 10
+    right = [line.split("/")[0].strip() == line.split("->")[1].strip() for line in lines]
+    assert sum(right) >= 7, lines
