@@ -251,11 +251,16 @@ class Store:
 
     def files(self, path: str) -> dict[str, tuple[int, float]]:
         """Every file under path: (size in bytes, modification time in seconds since the
-        epoch); empty when path does not exist."""
+        epoch); empty when path does not exist. Listed afresh, and the listing not kept: other
+        processes write here, and a filesystem's cached listing (s3fs's) would hide their files
+        from a later open in this one."""
+        self.fs.invalidate_cache(path)
         try:
             found = self.fs.find(path, detail=True, withdirs=False)
         except FileNotFoundError:
             return {}
+        finally:
+            self.fs.invalidate_cache(path)
         return {p: (int(info.get("size") or 0), self._mtime(p, info))
                 for p, info in found.items() if info.get("type") != "directory"}
 
