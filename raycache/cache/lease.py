@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from types import TracebackType
 
 from raycache.cache.store import Store
+from raycache.errors import StoreError
 
 __all__ = ["LEASES", "PERIOD_S", "STALE_S", "Lease", "live"]
 
@@ -52,6 +53,8 @@ class Lease:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self._stop.set()
+        if isinstance(exc, StoreError):  # the store itself failed: removing would wait on it
+            return  # as long again; the lease goes stale instead (STALE_S)
         if self._thread is not None:
             self._thread.join(timeout=self.store.timeout_s)
         with contextlib.suppress(Exception):  # gone already, or the store failed: it goes stale

@@ -148,7 +148,7 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False,
         try:
             return _complete(p, done, replace, lease, started)
         except Exception as exc:
-            if lease.lost:
+            if not isinstance(exc, StoreError) and lease.lost:  # (a failed store: not asked)
                 raise _removed(p) from exc
             raise
 
