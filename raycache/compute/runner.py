@@ -7,6 +7,7 @@ import contextlib
 import os
 import pickle
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,13 +17,21 @@ import pyarrow as pa
 from raycache.compute.pool import LIGHT_CPUS, READ_CPUS, Pool
 from raycache.compute.prepare import Inputs, PrepareActor
 from raycache.core.config import AUTO
+from raycache.errors import EncoderError
 from raycache.source import files as sources
 
 if TYPE_CHECKING:
     from raycache.encoders.config import EncoderConfig
 
-__all__ = ["AUTO_IN_PROCESS_ROWS", "Job", "ModelChain", "Stage", "build", "in_process",
+__all__ = ["ACTORS", "AUTO_IN_PROCESS_ROWS", "Job", "ModelChain", "Stage", "build", "in_process",
            "progress_bar", "run", "run_local", "stream", "where"]
+
+ACTORS = {"max_restarts": 0}
+"""Ray options of every actor pool. Ray Data restarts a dead actor forever by default, from
+constructor arguments it keeps in the object store, which Ray Core cannot always restore
+(ray-project/ray#53727; it prints a line for every pool saying so): a crash that repeats (say an
+out-of-memory batch) then retries for ever. Without restarts, the job stops with an
+EncoderError instead, and a fill run again resumes from its recorded shards."""
 
 AUTO_IN_PROCESS_ROWS = 20_000
 """in_process: auto runs a CPU job of at most this many rows without Ray (a couple of minutes
@@ -129,19 +138,19 @@ def build(job: Job, pool: Pool) -> Any:
         batch_size=1, num_cpus=READ_CPUS, batch_format="pyarrow",
     ).repartition(target_num_rows_per_block=job.rows)  # blocks spread over the pool
     if not pool.gpus:
-        ds = ds.map_batches(
-            ModelChain, fn_constructor_kwargs=dict(job=job, pool=pool),
+        ds = _actors(
+            ds, ModelChain, fn_constructor_kwargs=dict(job=job, pool=pool),
             batch_size=job.rows, compute=ray.data.ActorPoolStrategy(size=pool.actors),
             num_cpus=pool.cpus, batch_format="pyarrow")
     else:
-        ds = ds.map_batches(
-            PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
-                                                     inputs=job.inputs),
+        ds = _actors(
+            ds, PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
+                                                         inputs=job.inputs),
             batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(min_size=1, max_size=pool.prepare_actors),
         )
-        ds = ds.map_batches(
-            job.model.fn, fn_constructor_kwargs=dict(pool=pool, **job.model.kwargs),
+        ds = _actors(
+            ds, job.model.fn, fn_constructor_kwargs=dict(pool=pool, **job.model.kwargs),
             batch_size=job.rows,  # one call per block; Ray Data needs it for GPU stages
             compute=ray.data.ActorPoolStrategy(size=pool.actors),
             num_cpus=pool.cpus, num_gpus=pool.gpus, batch_format="pyarrow",
@@ -152,6 +161,14 @@ def build(job: Job, pool: Pool) -> Any:
     if job.ordered:
         ds.context.execution_options.preserve_order = True
     return ds
+
+
+def _actors(ds: Any, fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """`ds.map_batches` on an actor pool of `fn`, with the ACTORS options (Ray 2.60 takes them
+    only among its deprecated ray_remote_args, and warns so: kept off the console)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        return ds.map_batches(fn, **kwargs, **ACTORS)
 
 
 def stream(ds: Any) -> Iterator[pa.Table]:
@@ -166,15 +183,27 @@ def stream(ds: Any) -> Iterator[pa.Table]:
         return
     except Exception as exc:  # Ray wraps stage errors in its own types
         error = unwrap(exc)
+        if error is exc and _actor_died(exc):
+            error = EncoderError(
+                f"an actor of the model stage died ({type(exc).__name__}: "
+                f"{str(exc).strip().splitlines()[0][:300]}); what was written is kept: run the "
+                "same command again (a fill resumes from its recorded shards)")
         error.add_note(f"(raised in a Ray Data stage: {type(exc).__name__})")
     del batches
     raise error  # outside the handler: no chain to Ray's traceback and the executor's frames
 
 
+def _actor_died(exc: BaseException) -> bool:
+    from ray.exceptions import RayActorError
+
+    seen: list[BaseException | None] = [exc, exc.__cause__, exc.__context__]
+    return any(isinstance(e, RayActorError) for e in seen)
+
+
 @contextlib.contextmanager
 def progress_bar(show: bool, total: int | None, desc: str) -> Iterator[Any]:
     """A progress bar of rows (hidden unless `show`), closed on the way out."""
-    from tqdm.auto import tqdm
+    from tqdm.std import tqdm  # a text line in terminals and notebooks alike (no ipywidgets)
 
     bar = tqdm(total=total, disable=not show, unit=" rows", desc=desc, dynamic_ncols=True,
                smoothing=0.1)

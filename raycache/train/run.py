@@ -190,11 +190,23 @@ def _train_loop(config: dict[str, Any]) -> dict[str, Any]:
 
     from raycache.train.loop import train_loop
 
+    _quiet_reports()
     threads = torch.get_num_threads()  # a streamed share lowers them; in-process, restore them
     try:
         return train_loop(config)
     finally:
         torch.set_num_threads(threads)
+
+
+def _quiet_reports() -> None:
+    """No "Reporting training result N: TrainingReport(...)" dump per report: Ray Train 2.60
+    logs it at INFO under a logger named by its module's file path, outside "ray.train", so
+    neither LoggingConfig nor the "ray.train" logger's level keeps it out."""
+    import logging
+
+    from ray.train.v2._internal.execution import context
+
+    logging.getLogger(context.__file__).setLevel(logging.WARNING)
 
 
 def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
@@ -216,6 +228,7 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     from raycache.train.console import quiet_ray_train
 
     quiet_ray_train()
+    _quiet_reports()  # local mode reports in this process
     cache, spec = prepare(cfg, checked, None if landing is None else
                           len(landing.column(checked[0].manifest.key_column)))
     if spec.num_workers:  # local mode runs in this process: no Ray cluster to start or join

@@ -1,0 +1,39 @@
+"""A quiet console by default: `raycache fill` on a running cluster prints its progress and
+summary, none of Ray's own lines (they show with verbose: true)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, toy_fill
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+RAY_LINES = (
+    "has constructor arguments in the object store",  # Ray Core, once for every actor pool
+    "max_restarts",
+    "Reporting training result",  # Ray Train's report dumps
+    "TrainingReport(",
+    "(autoscaler",  # the autoscaler's events
+    "RAY_SCHEDULER_EVENTS",
+    "IProgress not found",  # tqdm.auto without ipywidgets
+    "Missing packages",  # Ray's notebook reprs without ipywidgets
+)
+
+
+def test_a_fill_through_the_cli_prints_no_ray_lines(ray_session, separable_source, tmp_path):
+    path = tmp_path / "fill.yaml"
+    path.write_text(yaml.safe_dump(toy_fill(str(separable_source), str(tmp_path / "store"))))
+    env = {**os.environ, "RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    done = subprocess.run([sys.executable, "-m", "raycache", "fill", "--config", str(path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "miss, 600 rows (600 encoded, 0 reused), 4 shards" in done.stdout, out
+    for line in RAY_LINES:
+        assert line not in out, f"{line!r} printed:\n{out}"
