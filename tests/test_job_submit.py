@@ -80,8 +80,15 @@ def stop(proc: subprocess.Popen) -> list[int]:
 
 
 def session_pids(sid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-s", str(sid)], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
+    """The processes of session `sid` still alive (zombies left out)."""
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter(["status"]):
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getsid(proc.pid) == sid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(proc.pid)
+    return out
 
 
 def run(cmd: list[str], head: dict, timeout: float = 300) -> subprocess.CompletedProcess:

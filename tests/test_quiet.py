@@ -1,5 +1,6 @@
 """A quiet console by default: `raycache fill` on a running cluster prints its progress and
-summary, none of Ray's own lines (they show with verbose: true)."""
+summary, none of Ray's own lines (they show with verbose: true); a notebook that imports
+raycache shows no notices about widgets it does not use."""
 
 from __future__ import annotations
 
@@ -37,3 +38,25 @@ def test_a_fill_through_the_cli_prints_no_ray_lines(ray_session, separable_sourc
     assert "miss, 600 rows (600 encoded, 0 reused), 4 shards" in done.stdout, out
     for line in RAY_LINES:
         assert line not in out, f"{line!r} printed:\n{out}"
+
+
+def test_a_notebook_shows_no_widget_notices(tmp_path):
+    """In a kernel without ipywidgets: no tqdm "IProgress not found", no Ray "Missing
+    packages: ['ipywidgets']" (as Ray's modules are imported), once raycache is imported."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(code) for code in (
+        "import raycache",
+        "import ray.data\nimport ray.train.torch\nimport tqdm.auto\nprint('imported')",
+    )]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute(env=env)
+    shown = "".join(o.get("text", "") + str(o.get("data", {}))
+                    for cell in nb.cells for o in cell.outputs)
+    assert "imported" in shown
+    for line in ("IProgress not found", "Missing packages", "ipywidgets"):
+        assert line not in shown, shown
