@@ -27,8 +27,11 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
 SUBMIT = [RAY, "job", "submit", "--working-dir", ".", "--runtime-env", "jobs/runtime_env.yaml",
           "--"]
-FILL_NOISE = ("has constructor arguments in the object store",)  # Ray Core, per actor pool
-TRAIN_NOISE = ("Reporting training result", "TrainingReport(")  # Ray Train, per report
+RAY_LINES = (
+    "has constructor arguments in the object store",  # Ray Core, for actors with restarts
+    "Reporting training result",  # Ray Train, per report
+    "TrainingReport(",
+)
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +114,8 @@ def test_local_fill_and_train_jobs_as_the_readme_runs_them(head):
                  "jobs/configs/train-local.yaml"], head)
     assert train.returncode == 0, train.out
     assert "train linear on stdlib-docs/" in train.stdout, train.out
-    for line in FILL_NOISE:
-        assert line not in fill.out, line
-    for line in TRAIN_NOISE:
-        assert line not in train.out, line
+    for line in RAY_LINES:  # progress on: workers' output reaches the job log
+        assert line not in fill.out + train.out, line
 
     store = Path(head["env"]["RAYCACHE_STORE"])
     [manifest] = store.glob("stdlib-docs/*/manifest.json")

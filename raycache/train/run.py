@@ -4,6 +4,7 @@ the loop in-process (local mode) or on DDP workers, resume, and record the run."
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -170,6 +171,10 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
     # Ray records the loop config and run config (its train state API, export events, the
     # controller's arguments): DDP workers get the credentials through Ray's object store.
     store = spec.store.for_workers() if spec.num_workers else spec.store
+    # Ray Train's preemption watcher serves ray.train.get_preemption_info, which the loop never
+    # calls; its actor would print Ray Core's constructor-arguments line in every run
+    # (ray-project/ray#53727). The driver's setting travels to the controller.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
     return Trainer(
         _train_loop,
         train_loop_config={"spec": dataclasses.replace(spec, store=store)},
