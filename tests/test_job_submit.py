@@ -27,11 +27,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
 SUBMIT = [RAY, "job", "submit", "--working-dir", ".", "--runtime-env", "jobs/runtime_env.yaml",
           "--"]
-RAY_LINES = (
-    "has constructor arguments in the object store",  # Ray Core, for actors with restarts
-    "Reporting training result",  # Ray Train, per report
-    "TrainingReport(",
-)
+RAY_LINES = ("Reporting training result", "TrainingReport(")  # Ray Train, per report
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +112,8 @@ def test_local_fill_and_train_jobs_as_the_readme_runs_them(head):
     assert "train linear on stdlib-docs/" in train.stdout, train.out
     for line in RAY_LINES:  # progress on: workers' output reaches the job log
         assert line not in fill.out + train.out, line
+    # Ray Core's line for Ray Train's preemption watcher actor (raycache turns the watcher off)
+    assert "has constructor arguments in the object store" not in train.out, train.out
 
     store = Path(head["env"]["RAYCACHE_STORE"])
     [manifest] = store.glob("stdlib-docs/*/manifest.json")

@@ -7,7 +7,6 @@ import contextlib
 import os
 import pickle
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,15 +22,8 @@ from raycache.source import files as sources
 if TYPE_CHECKING:
     from raycache.encoders.config import EncoderConfig
 
-__all__ = ["ACTORS", "AUTO_IN_PROCESS_ROWS", "Job", "ModelChain", "Stage", "build", "in_process",
+__all__ = ["AUTO_IN_PROCESS_ROWS", "Job", "ModelChain", "Stage", "build", "in_process",
            "progress_bar", "run", "run_local", "stream", "where"]
-
-ACTORS = {"max_restarts": 0}
-"""Ray options of every actor pool. Ray Data restarts a dead actor forever by default, from
-constructor arguments it keeps in the object store, which Ray Core cannot always restore
-(ray-project/ray#53727; it prints a line for every pool saying so): a crash that repeats (say an
-out-of-memory batch) then retries for ever. Without restarts, the job stops with an
-EncoderError instead, and a fill run again resumes from its recorded shards."""
 
 AUTO_IN_PROCESS_ROWS = 20_000
 """in_process: auto runs a CPU job of at most this many rows without Ray (a couple of minutes
@@ -138,19 +130,19 @@ def build(job: Job, pool: Pool) -> Any:
         batch_size=1, num_cpus=READ_CPUS, batch_format="pyarrow",
     ).repartition(target_num_rows_per_block=job.rows)  # blocks spread over the pool
     if not pool.gpus:
-        ds = _actors(
-            ds, ModelChain, fn_constructor_kwargs=dict(job=job, pool=pool),
+        ds = ds.map_batches(
+            ModelChain, fn_constructor_kwargs=dict(job=job, pool=pool),
             batch_size=job.rows, compute=ray.data.ActorPoolStrategy(size=pool.actors),
             num_cpus=pool.cpus, batch_format="pyarrow")
     else:
-        ds = _actors(
-            ds, PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
-                                                         inputs=job.inputs),
+        ds = ds.map_batches(
+            PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
+                                                     inputs=job.inputs),
             batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(min_size=1, max_size=pool.prepare_actors),
         )
-        ds = _actors(
-            ds, job.model.fn, fn_constructor_kwargs=dict(pool=pool, **job.model.kwargs),
+        ds = ds.map_batches(
+            job.model.fn, fn_constructor_kwargs=dict(pool=pool, **job.model.kwargs),
             batch_size=job.rows,  # one call per block; Ray Data needs it for GPU stages
             compute=ray.data.ActorPoolStrategy(size=pool.actors),
             num_cpus=pool.cpus, num_gpus=pool.gpus, batch_format="pyarrow",
@@ -161,14 +153,6 @@ def build(job: Job, pool: Pool) -> Any:
     if job.ordered:
         ds.context.execution_options.preserve_order = True
     return ds
-
-
-def _actors(ds: Any, fn: Callable[..., Any], **kwargs: Any) -> Any:
-    """`ds.map_batches` on an actor pool of `fn`, with the ACTORS options (Ray 2.60 takes them
-    only among its deprecated ray_remote_args, and warns so: kept off the console)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
-        return ds.map_batches(fn, **kwargs, **ACTORS)
 
 
 def stream(ds: Any) -> Iterator[pa.Table]:
