@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from raycache.cache.committed import Cache, ls, open_cache
 from raycache.cache.config import StoreConfig
 from raycache.cache.manifest import Manifest
+from raycache.core.notebook import quiet_widget_notices
 from raycache.encoders.config import EncoderConfig
 from raycache.errors import (
     CacheNotFound,
@@ -50,6 +51,8 @@ from raycache.upkeep.du import Usage, du
 from raycache.upkeep.gc import GcResult, gc
 from raycache.upkeep.repair import repair
 from raycache.upkeep.verify import Report, verify
+
+quiet_widget_notices()  # before anything imports Ray or tqdm.auto
 
 __all__ = [
     "Cache",

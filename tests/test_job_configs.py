@@ -1,12 +1,18 @@
-"""Every shipped YAML in jobs/ is a valid config, checked by the same code that runs it."""
+"""Every shipped YAML in jobs/ is a valid config, checked by the same code that runs it; the
+local ones take their paths from the environment, and a job refuses a relative store."""
 
 from pathlib import Path
 
 import pytest
 import yaml
 
+from raycache.cache.store import Store
+from raycache.core.workdir import job_working_dir
+from raycache.errors import ConfigError, SourceError, StoreError
 from raycache.fill.plan import load_config as load_fill
 from raycache.pipeline import configs
+from raycache.source.config import SourceConfig
+from raycache.source.files import list_files
 from raycache.train.plan import load_config as load_train
 
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
@@ -75,3 +81,82 @@ def test_runtime_env_ships_the_checkout_without_the_venv():
     assert len(shipped) == len(list((root / "raycache").rglob("*.py")))
     assert excluded(root / ".venv") and excluded(root / "data")
     assert not any("SECRET" in k or "KEY" in k for k in env.get("env_vars", {}))
+
+
+LOCAL = ("fill-local.yaml", "train-local.yaml", "pipeline-local.yaml")
+
+
+@pytest.mark.parametrize("name", LOCAL)
+def test_local_configs_take_their_paths_from_the_environment(name, monkeypatch, tmp_path):
+    """Under `ray job submit` a relative path lands in Ray's temporary copy of the checkout:
+    the local configs read absolute ones from the environment `ray start` ran in."""
+    monkeypatch.setenv("RAYCACHE_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("RAYCACHE_STORE", str(tmp_path / "store"))
+    path = JOBS / "configs" / name
+    data, store = str(tmp_path / "data" / "stdlib-docs.parquet"), str(tmp_path / "store")
+    if name.startswith("fill"):
+        cfg = load_fill(path)
+        assert (cfg.source.path, cfg.store.uri) == (data, store)
+    elif name.startswith("train"):
+        assert load_train(path).store.uri == store
+    else:
+        fill, train = configs(path)
+        assert (fill.source.path, fill.store.uri, train.store.uri) == (data, store, store)
+
+
+def test_local_configs_fall_back_to_the_checkout_paths(monkeypatch):
+    for var in ("RAYCACHE_DATA", "RAYCACHE_STORE"):
+        monkeypatch.delenv(var, raising=False)
+    cfg = load_fill(JOBS / "configs" / "fill-local.yaml")
+    assert (cfg.source.path, cfg.store.uri) == ("data/stdlib-docs.parquet", ".raycache/store")
+
+
+def test_an_unset_variable_without_a_default_is_a_config_error(monkeypatch, tmp_path):
+    monkeypatch.delenv("RC_NOT_SET", raising=False)
+    monkeypatch.setenv("RC_EMPTY", "")
+    path = tmp_path / "train.yaml"
+    path.write_text("cache: ${RC_NOT_SET}\nstore:\n  uri: ${RC_EMPTY:-/srv/store}\n")
+    with pytest.raises(ConfigError) as err:
+        load_train(path)
+    assert err.value.problems == [
+        f"config file {str(path)!r}: ${{RC_NOT_SET}} is not set; export RC_NOT_SET (for a Ray "
+        "job: in the environment `ray start` ran in, or in the runtime_env's env_vars), or "
+        "write ${RC_NOT_SET:-default} in the file"]
+    monkeypatch.setenv("RC_NOT_SET", "docs")
+    cfg = load_train(path)
+    assert (cfg.cache, cfg.store.uri) == ("docs", "/srv/store")  # empty: the default
+
+
+@pytest.fixture
+def in_a_job_copy(tmp_path, monkeypatch):
+    """This process in a folder laid out as Ray unpacks a job's working_dir."""
+    copy = tmp_path / "session_x" / "runtime_resources" / "working_dir_files" / "_ray_pkg_ab12"
+    (copy / "jobs").mkdir(parents=True)
+    monkeypatch.chdir(copy / "jobs")
+    return copy
+
+
+def test_a_relative_store_is_refused_in_a_job_copy(in_a_job_copy, tmp_path):
+    with pytest.raises(StoreError) as err:
+        Store(".raycache/store")
+    message = str(err.value)
+    assert message.startswith(
+        "store '.raycache/store' is a relative path, and this Ray job runs in Ray's temporary "
+        f"copy of its working_dir ({in_a_job_copy}): the path would land there")
+    assert "export RAYCACHE_STORE=/path/to/store where `ray start` runs" in message
+    assert Store(str(tmp_path / "store")).uri == str(tmp_path / "store")  # absolute: fine
+    assert Store("s3://bucket/prefix").uri == "s3://bucket/prefix"
+
+
+def test_a_relative_store_outside_a_job_copy_is_fine(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert job_working_dir() is None
+    assert Store(".raycache/store").uri == str(tmp_path / ".raycache" / "store")
+
+
+def test_a_missing_relative_source_in_a_job_copy_says_why(in_a_job_copy):
+    with pytest.raises(SourceError, match=r"source path 'data/x.parquet' is a relative path, "
+                                          r"and this Ray job runs in Ray's temporary copy"):
+        list_files(SourceConfig(path="data/x.parquet"))
+    (in_a_job_copy / "jobs" / "shipped.csv").write_text("id,text\n1,a\n")
+    assert list_files(SourceConfig(path="shipped.csv"))[0] == "csv"  # shipped: found

@@ -21,6 +21,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from raycache.cache.records import RowRange
 from raycache.core.secrets import merge, reveal, seal, split
+from raycache.core.workdir import temporary_path_problem
 from raycache.errors import StoreError
 
 __all__ = ["MANIFEST", "PROGRESS", "RUNS", "SHARDS", "Store", "shard_name"]
@@ -31,6 +32,10 @@ SHARDS = "shards"
 PROGRESS = "_progress"
 """One record per written shard of an unfinished fill: what resume reads."""
 RUNS = "runs"
+_OUTLIVE = ("give an absolute path (store.uri: /path/to/store; the shipped configs: export "
+            "RAYCACHE_STORE=/path/to/store where `ray start` runs, jobs/README.md) or object "
+            "storage (s3://bucket/prefix), so the cache outlives the job and `raycache ls` finds "
+            "it")
 
 
 def shard_name(ranges: Sequence[RowRange]) -> str:
@@ -62,6 +67,8 @@ class Store:
         return cls(cfg.uri, cfg.options, cfg.shared, cfg.timeout_s)
 
     def __post_init__(self) -> None:
+        if problem := temporary_path_problem("store", self.uri, _OUTLIVE):
+            raise StoreError(problem)
         if "://" not in self.uri:
             self.uri = os.path.abspath(os.path.expanduser(self.uri))
         self.uri = self.uri.rstrip("/")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable
 from typing import Any
 
 import ray
 import ray.data
+from ray._private import ray_constants
 
 from raycache import errors
 from raycache.cache.store import Store
@@ -17,13 +19,18 @@ from raycache.errors import ConfigError, RaycacheError, StoreError
 
 __all__ = ["check_store_for_cluster", "cluster_pool", "connect", "unwrap"]
 
+EVENTS = "RAY_SCHEDULER_EVENTS"
 _ERROR_LINE = re.compile(r"raycache\.errors\.(\w+): (.*)", re.S)
 
 
 def connect(progress: bool = True, verbose: bool = False) -> None:
     """Join the cluster in RAY_ADDRESS (as under `ray job submit`), or start Ray in-process.
-    Ray's and Ray Data's own logs and progress bars show only when `verbose`; workers' output
-    reaches the driver only with `progress` (errors always raise here)."""
+    Ray's and Ray Data's own logs and progress bars, and the autoscaler's events, show only when
+    `verbose`; workers' output reaches the driver only with `progress` (errors always raise
+    here)."""
+    # Ray's switch for the "(autoscaler +Ns) ..." lines, RAY_SCHEDULER_EVENTS, is read when Ray
+    # is imported; the driver checks this copy of it for every batch of those lines
+    ray_constants.AUTOSCALER_EVENTS = int(verbose and os.environ.get(EVENTS, "1") != "0")
     if not ray.is_initialized():
         ray.init(logging_level=logging.INFO if verbose else logging.ERROR,
                  log_to_driver=progress or verbose)

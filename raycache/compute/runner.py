@@ -16,6 +16,7 @@ import pyarrow as pa
 from raycache.compute.pool import LIGHT_CPUS, READ_CPUS, Pool
 from raycache.compute.prepare import Inputs, PrepareActor
 from raycache.core.config import AUTO
+from raycache.errors import EncoderError
 from raycache.source import files as sources
 
 if TYPE_CHECKING:
@@ -166,15 +167,27 @@ def stream(ds: Any) -> Iterator[pa.Table]:
         return
     except Exception as exc:  # Ray wraps stage errors in its own types
         error = unwrap(exc)
+        if error is exc and _actor_died(exc):
+            error = EncoderError(
+                f"an actor of the model stage died ({type(exc).__name__}: "
+                f"{str(exc).strip().splitlines()[0][:300]}); what was written is kept: run the "
+                "same command again (a fill resumes from its recorded shards)")
         error.add_note(f"(raised in a Ray Data stage: {type(exc).__name__})")
     del batches
     raise error  # outside the handler: no chain to Ray's traceback and the executor's frames
 
 
+def _actor_died(exc: BaseException) -> bool:
+    from ray.exceptions import RayActorError
+
+    seen: list[BaseException | None] = [exc, exc.__cause__, exc.__context__]
+    return any(isinstance(e, RayActorError) for e in seen)
+
+
 @contextlib.contextmanager
 def progress_bar(show: bool, total: int | None, desc: str) -> Iterator[Any]:
     """A progress bar of rows (hidden unless `show`), closed on the way out."""
-    from tqdm.auto import tqdm
+    from tqdm.std import tqdm  # a text line in terminals and notebooks alike (no ipywidgets)
 
     bar = tqdm(total=total, disable=not show, unit=" rows", desc=desc, dynamic_ncols=True,
                smoothing=0.1)

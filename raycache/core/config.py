@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from raycache.core.env import expand_env
 from raycache.errors import ConfigError
 
 __all__ = ["AUTO", "is_name", "load", "non_finite", "parse_value", "positive", "positive_or_auto",
@@ -87,10 +88,11 @@ def load(cls: type[T], data: dict[str, Any] | str | Path | T,
 
 
 def read_yaml(path: Path) -> Any:
-    """A YAML file's contents ({} when empty); a syntax error, or text that is not UTF-8, as a
+    """A YAML file's contents ({} when empty), its ${NAME} and ${NAME:-default} taken from the
+    environment (raycache.core.env); a syntax error, or text that is not UTF-8, as a
     ConfigError naming the file, the line and column, and the problem."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -100,6 +102,7 @@ def read_yaml(path: Path) -> Any:
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError([f"config file {str(path)!r}: not readable as YAML ({exc}); save it "
                            "as UTF-8 YAML text"]) from exc
+    return expand_env(data, path)
 
 
 def parse_value(tp: Any, value: Any, where: str, problems: list[str]) -> Any:

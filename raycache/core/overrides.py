@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from raycache.core.config import read_yaml
 from raycache.errors import ConfigError
 
 __all__ = ["overridden"]
@@ -55,10 +56,7 @@ def _value(text: str, item: str) -> Any:
 def _read_yaml(path: str) -> dict[str, Any]:
     if not Path(path).is_file():
         raise ConfigError([f"config file {path!r} does not exist; check the path"])
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"config file {path!r} is not valid YAML: {exc}"]) from exc
+    data = read_yaml(Path(path))  # ${NAME} from the environment, as the loader reads it
     if not isinstance(data, dict):
         raise ConfigError([f"config file {path!r}: expected a mapping of settings, got "
                            f"{type(data).__name__}"])

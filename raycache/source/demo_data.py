@@ -77,7 +77,9 @@ def write_stdlib_docs(path: str | Path, per_topic: int = 150) -> Path:
     return path
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m raycache.source.demo_data [PATH [PER_TOPIC]]
     import sys
 
-    print(write_stdlib_docs(sys.argv[1] if len(sys.argv) > 1 else "data/stdlib-docs.parquet"))
+    args = sys.argv[1:]
+    path = args[0] if args else "data/stdlib-docs.parquet"
+    print(write_stdlib_docs(path, int(args[1]) if len(args) > 1 else 150))

@@ -19,6 +19,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from raycache.core.secrets import reveal
+from raycache.core.workdir import temporary_path_problem
 from raycache.errors import FingerprintError, RaycacheError, SourceError
 from raycache.source.checks import check_columns, check_utf8
 from raycache.source.config import FILE_FORMATS, SourceConfig
@@ -75,6 +76,8 @@ def _listed(path: str, cfg: SourceConfig) -> dict[str, SourceFile]:
     fs, root = fsspec.core.url_to_fs(path, **reveal(cfg.options))
     exists = _has_magic(root) or fs.exists(root)
     found = (fs.glob(root) if _has_magic(root) else [root]) if exists else []
+    if not found and (problem := temporary_path_problem("source path", path, _SHIP)):
+        raise SourceError(problem)
     if not found:
         what = "matches no files" if _has_magic(root) else "does not exist"
         raise SourceError(f"source path {path!r} {what}; check the path (a file, folder or glob)")
@@ -88,6 +91,10 @@ def _listed(path: str, cfg: SourceConfig) -> dict[str, SourceFile]:
             uri = fs.unstrip_protocol(name) if "://" in path else name
             files[uri] = SourceFile(uri, int(info["size"]), _version(info, uri, cfg))
     return files
+
+
+_SHIP = ("give an absolute path or a URI (the shipped configs: export RAYCACHE_DATA where `ray "
+         "start` runs; jobs/README.md), or ship the file in the working_dir")
 
 
 def _has_magic(path: str) -> bool:

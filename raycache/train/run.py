@@ -4,6 +4,7 @@ the loop in-process (local mode) or on DDP workers, resume, and record the run."
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -170,6 +171,10 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
     # Ray records the loop config and run config (its train state API, export events, the
     # controller's arguments): DDP workers get the credentials through Ray's object store.
     store = spec.store.for_workers() if spec.num_workers else spec.store
+    # Ray Train's preemption watcher serves ray.train.get_preemption_info, which the loop never
+    # calls; its actor would print Ray Core's constructor-arguments line in every run
+    # (ray-project/ray#53727). The driver's setting travels to the controller.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
     return Trainer(
         _train_loop,
         train_loop_config={"spec": dataclasses.replace(spec, store=store)},
@@ -190,11 +195,23 @@ def _train_loop(config: dict[str, Any]) -> dict[str, Any]:
 
     from raycache.train.loop import train_loop
 
+    _quiet_reports()
     threads = torch.get_num_threads()  # a streamed share lowers them; in-process, restore them
     try:
         return train_loop(config)
     finally:
         torch.set_num_threads(threads)
+
+
+def _quiet_reports() -> None:
+    """No "Reporting training result N: TrainingReport(...)" dump per report: Ray Train 2.60
+    logs it at INFO under a logger named by its module's file path, outside "ray.train", so
+    neither LoggingConfig nor the "ray.train" logger's level keeps it out."""
+    import logging
+
+    from ray.train.v2._internal.execution import context
+
+    logging.getLogger(context.__file__).setLevel(logging.WARNING)
 
 
 def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
@@ -216,6 +233,7 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     from raycache.train.console import quiet_ray_train
 
     quiet_ray_train()
+    _quiet_reports()  # local mode reports in this process
     cache, spec = prepare(cfg, checked, None if landing is None else
                           len(landing.column(checked[0].manifest.key_column)))
     if spec.num_workers:  # local mode runs in this process: no Ray cluster to start or join
