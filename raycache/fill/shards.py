@@ -40,10 +40,14 @@ def write_stage(table: pa.Table, store: Store, cache_dir: str, fingerprint: str,
 def _parquet_options(schema: pa.Schema) -> dict:
     """Embedding columns plain: float32 embeddings barely compress (zstd saved nothing on
     MiniLM's, dictionaries made them bigger), and training reads them every epoch, so they are
-    stored as raw floats that decode at memory speed; keys and labels get dictionaries + zstd."""
-    embeddings = set(_embedding_columns(schema))
-    return {"compression": {f.name: "none" if f.name in embeddings else "zstd" for f in schema},
-            "use_dictionary": [f.name for f in schema if f.name not in embeddings]}
+    stored as raw floats that decode at memory speed. Input hashes are random bytes: plain too.
+    Neither gets min/max statistics (nothing reads them; on 384 floats a row they cost a third
+    of a shard's write). Keys and labels get dictionaries, zstd and statistics."""
+    plain = {*_embedding_columns(schema), *(f.name for f in schema
+                                            if f.name.startswith(HASH_PREFIX))}
+    other = [f.name for f in schema if f.name not in plain]
+    return {"compression": {f.name: "none" if f.name in plain else "zstd" for f in schema},
+            "use_dictionary": other, "write_statistics": other}
 
 
 def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> str:

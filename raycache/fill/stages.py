@@ -114,11 +114,12 @@ class EncodeActor:
         out = table.drop_columns([c for c in table.column_names if c in inputs])
         for e in self.frozen:
             if e.name not in table.column_names:  # nothing reused: encode every row
-                emb = self.encoders[e.name].forward(table.column(prepared(e))).astype(e.dtype)
+                emb = self.encoders[e.name].forward(table.column(prepared(e)))
+                emb = emb.astype(e.dtype, copy=False)  # float32 already: no copy
                 out = out.append_column(e.name, _embedding_column(emb))
                 continue
             need = table.column(need_column(e.name)).to_numpy()
-            emb = _embeddings(table.column(e.name)).astype(e.dtype)
+            emb = _embeddings(table.column(e.name)).astype(e.dtype, copy=False)
             if need.any():
                 todo = table.column(prepared(e)).filter(pa.array(need))
                 emb[need] = self.encoders[e.name].forward(todo)
@@ -126,7 +127,7 @@ class EncodeActor:
                                  _embedding_column(emb))
         for e in views:  # each row's K views, encoded as one batch of rows * K inputs
             column = table.column(prepared_views(e.name)).combine_chunks()
-            emb = self.encoders[e.name].forward(column.flatten()).astype(e.dtype)
+            emb = self.encoders[e.name].forward(column.flatten()).astype(e.dtype, copy=False)
             out = out.append_column(views_column(e.name),
                                     _embedding_column(emb.reshape(table.num_rows, -1)))
         return out.append_column(STARTED, pa.array(np.full(table.num_rows, started)))
