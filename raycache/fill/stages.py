@@ -119,7 +119,7 @@ class EncodeActor:
                 out = out.append_column(e.name, _embedding_column(emb))
                 continue
             need = table.column(need_column(e.name)).to_numpy()
-            emb = _embeddings(table.column(e.name)).astype(e.dtype, copy=False)
+            emb = _embeddings(table.column(e.name)).astype(e.dtype)  # a writable copy
             if need.any():
                 todo = table.column(prepared(e)).filter(pa.array(need))
                 emb[need] = self.encoders[e.name].forward(todo)
