@@ -4,6 +4,7 @@ up, a fill that reused every row, a repair; a sweep's epoch lines and summary na
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -135,3 +136,18 @@ def test_a_resumed_run_says_which_epochs_this_call_trained(store):
                                      checkpoints={"every": 1}))
     assert again.first_epoch == 2 and not again.finished_before
     assert "trained epoch 3 of 3 (resumed from epoch 2)" in again.summary()
+
+
+def test_a_watched_console_keeps_one_progress_line_and_a_log_one_per_epoch(monkeypatch, capsys):
+    console = sys.modules["raycache.train.console"]
+    lines = ["epoch 1/3  train_loss 1.2000", "epoch 2/3  loss 0.9", "epoch 3/3  loss 0.5"]
+    monkeypatch.setattr(console, "live", lambda: True)  # a terminal or a notebook
+    for i, line in enumerate(lines):
+        console.say_progress(line, final=i == len(lines) - 1)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and out.endswith("\n") and out.count("\r") == 3
+    assert out.split("\r")[2] == "epoch 2/3  loss 0.9".ljust(len(lines[0]))  # covers the longer
+    monkeypatch.setattr(console, "live", lambda: False)  # a log file: a line each
+    for i, line in enumerate(lines):
+        console.say_progress(line, final=i == len(lines) - 1)
+    assert capsys.readouterr().out.splitlines() == lines

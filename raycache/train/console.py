@@ -7,7 +7,8 @@ import logging
 import sys
 from typing import Any
 
-__all__ = ["epoch_text", "number", "quiet_ray_train", "say", "settings_text"]
+__all__ = ["epoch_text", "live", "number", "quiet_ray_train", "say", "say_progress",
+           "settings_text"]
 
 SHOWN = ("train_loss", "train_acc", "val_loss", "val_acc")
 """Metrics every epoch line shows; the monitored one is added when it is another."""
@@ -23,6 +24,29 @@ def say(line: str) -> None:
     logger, which showed every epoch twice."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def live() -> bool:
+    """Whether stdout is watched as it runs (a terminal, or a notebook's kernel), where one
+    line that rewrites itself reads better than a line per epoch; elsewhere (a Ray worker's or
+    a job's log) every epoch keeps its line."""
+    return sys.stdout.isatty() or "ipykernel" in sys.modules
+
+
+_shown = [0]
+"""The width of the progress line on screen, so a shorter one covers it."""
+
+
+def say_progress(line: str, final: bool) -> None:
+    """The training progress line: written over itself where stdout is live (ending with a
+    newline after the last epoch), else one line per call. The per-epoch history is in the run
+    folder (metrics.jsonl) and the result."""
+    if not live():
+        say(line)
+        return
+    sys.stdout.write("\r" + line.ljust(_shown[0]) + ("\n" if final else ""))
+    sys.stdout.flush()
+    _shown[0] = 0 if final else len(line)
 
 
 def epoch_text(m: dict[str, Any], epochs: int, monitor: str, eta_s: float | None = None,

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from raycache.train.assemble import build_team, holders, wrap
 from raycache.train.best import end_sweep_epoch, sweep_rows, track_best
-from raycache.train.console import epoch_text, quiet_ray_train, say
+from raycache.train.console import epoch_text, quiet_ray_train, say_progress
 from raycache.train.diverged import check_finite
 from raycache.train.epoch import (
     FINITE,
@@ -71,10 +71,11 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
                   else [e.compute() for e in evaluators])
         record(team, epoch, total, extras, time.perf_counter() - t0,
                time.monotonic() - started)
-        if rank == 0 and spec.progress:
-            say(progress_line(team, (time.monotonic() - started) / (team.run.epoch - first)))
         every = spec.checkpoint_every
         end = team.run.epoch == epochs or team.run.stopped
+        if rank == 0 and spec.progress:
+            say_progress(progress_line(team, (time.monotonic() - started)
+                                       / (team.run.epoch - first)), final=end)
         if end or sums[0, SAVE_NOW] > 0 or (every and team.run.epoch % every == 0):
             save(team, rank)
             last_save = time.monotonic()
