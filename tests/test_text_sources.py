@@ -3,15 +3,12 @@ by lines: a quoted CSV field may hold newlines), so a small text fill runs in-pr
 progress total, and its commit checks every row is covered."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from raycache.source.config import SourceConfig
 from raycache.source.files import Span, list_files, plan_units
-from tests.conftest import TESTS
+from tests.conftest import fill_in_fresh_process
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -47,15 +44,6 @@ def test_a_small_jsonl_fill_runs_in_process_with_no_ray(tmp_path):
                          "factory": "toy_encoders:projection",
                          "kwargs": {"in_dim": 8, "out_dim": 16}}],
            "store": {"uri": str(tmp_path / "store")}, "progress": False}
-    code = ("import json, sys, raycache\n"
-            "r = raycache.fill(json.loads(sys.argv[1]))\n"
-            "ray = sys.modules.get('ray')\n"
-            "print(json.dumps([r.pool, r.cache.manifest.rows,\n"
-            "                  bool(ray and ray.is_initialized())]))")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(cfg)], capture_output=True,
-                         text=True, timeout=200, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    pool, rows, ray_started = json.loads(out.stdout.strip().splitlines()[-1])
+    got = fill_in_fresh_process(cfg, timeout=200)
+    pool, rows, ray_started = got["pool"], got["rows"], got["ray_started"]
     assert pool.startswith("in-process") and rows == 300 and not ray_started

@@ -11,7 +11,7 @@ from raycache.errors import SourceError
 from raycache.source.config import SourceConfig
 
 if TYPE_CHECKING:
-    from raycache.source.files import SourceFile
+    from raycache.source.file import SourceFile
 
 __all__ = ["check_columns", "check_types", "check_utf8"]
 

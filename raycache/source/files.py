@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import pickle
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from raycache.core.workdir import temporary_path_problem
 from raycache.errors import FingerprintError, RaycacheError, SourceError
 from raycache.source.checks import check_columns, check_utf8
 from raycache.source.config import FILE_FORMATS, SourceConfig
+from raycache.source.file import SourceFile
 
 __all__ = ["META", "Ranges", "SourceFile", "Span", "Unit", "changes", "check_columns",
            "check_unchanged", "list_files", "plan_units", "read_schema", "read_schemas",
@@ -30,24 +30,6 @@ __all__ = ["META", "Ranges", "SourceFile", "Span", "Unit", "changes", "check_col
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
             ".ndjson": "jsonl", ".csv": "csv"}
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    """One input file and the facts that say whether it changed."""
-
-    uri: str
-    size: int
-    version: str
-
-    @property
-    def block(self) -> str:
-        """Short stable id of this file's content version; names its shards."""
-        text = f"{self.uri}|{self.size}|{self.version}"
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-    def describe(self) -> dict[str, Any]:
-        return {"uri": self.uri, "size": self.size, "version": self.version}
 
 
 def list_files(cfg: SourceConfig) -> tuple[str, list[SourceFile]]:
