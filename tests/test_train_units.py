@@ -436,3 +436,56 @@ def test_a_streamed_share_leaves_its_readers_cores_and_a_run_gives_them_back(tmp
         assert torch.get_num_threads() == READERS + 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_key_split_is_zlib_crc32_of_each_keys_text_whatever_its_length_or_type():
+    import zlib
+
+    import pyarrow as pa
+
+    from raycache.train.data.split import BUCKETS, validation_mask
+
+    keys = [pa.array(np.arange(-1000, 20_000, 7, dtype=np.int64)),
+            pa.array(["", "é", "日本語", "x" * 64, "y" * 65, "row-17"]),
+            pa.chunked_array([pa.array(["k1", "k22"]), pa.array(["k333"])]),
+            pa.array([1.5, 2.0, -3.25])]  # no vectorised form: zlib key by key
+    for column in keys:
+        want = [zlib.crc32(str(k).encode()) % BUCKETS < 3_000 for k in column.to_pylist()]
+        assert validation_mask(column, 0.3).to_pylist() == want
+
+
+def test_an_in_memory_share_gathers_each_sides_rows_in_order_from_every_shard(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raycache.train.data.shares import InMemory
+    from raycache.train.data.split import validation_mask
+
+    rng = np.random.default_rng(1)
+    shards, tables = [], []
+    for i, n in enumerate((40, 25)):
+        a = rng.normal(size=(n, 3)).astype(np.float32)
+        b = rng.normal(size=(n, 2)).astype(np.float16)
+        table = pa.table({"id": [f"r{i}-{j}" for j in range(n)],
+                          "label": pa.array(rng.integers(0, 3, n)),
+                          "e": pa.FixedSizeListArray.from_arrays(pa.array(a.ravel()), 3),
+                          "f": pa.FixedSizeListArray.from_arrays(pa.array(b.ravel()), 2)})
+        pq.write_table(table, tmp_path / f"s{i}.parquet")
+        shards.append((str(tmp_path / f"s{i}.parquet"), n))
+        tables.append(table)
+    whole = pa.concat_tables(tables)
+    held = validation_mask(whole.column("id"), 0.3).to_numpy(zero_copy_only=False)
+    assert 0 < held.sum() < len(held)
+    for encoders, dims in ((("e",), [3]), (("e", "f"), [3, 2])):
+        base = spec(tmp_path, val_fraction=0.3)
+        base = dataclasses.replace(base, rows=65, shards=tuple(shards), checks=(),
+                                   head=dataclasses.replace(base.head, encoders=encoders,
+                                                            in_dim=sum(dims)))
+        train, val = InMemory.for_worker(base, 0, torch.device("cpu"))
+        x = np.concatenate([np.stack(whole.column(e).to_numpy(zero_copy_only=False))
+                            .astype(np.float32) for e in encoders], axis=1)
+        y = whole.column("label").to_numpy()
+        assert torch.equal(train.x, torch.from_numpy(x[~held]))
+        assert torch.equal(val.x, torch.from_numpy(x[held]))
+        assert torch.equal(train.y, torch.from_numpy(y[~held]))
+        assert torch.equal(val.y, torch.from_numpy(y[held]))

@@ -46,10 +46,12 @@ Batches = Iterator[tuple["torch.Tensor | Inputs", torch.Tensor]]
 
 
 def to_arrays(batch: pa.Table, encoders: tuple[str, ...], label: str,
-              names: tuple[str, ...] = ()) -> tuple[np.ndarray, ...]:
+              names: tuple[str, ...] = (), keep: np.ndarray | None = None
+              ) -> tuple[np.ndarray, ...]:
     """Concatenated embedding columns as float32 features, and the label column as int64
-    class ids (see label_ids)."""
-    return features(batch, encoders), label_ids(batch.column(label), names)
+    class ids (see label_ids); with `keep` (a boolean mask), only those rows."""
+    y = label_ids(batch.column(label), names)
+    return features(batch, encoders, keep), y if keep is None else y[keep]
 
 
 def label_ids(column: pa.ChunkedArray | pa.Array, names: tuple[str, ...] = ()) -> np.ndarray:
@@ -67,24 +69,39 @@ def label_ids(column: pa.ChunkedArray | pa.Array, names: tuple[str, ...] = ()) -
     return ids.to_numpy().astype(np.int64)
 
 
-def features(batch: pa.Table, encoders: tuple[str, ...]) -> np.ndarray:
-    """The embedding columns, concatenated in order, as float32 rows: a read-only view of the
-    Arrow buffer where one float32 column in one chunk allows it (callers copy what they keep),
-    else one array filled chunk by chunk (one copy, however many shards the table holds)."""
+def features(batch: pa.Table, encoders: tuple[str, ...], keep: np.ndarray | None = None
+             ) -> np.ndarray:
+    """The embedding columns, concatenated in order, as float32 rows (with `keep`, a boolean
+    mask, only those rows): a read-only view of the Arrow buffer where one float32 column in
+    one chunk allows it (callers copy what they keep), else one array filled chunk by chunk (one
+    copy, however many shards the table holds, in Arrow's memory pool: a load of gigabytes
+    reuses the pages of the one before instead of faulting in fresh ones)."""
     columns = [batch.column(name) for name in encoders]
-    if len(columns) == 1 and columns[0].num_chunks == 1 \
+    if keep is None and len(columns) == 1 and columns[0].num_chunks == 1 \
             and columns[0].type.value_type == pa.float32():
         col = columns[0].chunk(0)
         return col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), col.type.list_size)
     dims = [c.type.list_size for c in columns]
-    x = np.empty((batch.num_rows, sum(dims)), np.float32)
+    rows = batch.num_rows if keep is None else int(np.count_nonzero(keep))
+    x = np.frombuffer(pa.allocate_buffer(rows * sum(dims) * 4), np.float32)
+    x = x.reshape(rows, sum(dims))
     lo = 0
     for col, dim in zip(columns, dims, strict=True):
-        row = 0
+        row = at = 0
         for chunk in col.chunks:
-            flat = chunk.flatten().to_numpy(zero_copy_only=False)
-            x[row:row + len(chunk), lo:lo + dim] = flat.reshape(len(chunk), dim)
-            row += len(chunk)
+            flat = chunk.flatten().to_numpy(zero_copy_only=False).reshape(len(chunk), dim)
+            if keep is None:
+                x[row:row + len(chunk), lo:lo + dim] = flat
+                row += len(chunk)
+            else:
+                part = keep[at:at + len(chunk)]
+                n = int(np.count_nonzero(part))
+                if flat.dtype == x.dtype and len(dims) == 1:  # one copy, straight in
+                    np.compress(part, flat, axis=0, out=x[row:row + n])
+                else:
+                    x[row:row + n, lo:lo + dim] = flat[part]
+                row += n
+            at += len(chunk)
         lo += dim
     return x
 
@@ -127,10 +144,12 @@ def cached_columns(spec: RunSpec) -> list[str]:
 
 def rows_of(table: pa.Table, spec: RunSpec, rows: np.ndarray | None = None
             ) -> tuple[torch.Tensor | Inputs, torch.Tensor]:
-    """A table's `rows` (all: None) as (model inputs, labels): the frozen features as one
-    float32 tensor, or with trainable encoders as Inputs (raycache.heads.joint)."""
-    x, y = to_arrays(table, spec.head.frozen, spec.head.label, spec.head.class_names)
-    if rows is not None:
+    """A table's `rows` (all: None; row numbers, or a boolean mask) as (model inputs, labels):
+    the frozen features as one float32 tensor, or with trainable encoders as Inputs
+    (raycache.heads.joint)."""
+    keep = rows if rows is not None and rows.dtype == np.bool_ else None
+    x, y = to_arrays(table, spec.head.frozen, spec.head.label, spec.head.class_names, keep)
+    if rows is not None and keep is None:
         x, y = np.take(x, rows, axis=0), y[rows]
     if not spec.head.trainable:  # np.take copied; a whole table's x may be a read-only view
         return (torch.from_numpy(x) if x.flags.writeable else torch.tensor(x)), \
@@ -138,7 +157,7 @@ def rows_of(table: pa.Table, spec: RunSpec, rows: np.ndarray | None = None
     from raycache.heads.joint import inputs
 
     if rows is not None:
-        table = table.take(pa.array(rows))
+        table = table.filter(pa.array(keep)) if keep is not None else table.take(pa.array(rows))
     return inputs(table, spec.head, x), torch.from_numpy(y)
 
 
@@ -167,14 +186,14 @@ class InMemory:
     and trains each pass on one view per row, drawn from (the pass's seed, row id)."""
 
     def __init__(self, table: pa.Table | None, spec: RunSpec, where: torch.device,
-                 ids: np.ndarray | None = None):
+                 ids: np.ndarray | None = None, rows: np.ndarray | None = None):
         self.views: torch.Tensor | None = None
         self.ids = ids
-        if table is None or table.num_rows == 0:  # no rows: never indexed
-            self.x = torch.empty(0, spec.head.in_dim, device=where)
+        if table is None or table.num_rows == 0 or (rows is not None and not rows.any()):
+            self.x = torch.empty(0, spec.head.in_dim, device=where)  # no rows: never indexed
             self.y = torch.empty(0, dtype=torch.int64, device=where)
         else:
-            x, y = rows_of(table, spec)
+            x, y = rows_of(table, spec, rows)
             self.x, self.y = x.to(where), y.to(where)
             if ids is not None and spec.views:  # views and trainable encoders never meet
                 self.views = torch.from_numpy(all_views(table, spec)).to(where)
@@ -202,16 +221,18 @@ class InMemory:
     @staticmethod
     def for_worker(spec: RunSpec, rank: int, where: torch.device) -> tuple[InMemory, InMemory]:
         """(training, validation) of this worker's share: training on views when the spec has
-        them, validation on the clean embeddings."""
+        them, validation on the clean embeddings. Each side's rows are gathered straight from
+        the shards' columns (no filtered copy of the table first)."""
         table = load_share(spec, rank, spec.world)
         if table is None:
             return InMemory(None, spec, where), InMemory(None, spec, where)
-        mask = validation_mask(table.column(spec.key), spec.recipe.evaluation.val_fraction)
-        train = table.filter(pc.invert(mask))
-        ids = row_ids(train.column(spec.key)) if spec.views else None
-        val = table.filter(mask).drop_columns([spec.key, *view_columns(spec)])
-        return (InMemory(train.drop_columns([spec.key]), spec, where, ids),
-                InMemory(val, spec, where))
+        held = validation_mask(table.column(spec.key), spec.recipe.evaluation.val_fraction)
+        held = held.to_numpy(zero_copy_only=False)
+        if spec.views:  # each training row's K views too, drawn by the row's id
+            train = table.filter(pa.array(~held))
+            return (InMemory(train, spec, where, row_ids(train.column(spec.key))),
+                    InMemory(table.drop_columns(view_columns(spec)), spec, where, rows=held))
+        return InMemory(table, spec, where, rows=~held), InMemory(table, spec, where, rows=held)
 
 
 class Streamed:
