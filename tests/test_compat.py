@@ -1,5 +1,6 @@
 """Caches and checkpoints of earlier raycache versions still open, train, resume and predict:
-manifests of formats 1, 2 and 3 (3 with its shard list apart), an older EncoderConfig saved flat
+manifests of formats 1, 2 and 3 (3 with its shard list apart; shards with nested-list
+embeddings, as before format 4), an older EncoderConfig saved flat
 in a manifest, head.json versions 1 and 2, and progress records as earlier fills wrote them;
 all built here from their JSON forms, over small Parquet shards written with pyarrow."""
 
@@ -200,12 +201,21 @@ def test_a_fill_resumes_from_progress_records_as_earlier_versions_wrote_them(tmp
 
 
 def test_shards_are_written_in_the_saved_form(tmp_path):
-    """What a fill writes today reads as what earlier versions wrote: the fingerprint in each
-    shard's Parquet metadata under its old key, the embedding a fixed-size list of floats."""
+    """What a fill writes today: the fingerprint in each shard's Parquet metadata under its old
+    key; the embedding packed (format 4: one fixed-size binary value a row, the numbers'
+    little-endian bytes, the field's metadata naming their type), which raycache's readers, and
+    numpy by hand, turn back into the fixed-size list of floats earlier versions wrote."""
     pq.write_table(separable(n=60), tmp_path / "a.parquet")
     cache = raycache.fill(toy_fill(str(tmp_path / "a.parquet"), str(tmp_path / "store"),
                                    in_process=True)).cache
+    assert cache.manifest.format_version == 4
     path = tmp_path / "store" / "toy" / cache.manifest.fingerprint / cache.manifest.shards[0].path
-    schema = pq.read_schema(path)
-    assert schema.metadata[b"raycache.fingerprint"] == cache.manifest.fingerprint.encode()
-    assert pa.types.is_fixed_size_list(schema.field("proj").type)
+    raw = pq.read_table(path)
+    assert raw.schema.metadata[b"raycache.fingerprint"] == cache.manifest.fingerprint.encode()
+    field = raw.schema.field("proj")
+    assert field.type == pa.binary(DIM * 4) and field.metadata == {b"raycache.vector": b"float32"}
+    by_hand = np.frombuffer(raw.column("proj").combine_chunks().buffers()[1], "<f4")
+    read = cache.read_table(columns=["proj"], limit=raw.num_rows).column("proj")
+    assert pa.types.is_fixed_size_list(read.type) and read.type.list_size == DIM
+    assert np.array_equal(by_hand.reshape(-1, DIM),
+                          np.stack(read.to_numpy(zero_copy_only=False)))

@@ -110,3 +110,14 @@ def test_summary_reports_start_up_and_speed(ray_session, separable_source, tmp_p
     assert "600 encoded" in text and "s start-up (to the first encoder call)" in text
     ranges = [s.ranges for s in result.cache.manifest.shards]
     assert sum(x.stop - x.start for r in ranges for x in r) == 600
+
+
+def test_a_cache_as_a_ray_dataset_has_its_embeddings_as_lists(ray_session, separable_source,
+                                                               tmp_path):
+    cache = raycache.fill(toy_fill(str(separable_source), str(tmp_path / "store"))).cache
+    ds = cache.to_ray_dataset(columns=["id", "proj"])
+    proj = ds.schema().base_schema.field("proj").type
+    assert pa.types.is_fixed_size_list(proj) and proj.list_size == 16
+    got = pa.Table.from_pydict(ds.take_batch(600, batch_format="pyarrow").to_pydict())
+    want = cache.read_table(columns=["id", "proj"])
+    assert got.sort_by("id").to_pydict() == want.sort_by("id").to_pydict()

@@ -15,6 +15,7 @@ import torch
 
 import raycache
 from raycache.cache.committed import read_manifest
+from raycache.cache.vectors import unpack
 from raycache.cli import main
 from raycache.errors import CorruptShard
 from raycache.train.plan import load_config as load_train
@@ -111,7 +112,7 @@ def test_verify_names_truncated_missing_misshapen_shards_and_duplicate_keys(cach
     blob = shard(cache, 0).read_bytes()
     shard(cache, 0).write_bytes(blob[: len(blob) // 2])
     shard(cache, 1).unlink()
-    third, fourth = (pq.read_table(shard(cache, i)) for i in (2, 3))
+    third, fourth = (unpack(pq.read_table(shard(cache, i))) for i in (2, 3))
     twin = fourth.column("id")[0].as_py()
     ids = third.column("id").to_pylist()
     rewrite(cache, 2, third.set_column(0, "id", pa.array([twin, *ids[1:]])))

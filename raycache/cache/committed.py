@@ -21,6 +21,7 @@ from raycache.cache.reads import (
 )
 from raycache.cache.records import ShardEntry
 from raycache.cache.store import MANIFEST, Store
+from raycache.cache.vectors import unpack
 from raycache.errors import (
     CacheNotFound,
     CorruptCache,
@@ -73,7 +74,7 @@ class Cache:
             if verify:
                 return read_shard(self.store, self.dir, entry, columns)
             with self.store.fs.open(f"{self.dir}/{entry.path}", "rb") as f:
-                return pq.read_table(f, columns=columns)
+                return unpack(pq.read_table(f, columns=columns))
 
         tables, n = [], 0
         reads = map_ordered(read, self.manifest.shards, 1 if limit else THREADS)
@@ -98,7 +99,7 @@ class Cache:
 
         return ray.data.read_parquet(
             self.shard_paths(), filesystem=self.store.pyarrow_fs(), columns=columns
-        )
+        ).map_batches(unpack, batch_format="pyarrow", batch_size=None)
 
     def __repr__(self) -> str:
         return f"Cache({self.manifest.summary()}, uri={self.uri!r})"

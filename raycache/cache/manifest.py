@@ -12,12 +12,13 @@ from raycache.errors import CorruptCache, StoreError
 
 __all__ = ["FORMAT_VERSION", "EncoderEntry", "Manifest", "ShardList", "human_bytes"]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """2: shards named and recorded by the source row ranges they hold. 3: shards hold each
 encoder input's sha256 per row, and encoders their identity, so later fills reuse them; the
 shard list is its own object (shards-<digest>.json), read when needed, so the manifest (and a
-fill that hits) costs the same for any number of shards."""
-READABLE = (1, 2, 3)
+fill that hits) costs the same for any number of shards. 4: embeddings and views are packed
+(cache.vectors): ten times faster to decode."""
+READABLE = (1, 2, 3, 4)
 
 
 @dataclass(frozen=True)

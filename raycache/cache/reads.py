@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from raycache.cache.records import ShardEntry
 from raycache.cache.store import Store
+from raycache.cache.vectors import unpack
 from raycache.errors import CorruptShard
 
 if TYPE_CHECKING:
@@ -81,8 +82,8 @@ def read_checked(store: Store, path: str, size: int, sha256: str, cache: str,
     """The shard at `path` read whole (one read), its size and sha256 checked, then parsed from
     memory; `cache` ("name/fingerprint") names it in the CorruptShard raised on a mismatch."""
     blob = read_bytes_checked(store, path, size, sha256, cache)
-    try:
-        return pq.read_table(pa.BufferReader(blob), columns=columns)
+    try:  # one thread: callers read shards on a pool of their own
+        return unpack(pq.read_table(pa.BufferReader(blob), columns=columns, use_threads=False))
     except pa.ArrowInvalid as exc:  # checksum matches: the writer wrote a bad file
         raise _corrupt(store, path, cache, [f"not readable as Parquet ({exc})"]) from exc
 

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from raycache.cache.columns import HASH_PREFIX, input_column, is_views_column
 from raycache.cache.records import RowRange, ShardRecord
 from raycache.cache.store import PROGRESS, Store, shard_name
+from raycache.cache.vectors import is_packed, pack
 from raycache.fill.reuse import need_column
 
 __all__ = ["DEDUP", "STARTED", "rewrite", "write_stage"]
@@ -38,13 +39,14 @@ def write_stage(table: pa.Table, store: Store, cache_dir: str, fingerprint: str,
 
 
 def _parquet_options(schema: pa.Schema) -> dict:
-    """Embedding columns plain: float32 embeddings barely compress (zstd saved nothing on
-    MiniLM's, dictionaries made them bigger), and training reads them every epoch, so they are
-    stored as raw floats that decode at memory speed. Input hashes are random bytes: plain too.
-    Neither gets min/max statistics (nothing reads them; on 384 floats a row they cost a third
-    of a shard's write). Keys and labels get dictionaries, zstd and statistics."""
-    plain = {*_embedding_columns(schema), *(f.name for f in schema
-                                            if f.name.startswith(HASH_PREFIX))}
+    """Vector columns (packed: cache.vectors) plain: float32 embeddings barely compress (zstd
+    saved nothing on MiniLM's, dictionaries made them bigger), and training reads them every
+    epoch, so they are stored as raw floats that decode at memory speed. Input hashes are
+    random bytes: plain too. Neither gets min/max statistics (nothing reads them; on 384 floats
+    a row they cost a third of a shard's write). Keys and labels get dictionaries, zstd and
+    statistics."""
+    plain = {*_embedding_columns(schema), *(f.name for f in schema if is_packed(f)
+                                            or f.name.startswith(HASH_PREFIX))}
     other = [f.name for f in schema if f.name not in plain]
     return {"compression": {f.name: "none" if f.name in plain else "zstd" for f in schema},
             "use_dictionary": other, "write_statistics": other}
@@ -55,9 +57,10 @@ def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> s
     rel = shard_name(ranges)
     data = table.drop_columns([c for c in table.column_names if c.startswith("__")])
     encoded, some = _encoded(table, data.schema)
-    data = data.replace_schema_metadata(
-        {"raycache.fingerprint": fingerprint}
-    )
+    dims = {name: data.schema.field(name).type.list_size
+            for name in _embedding_columns(data.schema)}
+    vectors = [*dims, *(f.name for f in data.schema if is_views_column(f.name))]
+    data = pack(data, vectors).replace_schema_metadata({"raycache.fingerprint": fingerprint})
     buf = io.BytesIO()
     pq.write_table(data, buf, **_parquet_options(data.schema))
     blob = _put(store, f"{cache_dir}/{rel}", buf.getvalue(), data)
@@ -67,8 +70,7 @@ def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> s
         bytes=len(blob),
         sha256=hashlib.sha256(blob).hexdigest(),
         ranges=ranges,
-        dims={name: data.schema.field(name).type.list_size
-              for name in _embedding_columns(data.schema)},
+        dims=dims,
         reused=int(table.num_rows - some.sum()),
         encoded=encoded,
         encode_started=float(np.min(table.column(STARTED).to_numpy())),

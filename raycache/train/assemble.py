@@ -35,7 +35,7 @@ def holders(spec: RunSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
         return custom(spec, rank, device)
     if spec.placement == "stream":
         beside_readers()
-        return Streamed(spec, rank, False, device), Streamed(spec, rank, True, device)
+        return Streamed.for_worker(spec, rank, device)
     if spec.placement == "gpu" and device.type != "cuda":
         raise RuntimeError("placement 'gpu' needs use_gpu: true and a CUDA device")
     return InMemory.for_worker(spec, rank, device if spec.placement == "gpu" else

@@ -15,6 +15,7 @@ from raycache.cache.manifest import Manifest, human_bytes
 from raycache.cache.reads import THREADS, map_ordered, mismatch
 from raycache.cache.records import ShardEntry
 from raycache.cache.store import Store
+from raycache.cache.vectors import is_packed, unpacked_type
 from raycache.errors import CorruptCache
 
 if TYPE_CHECKING:
@@ -78,11 +79,13 @@ class Report:
 
 
 def _encoder_problems(schema: pa.Schema, manifest: Manifest) -> list[str]:
-    """Each encoder's column must be a fixed-size list of the manifest's dim and dtype."""
+    """Each encoder's column must be a fixed-size list of the manifest's dim and dtype (packed
+    or, written before packing, as it is)."""
     out = []
     for e in manifest.encoders:
         value = pa.from_numpy_dtype(np.dtype(e.dtype))
-        got = schema.field(e.name).type if schema.get_field_index(e.name) >= 0 else None
+        field = schema.field(e.name) if schema.get_field_index(e.name) >= 0 else None
+        got = None if field is None else unpacked_type(field) if is_packed(field) else field.type
         if not (got is not None and pa.types.is_fixed_size_list(got)
                 and got.list_size == e.dim and got.value_type == value):
             out.append(f"column {e.name!r} is {got or 'missing'}, expected a fixed-size list "

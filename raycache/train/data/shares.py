@@ -15,6 +15,7 @@ import torch
 
 from raycache.cache.columns import input_column, views_column
 from raycache.cache.reads import map_ordered, read_checked
+from raycache.cache.vectors import unpack
 from raycache.errors import RaycacheError
 from raycache.train.data.split import validation_mask
 from raycache.train.data.views import draw, row_ids
@@ -28,6 +29,10 @@ __all__ = ["InMemory", "Streamed", "all_views", "beside_readers", "cached_column
            "to_arrays",
            "view_columns"]
 
+KEPT_VALIDATION_BYTES = 1 << 30
+"""A streamed share keeps its validation rows in memory, taken from the training pass's first
+reads, when their features take at most this; above it, every validation pass reads the
+shards again."""
 READERS = 2
 """Pieces a streamed share reads at once: Parquet decoding and file reads release the GIL, so
 two readers overlap each other and the training step."""
@@ -176,7 +181,7 @@ def read_piece(spec: RunSpec, path: str, columns: list[str],
         return read_checked(spec.store, path, *check,
                             f"{spec.head.cache}/{spec.head.fingerprint}", columns)
     with spec.store.fs.open(path, "rb") as f:
-        return pq.read_table(f, columns=columns)
+        return unpack(pq.read_table(f, columns=columns))
 
 
 class InMemory:
@@ -257,12 +262,30 @@ class Streamed:
         self.pool = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="raycache-stream")
         self.ahead: tuple[int | None, list[Future]] | None = None
         """(seed, reads under way) of the next pass, started when the last one ended."""
+        self.kept: dict[int, tuple[torch.Tensor | Inputs, torch.Tensor]] = {}
+        """Validation rows of pieces, handed over by the training side's first reads."""
+        self.hands_to: Streamed | None = None
+        """The validation side the training side's first reads give their validation rows."""
+
+    @staticmethod
+    def for_worker(spec: RunSpec, rank: int, device: torch.device
+                   ) -> tuple[Streamed, Streamed]:
+        """(training, validation) of this worker's share. Where the validation rows are small
+        (KEPT_VALIDATION_BYTES), the training pass's first read of each piece hands them over,
+        and validation passes read no shard."""
+        train, val = Streamed(spec, rank, False, device), Streamed(spec, rank, True, device)
+        held = spec.rows / spec.world * spec.recipe.evaluation.val_fraction
+        if held * spec.head.in_dim * 4 <= KEPT_VALIDATION_BYTES:
+            train.hands_to = val
+        return train, val
 
     def __len__(self) -> int:
         return self.rows
 
     def read(self, i: int, seed: int | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Piece i's rows of this split, shuffled by `seed` (None: in stored order)."""
+        if i in self.kept:
+            return self.kept[i]
         path, start, stop = self.pieces[i]
         spec = self.spec
         views = bool(spec.views) and not self.validation and seed is not None
@@ -272,13 +295,16 @@ class Streamed:
         if first:  # the first read in this run: whole, checked against the manifest
             table = read_piece(spec, path, [spec.key, *columns], self.checks.get(path))
         else:
-            table = pq.read_table(path, columns=columns, filesystem=self.fs)
+            table = unpack(pq.read_table(path, columns=columns, filesystem=self.fs,
+                                         use_threads=False))
         table = table.slice(start, stop - start)
         if first:
             self.masks[i] = np.asarray(validation_mask(table.column(spec.key),
                                                        spec.recipe.evaluation.val_fraction))
             if spec.views and not self.validation:
                 self.ids[i] = row_ids(table.column(spec.key))
+            if self.hands_to is not None:
+                self.hands_to.kept[i] = rows_of(table, spec, np.flatnonzero(self.masks[i]))
         rows = np.flatnonzero(self.masks[i] if self.validation else ~self.masks[i])
         if seed is not None:
             rows = rows[torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)

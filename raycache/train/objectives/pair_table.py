@@ -16,6 +16,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 import torch
 
+from raycache.cache.vectors import unpack
 from raycache.errors import ConfigError, SourceError
 from raycache.source.config import SourceConfig
 from raycache.train.config import PairsConfig
@@ -192,7 +193,7 @@ def join(spec: RunSpec, keys: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarra
             hit = np.asarray(pc.is_in(have, value_set=keys), dtype=bool)
             if hit.any():
                 where = np.flatnonzero(hit)
-                table = shard.read(columns=list(spec.head.encoders)).take(where)
+                table = unpack(shard.read(columns=list(spec.head.encoders))).take(where)
                 feats.append(np.array(features(table, spec.head.encoders)))
                 found.append(have.take(where))
                 ids.append(start + where)
