@@ -489,3 +489,40 @@ def test_an_in_memory_share_gathers_each_sides_rows_in_order_from_every_shard(tm
         assert torch.equal(val.x, torch.from_numpy(x[held]))
         assert torch.equal(train.y, torch.from_numpy(y[~held]))
         assert torch.equal(val.y, torch.from_numpy(y[held]))
+
+
+def test_a_streamed_validation_side_keeps_its_rows_from_the_first_training_pass(
+        tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raycache.train.data import shares
+
+    rng = np.random.default_rng(2)
+    shards = []
+    for i, n in enumerate((50, 70, 30)):
+        emb = rng.normal(size=(n, 4)).astype(np.float32)
+        table = pa.table({"id": [f"r{i}-{j}" for j in range(n)],
+                          "label": pa.array(rng.integers(0, 3, n)),
+                          "e": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel()), 4)})
+        pq.write_table(table, tmp_path / f"s{i}.parquet")
+        shards.append((str(tmp_path / f"s{i}.parquet"), n))
+    base = dataclasses.replace(spec(tmp_path), rows=150, shards=tuple(shards), checks=())
+    cpu = torch.device("cpu")
+    _, want = shares.InMemory.for_worker(base, 0, cpu)
+
+    monkeypatch.setattr(shares, "KEPT_VALIDATION_BYTES", 0)  # too large to keep: read again
+    train, val = shares.Streamed.for_worker(base, 0, cpu)
+    assert train.hands_to is None
+    list(train.batches(16, seed=1))
+    assert torch.equal(torch.cat([x for x, _ in val.batches(16, seed=None)]), want.x)
+
+    monkeypatch.undo()
+    train, val = shares.Streamed.for_worker(base, 0, cpu)
+    assert train.hands_to is val
+    list(train.batches(16, seed=1))  # the first pass hands each piece's validation rows over
+    for path, _ in shards:
+        os.remove(path)  # so a validation read of any shard would fail
+    for _ in range(2):
+        x, y = (torch.cat(t) for t in zip(*val.batches(16, seed=None), strict=True))
+        assert torch.equal(x, want.x) and torch.equal(y, want.y)
