@@ -256,3 +256,23 @@ def test_keys_checked_on_the_cluster_as_on_the_driver(ray_session, tmp_path, mon
     assert sum(there.manifest.label_stats["label"]["counts"]) == 298
     a, b = embeddings(here), embeddings(there)
     assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_the_reuse_index_searches_8_byte_prefixes_and_matches_whole_hashes(monkeypatch):
+    import importlib
+
+    reuse = importlib.import_module("raycache.fill.reuse")  # raycache.fill is also a function
+    rng = np.random.default_rng(0)
+    first = rng.bytes(32)
+    twin = first[:8] + rng.bytes(24)  # the same first 8 bytes, another hash
+    shards = [[first, rng.bytes(32)], [twin, first, rng.bytes(32)]]
+    monkeypatch.setattr(reuse, "_read_hashes",
+                        lambda store, src: pa.array(shards[src], reuse.HASH))
+    lookup = reuse.Lookup([0, 1], dim=4)  # sources: indices into `shards` here
+    lookup.build(store=None)
+    assert len(lookup.hashes) == 4  # `first` once: its first holder, shard 0 row 0
+    assert (np.diff(lookup.prefix.astype(np.float64)) >= 0).all()
+    query = [twin, rng.bytes(32), first, first[:8] + rng.bytes(24), shards[0][1]]
+    pos, src, row = lookup.find(pa.array(query, reuse.HASH))
+    assert pos.tolist() == [0, 2, 4]
+    assert list(zip(src.tolist(), row.tolist(), strict=True)) == [(1, 0), (0, 0), (0, 1)]

@@ -110,6 +110,10 @@ class Lookup:
     dim: int
     hashes: np.ndarray | None = None
     """Distinct input hashes, sorted, as fixed-width bytes (numpy S32)."""
+    prefix: np.ndarray | None = None
+    """Their first 8 bytes as big-endian uint64s (so in the same order): what a lookup
+    binary-searches, integers being faster to compare than 32-byte strings; a hash found
+    there is then compared whole."""
     src: np.ndarray | None = None
     """For each hash, the first shard (index into sources) that holds it."""
     row: np.ndarray | None = None
@@ -131,18 +135,31 @@ class Lookup:
         first = np.ones(len(flat), bool)
         first[1:] = flat[1:] != flat[:-1]
         self.hashes, self.src, self.row = flat[first], src[first], row[first]
+        self.prefix = _prefix(self.hashes)
 
     def find(self, hashes: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(positions in `hashes` that the index holds, their shard, their row)."""
-        assert self.hashes is not None, "build() first"
+        assert self.hashes is not None and self.prefix is not None, "build() first"
         hashes = hashes.combine_chunks() if isinstance(hashes, pa.ChunkedArray) else hashes
         query = np.frombuffer(hashes.buffers()[1], "S32", len(hashes) + hashes.offset
                               )[hashes.offset:]
-        at = np.searchsorted(self.hashes, query)
+        if not len(self.hashes):
+            return (np.empty(0, np.int64),) * 3
+        prefix = _prefix(query)
+        at = np.searchsorted(self.prefix, prefix)
         at[at == len(self.hashes)] = 0
-        pos = np.flatnonzero(self.hashes[at] == query) if len(self.hashes) else \
-            np.empty(0, np.int64)
+        shared = np.flatnonzero((self.prefix[at] == prefix) & (self.hashes[at] != query))
+        if len(shared):  # another hash with the same first 8 bytes came first: search whole
+            at[shared] = np.minimum(np.searchsorted(self.hashes, query[shared]),
+                                    len(self.hashes) - 1)
+        pos = np.flatnonzero(self.hashes[at] == query)
         return pos, self.src[at[pos]], self.row[at[pos]]
+
+
+def _prefix(hashes: np.ndarray) -> np.ndarray:
+    """The first 8 bytes of each S32 hash as a big-endian uint64 (sorts as the bytes do)."""
+    words = np.ascontiguousarray(hashes).view(">u8").reshape(len(hashes), 4)
+    return words[:, 0].astype(np.uint64)
 
 
 @dataclass
