@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import fsspec
 import pyarrow.fs as pafs
@@ -23,6 +23,9 @@ from raycache.cache.records import RowRange
 from raycache.core.secrets import merge, reveal, seal, split
 from raycache.core.workdir import temporary_path_problem
 from raycache.errors import StoreError
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 __all__ = ["MANIFEST", "PROGRESS", "RUNS", "SHARDS", "Store", "shard_name"]
 
@@ -177,14 +180,16 @@ class Store:
     def read_bytes(self, path: str) -> bytes:
         return self.fs.cat_file(path, **self._deadline())
 
-    def write_atomic(self, path: str, data: bytes, exclusive: bool = False) -> bool:
-        """Write a whole object so a reader sees all of it or none of it; a failure is a
-        StoreError that names the store. `exclusive`: only if nothing is at `path` yet (a hard
-        link locally; a conditional PUT, If-None-Match, on S3; an existence check elsewhere,
-        which two writers can race); False when something was there, and it is left as it was."""
+    def write_atomic(self, path: str, data: bytes | Buffer, exclusive: bool = False) -> bool:
+        """Write a whole object (bytes, or any buffer: written locally without a copy) so a
+        reader sees all of it or none of it; a failure is a StoreError that names the store.
+        `exclusive`: only if nothing is at `path` yet (a hard link locally; a conditional PUT,
+        If-None-Match, on S3; an existence check elsewhere, which two writers can race); False
+        when something was there, and it is left as it was."""
         try:
             if self.is_local:
                 return self._write_local(path, data, exclusive)
+            data = data if isinstance(data, bytes) else bytes(data)
             if exclusive and self.fs.protocol[0] in ("s3", "s3a"):
                 try:
                     self.fs.pipe_file(path, data, mode="create", **self._deadline())
@@ -204,7 +209,8 @@ class Store:
             ) from exc
 
     @staticmethod
-    def _write_local(path: str, data: bytes, exclusive: bool, attempts: int = 4) -> bool:
+    def _write_local(path: str, data: bytes | Buffer, exclusive: bool, attempts: int = 4
+                     ) -> bool:
         """write_atomic on a local folder. A folder that another process removes meanwhile (a
         fill that committed clears _progress/, trying 3 times) is made again, as an object store
         needs none."""
@@ -294,7 +300,7 @@ class _StoreHandler(pafs.FSSpecHandler):
         return _StoreHandler, (self.store,)
 
 
-def _write_local_once(path: str, data: bytes, exclusive: bool) -> bool:
+def _write_local_once(path: str, data: bytes | Buffer, exclusive: bool) -> bool:
     """A temporary file beside `path`, renamed over it (or hard linked, when exclusive); the
     temporary file is removed whatever happens (a full disk, an interrupt)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -120,6 +120,8 @@ class TorchModuleEncoder:
             with torch.inference_mode(), autocast(self.device, self.cfg.precision):
                 out = self.net(to_device(x[i : i + self.batching.max_rows], self.device))
             parts.append(out.reshape(out.shape[0], -1).float().cpu().numpy())
+        if len(parts) == 1:  # one call: no copy
+            return parts[0]
         return np.concatenate(parts) if parts else np.empty((0, 0), np.float32)
 
 

@@ -61,9 +61,9 @@ def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> s
             for name in _embedding_columns(data.schema)}
     vectors = [*dims, *(f.name for f in data.schema if is_views_column(f.name))]
     data = pack(data, vectors).replace_schema_metadata({"raycache.fingerprint": fingerprint})
-    buf = io.BytesIO()
-    pq.write_table(data, buf, **_parquet_options(data.schema))
-    blob = _put(store, f"{cache_dir}/{rel}", buf.getvalue(), data)
+    sink = pa.BufferOutputStream()  # in Arrow's pool: no regrowing copies, no fresh pages
+    pq.write_table(data, sink, **_parquet_options(data.schema))
+    blob = _put(store, f"{cache_dir}/{rel}", sink.getvalue(), data)
     record = ShardRecord(
         path=rel,
         rows=table.num_rows,
@@ -106,7 +106,7 @@ def _progress_path(cache_dir: str, rel: str) -> str:
     return f"{cache_dir}/{PROGRESS}/{rel.rsplit('/', 1)[1]}.json"
 
 
-def _put(store: Store, path: str, blob: bytes, data: pa.Table) -> bytes:
+def _put(store: Store, path: str, blob: pa.Buffer, data: pa.Table) -> pa.Buffer | bytes:
     """Write a shard unless one of the same rows is there (another fill of this cache running
     at once, or a writer stopped before its record): then keep that one, whose checksum a
     committed manifest may already hold, if it has the same inputs; else replace it. Returns
