@@ -72,7 +72,9 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
         assert f"raycache repair toy --store {cache.store.uri}" in msg and "sha256" in msg
     assert cache.read_table(limit=10).num_rows == 10  # shard 0 alone is sound
 
-    from raycache.train.data.shares import InMemory, Streamed, load_share
+    from raycache.train.data.in_memory import InMemory
+    from raycache.train.data.shares import load_share
+    from raycache.train.data.streamed import Streamed
     from raycache.train.plan import prepare
 
     _, spec = prepare(load_train({"cache": "toy", "store": {"uri": cache.store.uri},
@@ -88,6 +90,7 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
 
 def test_streamed_checks_each_shard_once_per_run(cache, monkeypatch):
     from raycache.train.data import shares
+    from raycache.train.data.streamed import Streamed
     from raycache.train.plan import prepare
 
     _, spec = prepare(load_train({"cache": "toy", "store": {"uri": cache.store.uri},
@@ -97,7 +100,7 @@ def test_streamed_checks_each_shard_once_per_run(cache, monkeypatch):
     monkeypatch.setattr(shares, "read_checked",
                         lambda store, path, *a, **k: checked.append(path) or real(store, path,
                                                                                   *a, **k))
-    stream = shares.Streamed(spec, 0, False, torch.device("cpu"))
+    stream = Streamed(spec, 0, False, torch.device("cpu"))
     rows = [sum(len(y) for _, y in stream.batches(64, seed=epoch)) for epoch in range(3)]
     assert rows[0] == rows[1] == rows[2] > 0
     assert sorted(checked) == sorted(cache.shard_paths())  # 3 passes, each shard checked once

@@ -48,7 +48,7 @@ def hidden_groups(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class Holder:
-    """In-memory (x, y) batches, reshuffled by seed (like shares.InMemory)."""
+    """In-memory (x, y) batches, reshuffled by seed (like in_memory.InMemory)."""
 
     def __init__(self, x, y):
         self.x, self.y = x, y

@@ -323,7 +323,8 @@ def test_streamed_share_sees_each_row_once_and_matches_the_in_memory_split(tmp_p
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from raycache.train.data.shares import InMemory, Streamed
+    from raycache.train.data.in_memory import InMemory
+    from raycache.train.data.streamed import Streamed
 
     rng = np.random.default_rng(0)
     shards = []
@@ -353,7 +354,7 @@ def test_streamed_share_reads_the_next_pass_ahead_with_the_same_rows_in_the_same
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from raycache.train.data.shares import Streamed
+    from raycache.train.data.streamed import Streamed
 
     rng = np.random.default_rng(1)
     shards = []
@@ -414,7 +415,7 @@ def test_a_streamed_share_leaves_its_readers_cores_and_a_run_gives_them_back(tmp
 
     import raycache
     from raycache.train.assemble import holders
-    from raycache.train.data.shares import READERS
+    from raycache.train.data.streamed import READERS
     from tests.conftest import separable, toy_fill
 
     before = torch.get_num_threads()
@@ -458,7 +459,7 @@ def test_an_in_memory_share_gathers_each_sides_rows_in_order_from_every_shard(tm
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from raycache.train.data.shares import InMemory
+    from raycache.train.data.in_memory import InMemory
     from raycache.train.data.split import validation_mask
 
     rng = np.random.default_rng(1)
@@ -496,7 +497,8 @@ def test_a_streamed_validation_side_keeps_its_rows_from_the_first_training_pass(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from raycache.train.data import shares
+    from raycache.train.data import streamed
+    from raycache.train.data.in_memory import InMemory
 
     rng = np.random.default_rng(2)
     shards = []
@@ -509,16 +511,16 @@ def test_a_streamed_validation_side_keeps_its_rows_from_the_first_training_pass(
         shards.append((str(tmp_path / f"s{i}.parquet"), n))
     base = dataclasses.replace(spec(tmp_path), rows=150, shards=tuple(shards), checks=())
     cpu = torch.device("cpu")
-    _, want = shares.InMemory.for_worker(base, 0, cpu)
+    _, want = InMemory.for_worker(base, 0, cpu)
 
-    monkeypatch.setattr(shares, "KEPT_VALIDATION_BYTES", 0)  # too large to keep: read again
-    train, val = shares.Streamed.for_worker(base, 0, cpu)
+    monkeypatch.setattr(streamed, "KEPT_VALIDATION_BYTES", 0)  # too large to keep: read again
+    train, val = streamed.Streamed.for_worker(base, 0, cpu)
     assert train.hands_to is None
     list(train.batches(16, seed=1))
     assert torch.equal(torch.cat([x for x, _ in val.batches(16, seed=None)]), want.x)
 
     monkeypatch.undo()
-    train, val = shares.Streamed.for_worker(base, 0, cpu)
+    train, val = streamed.Streamed.for_worker(base, 0, cpu)
     assert train.hands_to is val
     list(train.batches(16, seed=1))  # the first pass hands each piece's validation rows over
     for path, _ in shards:

@@ -12,7 +12,8 @@ import torch
 
 from raycache.heads.joint import build_model, param_groups
 from raycache.train.console import say
-from raycache.train.data.shares import InMemory, Streamed, beside_readers
+from raycache.train.data.in_memory import InMemory
+from raycache.train.data.streamed import Streamed, beside_readers
 from raycache.train.objectives import OBJECTIVES
 from raycache.train.optim import Schedule, build_optimizer
 from raycache.train.runspec import RunSpec

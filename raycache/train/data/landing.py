@@ -31,8 +31,8 @@ from raycache.fill.commit import manifest_of, resumable
 from raycache.fill.plan import Plan
 from raycache.fill.run import FillResult, complete
 from raycache.train.config import TrainConfig
-from raycache.train.data.shares import Streamed
 from raycache.train.data.split import validation_mask
+from raycache.train.data.streamed import Streamed
 from raycache.train.runspec import RunSpec
 
 __all__ = ["POLL_S", "Feed", "FirstPass", "Landing", "first_pass", "problems"]
