@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raycache.cache.columns import HASH_PREFIX, input_column, is_views_column
@@ -32,7 +33,8 @@ def write_stage(table: pa.Table, store: Store, cache_dir: str, fingerprint: str,
     """Ray Data task: encoded rows in, written as shards of at most `rows` rows, each with its
     progress record; the records (JSON) out. Rows go in source order; a shard's name comes from
     the rows it holds."""
-    table = table.sort_by([("__block", "ascending"), ("__row", "ascending")])
+    if not _in_order(table):  # a block read from one unit already is: no copy of it then
+        table = table.sort_by([("__block", "ascending"), ("__row", "ascending")])
     records = [_write(table.slice(i, rows), store, cache_dir, fingerprint)
                for i in range(0, table.num_rows, rows)]
     return pa.table({"record": pa.array(records, pa.string())})
@@ -148,15 +150,32 @@ def _embedding_columns(schema: pa.Schema) -> list[str]:
             and not f.name.endswith(input_column("")) and not is_views_column(f.name)]
 
 
+def _in_order(table: pa.Table) -> bool:
+    """Whether the rows are sorted by (__block, __row)."""
+    if table.num_rows < 2:
+        return True
+    blocks = table.column("__block").combine_chunks()
+    before, after = blocks.slice(0, len(blocks) - 1), blocks.slice(1)
+    if pc.any(pc.less(after, before)).as_py():
+        return False
+    same = pc.equal(after, before).to_numpy(zero_copy_only=False)
+    return bool((np.diff(table.column("__row").to_numpy())[same] > 0).all())
+
+
 def _ranges(table: pa.Table) -> tuple[RowRange, ...]:
     """The full range (with source URI and rows) of each run of consecutive rows of a file,
     from a table sorted by (__block, __row)."""
-    blocks = table.column("__block").to_pylist()
+    blocks = table.column("__block").combine_chunks()
     rows = table.column("__row").to_numpy()
-    sources = table.column("__source").to_pylist()
-    totals = table.column("__source_rows").to_numpy()
-    cuts = [0, *(i for i in range(1, len(rows))
-                 if blocks[i] != blocks[i - 1] or rows[i] != rows[i - 1] + 1), len(rows)]
-    return tuple(RowRange(blocks[a], int(rows[a]), int(rows[b - 1]) + 1, sources[a],
-                          int(totals[a]))
-                 for a, b in zip(cuts, cuts[1:], strict=False))
+    change = np.ones(len(rows), bool)
+    if len(rows) > 1:
+        other = pc.not_equal(blocks.slice(1), blocks.slice(0, len(blocks) - 1))
+        change[1:] = other.to_numpy(zero_copy_only=False) | (rows[1:] != rows[:-1] + 1)
+    cuts = np.flatnonzero(change)
+    ends = [*cuts[1:].tolist(), len(rows)]
+    names = blocks.take(pa.array(cuts)).to_pylist()
+    sources = table.column("__source").take(pa.array(cuts)).to_pylist()
+    totals = table.column("__source_rows").to_numpy()[cuts]
+    return tuple(RowRange(name, int(rows[a]), int(rows[b - 1]) + 1, source, int(total))
+                 for name, a, b, source, total in zip(names, cuts.tolist(), ends, sources,
+                                                      totals.tolist(), strict=True))

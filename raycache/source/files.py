@@ -331,8 +331,9 @@ def _tagged(table: pa.Table, u: Unit, offset: int, total: int, columns: list[str
     if n == 0:
         return
     out = table.select(columns)
-    for name, column in (("__block", pa.array([u.file.block] * n)), ("__row", pa.array(row)),
-                         ("__source", pa.array([u.file.uri] * n)),
+    for name, column in (("__block", pa.repeat(pa.scalar(u.file.block, pa.string()), n)),
+                         ("__row", pa.array(row)),
+                         ("__source", pa.repeat(pa.scalar(u.file.uri, pa.string()), n)),
                          ("__source_rows", pa.array(np.full(n, total, np.int64)))):
         out = out.append_column(name, column)
     yield out
