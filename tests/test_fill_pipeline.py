@@ -121,3 +121,19 @@ def test_a_cache_as_a_ray_dataset_has_its_embeddings_as_lists(ray_session, separ
     got = pa.Table.from_pydict(ds.take_batch(600, batch_format="pyarrow").to_pydict())
     want = cache.read_table(columns=["id", "proj"])
     assert got.sort_by("id").to_pydict() == want.sort_by("id").to_pydict()
+
+
+def test_a_block_out_of_source_order_is_sorted_and_cut_into_row_ranges():
+    import importlib
+
+    shards = importlib.import_module("raycache.fill.shards")  # raycache.fill is also a function
+    table = pa.table({"__block": ["b", "a", "a", "a", "b"], "__row": [0, 3, 0, 1, 1],
+                      "__source": ["y", "x", "x", "x", "y"], "__source_rows": [2, 9, 9, 9, 2]})
+    assert not shards._in_order(table)
+    ordered = table.sort_by([("__block", "ascending"), ("__row", "ascending")])
+    assert shards._in_order(ordered) and shards._in_order(ordered.slice(0, 1))
+    assert shards._ranges(ordered) == (
+        shards.RowRange("a", 0, 2, "x", 9), shards.RowRange("a", 3, 4, "x", 9),
+        shards.RowRange("b", 0, 2, "y", 2))
+    same_row_twice = pa.table({"__block": ["a", "a"], "__row": [1, 1]})
+    assert not shards._in_order(same_row_twice)
