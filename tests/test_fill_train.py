@@ -49,10 +49,13 @@ def test_fill_commits_plain_parquet_and_second_fill_hits(ray_session, separable_
     assert df["id"].is_unique
     assert not (cache_dir / "_progress").exists()
     assert json.loads((cache_dir / "manifest.json").read_text())["format_version"] == 4
-    by_hand = np.frombuffer(b"".join(df["proj"]), "<f4").reshape(600, 16)  # packed embeddings
+    by_hand = dict(zip(df["id"], np.frombuffer(b"".join(df["proj"]), "<f4").reshape(600, 16),
+                       strict=True))  # packed embeddings, read with numpy alone
     cached = first.cache.read_table(columns=["id", "proj"])
-    assert cached.column("id").to_pylist() == df["id"].tolist()
-    assert np.array_equal(by_hand, np.stack(cached.column("proj").to_numpy(zero_copy_only=False)))
+    read = np.stack(cached.column("proj").to_numpy(zero_copy_only=False))
+    assert sorted(by_hand) == sorted(cached.column("id").to_pylist())
+    assert all(np.array_equal(by_hand[k], v)
+               for k, v in zip(cached.column("id").to_pylist(), read, strict=True))
 
     mtimes = {p: p.stat().st_mtime_ns for p in cache_dir.rglob("*")}
     second = raycache.fill(cfg)
