@@ -319,23 +319,29 @@ def scalars(blob: bytes, tag: str) -> list[float]:
     return out
 
 
-def test_streamed_share_sees_each_row_once_and_matches_the_in_memory_split(tmp_path):
+def write_shards(folder, sizes, seed) -> tuple[tuple[str, int], ...]:
+    """Shards of (id, label, a 4-float embedding "e") with these row counts: (path, rows)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    rng = np.random.default_rng(seed)
+    shards = []
+    for i, n in enumerate(sizes):
+        emb = rng.normal(size=(n, 4)).astype(np.float32)
+        table = pa.table({"id": [f"r{i}-{j}" for j in range(n)],
+                          "label": pa.array(rng.integers(0, 3, n)),
+                          "e": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel()), 4)})
+        pq.write_table(table, folder / f"s{i}.parquet")
+        shards.append((str(folder / f"s{i}.parquet"), n))
+    return tuple(shards)
+
+
+def test_streamed_share_sees_each_row_once_and_matches_the_in_memory_split(tmp_path):
     from raycache.train.data.in_memory import InMemory
     from raycache.train.data.streamed import Streamed
 
-    rng = np.random.default_rng(0)
-    shards = []
-    for i, n in enumerate((50, 70, 30)):
-        ids = [f"r{i}-{j}" for j in range(n)]
-        emb = rng.normal(size=(n, 4)).astype(np.float32)
-        table = pa.table({"id": ids, "label": pa.array(rng.integers(0, 3, n)),
-                          "e": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel()), 4)})
-        pq.write_table(table, tmp_path / f"s{i}.parquet")
-        shards.append((str(tmp_path / f"s{i}.parquet"), n))
-    base = dataclasses.replace(spec(tmp_path), rows=150, shards=tuple(shards), num_workers=2,
+    shards = write_shards(tmp_path, (50, 70, 30), seed=0)
+    base = dataclasses.replace(spec(tmp_path), rows=150, shards=shards, num_workers=2,
                                prefetch_batches=2)
     for rank in (0, 1):
         mem_train, mem_val = InMemory.for_worker(base, rank, torch.device("cpu"))
@@ -351,21 +357,10 @@ def test_streamed_share_sees_each_row_once_and_matches_the_in_memory_split(tmp_p
 
 def test_streamed_share_reads_the_next_pass_ahead_with_the_same_rows_in_the_same_order(
         tmp_path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from raycache.train.data.streamed import Streamed
 
-    rng = np.random.default_rng(1)
-    shards = []
-    for i, n in enumerate((40, 40, 40)):
-        emb = rng.normal(size=(n, 4)).astype(np.float32)
-        table = pa.table({"id": [f"r{i}-{j}" for j in range(n)],
-                          "label": pa.array(rng.integers(0, 3, n)),
-                          "e": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel()), 4)})
-        pq.write_table(table, tmp_path / f"s{i}.parquet")
-        shards.append((str(tmp_path / f"s{i}.parquet"), n))
-    base = dataclasses.replace(spec(tmp_path), rows=120, shards=tuple(shards), prefetch_batches=2)
+    shards = write_shards(tmp_path, (40, 40, 40), seed=1)
+    base = dataclasses.replace(spec(tmp_path), rows=120, shards=shards, prefetch_batches=2)
     ahead = Streamed(base, 0, False, torch.device("cpu"))
     fresh = Streamed(base, 0, False, torch.device("cpu"))
     for epoch in range(3):
@@ -494,22 +489,11 @@ def test_an_in_memory_share_gathers_each_sides_rows_in_order_from_every_shard(tm
 
 def test_a_streamed_validation_side_keeps_its_rows_from_the_first_training_pass(
         tmp_path, monkeypatch):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from raycache.train.data import streamed
     from raycache.train.data.in_memory import InMemory
 
-    rng = np.random.default_rng(2)
-    shards = []
-    for i, n in enumerate((50, 70, 30)):
-        emb = rng.normal(size=(n, 4)).astype(np.float32)
-        table = pa.table({"id": [f"r{i}-{j}" for j in range(n)],
-                          "label": pa.array(rng.integers(0, 3, n)),
-                          "e": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel()), 4)})
-        pq.write_table(table, tmp_path / f"s{i}.parquet")
-        shards.append((str(tmp_path / f"s{i}.parquet"), n))
-    base = dataclasses.replace(spec(tmp_path), rows=150, shards=tuple(shards), checks=())
+    shards = write_shards(tmp_path, (50, 70, 30), seed=2)
+    base = dataclasses.replace(spec(tmp_path), rows=150, shards=shards, checks=())
     cpu = torch.device("cpu")
     _, want = InMemory.for_worker(base, 0, cpu)
 
