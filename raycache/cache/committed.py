@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from raycache.cache.manifest import Manifest
 from raycache.cache.reads import (
     THREADS,
     cache_label,
     map_ordered,
+    parse,
     read_bytes_checked,
     read_shard,
 )
@@ -74,7 +74,7 @@ class Cache:
             if verify:
                 return read_shard(self.store, self.dir, entry, columns)
             with self.store.fs.open(f"{self.dir}/{entry.path}", "rb") as f:
-                return unpack(pq.read_table(f, columns=columns))
+                return parse(f, columns)
 
         tables, n = [], 0
         reads = map_ordered(read, self.manifest.shards, 1 if limit else THREADS)

@@ -8,7 +8,7 @@ import hashlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,7 +21,7 @@ from raycache.errors import CorruptShard
 if TYPE_CHECKING:
     pass
 
-__all__ = ["THREADS", "cache_label", "map_ordered", "mismatch", "read_bytes_checked",
+__all__ = ["THREADS", "cache_label", "map_ordered", "mismatch", "parse", "read_bytes_checked",
            "read_checked", "read_shard"]
 
 THREADS = 8
@@ -42,6 +42,14 @@ def map_ordered(fn: Callable[[T], R], items: Iterable[T], threads: int = THREADS
             ahead.append(pool.submit(fn, item))
         while ahead:
             yield ahead.popleft().result()
+
+
+def parse(source: Any, columns: list[str] | None = None, filesystem: Any = None) -> pa.Table:
+    """A shard's Parquet (a path, an open file or a buffer) as raycache reads shards: decoded on
+    this thread (shard readers run on pools of their own: Arrow's threads on top of them only
+    contend), its packed vectors unpacked (cache.vectors)."""
+    return unpack(pq.read_table(source, columns=columns, filesystem=filesystem,
+                                use_threads=False))
 
 
 def mismatch(blob: bytes, size: int, sha256: str) -> list[str]:
@@ -82,8 +90,8 @@ def read_checked(store: Store, path: str, size: int, sha256: str, cache: str,
     """The shard at `path` read whole (one read), its size and sha256 checked, then parsed from
     memory; `cache` ("name/fingerprint") names it in the CorruptShard raised on a mismatch."""
     blob = read_bytes_checked(store, path, size, sha256, cache)
-    try:  # one thread: callers read shards on a pool of their own
-        return unpack(pq.read_table(pa.BufferReader(blob), columns=columns, use_threads=False))
+    try:
+        return parse(pa.BufferReader(blob), columns)
     except pa.ArrowInvalid as exc:  # checksum matches: the writer wrote a bad file
         raise _corrupt(store, path, cache, [f"not readable as Parquet ({exc})"]) from exc
 

@@ -4,7 +4,6 @@ by the source rows it holds."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import time
 
@@ -54,6 +53,13 @@ def _parquet_options(schema: pa.Schema) -> dict:
             "use_dictionary": other, "write_statistics": other}
 
 
+def _parquet(table: pa.Table) -> pa.Buffer:
+    """A shard's Parquet bytes, in an Arrow buffer (no regrowing copies, no copy into bytes)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **_parquet_options(table.schema))
+    return sink.getvalue()
+
+
 def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> str:
     ranges = _ranges(table)
     rel = shard_name(ranges)
@@ -63,9 +69,7 @@ def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> s
             for name in _embedding_columns(data.schema)}
     vectors = [*dims, *(f.name for f in data.schema if is_views_column(f.name))]
     data = pack(data, vectors).replace_schema_metadata({"raycache.fingerprint": fingerprint})
-    sink = pa.BufferOutputStream()  # in Arrow's pool: no regrowing copies, no fresh pages
-    pq.write_table(data, sink, **_parquet_options(data.schema))
-    blob = _put(store, f"{cache_dir}/{rel}", sink.getvalue(), data)
+    blob = _put(store, f"{cache_dir}/{rel}", _parquet(data), data)
     record = ShardRecord(
         path=rel,
         rows=table.num_rows,
@@ -90,10 +94,8 @@ def rewrite(store: Store, cache_dir: str, record: ShardRecord, keep: np.ndarray
     shard it describes, never a shard whose bytes it does not hold. The shard it replaces
     stays until the commit removes it (commit.superseded)."""
     table = pq.read_table(pa.BufferReader(store.read_bytes(f"{cache_dir}/{record.path}")))
-    table = table.take(pa.array(keep))
-    buf = io.BytesIO()
-    pq.write_table(table, buf, **_parquet_options(table.schema))
-    blob = buf.getvalue()
+    table = table.take(pa.array(keep))  # as stored: packed vectors stay packed
+    blob = _parquet(table)
     digest = hashlib.sha256(blob).hexdigest()
     base = shard_name(record.ranges)
     path = f"{base.removesuffix('.parquet')}{DEDUP}{digest[:16]}.parquet"

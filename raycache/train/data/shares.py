@@ -9,12 +9,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
 
 from raycache.cache.columns import input_column, views_column
-from raycache.cache.reads import map_ordered, read_checked
-from raycache.cache.vectors import unpack
+from raycache.cache.reads import map_ordered, parse, read_checked
 from raycache.errors import RaycacheError
 from raycache.train.runspec import RunSpec
 
@@ -159,7 +157,7 @@ def read_piece(spec: RunSpec, path: str, columns: list[str],
         return read_checked(spec.store, path, *check,
                             f"{spec.head.cache}/{spec.head.fingerprint}", columns)
     with spec.store.fs.open(path, "rb") as f:
-        return unpack(pq.read_table(f, columns=columns))
+        return parse(f, columns)
 
 
 def pieces(spec: RunSpec, rank: int, world: int) -> list[tuple[str, int, int]]:

@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
-from raycache.cache.vectors import unpack
+from raycache.cache.reads import parse
 from raycache.train.data.shares import (
     Batches,
     all_views,
@@ -105,8 +104,7 @@ class Streamed:
         if first:  # the first read in this run: whole, checked against the manifest
             table = read_piece(spec, path, [spec.key, *columns], self.checks.get(path))
         else:
-            table = unpack(pq.read_table(path, columns=columns, filesystem=self.fs,
-                                         use_threads=False))
+            table = parse(path, columns, self.fs)
         table = table.slice(start, stop - start)
         if first:
             self.masks[i] = np.asarray(validation_mask(table.column(spec.key),
