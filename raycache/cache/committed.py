@@ -18,8 +18,10 @@ from raycache.cache.reads import (
     parse,
     read_bytes_checked,
     read_shard,
+    shard_path,
 )
 from raycache.cache.records import ShardEntry
+from raycache.cache.selection import select
 from raycache.cache.store import MANIFEST, Store
 from raycache.cache.vectors import unpack
 from raycache.errors import (
@@ -59,8 +61,9 @@ class Cache:
         return self.store.url(self.dir)
 
     def shard_paths(self) -> list[str]:
-        """Shard paths in the store's filesystem form."""
-        return [f"{self.dir}/{s.path}" for s in self.manifest.shards]
+        """Shard paths in the store's filesystem form (a shard shared with an older version is
+        in that version's folder)."""
+        return [shard_path(self.store, self.dir, s) for s in self.manifest.shards]
 
     def shard_urls(self) -> list[str]:
         return [self.store.url(p) for p in self.shard_paths()]
@@ -73,8 +76,8 @@ class Cache:
         def read(entry: ShardEntry) -> pa.Table:
             if verify:
                 return read_shard(self.store, self.dir, entry, columns)
-            with self.store.fs.open(f"{self.dir}/{entry.path}", "rb") as f:
-                return parse(f, columns)
+            with self.store.fs.open(shard_path(self.store, self.dir, entry), "rb") as f:
+                return select(parse(f, columns), entry.keep, entry.file_rows)
 
         tables, n = [], 0
         reads = map_ordered(read, self.manifest.shards, 1 if limit else THREADS)
@@ -97,9 +100,17 @@ class Cache:
         """The shards as a Ray Dataset, streamed from the store."""
         import ray.data
 
-        return ray.data.read_parquet(
-            self.shard_paths(), filesystem=self.store.pyarrow_fs(), columns=columns
-        ).map_batches(unpack, batch_format="pyarrow", batch_size=None)
+        shards = list(self.manifest.shards)
+        if not any(s.keep for s in shards):
+            return ray.data.read_parquet(
+                self.shard_paths(), filesystem=self.store.pyarrow_fs(), columns=columns
+            ).map_batches(unpack, batch_format="pyarrow", batch_size=None)
+        # shards shared with a selection: each read by a task that keeps its selected rows
+        items = [{"entry": json.dumps(s.to_json())} for s in shards]
+        return ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+            _read_entries, fn_kwargs=dict(store=self.store.for_workers(), cache_dir=self.dir,
+                                          columns=columns),
+            batch_format="pyarrow", batch_size=1)
 
     def __repr__(self) -> str:
         return f"Cache({self.manifest.summary()}, uri={self.uri!r})"
@@ -117,6 +128,14 @@ class Cache:
             f"<table><tr><th>encoder</th><th>kind</th><th>input</th><th>dim</th><th>dtype</th>"
             f"</tr>{rows}</table>"
         )
+
+
+def _read_entries(batch: pa.Table, store: Store, cache_dir: str, columns: list[str] | None
+                  ) -> pa.Table:
+    """Ray Data task: the kept rows of the shards whose entries (JSON) come in."""
+    entries = [ShardEntry.from_json(json.loads(t)) for t in batch.column("entry").to_pylist()]
+    return pa.concat_tables([read_shard(store, cache_dir, e, columns) for e in entries],
+                            promote_options="default")
 
 
 def read_manifest(store: Store, cache_dir: str) -> Manifest | None:

@@ -8,21 +8,19 @@ import hashlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raycache.cache.records import ShardEntry
+from raycache.cache.selection import select
 from raycache.cache.store import Store
 from raycache.cache.vectors import unpack
 from raycache.errors import CorruptShard
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = ["THREADS", "cache_label", "map_ordered", "mismatch", "parse", "read_bytes_checked",
-           "read_checked", "read_shard"]
+           "read_checked", "read_shard", "shard_path"]
 
 THREADS = 8
 """Shards read (and hashed: hashlib releases the GIL) at once."""
@@ -101,10 +99,18 @@ def cache_label(cache_dir: str) -> str:
     return "/".join(cache_dir.rstrip("/").rsplit("/", 2)[-2:])
 
 
+def shard_path(store: Store, cache_dir: str, entry: ShardEntry) -> str:
+    """Where a manifest entry's file is: in the cache folder, or in the older version's folder
+    it shares (entry.home)."""
+    return f"{store.path(entry.home) if entry.home else cache_dir}/{entry.path}"
+
+
 def read_shard(store: Store, cache_dir: str, entry: ShardEntry,
-               columns: list[str] | None = None) -> pa.Table:
-    """A manifest entry's shard, read whole and checked (CorruptShard on a mismatch)."""
-    return read_checked(store, f"{cache_dir}/{entry.path}", entry.bytes, entry.sha256,
-                        cache_label(cache_dir), columns)
+               columns: list[str] | None = None, selected: bool = True) -> pa.Table:
+    """A manifest entry's shard, read whole and checked (CorruptShard on a mismatch), only the
+    rows its version keeps (all of the file's with `selected=False`)."""
+    table = read_checked(store, shard_path(store, cache_dir, entry), entry.bytes, entry.sha256,
+                         cache_label(cache_dir), columns)
+    return select(table, entry.keep, entry.file_rows) if selected else table
 
 

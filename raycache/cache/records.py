@@ -40,22 +40,45 @@ class RowRange:
 
 @dataclass(frozen=True)
 class ShardEntry:
-    """One shard as the manifest records it."""
+    """One shard as the manifest records it: a file of this cache's folder, or (format 5) one
+    that an older version of it wrote and this version shares, with the rows it keeps."""
 
     path: str
-    """Relative to the cache folder, e.g. shards/part-<block>-<offset>.parquet."""
+    """Relative to the folder that holds it, e.g. shards/part-<block>-<offset>.parquet."""
     rows: int
+    """Rows this version reads from it (its kept rows where it has a selection)."""
     bytes: int
     sha256: str
+    """Size and checksum of the whole file."""
     source: str
     """URI of the source file of the shard's first rows."""
     ranges: tuple[RowRange, ...] = ()
-    """The source rows it holds, block, start and stop only (format 2 on; none in format 1)."""
+    """The source rows it holds (its kept rows, in file order), block, start and stop only
+    (format 2 on; none in format 1)."""
+    home: str = ""
+    """The cache folder that holds the file, "name/fingerprint" relative to the store (format
+    5: a version sharing an older version's shard); empty: this cache's own folder."""
+    keep: str = ""
+    """Which of the file's rows this version reads (raycache.cache.selection), empty: all."""
+    stored: int = 0
+    """Rows in the file, where `keep` selects some of them (0 otherwise: `rows`)."""
+
+    @property
+    def file_rows(self) -> int:
+        """Rows in the file, kept or not."""
+        return self.stored or self.rows
+
+    @property
+    def shared(self) -> bool:
+        """Whether another cache folder holds the file."""
+        return bool(self.home)
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "rows": self.rows, "bytes": self.bytes,
-                "sha256": self.sha256, "source": self.source,
-                "ranges": [r.to_json() for r in self.ranges]}
+        out = {"path": self.path, "rows": self.rows, "bytes": self.bytes,
+               "sha256": self.sha256, "source": self.source,
+               "ranges": [r.to_json() for r in self.ranges]}
+        out.update({k: getattr(self, k) for k in ("home", "keep", "stored") if getattr(self, k)})
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ShardEntry:

@@ -23,7 +23,7 @@ from raycache.heads.specs import HeadSpec
 from raycache.train.config import TrainConfig
 from raycache.train.objectives import OBJECTIVES
 from raycache.train.runs import read_record, runs_dir
-from raycache.train.runspec import Member, Recipe, RunSpec, digest, sweep_record
+from raycache.train.runspec import Member, Recipe, RunSpec, digest, keeps, sweep_record
 from raycache.train.sweep.grid import apply, members
 
 __all__ = ["AUTO_LOCAL_BYTES", "check", "cluster", "config_problems", "guard_run_folder",
@@ -373,6 +373,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
         shards=tuple((p, s.rows) for p, s in zip(cache.shard_paths(), cache.manifest.shards,
                                                   strict=True)),
         checks=tuple((s.bytes, s.sha256) for s in cache.manifest.shards) if cfg.verify else (),
+        keeps=keeps(cache.manifest.shards),
         run_dir=f"{runs_dir(cache)}/{name}", checkpoint_every=cfg.checkpoints.every,
         checkpoint_seconds=cfg.checkpoints.seconds, prefetch_batches=cfg.resources.prefetch_batches,
         progress=cfg.progress, sweep=sweep, select=select, select_mode=select_mode,

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from raycache.cache.records import ShardEntry
 from raycache.cache.store import Store
 from raycache.heads.specs import HeadSpec
 from raycache.train.config import (
@@ -21,7 +24,7 @@ from raycache.train.config import (
     TrainConfig,
 )
 
-__all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "digest", "sweep_record"]
+__all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "digest", "keeps", "sweep_record"]
 
 RUN_SPEC_VERSION = 1
 
@@ -115,7 +118,17 @@ class RunSpec:
     """K: training draws one of each row's K cached views per epoch; 0 trains on clean rows."""
     view_encoders: tuple[str, ...] = ()
     """The head's encoders whose views columns it trains on (the rest give their clean rows)."""
+    keeps: tuple[tuple[str, int], ...] = ()
+    """(row selection, rows in the file) of every shard, in `shards` order, where a version
+    shares older versions' shards (raycache.cache.selection; "" keeps every row); empty:
+    every shard is read whole."""
     version: int = RUN_SPEC_VERSION
+
+    @functools.cached_property
+    def selections(self) -> dict[str, tuple[str, int]]:
+        """Shard path -> (row selection, rows in the file), for the shards read in part."""
+        return {path: keep for (path, _), keep in zip(self.shards, self.keeps, strict=True)
+                if keep[0]}
 
     @property
     def world(self) -> int:
@@ -140,6 +153,13 @@ class RunSpec:
 
     def digest(self) -> str:
         return digest(self.head, self.recipe, self.sweep_record(), self.views)
+
+
+def keeps(shards: Sequence[ShardEntry]) -> tuple[tuple[str, int], ...]:
+    """RunSpec.keeps of a manifest's shards: empty where every shard is read whole."""
+    if not any(s.keep for s in shards):
+        return ()
+    return tuple((s.keep, s.file_rows) for s in shards)
 
 
 def sweep_record(sweep: tuple[Member, ...], select: str, mode: str) -> dict[str, Any]:

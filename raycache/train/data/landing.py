@@ -24,7 +24,8 @@ import pyarrow as pa
 import torch
 
 from raycache.cache.committed import Cache
-from raycache.cache.records import ShardRecord
+from raycache.cache.reads import shard_path
+from raycache.cache.records import ShardEntry, ShardRecord
 from raycache.cache.store import PROGRESS
 from raycache.errors import FillFailed
 from raycache.fill.commit import manifest_of, resumable
@@ -33,7 +34,7 @@ from raycache.fill.run import FillResult, complete
 from raycache.train.config import TrainConfig
 from raycache.train.data.split import validation_mask
 from raycache.train.data.streamed import Streamed
-from raycache.train.runspec import RunSpec
+from raycache.train.runspec import RunSpec, keeps
 
 __all__ = ["POLL_S", "Feed", "FirstPass", "Landing", "first_pass", "problems"]
 
@@ -113,7 +114,7 @@ class Landing:
         assert self.filled is not None
         return self.filled
 
-    def records(self) -> Iterator[ShardRecord]:
+    def records(self) -> Iterator[ShardRecord | ShardEntry]:
         """Each shard's record once, in the order they land, until the fill commits (then the
         manifest's shards not seen yet); FillFailed when the fill fails."""
         store, seen = self.plan.store, set()
@@ -129,10 +130,10 @@ class Landing:
             for record in sorted(new, key=lambda r: r.written or 0.0):
                 seen.add(record.path)
                 yield record
-            if finished:
+            if finished:  # the rest: a resumed fill's, or shared with an older version
                 for s in self.result().cache.manifest.shards:
-                    if s.path not in seen:
-                        yield ShardRecord(s.path, s.rows, s.bytes, s.sha256)
+                    if s.path not in seen or s.home:
+                        yield s
                 return
             self.done.wait(POLL_S)
 
@@ -177,7 +178,8 @@ class Landing:
         return {"landing": "", "rows": m.rows,
                 "shards": tuple((p, s.rows) for p, s in zip(cache.shard_paths(), m.shards,
                                                             strict=True)),
-                "checks": tuple((s.bytes, s.sha256) for s in m.shards) if self.verify else ()}
+                "checks": tuple((s.bytes, s.sha256) for s in m.shards) if self.verify else (),
+                "keeps": keeps(m.shards)}
 
     def final(self, spec: RunSpec) -> RunSpec:
         """The run spec of the committed cache (waits for the commit; FillFailed)."""
@@ -214,7 +216,7 @@ class Feed(Protocol):
     dir: str
     verify: bool
 
-    def records(self) -> Iterator[ShardRecord]: ...
+    def records(self) -> Iterator[ShardRecord | ShardEntry]: ...
     def train_rows(self, spec: RunSpec, rank: int) -> int: ...
     def final(self, spec: RunSpec) -> RunSpec: ...
 
@@ -254,6 +256,13 @@ class FirstPass:
             if k % world != self.rank:  # the k-th shard to land is worker k mod world's
                 continue
             path = f"{self.feed.dir}/{record.path}"
+            if isinstance(record, ShardEntry):  # committed: maybe shared, maybe in part
+                path = shard_path(self.spec.store, self.feed.dir, record)
+                if record.keep:
+                    stream.spec = dataclasses.replace(
+                        stream.spec, shards=(*stream.spec.shards, (path, record.rows)),
+                        keeps=(*(stream.spec.keeps or [("", 0)] * len(stream.spec.shards)),
+                               (record.keep, record.file_rows)))
             stream.pieces.append((path, 0, record.rows))
             if self.feed.verify:
                 stream.checks[path] = (record.bytes, record.sha256)

@@ -13,6 +13,7 @@ import torch
 
 from raycache.cache.columns import input_column, views_column
 from raycache.cache.reads import map_ordered, parse, read_checked
+from raycache.cache.selection import select
 from raycache.errors import RaycacheError
 from raycache.train.runspec import RunSpec
 
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
     from raycache.heads.joint import Inputs
 
 __all__ = ["Batches", "all_views", "cached_columns", "expected", "features", "label_ids",
-           "load_share", "pieces", "read_piece", "rows_of", "to_arrays", "view_columns"]
+           "load_share", "pieces", "read_piece", "rows_of", "selected", "to_arrays",
+           "view_columns"]
 
 Batches = Iterator[tuple["torch.Tensor | Inputs", torch.Tensor]]
 
@@ -152,12 +154,21 @@ def expected(spec: RunSpec) -> dict[str, tuple[int, str]]:
 def read_piece(spec: RunSpec, path: str, columns: list[str],
                check: tuple[int, str] | None) -> pa.Table:
     """A shard read whole and checked against (bytes, sha256) (CorruptShard on a mismatch); with
-    no check, only `columns`."""
+    no check, only `columns`; either way only the rows its version keeps."""
     if check is not None:
-        return read_checked(spec.store, path, *check,
-                            f"{spec.head.cache}/{spec.head.fingerprint}", columns)
-    with spec.store.fs.open(path, "rb") as f:
-        return parse(f, columns)
+        table = read_checked(spec.store, path, *check,
+                             f"{spec.head.cache}/{spec.head.fingerprint}", columns)
+    else:
+        with spec.store.fs.open(path, "rb") as f:
+            table = parse(f, columns)
+    return selected(spec, path, table)
+
+
+def selected(spec: RunSpec, path: str, table: pa.Table) -> pa.Table:
+    """A shard's rows that the cache's version keeps (a shard it shares in part with an older
+    version: raycache.cache.selection), or all of them."""
+    keep = spec.selections.get(path)
+    return select(table, *keep) if keep else table
 
 
 def pieces(spec: RunSpec, rank: int, world: int) -> list[tuple[str, int, int]]:

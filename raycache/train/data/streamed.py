@@ -20,6 +20,7 @@ from raycache.train.data.shares import (
     pieces,
     read_piece,
     rows_of,
+    selected,
     view_columns,
 )
 from raycache.train.data.split import validation_mask
@@ -104,7 +105,7 @@ class Streamed:
         if first:  # the first read in this run: whole, checked against the manifest
             table = read_piece(spec, path, [spec.key, *columns], self.checks.get(path))
         else:
-            table = parse(path, columns, self.fs)
+            table = selected(spec, path, parse(path, columns, self.fs))
         table = table.slice(start, stop - start)
         if first:
             self.masks[i] = np.asarray(validation_mask(table.column(spec.key),

@@ -20,7 +20,7 @@ from raycache.cache.vectors import unpack
 from raycache.errors import ConfigError, SourceError
 from raycache.source.config import SourceConfig
 from raycache.train.config import PairsConfig
-from raycache.train.data.shares import features
+from raycache.train.data.shares import features, selected
 from raycache.train.data.split import validation_mask
 
 if TYPE_CHECKING:
@@ -189,11 +189,13 @@ def join(spec: RunSpec, keys: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarra
     for path, rows in spec.shards:
         with spec.store.fs.open(path, "rb") as f:
             shard = pq.ParquetFile(f)
-            have = pc.cast(shard.read(columns=[spec.key]).column(spec.key), pa.string())
+            have = selected(spec, path, shard.read(columns=[spec.key])).column(spec.key)
+            have = pc.cast(have, pa.string())
             hit = np.asarray(pc.is_in(have, value_set=keys), dtype=bool)
             if hit.any():
                 where = np.flatnonzero(hit)
-                table = unpack(shard.read(columns=list(spec.head.encoders))).take(where)
+                table = selected(spec, path, unpack(shard.read(columns=list(spec.head.encoders))))
+                table = table.take(where)
                 feats.append(np.array(features(table, spec.head.encoders)))
                 found.append(have.take(where))
                 ids.append(start + where)
