@@ -10,6 +10,7 @@ import re
 import time
 import warnings
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ import pyarrow as pa
 from raycache.cache.columns import input_column
 from raycache.cache.committed import read_manifest
 from raycache.cache.manifest import EncoderEntry, Manifest
-from raycache.cache.records import ShardRecord
+from raycache.cache.records import ShardEntry, ShardRecord
 from raycache.cache.store import MANIFEST, PROGRESS, SHARDS, shard_name
 from raycache.core.secrets import split
 from raycache.errors import CorruptCache, RaycacheError
@@ -65,13 +66,18 @@ def done_ranges(records: list[ShardRecord]) -> dict[str, Ranges]:
     return {k: tuple(sorted(v)) for k, v in by_block.items()}
 
 
-def check_complete(p: Plan, records: list[ShardRecord], totals: dict[str, int]) -> None:
-    """Every row of every source file in exactly one shard, or no manifest."""
+def check_complete(p: Plan, records: list[ShardRecord], totals: dict[str, int],
+                   shared: Sequence[ShardEntry] = ()) -> None:
+    """Every row of every source file in exactly one shard (its own, or one it `shared` with
+    an older version), or no manifest."""
     covered: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for r in records:
         for x in r.ranges:
             covered[x.block].append((x.start, x.stop))
             totals.setdefault(x.block, x.source_rows or 0)
+    for e in shared:
+        for x in e.ranges:
+            covered[x.block].append((x.start, x.stop))
     bad = []
     for f in p.files:
         spans = sorted(covered.get(f.block, []))
@@ -86,22 +92,25 @@ def check_complete(p: Plan, records: list[ShardRecord], totals: dict[str, int]) 
         )
 
 
-def scan_keys(p: Plan, records: list[ShardRecord], *, cluster: bool = False
+def scan_keys(p: Plan, records: list[ShardRecord], *, cluster: bool = False, raw: bool = False
               ) -> tuple[list[ShardRecord], dict[str, Any]]:
     """(records, label stats): duplicate keys handled as the config says, integer and named
-    labels counted (raycache.fill.keys; on the cluster for a large fill that ran there)."""
+    labels counted (raycache.fill.keys; on the cluster for a large fill that ran there); with
+    `raw`, the counts per value instead of their stats."""
     src = p.cfg.source
     labels = [c for c in src.labels
               if pa.types.is_integer(t := p.schema.field(c).type) or named(t)]
     return scan(p.store, p.dir, records, src.key, src.duplicates, labels, p.cfg.name,
-                cluster=cluster)
+                cluster=cluster, raw=raw)
 
 
 def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = False,
-           label_stats: dict[str, Any] | None = None) -> tuple[Manifest, bool]:
+           label_stats: dict[str, Any] | None = None, shared: Sequence[ShardEntry] = (),
+           dims: dict[str, int] | None = None) -> tuple[Manifest, bool]:
     """Write the manifest, exclusively: (the manifest, True), or, when another fill of the same
-    cache committed first, (that fill's manifest, False). `replace` writes over it (repair)."""
-    manifest = manifest_of(p, records, seconds, label_stats)
+    cache committed first, (that fill's manifest, False). `replace` writes over it (repair).
+    `shared`: entries of older versions' shards the version shares."""
+    manifest = manifest_of(p, records, seconds, label_stats, shared, dims)
     # the shard list first, named by its content (two fills of one cache write the same
     # object), then the manifest that names it and its checksum: the commit
     listing = (json.dumps([s.to_json() for s in manifest.shards], sort_keys=True,
@@ -131,14 +140,26 @@ def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = 
 def superseded(p: Plan, manifest: Manifest) -> list[str]:
     """Shards that a committed shard was rewritten from (duplicate keys dropped) and that are
     still there: the manifest names the rewritten one, never them."""
-    named = {s.path for s in manifest.shards}
+    own = [s for s in manifest.shards if not s.home]
+    named = {s.path for s in own}
     there = set(p.store.listdir(f"{p.dir}/{SHARDS}"))
     out = []
-    for s in manifest.shards:
+    for s in own:
         if s.ranges and s.path != (base := shard_name(s.ranges)) and base not in named \
                 and base.rsplit("/", 1)[-1] in there:
             out.append(base)
     return out
+
+
+def _in_order(p: Plan, own: list[ShardEntry], shared: Sequence[ShardEntry]
+              ) -> list[ShardEntry]:
+    """A version's entries, own and shared, by the source file (in listing order) and row of
+    their first rows; a cache without shared entries keeps its records' order."""
+    if not shared:
+        return own
+    place = {f.block: i for i, f in enumerate(p.files)}
+    return sorted([*own, *shared], key=lambda e: (place.get(e.ranges[0].block, len(place)),
+                                                 e.ranges[0].start) if e.ranges else (-1, 0))
 
 
 def clear_progress(p: Plan, attempts: int = 3) -> None:
@@ -156,12 +177,15 @@ def clear_progress(p: Plan, attempts: int = 3) -> None:
 
 
 def manifest_of(p: Plan, records: list[ShardRecord], seconds: float,
-                label_stats: dict[str, Any] | None = None) -> Manifest:
-    """The manifest of the shards `records` (in source order), not written."""
+                label_stats: dict[str, Any] | None = None, shared: Sequence[ShardEntry] = (),
+                dims: dict[str, int] | None = None) -> Manifest:
+    """The manifest of the shards `records` and the `shared` entries of older versions (in
+    source order of their first rows), not written; `dims`, each encoder's size where no
+    record says it."""
     from raycache.fill.reuse import encoder_identity
 
     records = sorted(records, key=ShardRecord.order)
-    dims = (records[0].dims or {}) if records else {}
+    dims = (records[0].dims or {}) if records else dims or {}
     described = p.inputs["encoders"]
     return Manifest(
         name=p.cfg.name,
@@ -184,7 +208,7 @@ def manifest_of(p: Plan, records: list[ShardRecord], seconds: float,
         key_column=p.cfg.source.key,
         label_columns=list(p.cfg.source.labels),
         label_types={c: str(p.schema.field(c).type) for c in p.cfg.source.labels},
-        shards=[r.entry() for r in records],
+        shards=_in_order(p, [r.entry() for r in records], shared),
         created=datetime.now(UTC).isoformat(timespec="milliseconds"),
         fill_seconds=round(seconds, 3),
         extra={"encoder_configs": {e.name: {**dataclasses.asdict(e), "options": split(e.options)[0]}

@@ -88,6 +88,15 @@ class FillConfig:
     reuse: bool = True
     """Take the embeddings that caches in the store already hold for the same encoder and the
     same input value (by a sha256 of the input, per row) instead of encoding them again."""
+    share: bool = True
+    """A new version of a cache (same name, a changed source) shares the shard files of the
+    newest earlier version whose rows are still valid instead of copying them: it reads the
+    changed and new source files only and writes shards for the rows that changed
+    (raycache.fill.versions). Not part of the fingerprint: the rows are the same either way."""
+    compact_below: float = 0.5
+    """Compaction: a shared shard whose version keeps less than this share of its rows is
+    written again (its kept rows, embeddings reused, nothing encoded), so reads stay at memory
+    speed; so are a version's small shards once they outnumber MAX_SMALL_SHARDS. 0: never."""
     progress: bool = True
     """Show one progress bar (rows, rows/s, ETA) and the summary."""
     verbose: bool = False
@@ -104,6 +113,9 @@ class FillConfig:
             out.append(f"num_gpus={self.num_gpus}: above 1 it must be a whole number of GPUs")
         if self.num_cpus != AUTO and (isinstance(self.num_cpus, str) or self.num_cpus <= 0):
             out.append(f"num_cpus={self.num_cpus!r}: expected a number > 0, or 'auto'")
+        if not 0 <= self.compact_below <= 1:
+            out.append(f"compact_below={self.compact_below}: expected a share of a shard's "
+                       "rows between 0 (never compact) and 1, e.g. 0.5")
         if self.in_process not in (True, False, AUTO):
             out.append(f"in_process={self.in_process!r}: expected true, false or 'auto'")
         elif self.in_process is True and self.num_gpus > 0:

@@ -5,6 +5,7 @@ so the driver never holds a large fill's keys."""
 
 from __future__ import annotations
 
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -17,7 +18,8 @@ from raycache.cache.records import ShardRecord
 from raycache.cache.store import Store
 from raycache.errors import RaycacheError, SourceError
 
-__all__ = ["DRIVER_ROWS", "MAX_COUNTED", "MAX_NAMED", "label_stats", "named", "scan"]
+__all__ = ["DRIVER_ROWS", "MAX_COUNTED", "MAX_NAMED", "counts_of", "label_stats", "named", "scan",
+           "stats_of"]
 
 MAX_COUNTED = 1_000_000
 MAX_NAMED = 100_000
@@ -43,12 +45,13 @@ def named(tp: pa.DataType | str) -> bool:
 
 
 def scan(store: Store, cache_dir: str, records: list[ShardRecord], key: str, duplicates: str,
-         labels: list[str], name: str, *, cluster: bool = False
+         labels: list[str], name: str, *, cluster: bool = False, raw: bool = False
          ) -> tuple[list[ShardRecord], dict[str, Any]]:
     """(records, label stats). Duplicate keys: an error that lists a few (`duplicates`
     error), or the shards holding the other copies are written again without them (first or
     last: the copy kept, in source order), their records replaced. With `cluster` (a fill that
-    ran on Ray) and more than DRIVER_ROWS rows, the work runs in Ray Data tasks."""
+    ran on Ray) and more than DRIVER_ROWS rows, the work runs in Ray Data tasks. With `raw`,
+    the label counts per value (Counters) instead of their stats."""
     from raycache.fill.shards import rewrite
 
     order = sorted(records, key=ShardRecord.order)
@@ -75,8 +78,10 @@ def scan(store: Store, cache_dir: str, records: list[ShardRecord], key: str, dup
             "key: fill in the missing keys, or name a column that has one in every row as "
             "source.key"
         )
+    done = (lambda: {c: Counter(counts[c]) for c in labels}) if raw else \
+        (lambda: {c: _stats(counts[c]) for c in labels})
     if dups.num_rows == 0:
-        return records, {c: _stats(counts[c]) for c in labels}
+        return records, done()
     drop = _dropped(dups, key, duplicates, name)
     for c in labels:  # the dropped copies leave the label counts too
         for value in dups.column(c).filter(pa.array(drop)).to_pylist():
@@ -89,7 +94,7 @@ def scan(store: Store, cache_dir: str, records: list[ShardRecord], key: str, dup
         if len(gone):
             r = rewrite(store, cache_dir, r, np.setdiff1d(np.arange(r.rows), gone))
         out.append(r)
-    return out, {c: _stats(counts[c]) for c in labels}
+    return out, done()
 
 
 def read_keys(store: Store, path: str, index: int, key: str, labels: list[str]) -> pa.Table:
@@ -229,6 +234,27 @@ def _value_counts(values: pa.ChunkedArray) -> dict[Any, int]:
 def label_stats(values: pa.ChunkedArray | pa.Array) -> dict[str, Any]:
     """A label column's stats (see _stats), from the column itself."""
     return _stats(_value_counts(values))
+
+
+def stats_of(counts: dict[Any, int]) -> dict[str, Any]:
+    """A label column's stats from its count per value (None: nulls)."""
+    return _stats(dict(counts))
+
+
+def counts_of(stats: dict[str, Any]) -> dict[Any, int] | None:
+    """A label column's count per value (None: nulls) from its stats, where they keep one
+    (small integer ids, or a vocabulary of names); None where they keep only min and max."""
+    if "classes" in stats:
+        counts = dict(zip(stats["classes"], stats["counts"], strict=True))
+    elif "counts" in stats:
+        counts = {i: n for i, n in enumerate(stats["counts"]) if n}
+    elif stats.get("min") is None and "nulls" in stats:  # nulls only
+        counts = {}
+    else:
+        return None
+    if stats.get("nulls"):
+        counts[None] = stats["nulls"]
+    return counts
 
 
 def _stats(counts: dict[Any, int]) -> dict[str, Any]:

@@ -3,6 +3,7 @@ every embedding the store already holds for the same encoder identity and input 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import warnings
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from raycache.cache.store import Store
     from raycache.encoders.config import EncoderConfig
 
-__all__ = ["Lookup", "Reuse", "encoder_identity", "input_hashes", "need_column"]
+__all__ = ["Lookup", "Reuse", "Source", "encoder_identity", "input_hashes", "need_column"]
 
 HASH = pa.binary(32)
 
@@ -89,7 +90,7 @@ def _digests(prefix: bytes, data: memoryview, offsets: np.ndarray) -> pa.Array:
 
 
 @dataclass
-class _Source:
+class Source:
     """Where reusable embeddings of one encoder identity are: one shard of a committed cache."""
 
     cache_dir: str
@@ -106,7 +107,7 @@ class Lookup:
     """Reusable embeddings for one encoder: the shards that hold them, and (built on first use,
     in the process that looks rows up) a sorted index from input hash to (shard, row)."""
 
-    sources: list[_Source]
+    sources: list[Source]
     dim: int
     hashes: np.ndarray | None = None
     """Distinct input hashes, sorted, as fixed-width bytes (numpy S32)."""
@@ -181,7 +182,7 @@ class Reuse:
         """The shards of every committed cache (format 3 and later) whose encoders share an
         identity and dtype with the fill's; None when there is nothing to reuse."""
         wanted = {e.name: (encoder_identity(described[e.name]), e.dtype) for e in encoders}
-        jobs: dict[str, list[_Source]] = {name: [] for name in wanted}
+        jobs: dict[str, list[Source]] = {name: [] for name in wanted}
         dims: dict[str, int] = {}
         for m in manifests:
             same = [(name, entry) for entry in m.encoders
@@ -195,8 +196,11 @@ class Reuse:
             cache_dir = store.cache_dir(m.name, m.fingerprint)
             for name, entry in same:
                 dims[name] = entry.dim
-                jobs[name] += [_Source(cache_dir, s.path, entry.name, hash_column(entry.input),
-                                       s) for s in shards]
+                jobs[name] += [Source(store.path(s.home) if s.home else cache_dir, s.path,
+                                      entry.name, hash_column(entry.input), whole(s))
+                               for s in shards]
+        for name, srcs in jobs.items():  # versions share files: each file once
+            jobs[name] = list({(s.cache_dir, s.path): s for s in srcs}.values())
         lookups = {name: Lookup(srcs, dims[name]) for name, srcs in jobs.items() if srcs}
         return cls(store, lookups) if lookups else None
 
@@ -221,7 +225,7 @@ class Reuse:
             out[pos[sel]] = emb[row[sel]]
             need[pos[sel]] = False
         return (np.zeros((len(hashes), lookup.dim), np.float32) if out is None else out), need
-    def _embeddings(self, src: _Source) -> np.ndarray | None:
+    def _embeddings(self, src: Source) -> np.ndarray | None:
         """One shard's embedding column, read whole and checked (None, with a warning, for a
         shard that fails the check); the last few kept, since consecutive batches of a source
         mostly hit the same shards."""
@@ -245,7 +249,13 @@ class Reuse:
         return self._shards[key]
 
 
-def _read_hashes(store: Store, src: _Source) -> pa.Array:
+def whole(entry: ShardEntry) -> ShardEntry:
+    """An entry as its whole file in the folder that holds it: reuse looks rows up by their
+    place in the file, kept by the version or not (an embedding stays valid for its input)."""
+    return dataclasses.replace(entry, home="", keep="", stored=0, rows=entry.file_rows)
+
+
+def _read_hashes(store: Store, src: Source) -> pa.Array:
     """The input-hash column of one shard (a column read, not the whole shard)."""
     with store.fs.open(f"{src.cache_dir}/{src.path}", "rb") as f:
         return pq.read_table(f, columns=[src.hashes]).column(0).combine_chunks()

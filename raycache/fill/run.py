@@ -71,6 +71,13 @@ class FillResult:
     starting Ray and the encoder actors, loading the models)."""
     repair: bool = False
     """A repair (raycache.upkeep.repair): the shards it re-encoded, into a committed cache."""
+    shared_rows: int = 0
+    """Rows this version shares with an older one (`base`), in that version's shard files:
+    neither read from the source, nor encoded, nor written (raycache.fill.versions)."""
+    base: str = ""
+    """The fingerprint of the version it shares rows with (empty: none)."""
+    written_bytes: int = 0
+    """Bytes of the shards this call wrote."""
 
     @property
     def rows_per_second(self) -> float:
@@ -92,11 +99,14 @@ class FillResult:
         if self.hit:
             return head + f"hit, {m.rows} rows in {m.shard_count} shards, encoded nothing"
         resumed = f", {self.resumed_rows} resumed" if self.resumed_rows else ""
+        shared = (f", {self.shared_rows} shared with version {self.base[:12]}"
+                  if self.base else "")
         what = (f"re-encoded the bad shards, {m.rows} rows ({self.encoded_rows} encoded"
                 f"{self._by()}, {self.resumed_rows} kept from good shards), " if self.repair else
                 f"miss, {m.rows} rows ({self.encoded_rows} encoded{self._by()}, "
-                f"{self.reused_rows} reused{resumed}), ")
-        return head + (f"{what}{m.shard_count} shards, {human_bytes(m.bytes)}, "
+                f"{self.reused_rows} reused{resumed}{shared}), ")
+        wrote = f" ({human_bytes(self.written_bytes)} written)" if self.base else ""
+        return head + (f"{what}{m.shard_count} shards, {human_bytes(m.bytes)}{wrote}, "
                        f"{self._timings()}")
 
     def _timings(self) -> str:
@@ -164,12 +174,21 @@ def _removed(p: Plan) -> StoreError:
 def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
               started: tuple[float, float] | None) -> FillResult:
     from raycache.compute.pool import local_pool
+    from raycache.fill.versions import plan_version
 
     cfg = p.cfg
     start, start_wall = started or (time.perf_counter(), time.time())
+    version = plan_version(p) if cfg.share and not replace else None
+    covered = done_ranges(done)
+    if version is not None:  # a resumed record never holds a row the version shares
+        shared = version.covered()
+        done = [r for r in done if version.keeps(r, shared)]
+        covered = {b: _union(done_ranges(done).get(b, ()), shared.get(b, ()))
+                   for b in {*done_ranges(done), *shared}}
     resumed = sum(r.rows for r in done)
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
-                                       done_ranges(done), cfg.source.key)
+                                       covered, cfg.source.key,
+                                       version.totals if version else None)
     if not sum(totals.values()):
         _no_rows(p)  # before any work
     todo = sum(u.todo() or 0 for u in units)
@@ -186,7 +205,7 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
     new: list[ShardRecord] = []
     first = None
     if units:
-        reuse = _reuse(p) if cfg.reuse else None
+        reuse = version.reuse if version else _reuse(p) if cfg.reuse else None
         records = _records(runner.run(job(p, units, reuse, block), pool, local=local))
         with runner.progress_bar(cfg.progress, todo, f"fill {cfg.name}") as bar:
             for record in records:
@@ -194,11 +213,16 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
                 new.append(record)
                 bar.update(record.rows)
     records = done + new
-    check_complete(p, records, totals)
-    if not sum(r.rows for r in records):
+    check_complete(p, records, totals, version.carried if version else ())
+    if not sum(r.rows for r in records) + (version.rows if version else 0):
         _no_rows(p)  # never an empty cache committed
     try:
-        records, label_stats = scan_keys(p, records, cluster=not local)
+        if version is None:
+            records, label_stats = scan_keys(p, records, cluster=not local)
+        else:  # the shared rows' keys and counts are known: only the new rows are scanned
+            records, counts = scan_keys(p, records, cluster=not local, raw=True) if records \
+                else (records, {})
+            label_stats = version.label_stats(counts)
     except FileNotFoundError:  # another fill of this cache committed, its rewrites replacing
         manifest = read_manifest(p.store, p.dir)  # shards this one wrote too: its result
         if manifest is None or replace:
@@ -213,14 +237,31 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
     sources.check_unchanged(p.files, cfg.source.options, "nothing was committed")
     if lease.lost:  # never a manifest over a folder whose shards went
         raise _removed(p)
-    manifest, committed = commit(p, records, time.perf_counter() - start, replace, label_stats)
+    manifest, committed = commit(
+        p, records, time.perf_counter() - start, replace, label_stats,
+        version.carried if version else (),
+        {e.name: e.dim for e in version.base.encoders} if version else None)
     if not committed:  # another fill of this cache committed first: that cache is the result
         return FillResult(Cache(p.store, manifest), True, time.perf_counter() - start, 0)
     where = runner.where(pool, local)
     return FillResult(Cache(p.store, manifest), False, time.perf_counter() - start, encoded,
                       resumed_rows=resumed, reused_rows=reused, first_shard_seconds=first or 0.0,
                       encode_seconds=encode_s, pool=where, encoded_by=by, repair=replace,
-                      startup_seconds=began - start_wall if began else 0.0)
+                      startup_seconds=began - start_wall if began else 0.0,
+                      shared_rows=version.rows if version else 0,
+                      base=version.base.fingerprint if version else "",
+                      written_bytes=sum(r.bytes for r in new))
+
+
+def _union(a: sources.Ranges, b: sources.Ranges) -> sources.Ranges:
+    """Two sets of row spans of one file as one, sorted and merged."""
+    out: list[sources.Span] = []
+    for span in sorted((*a, *b)):
+        if out and span.start <= out[-1].stop:
+            out[-1] = sources.Span(out[-1].start, max(out[-1].stop, span.stop))
+        else:
+            out.append(span)
+    return tuple(out)
 
 
 def _no_rows(p: Plan) -> None:

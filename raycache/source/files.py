@@ -234,17 +234,21 @@ class Unit:
 
 
 def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows: int,
-               done: dict[str, Ranges] | None = None, key: str | None = None
-               ) -> tuple[list[Unit], dict[str, int]]:
+               done: dict[str, Ranges] | None = None, key: str | None = None,
+               known: dict[str, int] | None = None) -> tuple[list[Unit], dict[str, int]]:
     """Read units of about `rows` rows, aligned to Parquet row groups (a row group larger than
     that is one unit, read in pieces), skipping units that `done` covers; and each file's row
     count (a CSV or JSONL file is one unit, its rows counted by a streaming parse of its `key`
-    column: the progress total, the in-process choice and the completeness check need it)."""
+    column: the progress total, the in-process choice and the completeness check need it).
+    A file whose row count is `known` and whose rows `done` covers is not opened at all."""
     done = done or {}
     units: list[Unit] = []
     totals: dict[str, int] = {}
     for f in files:
         skip = done.get(f.block, ())
+        if f.block in (known or {}) and skip == (Span(0, known[f.block]),):
+            totals[f.block] = known[f.block]
+            continue
         if fmt != "parquet":
             totals[f.block] = count_rows(f, fmt, options, key)
             unit = Unit(f, start=0, rows=totals[f.block], done=skip)
