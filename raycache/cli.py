@@ -284,7 +284,12 @@ def _verify(args: argparse.Namespace) -> int:
     report = verify(open_cache(name, _store(args.store), args.fingerprint or fp or None))
     for line in report.lines():
         print(line)
-    if not report.ok:
+    if report.shared:
+        print(f"{report.cache}: {len(report.bad)} of {report.shards} shards bad, "
+              f"{len(report.shared)} of them shared from older versions "
+              f"({', '.join(sorted(set(report.shared.values())))}); `raycache repair "
+              f"{report.cache} --store {args.store}` says how to fill it again", file=sys.stderr)
+    elif not report.ok:
         print(f"{report.cache}: {len(report.bad)} of {report.shards} shards bad; re-encode them "
               f"with `raycache repair {name} --store {args.store}`", file=sys.stderr)
     return 0 if report.ok else 1

@@ -5,6 +5,7 @@ reads."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -14,10 +15,11 @@ from typing import Any
 from raycache.cache.committed import Cache, read_manifest
 from raycache.cache.lease import live
 from raycache.cache.manifest import human_bytes
-from raycache.cache.store import MANIFEST, Store
+from raycache.cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
 from raycache.core.units import human_duration, parse_duration, parse_size
 from raycache.errors import ConfigError, CorruptCache, RaycacheError
-from raycache.upkeep.du import Usage, du
+from raycache.upkeep.du import Usage, scan
+from raycache.upkeep.refs import Refs, references
 from raycache.upkeep.strays import strays
 
 __all__ = ["GcResult", "Removal", "Stray", "gc"]
@@ -29,11 +31,25 @@ class Removal:
 
     usage: Usage
     reason: str
+    held: dict[str, int] = field(default_factory=dict)
+    """Files of the folder that kept versions read (format 5 shares), relative to it -> bytes:
+    they stay, the rest of the folder goes."""
+    readers: str = ""
+    """Which versions read them, in words."""
+
+    @property
+    def freed(self) -> int:
+        """Bytes it removes: the folder's, less those of the files that stay."""
+        return self.usage.bytes - sum(self.held.values())
 
     def line(self, verb: str) -> str:
         u = self.usage
         runs = f", {human_bytes(u.runs_bytes)} of runs" if u.runs_bytes else ""
-        return f"{verb} {u.id}  {human_bytes(u.bytes)}{runs}: {self.reason}"
+        out = f"{verb} {u.id}  {human_bytes(self.freed)}{runs}: {self.reason}"
+        if self.held:
+            out += (f"; {len(self.held)} shard file(s), {human_bytes(sum(self.held.values()))}, "
+                    f"stay: read by {self.readers}")
+        return out
 
 
 @dataclass(frozen=True)
@@ -66,7 +82,7 @@ class GcResult:
 
     @property
     def bytes(self) -> int:
-        return sum(r.usage.bytes for r in self.removed) + sum(s.bytes for s in self.strays)
+        return sum(r.freed for r in self.removed) + sum(s.bytes for s in self.strays)
 
     def lines(self) -> list[str]:
         verb = "removed" if self.deleted else "would remove"
@@ -160,7 +176,7 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
         raise ConfigError(problems)
     store = store if isinstance(store, Store) else Store(store or _default())
     now = time.time() if now is None else now
-    found = du(store)
+    found, manifests = scan(store)
     committed = [u for u in found if u.committed]
     newest = {u.name: u.id for u in sorted(committed, key=_order)}
     result = GcResult(deleted=delete)
@@ -183,26 +199,29 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
 
     if limit is not None:
         doomed = {u.id for u in committed if u.id in picked and protected(u) is None}
-        left = (sum(u.bytes for u in found) - result.bytes
-                - sum(u.bytes for u in committed if u.id in doomed))
+        left = (sum(u.bytes for u in found) - sum(r.usage.own_bytes for r in result.removed)
+                - sum(u.own_bytes for u in committed if u.id in doomed))
         for u in sorted(committed, key=_order):
             if left <= limit:
                 break
             if u.id not in doomed:
                 picked[u.id] = f"oldest while the store's caches exceed {human_bytes(limit)}"
-                left -= 0 if protected(u) else u.bytes
+                left -= 0 if protected(u) else u.own_bytes
     for u in committed:
         if u.id in picked:
             why = protected(u)
             target = result.kept if why else result.removed
             target.append(Removal(u, why or picked[u.id]))
     going = {r.usage.id for r in result.removed}
+    refs = references(m for k, m in manifests.items() if k not in going)
     for u in committed:
         if u.id not in going and not _leased(u, now):  # a repair's new shards are no strays
-            _find_strays(store, u, now, grace_s, result, damaged and not u.live_runs)
+            _find_strays(store, u, now, grace_s, result, damaged and not u.live_runs,
+                         set(refs.get(u.id, ())))
+    _hold(store, result, refs, _unread(found, going))
     if delete:
         for r in result.removed:
-            _remove(store, r.usage)
+            _remove(store, r)
         for s in result.strays:
             store.rm(f"{s.usage.dir}/{s.path}")
     return result
@@ -221,16 +240,46 @@ def _damaged(u: Usage, why: str, corrupt: bool, remove: bool, leased: str | None
         result.kept.append(Removal(u, f"not read: {why}"))
 
 
+def _unread(found: list[Usage], going: set[str]) -> dict[str, str]:
+    """Names with a kept cache whose manifest is of a newer format (not read: which shard files
+    it shares is not known) -> its id; their shard files stay wherever gc removes."""
+    return {u.name: u.id for u in found if u.damaged and not u.corrupt and u.id not in going}
+
+
+def _hold(store: Store, result: GcResult, refs: Refs, unread: dict[str, str]) -> None:
+    """Mark, in each removal, the files that kept versions read (`refs`, and every shard file
+    of a name in `unread`): they stay. A folder whose every file stays is not removed."""
+    out = []
+    for r in result.removed:
+        u = r.usage
+        read = refs.get(u.id, {})
+        if not read and u.name not in unread:
+            out.append(r)
+            continue
+        sizes = {p[len(u.dir) + 1:]: size for p, (size, _) in store.files(u.dir).items()}
+        held = {rel: size for rel, size in sizes.items()
+                if rel in read or (u.name in unread and rel.startswith(f"{SHARDS}/"))}
+        if not held:
+            out.append(r)
+        elif len(held) < len(sizes):
+            readers = sorted({v for rel in held for v in read.get(rel, ())})
+            if u.name in unread:
+                readers.append(f"{unread[u.name]} (of a newer format: it may share them)")
+            out.append(dataclasses.replace(r, held=held, readers=", ".join(readers)))
+    result.removed = out
+
+
 def _find_strays(store: Store, u: Usage, now: float, grace_s: float | None, result: GcResult,
-                 remove_damaged: bool) -> None:
+                 remove_damaged: bool, referenced: set[str]) -> None:
     """Add a kept committed cache's stray files older than the grace to `result.strays` (none
-    with no grace); a cache whose shard list cannot be read is removed (`remove_damaged`) or
-    kept as it is, with the reason."""
+    with no grace; files that other kept versions read, `referenced`, are none); a cache whose
+    shard list cannot be read is removed (`remove_damaged`) or kept as it is, with the
+    reason."""
     try:
         manifest = read_manifest(store, u.dir)
         if manifest is None:  # removed meanwhile
             return
-        found = strays(Cache(store, manifest))
+        found = strays(Cache(store, manifest), referenced)
     except CorruptCache as exc:
         _damaged(u, f"{exc.uri} cannot be read", True, remove_damaged, None, result)
         return
@@ -256,12 +305,36 @@ def _parsed(parse: Callable[[Any, str], float], value: Any, what: str, problems:
         return None
 
 
-def _remove(store: Store, u: Usage) -> None:
-    """The manifest first, so readers stop seeing a committed cache before its shards go."""
+def _remove(store: Store, r: Removal) -> None:
+    """The manifest first, so readers stop seeing a committed cache before its shards go; then
+    every file but those kept versions read (r.held)."""
+    u = r.usage
     if u.committed or u.damaged:
         with contextlib.suppress(FileNotFoundError):
             store.rm(f"{u.dir}/{MANIFEST}")
-    store.rm(u.dir)
+    if not r.held:
+        store.rm(u.dir)
+        return
+    _remove_but(store, u.dir, "", set(r.held))
+
+
+ORDER = {RUNS: 0, SHARDS: 1, PROGRESS: 3}
+"""What goes first where a folder is removed but for some files: runs, then shards, the shard
+list and other files, progress records last."""
+
+
+def _remove_but(store: Store, folder: str, rel: str, held: set[str]) -> None:
+    """Everything under `folder`/`rel` but the files `held` (relative to `folder`)."""
+    base = f"{folder}/{rel}" if rel else folder
+    for name in sorted(store.listdir(base), key=lambda n: (ORDER.get(n, 2), n)):
+        path = f"{rel}/{name}" if rel else name
+        if path in held:
+            continue
+        if any(h.startswith(f"{path}/") for h in held):
+            _remove_but(store, folder, path, held)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                store.rm(f"{folder}/{path}")
 
 
 def _default() -> str:

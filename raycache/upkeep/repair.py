@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raycache.cache.committed import Cache, open_cache
 from raycache.cache.config import StoreConfig
 from raycache.cache.records import RowRange, ShardRecord
-from raycache.cache.store import Store
+from raycache.cache.store import MANIFEST, Store
 from raycache.encoders.config import EncoderConfig
 from raycache.errors import RaycacheError
 from raycache.fill.config import FillConfig, ViewsConfig
@@ -18,6 +18,9 @@ from raycache.fill.plan import plan
 from raycache.fill.run import FillResult, complete
 from raycache.source.config import SourceConfig
 from raycache.source.files import SourceFile
+
+if TYPE_CHECKING:
+    from raycache.upkeep.verify import Report
 
 __all__ = ["repair"]
 
@@ -30,7 +33,8 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
     without it); a cache that passes is left as it is (returned as a hit); the result's summary
     says repair. The source must be the one the cache was filled from, unchanged;
     `source_options` are its fsspec options, and `in_process` is the fill's setting of that
-    name."""
+    name. A version that shares older versions' shards (format 5) is refused: fill it again
+    (the error says how)."""
     from raycache.upkeep.verify import verify
 
     started = time.perf_counter(), time.time()  # the verify counts in the repair's time
@@ -38,6 +42,7 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
     report = verify(cache)
     if report.ok:
         return FillResult(cache, True, time.perf_counter() - started[0], 0, repair=True)
+    _refuse_shared(cache, report)
     p = plan(_config(cache, source_options or {}, progress, in_process))
     if p.fingerprint != cache.fingerprint:
         raise RaycacheError(
@@ -52,6 +57,25 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
         with contextlib.suppress(FileNotFoundError):
             cache.store.rm(f"{cache.dir}/{path}")
     return complete(p, _records(cache, bad), replace=True, started=started)
+
+
+def _refuse_shared(cache: Cache, report: Report) -> None:
+    """A version that shares an older version's shards (format 5) is not repaired yet: a
+    repair commits only shards of the cache's own folder, and would drop the shared ones (or
+    lose them where they are the bad ones). RaycacheError naming the bad shards and the fix."""
+    m = cache.manifest
+    if m.shard_list.get("path") in report.bad or not any(e.home for e in m.shards):
+        return  # a damaged shard list is filled again whole, in the cache's own folder
+    me = f"{cache.name}/{cache.fingerprint}"
+    bad = [f"{path} ({'; '.join(why)})" for path, why in report.bad.items()]
+    raise RaycacheError(
+        f"cannot repair {me}: it shares shard files of older versions (format 5), and repair "
+        f"does not yet keep shared shards; bad: {', '.join(bad)}. Fill it again instead: "
+        f"remove its manifest {cache.store.url(f'{cache.dir}/{MANIFEST}')} (its shard files "
+        "stay: other versions may read them) and run `raycache fill` with the config it was "
+        "filled from, which encodes its rows again, reusing the embeddings the store's other "
+        "caches hold"
+    )
 
 
 def _config(cache: Cache, source_options: dict[str, Any], progress: bool,

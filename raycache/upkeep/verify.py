@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -12,11 +14,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raycache.cache.manifest import Manifest, human_bytes
-from raycache.cache.reads import THREADS, map_ordered, mismatch
+from raycache.cache.reads import THREADS, map_ordered, mismatch, shard_path
 from raycache.cache.records import ShardEntry
+from raycache.cache.selection import decode
 from raycache.cache.store import Store
 from raycache.cache.vectors import is_packed, unpacked_type
 from raycache.errors import CorruptCache
+from raycache.upkeep.refs import label
 
 if TYPE_CHECKING:
     from raycache.cache.committed import Cache
@@ -34,7 +38,7 @@ class Duplicates:
     count: int = 0
     """Distinct keys that appear more than once."""
     examples: dict[Any, list[str]] = field(default_factory=dict)
-    """A few of them, each with the shard paths (relative to the cache folder) that hold it."""
+    """A few of them, each with the shards (as Report.bad names them) that hold it."""
 
 
 @dataclass
@@ -48,11 +52,17 @@ class Report:
     bytes: int
     seconds: float
     bad: dict[str, list[str]] = field(default_factory=dict)
-    """Shard path relative to the cache folder -> what is wrong with it."""
+    """Shard path relative to the cache folder (for a shard shared from another version's
+    folder, "<name>/<fingerprint>/<path>": raycache.upkeep.refs.label) -> what is wrong with
+    it."""
     duplicate_keys: Duplicates = field(default_factory=Duplicates)
     stray: dict[str, int] = field(default_factory=dict)
     """Files in the cache folder (outside runs/) that the manifest does not name -> bytes.
-    Harmless to reads, so not a failure; gc removes them."""
+    Harmless to reads, so not a failure; gc removes them. Files other versions read (format
+    5 shares) are not strays."""
+    shared: dict[str, str] = field(default_factory=dict)
+    """The bad shards shared from another version's folder -> that version (name/fingerprint).
+    """
 
     @property
     def ok(self) -> bool:
@@ -95,10 +105,15 @@ def _encoder_problems(schema: pa.Schema, manifest: Manifest) -> list[str]:
 
 def _check(store: Store, cache_dir: str, manifest: Manifest, entry: ShardEntry
            ) -> tuple[list[str], pa.Array | None]:
-    """One shard's problems, and its keys (None where they cannot be read)."""
+    """One shard's problems, and the keys of the rows the version keeps (None where they
+    cannot be read)."""
+    path = shard_path(store, cache_dir, entry)
     try:
-        blob = store.read_bytes(f"{cache_dir}/{entry.path}")
+        blob = store.read_bytes(path)
     except FileNotFoundError:
+        if entry.home:
+            return [f"missing (shared from version {entry.home}, removed?): "
+                    f"{store.url(path)}"], None
         return ["missing"], None
     except Exception as exc:  # each filesystem raises its own types
         return [f"unreadable ({type(exc).__name__}: {exc})"], None
@@ -107,8 +122,10 @@ def _check(store: Store, cache_dir: str, manifest: Manifest, entry: ShardEntry
         pf = pq.ParquetFile(pa.BufferReader(blob))
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... on bad footers
         return [*problems, f"Parquet footer unreadable ({exc})"], None
-    if pf.metadata.num_rows != entry.rows:
-        problems.append(f"{pf.metadata.num_rows} rows, the manifest says {entry.rows}")
+    if pf.metadata.num_rows != entry.file_rows:
+        problems.append(f"{pf.metadata.num_rows} rows, the manifest says {entry.file_rows}")
+    mask, why = _selection(entry)
+    problems += why
     schema = pf.schema_arrow
     for column in (manifest.key_column, *manifest.label_columns):
         if schema.get_field_index(column) < 0:
@@ -120,7 +137,30 @@ def _check(store: Store, cache_dir: str, manifest: Manifest, entry: ShardEntry
             keys = pf.read(columns=[manifest.key_column]).column(0).combine_chunks()
         except Exception as exc:  # a damaged page
             problems.append(f"key column unreadable ({exc})")
+    if keys is not None and mask is not None:
+        keys = keys.filter(pa.array(mask)) if len(keys) == len(mask) else None
     return problems, keys
+
+
+def _selection(entry: ShardEntry) -> tuple[np.ndarray | None, list[str]]:
+    """The entry's row selection over its file's rows (None: all rows), and its problems: it
+    must decode to one bit per row of the file with `rows` of them set."""
+    if not entry.keep:
+        if entry.stored and entry.stored != entry.rows:
+            return None, [f"{entry.stored} rows stored but {entry.rows} read, with no row "
+                          "selection to say which"]
+        return None, []
+    try:
+        packed = len(zlib.decompress(base64.b64decode(entry.keep, validate=True)))
+        mask = decode(entry.keep, entry.file_rows)
+    except (ValueError, zlib.error) as exc:
+        return None, [f"row selection unreadable ({exc})"]
+    if packed != -(-entry.file_rows // 8):
+        return None, [f"row selection of {packed * 8} bits for a file of {entry.file_rows} "
+                      f"rows, expected {-(-entry.file_rows // 8) * 8}"]
+    if (kept := int(mask.sum())) != entry.rows:
+        return mask, [f"row selection keeps {kept} rows, the manifest says {entry.rows}"]
+    return mask, []
 
 
 def _duplicates(paths: list[str], keys: list[pa.Array | None]) -> Duplicates:
@@ -140,10 +180,11 @@ def _duplicates(paths: list[str], keys: list[pa.Array | None]) -> Duplicates:
 
 
 def verify(cache: Cache, threads: int = THREADS) -> Report:
-    """Check every shard of a committed cache: present, size, sha256, Parquet footer, row
-    count, schema (key, labels, each encoder's fixed-size list); and no key held twice.
+    """Check every shard of a committed cache, its own or shared from an older version's
+    folder: present, size, sha256, Parquet footer, row count, row selection, schema (key,
+    labels, each encoder's fixed-size list); and no key held twice among the rows it keeps.
     Also lists stray files (raycache.upkeep.strays)."""
-    from raycache.upkeep.strays import strays
+    from raycache.upkeep.strays import read_by_others, strays
 
     start = time.perf_counter()
     m = cache.manifest
@@ -155,10 +196,11 @@ def verify(cache: Cache, threads: int = THREADS) -> Report:
                       bad={m.shard_list.get("path", "shard list"): [str(exc)]})
     results = list(map_ordered(lambda e: _check(cache.store, cache.dir, m, e), m.shards,
                                threads))
-    bad = {e.path: problems for e, (problems, _) in zip(m.shards, results, strict=True)
+    bad = {label(e): problems for e, (problems, _) in zip(m.shards, results, strict=True)
            if problems}
-    dup = _duplicates([e.path for e in m.shards], [keys for _, keys in results])
-    stray = {rel: size for rel, (size, _) in strays(cache).items()}
+    shared = {label(e): e.home for e in m.shards if e.home and label(e) in bad}
+    dup = _duplicates([label(e) for e in m.shards], [keys for _, keys in results])
+    stray = {rel: size for rel, (size, _) in strays(cache, read_by_others(cache)).items()}
     return Report(cache=f"{m.name}/{m.fingerprint}", shards=len(m.shards), rows=m.rows,
                   bytes=m.bytes, seconds=time.perf_counter() - start, bad=bad,
-                  duplicate_keys=dup, stray=stray)
+                  duplicate_keys=dup, stray=stray, shared=shared)
