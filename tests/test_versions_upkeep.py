@@ -18,7 +18,7 @@ from raycache.cache.committed import open_cache
 from raycache.cache.selection import encode
 from raycache.cache.vectors import pack
 from raycache.cli import main
-from raycache.errors import RaycacheError
+from raycache.errors import DamagedCacheWarning, RaycacheError
 from raycache.upkeep.strays import read_by_others, strays
 from raycache.upkeep.verify import verify
 
@@ -250,3 +250,33 @@ def test_du_counts_own_and_shared_bytes(store, capsys):
     lines = capsys.readouterr().out.splitlines()
     line = next(x for x in lines if x.startswith(vid(3)))
     assert "own" in line and "shared from other versions" in line
+
+
+def test_repair_refuses_a_sharing_version_whose_own_shard_is_bad(store):
+    (store / NAME / FP[3] / f"shards/part-{BLOCK}-{40:010d}.parquet").unlink()
+    with pytest.raises(RaycacheError, match=rf"cannot repair {vid(3)}.*bad: shards/part-"
+                                            rf"{BLOCK}-0000000040.parquet \(missing\)"):
+        raycache.repair(NAME, str(store), FP[3])
+
+
+def test_gc_keeps_every_shard_file_of_a_name_with_a_manifest_it_cannot_read(store):
+    newer = store / NAME / ("9" * 24)  # of a newer format: what it shares is not known
+    newer.mkdir()
+    manifest = json.loads((store / NAME / FP[3] / "manifest.json").read_text())
+    (newer / "manifest.json").write_text(json.dumps({**manifest, "format_version": 99}))
+    shards = {p for p in files(store) if "/shards/" in p}
+    with pytest.warns(DamagedCacheWarning):
+        result = raycache.gc(str(store), keep_last=0, include_newest=True, delete=True)
+    assert {r.usage.id for r in result.removed} == {vid(1), vid(2), vid(3)}
+    assert "of a newer format: it may share them" in result.removed[0].line("removed")
+    assert shards <= set(files(store))
+
+
+def test_max_size_counts_what_removing_a_version_frees(store):
+    total = sum(files(store).values())
+    v1 = next(u for u in raycache.du(str(store)) if u.id == vid(1))
+    limit = total - v1.own_bytes - 1  # v1 alone does not fit it: v2 goes too
+    result = raycache.gc(str(store), max_size=limit, delete=True)
+    assert {r.usage.id for r in result.removed} == {vid(1), vid(2)}
+    assert sum(files(store).values()) == total - result.bytes <= limit
+    assert sorted(read_keys(store, 3)) == sorted(V3)
