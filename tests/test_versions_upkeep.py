@@ -280,3 +280,18 @@ def test_max_size_counts_what_removing_a_version_frees(store):
     assert {r.usage.id for r in result.removed} == {vid(1), vid(2)}
     assert sum(files(store).values()) == total - result.bytes <= limit
     assert sorted(read_keys(store, 3)) == sorted(V3)
+
+
+def test_gc_keeps_every_shard_file_of_a_name_a_fill_writes_a_version_of(store):
+    """A fill of a new version, still planning (a lease, no shard yet), may share any
+    committed version's files: they stay while it runs; the rest of those versions goes."""
+    from raycache.cache.lease import Lease
+    from raycache.cache.store import Store
+
+    shards = {p for p in files(store) if "/shards/" in p}
+    with Lease(Store(str(store)), str(store / NAME / ("4" * 24))):
+        result = raycache.gc(str(store), keep_last=1, delete=True)
+    assert {r.usage.id for r in result.removed} == {vid(1), vid(2)}
+    assert all("the fill writing" in r.line("removed") for r in result.removed)
+    assert shards <= set(files(store))
+    assert not (store / NAME / FP[1] / "manifest.json").exists()

@@ -1,6 +1,6 @@
 """Garbage collection of a store: unfinished fills and stray files past a grace period, and old
 fingerprints of each name by policy (keep-last, older-than, max-size), never what a live run
-reads."""
+reads, nor a shard file that a kept version shares (mark and sweep)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raycache.cache.committed import Cache, read_manifest
-from raycache.cache.lease import live
+from raycache.cache.lease import LEASES, live
 from raycache.cache.manifest import human_bytes
 from raycache.cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
 from raycache.core.units import human_duration, parse_duration, parse_size
@@ -164,7 +164,11 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     nor a cache a run in progress reads, nor one a run that died with a checkpoint reads
     while its record is younger than `grace` (it can still resume), nor the newest committed
     fingerprint of a name unless include_newest. A cache's runs (checkpoints of heads) go
-    with it."""
+    with it.
+    Versions share storage (format 5): the shard files that a kept version reads in another
+    folder stay there while the rest of that folder goes (the manifest first), and so does
+    every shard file of a name that a fill is writing a version of, or that has a kept
+    manifest of a newer format (what they read is not known). Bytes count only what goes."""
     problems = []
     if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int)
                                   or keep_last < 0):
@@ -218,7 +222,7 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
         if u.id not in going and not _leased(u, now):  # a repair's new shards are no strays
             _find_strays(store, u, now, grace_s, result, damaged and not u.live_runs,
                          set(refs.get(u.id, ())))
-    _hold(store, result, refs, _unread(found, going))
+    _hold(store, result, refs, _unknown(store, found, going, now))
     if delete:
         for r in result.removed:
             _remove(store, r)
@@ -240,31 +244,50 @@ def _damaged(u: Usage, why: str, corrupt: bool, remove: bool, leased: str | None
         result.kept.append(Removal(u, f"not read: {why}"))
 
 
-def _unread(found: list[Usage], going: set[str]) -> dict[str, str]:
-    """Names with a kept cache whose manifest is of a newer format (not read: which shard files
-    it shares is not known) -> its id; their shard files stay wherever gc removes."""
-    return {u.name: u.id for u in found if u.damaged and not u.corrupt and u.id not in going}
+def _unknown(store: Store, found: list[Usage], going: set[str], now: float) -> dict[str, str]:
+    """Names whose shard files stay wherever gc removes, as what may read them is not known:
+    a kept manifest of a newer format (not read), or a fill writing a new version (it may
+    share the files of any committed one) -> why, in words."""
+    out = {}
+    for u in found:
+        if u.damaged and not u.corrupt and u.id not in going:
+            out[u.name] = f"{u.id} (of a newer format: it may share them)"
+        elif not u.committed and not u.damaged and _leased(u, now):
+            out[u.name] = f"the fill writing {u.id} (it may share them)"
+    seen = {u.id for u in found}
+    for name in store.listdir(store.root):  # a fill not yet past its plan: a lease alone
+        for fp in store.listdir(store.path(name)):
+            if f"{name}/{fp}" not in seen and _lease_only(store, name, fp, now):
+                out[name] = f"the fill writing {name}/{fp} (it may share them)"
+    return out
 
 
-def _hold(store: Store, result: GcResult, refs: Refs, unread: dict[str, str]) -> None:
+def _lease_only(store: Store, name: str, fp: str, now: float) -> bool:
+    """Whether a folder that is no cache (yet) holds a live lease: a fill planning."""
+    folder = f"{store.cache_dir(name, fp)}/{LEASES}"
+    return bool(live([(p.rsplit("/", 1)[-1], when)
+                      for p, (_, when) in store.files(folder).items()], now))
+
+
+def _hold(store: Store, result: GcResult, refs: Refs, unknown: dict[str, str]) -> None:
     """Mark, in each removal, the files that kept versions read (`refs`, and every shard file
-    of a name in `unread`): they stay. A folder whose every file stays is not removed."""
+    of a name in `unknown`): they stay. A folder whose every file stays is not removed."""
     out = []
     for r in result.removed:
         u = r.usage
         read = refs.get(u.id, {})
-        if not read and u.name not in unread:
+        if not read and u.name not in unknown:
             out.append(r)
             continue
         sizes = {p[len(u.dir) + 1:]: size for p, (size, _) in store.files(u.dir).items()}
         held = {rel: size for rel, size in sizes.items()
-                if rel in read or (u.name in unread and rel.startswith(f"{SHARDS}/"))}
+                if rel in read or (u.name in unknown and rel.startswith(f"{SHARDS}/"))}
         if not held:
             out.append(r)
         elif len(held) < len(sizes):
             readers = sorted({v for rel in held for v in read.get(rel, ())})
-            if u.name in unread:
-                readers.append(f"{unread[u.name]} (of a newer format: it may share them)")
+            if u.name in unknown:
+                readers.append(unknown[u.name])
             out.append(dataclasses.replace(r, held=held, readers=", ".join(readers)))
     result.removed = out
 
