@@ -244,8 +244,12 @@ class Store:
         return self.fs.isdir(path)
 
 
-    def write_json(self, path: str, obj: Any, exclusive: bool = False) -> bool:
-        text = json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    def write_json(self, path: str, obj: Any, exclusive: bool = False,
+                   compact: bool = False) -> bool:
+        """`obj` as JSON, indented for people to read unless `compact` (records of thousands
+        of row ranges, which only raycache reads)."""
+        text = json.dumps(obj, sort_keys=True, **({"separators": (",", ":")} if compact else
+                                                    {"indent": 2})) + "\n"
         return self.write_atomic(path, text.encode(), exclusive)
 
     def read_json(self, path: str) -> Any:

@@ -67,12 +67,18 @@ class Job:
 
 def in_process(setting: bool | str, *, cpu: bool, concurrency: int | str, small: bool) -> bool:
     """Whether a job runs its stages in this process: `setting` unless auto; auto does for a
-    small CPU job with no actor pool asked for, when no Ray cluster is running or named."""
+    small CPU job with no actor pool asked for, when no Ray cluster is named, or the one this
+    process is connected to is this one node (an actor pool would run on the same cores, after
+    seconds of start-up: what a small job, such as a new version's few changed rows, would
+    mostly pay for)."""
     if setting != AUTO:
         return bool(setting)
+    if not (cpu and concurrency == AUTO and small):
+        return False
     ray = sys.modules.get("ray")
-    cluster = os.environ.get("RAY_ADDRESS") or (ray is not None and ray.is_initialized())
-    return not cluster and cpu and concurrency == AUTO and small
+    if ray is not None and ray.is_initialized():
+        return sum(1 for n in ray.nodes() if n.get("Alive")) == 1
+    return not os.environ.get("RAY_ADDRESS")
 
 
 def where(pool: Pool, local: bool) -> str:
@@ -93,9 +99,18 @@ def run_local(job: Job, pool: Pool) -> Iterator[pa.Table]:
     threads = torch.get_num_threads()  # the model sets its own; the caller's come back after
     try:
         chain = ModelChain(job, pool, local=True)
+        held: list[pa.Table] = []  # pieces of units read in part (a resume, a new version)
         for unit in job.units:
             for piece in sources.read_unit(unit, job.format, job.options, job.rows, job.columns):
-                yield chain(piece)
+                if not unit.done:
+                    yield chain(piece)
+                    continue
+                held.append(piece)
+                if sum(t.num_rows for t in held) >= job.rows:  # a block, as Ray Data cuts
+                    yield chain(pa.concat_tables(held))
+                    held = []
+        if held:
+            yield chain(pa.concat_tables(held))
     finally:
         torch.set_num_threads(threads)
 

@@ -131,6 +131,11 @@ class Lookup:
         src = np.repeat(np.arange(len(parts), dtype=np.int32), counts)
         row = np.concatenate([np.arange(n, dtype=np.int32) for n in counts]) if parts \
             else np.empty(0, np.int32)
+        self.index(flat, src, row)
+
+    def index(self, flat: np.ndarray, src: np.ndarray, row: np.ndarray) -> None:
+        """Index hashes (S32) held at (source, row), sorted once; the first holder of a hash
+        is the one found."""
         order = np.argsort(flat, kind="stable")  # stable: the first holder of a hash first
         flat, src, row = flat[order], src[order], row[order]
         first = np.ones(len(flat), bool)
@@ -256,6 +261,12 @@ def whole(entry: ShardEntry) -> ShardEntry:
 
 
 def _read_hashes(store: Store, src: Source) -> pa.Array:
-    """The input-hash column of one shard (a column read, not the whole shard)."""
-    with store.fs.open(f"{src.cache_dir}/{src.path}", "rb") as f:
-        return pq.read_table(f, columns=[src.hashes]).column(0).combine_chunks()
+    """The input-hash column of one shard (a column read, not the whole shard); none, with a
+    warning, where the shard is gone (removed by hand: its rows are encoded instead)."""
+    try:
+        with store.fs.open(f"{src.cache_dir}/{src.path}", "rb") as f:
+            return pq.read_table(f, columns=[src.hashes]).column(0).combine_chunks()
+    except FileNotFoundError:
+        warnings.warn(f"not reusing embeddings from {store.url(f'{src.cache_dir}/{src.path}')}:"
+                      " the shard is missing", DamagedCacheWarning, stacklevel=2)
+        return pa.array([], HASH)

@@ -82,7 +82,7 @@ def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> s
         encode_started=float(np.min(table.column(STARTED).to_numpy())),
         written=time.time(),
     )
-    store.write_json(_progress_path(cache_dir, rel), record.to_json())
+    store.write_json(_progress_path(cache_dir, rel), record.to_json(), compact=True)
     return json.dumps(record.to_json())
 
 
@@ -102,7 +102,7 @@ def rewrite(store: Store, cache_dir: str, record: ShardRecord, keep: np.ndarray
     store.write_atomic(f"{cache_dir}/{path}", blob)
     out = record.replace(path=path, rows=table.num_rows, bytes=len(blob), sha256=digest,
                          written=time.time())
-    store.write_json(_progress_path(cache_dir, base), out.to_json())
+    store.write_json(_progress_path(cache_dir, base), out.to_json(), compact=True)
     return out
 
 

@@ -40,7 +40,7 @@ __all__ = ["MAX_SMALL_SHARDS", "Version", "base_of", "plan_version"]
 
 MAX_SMALL_SHARDS = 16
 """Shared shards under half of rows_per_shard that a version keeps before it compacts them."""
-BLOCK = "__vblock"
+CODE = "__vcode"
 ROW = "__vrow"
 
 
@@ -134,18 +134,22 @@ def base_of(p: Plan) -> Manifest | None:
 
 
 def plan_version(p: Plan) -> Version | None:
-    """What the plan's version shares with the newest fit earlier version (None: there is
-    none, or sharing would need what only a whole fill does: see `_refuse`)."""
+    """What the plan's version shares with the newest fit earlier version; None where there
+    is none, or where only a whole fill can make the version: a file it names is gone, the
+    key's type changed, or a row to write has the key of a row it keeps (the whole fill then
+    applies source.duplicates)."""
     base = base_of(p)
     if base is None:
         return None
     own = f"{base.name}/{base.fingerprint}"
     entries = [e if e.home else dataclasses.replace(e, home=own) for e in base.shards]
     if _lost(p, entries):
-        return None  # a file it names is gone: a whole fill (reuse by content) rebuilds it
+        return None
     old_blocks = {sources.SourceFile(f["uri"], f["size"], f["version"]).block
                   for f in base.inputs["source"]["files"]}
     unchanged = old_blocks & {f.block for f in p.files}
+    names = sorted(old_blocks | {f.block for f in p.files})
+    codes = {b: i for i, b in enumerate(names)}
     totals: Counter = Counter()
     for e in entries:
         for r in e.ranges:
@@ -155,26 +159,30 @@ def plan_version(p: Plan) -> Version | None:
     touched = [e for e in entries if not all(r.block in unchanged for r in e.ranges)]
     labels = counted(p)
     counts = {c: Counter(counts_of(base.label_stats[c])) for c in labels}
-    columns = _columns(p)
-    changed = [f for f in p.files if f.block not in unchanged]
-    fresh = _read_new(p, changed)
-    read_rows = fresh.num_rows
-    old = _read_old(p, touched, columns, unchanged)
-    matched, gone = _match(p, old, fresh)
-    if matched is None:
+    fresh = _read_new(p, [f for f in p.files if f.block not in unchanged], codes)
+    old = _read_old(p, touched, codes)
+    match = _match(p, old, fresh, np.array([codes[b] for b in unchanged], np.int32))
+    if match is None:
         return None
+    alive, code, row, kept, known = match
+    gone = old.table.filter(pa.array(~alive)) if old else None
     for c in labels:  # rows no longer valid leave the counts
-        counts[c].subtract(_values(gone.column(c)))
-    rebuilt = _rebuilt(touched, old, matched)
-    carried += rebuilt
-    if _collides(p, fresh, matched, carried):
+        if gone is not None:
+            counts[c].subtract(_values(gone.column(c)))
+    carried += _rebuilt(touched, old, alive, code, row, names)
+    key = fresh.column(p.cfg.source.key)
+    if _collides(p, key.filter(pa.array(~kept)), key.filter(pa.array(kept)),
+                 key.filter(pa.array(~kept & ~known)), carried):
         return None
     carried, sparse = _compaction(p, carried)
     if sparse:
         for c, values in _labels_of(p, sparse, labels).items():
             counts[c].subtract(values)
-    reuse = _reuse(p, base, touched + sparse) if p.cfg.reuse else None
-    return Version(base, carried, dict(totals), counts, reuse, read_rows, len(sparse))
+    reuse = None
+    if p.cfg.reuse:
+        reuse = _reuse(p, base, touched + sparse) if sparse else _gone(p, base, touched, old,
+                                                                        alive)
+    return Version(base, carried, dict(totals), counts, reuse, fresh.num_rows, len(sparse))
 
 
 def _lost(p: Plan, entries: list[ShardEntry]) -> bool:
@@ -198,160 +206,158 @@ def _columns(p: Plan) -> list[str]:
     return list(dict.fromkeys([src.key, *src.labels, *(hash_column(i) for i in inputs)]))
 
 
-def _read_new(p: Plan, files: list[sources.SourceFile]) -> pa.Table:
+def _read_new(p: Plan, files: list[sources.SourceFile], codes: dict[str, int]) -> pa.Table:
     """Every row of the changed and new source files: key, labels, each input's hash, and
-    where it is (BLOCK, ROW)."""
+    where it is (CODE: its file's code, ROW)."""
     src = p.cfg.source
     inputs = list(dict.fromkeys(e.input for e in p.cfg.encoders))
     read = list(dict.fromkeys([src.key, *src.labels, *inputs]))
-    if not files:
-        return pa.table({src.key: pa.array([], p.schema.field(src.key).type),
-                         BLOCK: pa.array([], pa.string()), ROW: pa.array([], pa.int64())})
-    units, _ = sources.plan_units(files, p.format, src.options, 1 << 20, None, src.key)
     parts = []
+    units, _ = sources.plan_units(files, p.format, src.options, 1 << 20, None, src.key) \
+        if files else ([], {})
     for u in units:
         for t in sources.read_unit(u, p.format, src.options, 1 << 20, read):
-            out = t.select([src.key, *src.labels])
+            out = t.select(list(dict.fromkeys([src.key, *src.labels])))
             for i in inputs:
                 out = out.append_column(hash_column(i), input_hashes(t.column(i)))
-            parts.append(out.append_column(BLOCK, t.column("__block"))
+            code = np.full(t.num_rows, codes[u.file.block], np.int32)
+            parts.append(out.append_column(CODE, pa.array(code))
                          .append_column(ROW, t.column("__row")))
+    if not parts:
+        return pa.table({src.key: pa.array([], p.schema.field(src.key).type),
+                         CODE: pa.array([], pa.int32()), ROW: pa.array([], pa.int64())})
     return pa.concat_tables(parts, promote_options="default").combine_chunks()
 
 
-def _read_old(p: Plan, touched: list[ShardEntry], columns: list[str], unchanged: set[str]
-              ) -> pa.Table | None:
-    """The kept rows of the base's shards that hold rows of changed or removed files: the
-    columns that decide validity, each row's entry (index into `touched`), its row in the
-    file, its place in the source (BLOCK, ROW), and whether that file is unchanged."""
-    def read(i: int) -> pa.Table:
-        e = touched[i]
+@dataclass
+class _Old:
+    """The kept rows of the base's shards that hold rows of changed or removed files, entry
+    after entry: the columns that decide validity, and for each row its place in the file and
+    in the source."""
+
+    table: pa.Table
+    bounds: np.ndarray
+    """Entry i's rows are [bounds[i], bounds[i + 1])."""
+    at: np.ndarray
+    """Each row's row in its shard file."""
+    code: np.ndarray
+    """Its source file's code."""
+    row: np.ndarray
+    """Its row in that file."""
+
+
+def _read_old(p: Plan, touched: list[ShardEntry], codes: dict[str, int]) -> _Old | None:
+    def read(e: ShardEntry) -> tuple[pa.Table, np.ndarray]:
         with p.store.fs.open(shard_path(p.store, "", e), "rb") as f:
-            table = parse(f, columns)
+            table = parse(f, _columns(p))
         at = np.flatnonzero(decode(e.keep, e.file_rows)) if e.keep else np.arange(e.file_rows)
-        table = table.take(pa.array(at))
-        blocks = np.repeat(np.array([r.block for r in e.ranges], object),
-                           [r.rows for r in e.ranges])
-        rows = np.concatenate([np.arange(r.start, r.stop) for r in e.ranges])
-        return (table.append_column("__entry", pa.array(np.full(len(at), i, np.int32)))
-                .append_column("__at", pa.array(at))
-                .append_column(BLOCK, pa.array(blocks, pa.string()))
-                .append_column(ROW, pa.array(rows, pa.int64()))
-                .append_column("__same", pa.array(np.isin(blocks, list(unchanged)))))
+        return (table.take(pa.array(at)) if e.keep else table), at
+
     if not touched:
         return None
-    return pa.concat_tables(list(map_ordered(read, range(len(touched)))),
-                            promote_options="default").combine_chunks()
+    parts = list(map_ordered(read, touched))
+    sizes = np.array([len(at) for _, at in parts], np.int64)
+    ranges = [r for e in touched for r in e.ranges]
+    lengths = np.array([r.rows for r in ranges], np.int64)
+    code = np.repeat(np.array([codes[r.block] for r in ranges], np.int32), lengths)
+    first = np.repeat(np.array([r.start for r in ranges], np.int64), lengths)
+    offset = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return _Old(pa.concat_tables([t for t, _ in parts], promote_options="default")
+                .combine_chunks(), np.concatenate([[0], np.cumsum(sizes)]),
+                np.concatenate([at for _, at in parts]), code,
+                first + np.arange(int(lengths.sum())) - offset)
 
 
-def _match(p: Plan, old: pa.Table | None, fresh: pa.Table
-           ) -> tuple[dict[int, np.ndarray] | None, pa.Table]:
-    """For each touched entry, its kept rows' new place in the source: a (rows, 2) array of
-    (index of the new block in `fresh`'s blocks, row), -1 where the row is gone; and the old
-    rows that are gone (their labels leave the counts). (None, ...) where the stored key type
+def _match(p: Plan, old: _Old | None, fresh: pa.Table, unchanged: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(alive, code, row, kept, known): for each old row, whether the version keeps it and its
+    place in the new source (file code, row); for each fresh row, whether an old row holds it,
+    and whether its key was an old row's of the files that changed (so no other's). Old
+    rows of unchanged files stay; the others are matched with the fresh rows by key and kept
+    where every column that decides validity is equal. None where the stored key's type
     differs from the source's."""
     key = p.cfg.source.key
+    kept = np.zeros(fresh.num_rows, bool)
     if old is None:
-        return {}, pa.table({c: pa.array([], p.schema.field(c).type)
-                             for c in p.cfg.source.labels})
-    same = old.column("__same").to_numpy(zero_copy_only=False)
-    candidates = old.filter(pa.array(~same))
+        return np.zeros(0, bool), np.zeros(0, np.int32), np.zeros(0, np.int64), kept, kept
+    alive = np.isin(old.code, unchanged)
+    code, row = old.code.copy(), old.row.copy()
+    moved = np.flatnonzero(~alive)
+    candidates = old.table.take(pa.array(moved))
     if candidates.column(key).type != fresh.column(key).type:
-        return None, old
+        return None
     at = pc.index_in(candidates.column(key), value_set=fresh.column(key))
-    found = ~np.asarray(pc.is_null(at))
+    ok = ~np.asarray(pc.is_null(at))
     idx = np.asarray(pc.fill_null(at, 0)).astype(np.int64)
-    ok = found.copy()
     for c in _columns(p)[1:]:
-        a, b = candidates.column(c), fresh.column(c).take(pa.array(idx))
-        ok &= _equal(a, b)
-    where: dict[int, np.ndarray] = {}
-    entry = old.column("__entry").to_numpy()
-    block = old.column(BLOCK).to_numpy(zero_copy_only=False).astype(object)
-    row = old.column(ROW).to_numpy().copy()
-    moved = np.flatnonzero(~same)
-    block[moved[ok]] = fresh.column(BLOCK).to_numpy(zero_copy_only=False)[idx[ok]]
-    row[moved[ok]] = fresh.column(ROW).to_numpy()[idx[ok]]
-    alive = same.copy()
+        ok &= _equal(candidates.column(c), fresh.column(c).take(pa.array(idx)))
     alive[moved[ok]] = True
-    for i in np.unique(entry):
-        sel = entry == i
-        where[int(i)] = np.stack([block[sel], row[sel], alive[sel]], axis=1)
-    return where, candidates.filter(pa.array(~ok))
+    code[moved[ok]] = fresh.column(CODE).to_numpy()[idx[ok]]
+    row[moved[ok]] = fresh.column(ROW).to_numpy()[idx[ok]]
+    kept[idx[ok]] = True
+    known = np.asarray(pc.is_in(fresh.column(key), value_set=candidates.column(key)))
+    return alive, code, row, kept, known
 
 
 def _equal(a: pa.ChunkedArray | pa.Array, b: pa.Array) -> np.ndarray:
-    """Row-wise equality, two nulls equal."""
-    eq = pc.equal(a, b) if a.type == b.type else pc.equal(a, b.cast(a.type))
+    """Row-wise equality, two nulls equal; values of types that do not compare differ."""
+    try:
+        eq = pc.equal(a, b) if a.type == b.type else pc.equal(a, b.cast(a.type))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return np.zeros(len(a), bool)
     both = pc.and_(pc.is_null(a), pc.is_null(b))
     return np.asarray(pc.or_(pc.fill_null(eq, False), both))
 
 
-def _rebuilt(touched: list[ShardEntry], old: pa.Table | None,
-             where: dict[int, np.ndarray]) -> list[ShardEntry]:
+def _rebuilt(touched: list[ShardEntry], old: _Old | None, alive: np.ndarray,
+             code: np.ndarray, row: np.ndarray, names: list[str]) -> list[ShardEntry]:
     """The touched entries as the new version shares them: the rows still valid selected, their
     ranges in the new source; entries that keep no row left out."""
     out = []
-    at = None if old is None else old.column("__at").to_numpy()
-    entry = None if old is None else old.column("__entry").to_numpy()
     for i, e in enumerate(touched):
-        info = where.get(i)
-        if info is None or at is None or entry is None:
+        if old is None:
+            break
+        lo, hi = old.bounds[i], old.bounds[i + 1]
+        live = alive[lo:hi]
+        if not live.any():
             continue
-        alive = info[:, 2].astype(bool)
-        if not alive.any():
-            continue
-        rows_at = at[entry == i][alive]
         mask = np.zeros(e.file_rows, bool)
-        mask[rows_at] = True
-        ranges = _runs(info[alive, 0], info[alive, 1].astype(np.int64))
+        mask[old.at[lo:hi][live]] = True
         whole = bool(mask.all())
         out.append(dataclasses.replace(
-            e, rows=int(mask.sum()), ranges=ranges, keep="" if whole else encode(mask),
-            stored=0 if whole else e.file_rows))
+            e, rows=int(live.sum()), ranges=_runs(code[lo:hi][live], row[lo:hi][live], names),
+            keep="" if whole else encode(mask), stored=0 if whole else e.file_rows))
     return out
 
 
-def _runs(blocks: np.ndarray, rows: np.ndarray) -> tuple[RowRange, ...]:
-    """Consecutive rows of one block as ranges, in the order given."""
+def _runs(codes: np.ndarray, rows: np.ndarray, names: list[str]) -> tuple[RowRange, ...]:
+    """Consecutive rows of one file as ranges, in the order given."""
     if not len(rows):
         return ()
     cut = np.ones(len(rows), bool)
-    cut[1:] = (blocks[1:] != blocks[:-1]) | (rows[1:] != rows[:-1] + 1)
+    cut[1:] = (codes[1:] != codes[:-1]) | (rows[1:] != rows[:-1] + 1)
     starts = np.flatnonzero(cut)
-    ends = [*starts[1:].tolist(), len(rows)]
-    return tuple(RowRange(str(blocks[a]), int(rows[a]), int(rows[b - 1]) + 1)
-                 for a, b in zip(starts.tolist(), ends, strict=True))
+    ends = np.append(starts[1:], len(rows)) - 1
+    return tuple(RowRange(names[c], a, b + 1) for c, a, b in zip(
+        codes[starts].tolist(), rows[starts].tolist(), rows[ends].tolist(), strict=True))
 
 
-def _collides(p: Plan, fresh: pa.Table, where: dict[int, np.ndarray],
-              carried: list[ShardEntry]) -> bool:
-    """Whether a row to encode has the key of a row the version keeps (a duplicate key that a
-    whole fill handles as source.duplicates says), or the rows to encode repeat a key."""
-    key = p.cfg.source.key
-    covered: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for info in where.values():
-        for b, r, alive in info:
-            if alive:
-                covered[b].append(r)
-    todo = np.ones(fresh.num_rows, bool)
-    blocks = fresh.column(BLOCK).to_numpy(zero_copy_only=False)
-    rows = fresh.column(ROW).to_numpy()
-    for b, rs in covered.items():
-        todo &= ~((blocks == b) & np.isin(rows, np.array(rs, np.int64)))
-    keys = fresh.column(key).filter(pa.array(todo))
-    kept = fresh.column(key).filter(pa.array(~todo))
-    if len(keys) and pc.count_distinct(keys).as_py() != len(keys) - keys.null_count:
+def _collides(p: Plan, todo: pa.ChunkedArray, kept: pa.ChunkedArray,
+              unknown: pa.ChunkedArray, carried: list[ShardEntry]) -> bool:
+    """Whether the keys of the rows to write (`todo`) repeat, or include the key of a row the
+    version keeps: of the changed files (`kept`), or in a carried shard (looked for only for
+    the keys no old row of the changed files held, `unknown`: the base's keys were unique)."""
+    if len(todo) and pc.count_distinct(todo).as_py() != len(todo) - todo.null_count:
         return True
-    if len(kept) and pc.any(pc.is_in(keys, value_set=kept)).as_py():
+    if len(todo) and len(kept) and pc.any(pc.is_in(todo, value_set=kept)).as_py():
         return True
-    return _in_shards(p, keys, carried)
+    return _in_shards(p, unknown, carried)
 
 
-def _in_shards(p: Plan, keys: pa.Array, carried: list[ShardEntry]) -> bool:
+def _in_shards(p: Plan, keys: pa.ChunkedArray, carried: list[ShardEntry]) -> bool:
     """Whether any of `keys` is a kept row's key in the carried shards: only the shards whose
     key statistics (Parquet footers) could hold one are read."""
-    keys = keys.drop_null()
+    keys = keys.drop_null().combine_chunks()
     if not len(keys):
         return False
     low, high = pc.min_max(keys).values()
@@ -409,6 +415,30 @@ def _values(column: pa.ChunkedArray | pa.Array) -> Counter:
     counted = pc.value_counts(column)
     return Counter(dict(zip(counted.field("values").to_pylist(),
                             counted.field("counts").to_pylist(), strict=True)))
+
+
+def _gone(p: Plan, base: Manifest, touched: list[ShardEntry], old: _Old | None,
+          alive: np.ndarray) -> Reuse | None:
+    """Reuse by content from the rows the version no longer keeps (an edited label's row
+    takes its embedding back), indexed from the hashes already read: no read, no sort of the
+    store's."""
+    if old is None or alive.all():
+        return None
+    gone = np.flatnonzero(~alive)
+    entry = np.searchsorted(old.bounds, gone, side="right").astype(np.int32) - 1
+    lookups = {}
+    for enc in p.cfg.encoders:
+        if enc.trainable:
+            continue
+        srcs = [Source(p.store.path(e.home), e.path, enc.name, hash_column(enc.input), whole(e))
+                for e in touched]
+        lookup = Lookup(srcs, base.encoder(enc.name).dim)
+        hashes = old.table.column(hash_column(enc.input)).take(pa.array(gone)).combine_chunks()
+        flat = np.frombuffer(hashes.buffers()[1], "S32", len(hashes) + hashes.offset
+                             )[hashes.offset:]
+        lookup.index(flat, entry, old.at[gone].astype(np.int32))
+        lookups[enc.name] = lookup
+    return Reuse(p.store, lookups) if lookups else None
 
 
 def _reuse(p: Plan, base: Manifest, entries: list[ShardEntry]) -> Reuse | None:

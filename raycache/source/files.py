@@ -327,8 +327,11 @@ def _tagged(table: pa.Table, u: Unit, offset: int, total: int, columns: list[str
         )
     row = np.arange(offset, offset + table.num_rows, dtype=np.int64)
     keep = np.ones(len(row), bool)
-    for span in u.done:
-        keep &= (row < span.start) | (row >= span.stop)
+    if u.done:  # spans sorted and disjoint: the last span starting at or before each row
+        starts = np.array([s.start for s in u.done], np.int64)
+        stops = np.array([s.stop for s in u.done], np.int64)
+        at = np.searchsorted(starts, row, side="right") - 1
+        keep = (at < 0) | (row >= stops[np.maximum(at, 0)])
     if not keep.all():
         table, row = table.filter(pa.array(keep)), row[keep]
     n = len(row)

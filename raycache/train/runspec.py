@@ -127,6 +127,8 @@ class RunSpec:
     @functools.cached_property
     def selections(self) -> dict[str, tuple[str, int]]:
         """Shard path -> (row selection, rows in the file), for the shards read in part."""
+        if not self.keeps:
+            return {}
         return {path: keep for (path, _), keep in zip(self.shards, self.keeps, strict=True)
                 if keep[0]}
 
