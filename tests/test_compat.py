@@ -1,8 +1,9 @@
 """Caches and checkpoints of earlier raycache versions still open, train, resume and predict:
-manifests of formats 1, 2 and 3 (3 with its shard list apart; shards with nested-list
-embeddings, as before format 4), an older EncoderConfig saved flat
-in a manifest, head.json versions 1 and 2, and progress records as earlier fills wrote them;
-all built here from their JSON forms, over small Parquet shards written with pyarrow."""
+manifests of formats 1 to 4 (3 on with its shard list apart; shards with nested-list
+embeddings before format 4, packed in 4; format 5, versions sharing shards, in
+test_versions*), an older EncoderConfig saved flat in a manifest, head.json versions 1 and 2,
+and progress records as earlier fills wrote them; all built here from their JSON forms, over
+small Parquet shards written with pyarrow."""
 
 import hashlib
 import json
@@ -19,6 +20,7 @@ import toy_encoders
 import raycache
 from raycache.cache.committed import open_cache
 from raycache.cache.records import RowRange, ShardRecord
+from raycache.cache.vectors import pack
 from raycache.heads.loaded import load_head
 from tests.conftest import separable, toy_fill
 
@@ -59,6 +61,8 @@ def write_cache(store: Path, version: int, digest: str) -> dict:
             "id": part.column("id"), "label": part.column("label"), "name": part.column("name"),
             "proj": pa.FixedSizeListArray.from_arrays(
                 pa.array(emb[start:start + PER_SHARD].reshape(-1)), DIM)})
+        if version >= 4:  # embeddings packed, one fixed-size binary value a row
+            data = pack(data, ["proj"])
         path = f"shards/part-{block}-{start:010d}.parquet"
         pq.write_table(data, folder / path)
         blob = (folder / path).read_bytes()
@@ -105,12 +109,12 @@ def old(tmp_path_factory):
     """A store holding one cache of each manifest format, and the toy encoder's digest."""
     store = tmp_path_factory.mktemp("compat") / "store"
     digest = weights_digest()
-    for version in (1, 2, 3):
+    for version in (1, 2, 3, 4):
         write_cache(store, version, digest)
     return store, digest
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_old_manifests_open_and_read(old, version):
     store, _ = old
     cache = open_cache(f"old{version}", str(store))
@@ -136,7 +140,7 @@ def train(store: Path, version: int, epochs: int = 2):
                            "progress": False})
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_old_caches_train_in_process(old, version):
     store, _ = old
     run = train(store, version)
@@ -208,7 +212,7 @@ def test_shards_are_written_in_the_saved_form(tmp_path):
     pq.write_table(separable(n=60), tmp_path / "a.parquet")
     cache = raycache.fill(toy_fill(str(tmp_path / "a.parquet"), str(tmp_path / "store"),
                                    in_process=True)).cache
-    assert cache.manifest.format_version == 4
+    assert cache.manifest.format_version == 5
     path = tmp_path / "store" / "toy" / cache.manifest.fingerprint / cache.manifest.shards[0].path
     raw = pq.read_table(path)
     assert raw.schema.metadata[b"raycache.fingerprint"] == cache.manifest.fingerprint.encode()

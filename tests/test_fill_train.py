@@ -48,7 +48,7 @@ def test_fill_commits_plain_parquet_and_second_fill_hits(ray_session, separable_
     assert len(df) == 600
     assert df["id"].is_unique
     assert not (cache_dir / "_progress").exists()
-    assert json.loads((cache_dir / "manifest.json").read_text())["format_version"] == 4
+    assert json.loads((cache_dir / "manifest.json").read_text())["format_version"] == 5
     by_hand = dict(zip(df["id"], np.frombuffer(b"".join(df["proj"]), "<f4").reshape(600, 16),
                        strict=True))  # packed embeddings, read with numpy alone
     cached = first.cache.read_table(columns=["id", "proj"])

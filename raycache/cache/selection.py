@@ -22,10 +22,9 @@ def encode(keep: np.ndarray) -> str:
 def decode(text: str, rows: int) -> np.ndarray:
     """The boolean mask over a shard file's `rows` rows that `encode` wrote."""
     packed = np.frombuffer(zlib.decompress(base64.b64decode(text)), np.uint8)
-    mask = np.unpackbits(packed, count=rows).astype(bool)
-    if len(mask) != rows:
-        raise ValueError(f"a row selection of {len(mask)} rows for a shard of {rows}")
-    return mask
+    if len(packed) != -(-rows // 8):
+        raise ValueError(f"a row selection of {len(packed) * 8} bits for a shard of {rows} rows")
+    return np.unpackbits(packed, count=rows).astype(bool)
 
 
 def select(table: pa.Table, keep: str, rows: int) -> pa.Table:
