@@ -7,6 +7,7 @@ The SDK:
     cache = raycache.open_cache("docs")           # manifest, to_pandas(), to_ray_dataset()
     raycache.verify(cache).ok                     # every shard checked against the manifest
     raycache.gc(keep_last=2, delete=True)         # unfinished fills, old fingerprints
+    raycache.compact("docs")                      # rewrite a version's sparse shared shards
     run = raycache.train({"cache": "docs", "epochs": 10})
     raycache.predict_file({"checkpoint": run.checkpoint, "input": "new.jsonl",
                            "output": "predictions.parquet"})
@@ -47,6 +48,7 @@ from raycache.train.config import TrainConfig
 from raycache.train.run import TrainResult, train
 from raycache.train.runs import RunInfo, list_runs
 from raycache.train.runspec import RunSpec
+from raycache.upkeep.compact import compact
 from raycache.upkeep.du import Usage, du
 from raycache.upkeep.gc import GcResult, gc
 from raycache.upkeep.repair import repair
@@ -84,6 +86,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "Usage",
+    "compact",
     "du",
     "fill",
     "gc",

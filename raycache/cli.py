@@ -75,6 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--no-progress", action="store_true", help="print no progress bar")
         if name == "verify":
             p.add_argument("--fingerprint", help="this fill (default: the newest)")
+    text = ("rewrite a version's sparse or small shared shards (their kept rows, nothing "
+            "encoded) so its reads stay at memory speed")
+    p = sub.add_parser("compact", help=text, description=text)
+    p.add_argument("cache", help=CACHE_HELP)
+    p.add_argument("--store", default=default_store(), help=STORE_HELP)
+    p.add_argument("--below", type=float, default=None,
+                   help="compact shared shards that keep less than this share of their rows "
+                        "(default: the fill's compact_below, 0.5)")
+    p.add_argument("--no-progress", action="store_true", help="print no progress bar")
     text = "bytes, rows and shards of every cache folder in a store"
     p = sub.add_parser("du", help=text, description=text)
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
@@ -258,6 +267,16 @@ def _repair(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compact(args: argparse.Namespace) -> int:
+    from raycache.upkeep.compact import compact
+
+    name, _, fp = args.cache.partition("/")
+    result = compact(name, _store(args.store), fp or None, below=args.below,
+                     progress=not args.no_progress)
+    print(f"compact {name}: nothing to compact" if result.hit else result.summary())
+    return 0
+
+
 def _workers(text: str) -> int | str:
     return text if text == "auto" else int(text)
 
@@ -366,6 +385,7 @@ COMMANDS = {
     "ls": _ls,
     "inspect": _inspect,
     "repair": _repair,
+    "compact": _compact,
     "runs": _runs,
     "verify": _verify,
     "du": _du,

@@ -15,6 +15,7 @@ import pytest
 import raycache
 from raycache.cache.selection import decode, encode
 from raycache.cache.store import Store
+from raycache.cli import main
 from raycache.source import files as sources
 from tests.conftest import separable, toy_fill
 from tests.faults import Driver, wait_for
@@ -189,6 +190,46 @@ def test_a_version_whose_older_folder_was_removed_by_hand_is_filled_whole(source
         v3 = raycache.fill(cfg)  # v2 is no base: its shared shards are gone; a whole fill
     assert v3.base == "" and raycache.verify(v3.cache).ok
     assert_same_rows(v3.cache, whole(cfg))
+
+
+def test_repair_of_a_version_whose_older_folder_was_removed_re_encodes_only_those_rows(
+        source, tmp_path):
+    cfg = config(source, tmp_path)
+    v1 = raycache.fill(cfg)
+    rewrite(source / "b.parquet", lambda d: d["label"].__setitem__(0, 2 - d["label"][0]))
+    v2 = raycache.fill(cfg)
+    lost = sum(s.rows for s in v2.cache.manifest.shards if s.home)
+    import shutil
+
+    shutil.rmtree(v1.cache.dir)
+    report = raycache.verify(v2.cache)
+    assert set(report.shared.values()) == {f"toy/{v1.cache.fingerprint}"}
+    fixed = raycache.repair("toy", str(tmp_path / "store"), v2.cache.fingerprint,
+                            progress=False)
+    assert fixed.repair and fixed.encoded_rows == lost == 599
+    assert fixed.cache.fingerprint == v2.cache.fingerprint
+    assert not any(s.home for s in fixed.cache.manifest.shards)
+    assert raycache.verify(fixed.cache).ok
+    assert fixed.cache.manifest.label_stats == v2.cache.manifest.label_stats
+    assert_same_rows(fixed.cache, whole(cfg))
+
+
+def test_compact_on_demand_rewrites_the_sparse_shared_shards(source, tmp_path):
+    cfg = config(source, tmp_path, compact_below=0)  # fills never compact
+    raycache.fill(cfg)
+    rewrite(source / "a.parquet", lambda d: [d["features"].__setitem__(
+        i, [x + 1.0 for x in d["features"][i]]) for i in range(0, 200) if i % 50 < 30])
+    v2 = raycache.fill(cfg)
+    sparse = [s for s in v2.cache.manifest.shards if s.keep]
+    assert len(sparse) == 4 and all(s.rows == 20 for s in sparse)
+    assert main(["compact", "toy", "--store", str(tmp_path / "store"), "--below", "0.5"]) == 0
+    after = raycache.open_cache("toy", str(tmp_path / "store"))
+    assert after.fingerprint == v2.cache.fingerprint
+    assert not any(s.keep for s in after.manifest.shards)
+    assert after.manifest.rows == ROWS and raycache.verify(after).ok
+    assert_same_rows(after, whole(cfg))
+    again = raycache.compact("toy", str(tmp_path / "store"), below=0.5, progress=False)
+    assert again.hit  # nothing left to compact
 
 
 def test_a_crash_between_the_shard_list_and_the_manifest_commits_on_the_next_run(

@@ -18,7 +18,7 @@ from raycache.cache.committed import open_cache
 from raycache.cache.selection import encode
 from raycache.cache.vectors import pack
 from raycache.cli import main
-from raycache.errors import DamagedCacheWarning, RaycacheError
+from raycache.errors import DamagedCacheWarning
 from raycache.upkeep.strays import read_by_others, strays
 from raycache.upkeep.verify import verify
 
@@ -226,9 +226,6 @@ def test_a_missing_shared_file_names_the_version_that_held_it(store, capsys):
     assert str(store / NAME / FP[1] / "shards") in why
     assert main(["verify", f"{vid(2)}", "--store", str(store)]) == 1
     assert f"2 of them shared from older versions ({vid(1)})" in capsys.readouterr().err
-    with pytest.raises(RaycacheError, match=rf"cannot repair {vid(2)}.*shared from version "
-                                            rf"{vid(1)}.*remove its manifest.*raycache fill"):
-        raycache.repair(NAME, str(store), FP[2])
 
 
 def test_du_counts_own_and_shared_bytes(store, capsys):
@@ -250,13 +247,6 @@ def test_du_counts_own_and_shared_bytes(store, capsys):
     lines = capsys.readouterr().out.splitlines()
     line = next(x for x in lines if x.startswith(vid(3)))
     assert "own" in line and "shared from other versions" in line
-
-
-def test_repair_refuses_a_sharing_version_whose_own_shard_is_bad(store):
-    (store / NAME / FP[3] / f"shards/part-{BLOCK}-{40:010d}.parquet").unlink()
-    with pytest.raises(RaycacheError, match=rf"cannot repair {vid(3)}.*bad: shards/part-"
-                                            rf"{BLOCK}-0000000040.parquet \(missing\)"):
-        raycache.repair(NAME, str(store), FP[3])
 
 
 def test_gc_keeps_every_shard_file_of_a_name_with_a_manifest_it_cannot_read(store):

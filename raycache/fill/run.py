@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from raycache.fill.reuse import Reuse
+    from raycache.fill.versions import Version
 
 MIN_BLOCKS = 8
 """block_rows: auto leaves at least this many blocks to a fill, so every actor gets work."""
@@ -149,14 +150,17 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
 
 
 def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False,
-             started: tuple[float, float] | None = None) -> FillResult:
+             started: tuple[float, float] | None = None, version: Version | None = None
+             ) -> FillResult:
     """Encode every row that the shard records `done` do not cover, check, and commit (with
     `replace`, over a committed manifest: a repair); `started`: (perf_counter, time) when the
-    call began, where it did before this. A lease on the cache folder, held throughout, keeps
-    gc off it; a folder removed meanwhile fails the fill with a StoreError."""
+    call began, where it did before this; `version`: what it shares with older versions
+    (default: planned by raycache.fill.versions, unless it replaces a manifest). A lease on
+    the cache folder, held throughout, keeps gc off it; a folder removed meanwhile fails the
+    fill with a StoreError."""
     with Lease(p.store, p.dir) as lease:
         try:
-            return _complete(p, done, replace, lease, started)
+            return _complete(p, done, replace, lease, started, version)
         except Exception as exc:
             if not isinstance(exc, StoreError) and lease.lost:  # (a failed store: not asked)
                 raise _removed(p) from exc
@@ -172,13 +176,14 @@ def _removed(p: Plan) -> StoreError:
 
 
 def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
-              started: tuple[float, float] | None) -> FillResult:
+              started: tuple[float, float] | None, version: Version | None) -> FillResult:
     from raycache.compute.pool import local_pool
     from raycache.fill.versions import plan_version
 
     cfg = p.cfg
     start, start_wall = started or (time.perf_counter(), time.time())
-    version = plan_version(p) if cfg.share and not replace else None
+    if version is None and cfg.share and not replace:
+        version = plan_version(p)
     covered = done_ranges(done)
     if version is not None:  # a resumed record never holds a row the version shares
         shared = version.covered()
@@ -249,7 +254,8 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
                       encode_seconds=encode_s, pool=where, encoded_by=by, repair=replace,
                       startup_seconds=began - start_wall if began else 0.0,
                       shared_rows=version.rows if version else 0,
-                      base=version.base.fingerprint if version else "",
+                      base=version.base.fingerprint if version and
+                      version.base.fingerprint != p.fingerprint else "",
                       written_bytes=sum(r.bytes for r in new))
 
 

@@ -36,7 +36,8 @@ from raycache.fill.reuse import Lookup, Reuse, Source, input_hashes, whole
 from raycache.source import files as sources
 from raycache.source.files import Ranges, Span
 
-__all__ = ["MAX_SMALL_SHARDS", "Version", "base_of", "plan_version"]
+__all__ = ["MAX_SMALL_SHARDS", "Version", "base_of", "compaction", "plan_version", "reuse_from",
+           "within"]
 
 MAX_SMALL_SHARDS = 16
 """Shared shards under half of rows_per_shard that a version keeps before it compacts them."""
@@ -62,6 +63,9 @@ class Version:
     """Rows of changed or new source files read and hashed to match them."""
     compacted: int = 0
     """Shared shards written again because too few of their rows were kept."""
+    stats: dict[str, Any] | None = None
+    """The version's label stats where they are known whole (a repair or a compaction of a
+    committed version: the same rows), else counted from `counts` and the new rows."""
 
     @property
     def rows(self) -> int:
@@ -83,6 +87,8 @@ class Version:
     def label_stats(self, new: dict[str, Counter]) -> dict[str, Any]:
         """The version's label stats: the carried rows' counts and the new rows' (`new`, the
         counts of the shards the fill wrote)."""
+        if self.stats is not None:
+            return self.stats
         return {c: stats_of(counts + new.get(c, Counter())) for c, counts in self.counts.items()}
 
 
@@ -174,13 +180,13 @@ def plan_version(p: Plan) -> Version | None:
     if _collides(p, key.filter(pa.array(~kept)), key.filter(pa.array(kept)),
                  key.filter(pa.array(~kept & ~known)), carried):
         return None
-    carried, sparse = _compaction(p, carried)
+    carried, sparse = compaction(p, carried)
     if sparse:
         for c, values in _labels_of(p, sparse, labels).items():
             counts[c].subtract(values)
     reuse = None
     if p.cfg.reuse:
-        reuse = _reuse(p, base, touched + sparse) if sparse else _gone(p, base, touched, old,
+        reuse = reuse_from(p, base, touched + sparse) if sparse else _gone(p, base, touched, old,
                                                                         alive)
     return Version(base, carried, dict(totals), counts, reuse, fresh.num_rows, len(sparse))
 
@@ -380,7 +386,7 @@ def _in_shards(p: Plan, keys: pa.ChunkedArray, carried: list[ShardEntry]) -> boo
     return any(map_ordered(hit, carried))
 
 
-def _compaction(p: Plan, carried: list[ShardEntry]) -> tuple[list[ShardEntry], list[ShardEntry]]:
+def compaction(p: Plan, carried: list[ShardEntry]) -> tuple[list[ShardEntry], list[ShardEntry]]:
     """(entries kept as they are, entries to write again): those keeping less than
     compact_below of their file's rows, and the small ones once they outnumber
     MAX_SMALL_SHARDS beyond one a source file."""
@@ -441,7 +447,7 @@ def _gone(p: Plan, base: Manifest, touched: list[ShardEntry], old: _Old | None,
     return Reuse(p.store, lookups) if lookups else None
 
 
-def _reuse(p: Plan, base: Manifest, entries: list[ShardEntry]) -> Reuse | None:
+def reuse_from(p: Plan, base: Manifest, entries: list[ShardEntry]) -> Reuse | None:
     """Reuse by content from the files of `entries` only (the rows the version stops sharing
     come from there): O(rows changed), never a look at the whole store."""
     files = {(e.home, e.path): e for e in entries}
@@ -452,3 +458,11 @@ def _reuse(p: Plan, base: Manifest, entries: list[ShardEntry]) -> Reuse | None:
                 [Source(p.store.path(home), path, enc.name, hash_column(enc.input), whole(e))
                  for (home, path), e in files.items()], base.encoder(enc.name).dim)
     return Reuse(p.store, lookups) if lookups else None
+
+
+def within(m: Manifest, keep: list[ShardEntry], sparse: list[ShardEntry] = (),
+           reuse: Reuse | None = None) -> Version:
+    """A committed version `m` made again in its own folder (a repair, a compaction): the
+    shared entries it `keep`s as they are, its rows and label stats unchanged; the rest of its
+    rows are encoded again or, from `sparse`'s files, reused."""
+    return Version(m, keep, {}, {}, reuse, 0, len(sparse), stats=m.label_stats)

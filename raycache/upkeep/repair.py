@@ -5,24 +5,23 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raycache.cache.committed import Cache, open_cache
 from raycache.cache.config import StoreConfig
 from raycache.cache.records import RowRange, ShardRecord
-from raycache.cache.store import MANIFEST, Store
+from raycache.cache.store import Store
 from raycache.encoders.config import EncoderConfig
 from raycache.errors import RaycacheError
 from raycache.fill.config import FillConfig, ViewsConfig
 from raycache.fill.plan import plan
 from raycache.fill.run import FillResult, complete
+from raycache.fill.versions import within
 from raycache.source.config import SourceConfig
 from raycache.source.files import SourceFile
+from raycache.upkeep.refs import label
 
-if TYPE_CHECKING:
-    from raycache.upkeep.verify import Report
-
-__all__ = ["repair"]
+__all__ = ["config_of", "own_records", "repair"]
 
 
 def repair(name: str, store: Store | str | None = None, fingerprint: str | None = None, *,
@@ -33,8 +32,8 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
     without it); a cache that passes is left as it is (returned as a hit); the result's summary
     says repair. The source must be the one the cache was filled from, unchanged;
     `source_options` are its fsspec options, and `in_process` is the fill's setting of that
-    name. A version that shares older versions' shards (format 5) is refused: fill it again
-    (the error says how)."""
+    name. A version that shares older versions' shards (format 5) keeps the good ones as they
+    are; the rows of a bad or missing one are encoded again into its own folder."""
     from raycache.upkeep.verify import verify
 
     started = time.perf_counter(), time.time()  # the verify counts in the repair's time
@@ -42,8 +41,7 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
     report = verify(cache)
     if report.ok:
         return FillResult(cache, True, time.perf_counter() - started[0], 0, repair=True)
-    _refuse_shared(cache, report)
-    p = plan(_config(cache, source_options or {}, progress, in_process))
+    p = plan(config_of(cache, source_options or {}, progress, in_process))
     if p.fingerprint != cache.fingerprint:
         raise RaycacheError(
             f"cannot repair {cache.name}/{cache.fingerprint}: its source or encoders changed "
@@ -53,32 +51,17 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
     if cache.manifest.shard_list.get("path") in report.bad:  # a damaged shard list
         return complete(p, [], replace=True)
     bad = set(report.bad)
-    for path in bad:  # never reused, never adopted: the re-encoded shard replaces it
+    for path in bad - set(report.shared):  # never reused, never adopted: re-encoded instead
         with contextlib.suppress(FileNotFoundError):
             cache.store.rm(f"{cache.dir}/{path}")
-    return complete(p, _records(cache, bad), replace=True, started=started)
+    shared = [e for e in cache.manifest.shards if e.home and label(e) not in bad]
+    version = within(cache.manifest, shared) if any(e.home for e in cache.manifest.shards) \
+        else None  # a bad shared file stays (other versions may read it): its rows are
+    return complete(p, own_records(cache, bad), replace=True, started=started,  # encoded anew
+                    version=version)
 
 
-def _refuse_shared(cache: Cache, report: Report) -> None:
-    """A version that shares an older version's shards (format 5) is not repaired yet: a
-    repair commits only shards of the cache's own folder, and would drop the shared ones (or
-    lose them where they are the bad ones). RaycacheError naming the bad shards and the fix."""
-    m = cache.manifest
-    if m.shard_list.get("path") in report.bad or not any(e.home for e in m.shards):
-        return  # a damaged shard list is filled again whole, in the cache's own folder
-    me = f"{cache.name}/{cache.fingerprint}"
-    bad = [f"{path} ({'; '.join(why)})" for path, why in report.bad.items()]
-    raise RaycacheError(
-        f"cannot repair {me}: it shares shard files of older versions (format 5), and repair "
-        f"does not yet keep shared shards; bad: {', '.join(bad)}. Fill it again instead: "
-        f"remove its manifest {cache.store.url(f'{cache.dir}/{MANIFEST}')} (its shard files "
-        "stay: other versions may read them) and run `raycache fill` with the config it was "
-        "filled from, which encodes its rows again, reusing the embeddings the store's other "
-        "caches hold"
-    )
-
-
-def _config(cache: Cache, source_options: dict[str, Any], progress: bool,
+def config_of(cache: Cache, source_options: dict[str, Any], progress: bool,
             in_process: bool | str) -> FillConfig:
     """The fill config a manifest was committed from (store and source options apart, which
     are never recorded)."""
@@ -101,8 +84,9 @@ def _config(cache: Cache, source_options: dict[str, Any], progress: bool,
     )
 
 
-def _records(cache: Cache, bad: set[str]) -> list[ShardRecord]:
-    """The good shards as the fill's shard records: what a resumed fill keeps."""
+def own_records(cache: Cache, bad: set[str]) -> list[ShardRecord]:
+    """The good shards of the cache's own folder as the fill's shard records: what a resumed
+    fill keeps."""
     m = cache.manifest
     uri = {SourceFile(f["uri"], f["size"], f["version"]).block: f["uri"]
            for f in m.inputs["source"]["files"]}
@@ -114,4 +98,4 @@ def _records(cache: Cache, bad: set[str]) -> list[ShardRecord]:
     return [ShardRecord(s.path, s.rows, s.bytes, s.sha256, dims=dims,
                         ranges=tuple(RowRange(r.block, r.start, r.stop, uri[r.block],
                                               total[r.block]) for r in s.ranges))
-            for s in m.shards if s.path not in bad]
+            for s in m.shards if s.path not in bad and not s.home]

@@ -1,0 +1,48 @@
+"""raycache compact: a committed version's sparse or small shared shards written again in its
+own folder (their kept rows, embeddings reused, nothing encoded), as a fill's compaction
+would, so reads stay at memory speed; the version's rows and fingerprint stay the same."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from raycache.cache.committed import open_cache
+from raycache.cache.store import Store
+from raycache.errors import RaycacheError
+from raycache.fill.plan import plan
+from raycache.fill.run import FillResult, complete
+from raycache.fill.versions import compaction, reuse_from, within
+from raycache.upkeep.repair import config_of, own_records
+
+__all__ = ["compact"]
+
+
+def compact(name: str, store: Store | str | None = None, fingerprint: str | None = None, *,
+            below: float | None = None, source_options: dict[str, Any] | None = None,
+            progress: bool = True) -> FillResult:
+    """Compact the cache `name` (its newest fill, or `fingerprint`): the shared shards that keep
+    less than `below` of their rows (default: the fill's compact_below, 0.5), and the small
+    ones once they outnumber the bound a fill keeps to. Their rows are read from the source
+    (which must be unchanged, as for a repair) and their embeddings taken from the shards;
+    a cache with nothing to compact is returned as a hit. The shards it stops reading stay
+    for the versions that still read them; gc removes them once none does."""
+    started = time.perf_counter(), time.time()
+    cache = open_cache(name, store, fingerprint)
+    cfg = config_of(cache, source_options or {}, progress, "auto")
+    if below is not None:
+        cfg = dataclasses.replace(cfg, compact_below=below)
+    p = plan(cfg)
+    if p.fingerprint != cache.fingerprint:
+        raise RaycacheError(
+            f"cannot compact {cache.name}/{cache.fingerprint}: its source or encoders changed "
+            f"since the fill (they now give fingerprint {p.fingerprint}). Fill the cache "
+            "again instead: the new version shares what is still valid, and compacts")
+    m = cache.manifest
+    keep, sparse = compaction(p, [e for e in m.shards if e.home])
+    if not sparse:
+        return FillResult(cache, True, time.perf_counter() - started[0], 0)
+    version = within(m, keep, sparse, reuse_from(p, m, sparse))
+    return complete(p, own_records(cache, set()), replace=True, started=started,
+                    version=version)
