@@ -34,7 +34,7 @@ def source(tmp_path) -> Path:
 
 def slow_fill(source: Path, store: str, delay: float = 0.3) -> dict:
     """50-row shards, each encoder call sleeping `delay`: a fill that takes a while."""
-    cfg = toy_fill(str(source), store, rows_per_shard=50)
+    cfg = toy_fill(str(source), store, rows_per_shard=50, in_process=False)  # on Ray Data
     cfg["encoders"][0].update(factory="toy_encoders:slow_projection",
                               kwargs={"in_dim": 8, "out_dim": 16, "delay": delay})
     return cfg

@@ -137,11 +137,11 @@ from raycache.cache.store import Store
 
 original = Store.write_json
 
-def write_json(self, path, obj, exclusive=False):
+def write_json(self, path, obj, exclusive=False, **kwargs):
     rewritten = "/_progress/" in path and obj["rows"] < sum(r[2] - r[1] for r in obj["ranges"])
     if rewritten:
         os.kill(os.getpid(), signal.SIGKILL)  # kill -9, between the rewrite and its record
-    return original(self, path, obj, exclusive)
+    return original(self, path, obj, exclusive, **kwargs)
 
 Store.write_json = write_json
 raycache.fill(json.loads({cfg!r}))

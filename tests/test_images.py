@@ -266,7 +266,8 @@ def test_an_image_folder_fills_and_a_linear_head_learns_the_digits(vit, digit_fo
     assert raycache.fill(cfg).hit  # the same files: the same cache
     (digit_folder / "zero" / "0000.png").write_bytes(png(np.eye(8) * 16))
     changed = raycache.fill(cfg)
-    assert not changed.hit and changed.reused_rows == 599 and changed.encoded_rows == 1
+    assert not changed.hit and changed.encoded_rows == 1  # a new version: the rest shared
+    assert changed.shared_rows == 599 and changed.reused_rows == 0
 
     run = raycache.train({"cache": "digits", "store": {"uri": store}, "label": "label",
                           "num_workers": 0, "progress": False, "epochs": 30, "lr": 0.05})

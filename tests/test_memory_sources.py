@@ -48,7 +48,8 @@ def test_a_dataframe_an_arrow_table_and_files_give_the_same_cache_rows(tmp_path)
     changed.loc[0, "label"] = (changed.loc[0, "label"] + 1) % 3
     other = fill_from(changed, tmp_path / "store")
     assert not other.hit and other.cache.fingerprint != from_df.cache.fingerprint
-    assert other.encoded_rows == 0 and other.reused_rows == 300  # features unchanged: reused
+    # the new version shares the 299 unchanged rows; the relabelled row reuses its embedding
+    assert (other.encoded_rows, other.reused_rows, other.shared_rows) == (0, 1, 299)
     labels = other.cache.read_table(columns=["id", "label"]).to_pydict()
     assert dict(zip(*labels.values(), strict=True))["row-00000"] == changed.loc[0, "label"]
 
@@ -63,7 +64,8 @@ def test_a_hugging_face_dataset_and_a_datasetdict_split_fill(tmp_path):
     split = datasets.DatasetDict({"train": datasets.Dataset(table.slice(0, 200)),
                                   "test": datasets.Dataset(table.slice(200))})
     test = fill_from(split, tmp_path / "store", split="test")
-    assert test.cache.manifest.rows == 40 and test.reused_rows == 40
+    assert test.cache.manifest.rows == 40 and test.encoded_rows == 0  # a version of "toy":
+    assert test.shared_rows == 40  # the whole dataset's last shard holds these rows
     assert sorted(embedded(test.cache)) == table.column("id").to_pylist()[200:]
     shuffled = fill_from(ds.shuffle(seed=0).select(range(50)), tmp_path / "store")
     assert shuffled.cache.manifest.rows == 50 and shuffled.encoded_rows == 0

@@ -32,7 +32,9 @@ def first(tmp_path):
     (tmp_path / "v1").mkdir()
     pq.write_table(separable(n=600), tmp_path / "v1" / "a.parquet")
     cfg = toy_fill(str(tmp_path / "v1"), str(tmp_path / "store"), rows_per_shard=150,
-                   in_process=True)  # a warning raised in this process, with or without Ray
+                   in_process=True,  # a warning raised in this process, with or without Ray
+                   share=False)  # reuse by content itself: versions sharing are test_versions'
+
     result = raycache.fill(cfg)
     assert not result.hit and result.encoded_rows == 600 and result.reused_rows == 0
     return cfg, result.cache
@@ -207,7 +209,7 @@ def test_input_hashes_from_flat_buffers_equal_the_per_row_definition(values, kin
 
 def test_lookup_finds_the_first_holder_of_each_hash_by_binary_search(tmp_path):
     from raycache.cache.store import Store
-    from raycache.fill.reuse import Lookup, _Source
+    from raycache.fill.reuse import Lookup, Source
 
     store = Store(str(tmp_path))
     texts = [[f"row {i}" for i in range(0, 50)], [f"row {i}" for i in range(30, 90)]]
@@ -215,7 +217,7 @@ def test_lookup_finds_the_first_holder_of_each_hash_by_binary_search(tmp_path):
     for n, rows in enumerate(texts):
         pq.write_table(pa.table({hash_column("text"): input_hashes(pa.array(rows))}),
                        tmp_path / f"s{n}.parquet")
-        sources.append(_Source(str(tmp_path), f"s{n}.parquet", "emb", hash_column("text"), None))
+        sources.append(Source(str(tmp_path), f"s{n}.parquet", "emb", hash_column("text"), None))
     lookup = Lookup(sources, dim=4)
     assert lookup.hashes is None  # nothing is read until a process looks rows up
     lookup.build(store)

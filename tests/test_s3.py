@@ -29,7 +29,7 @@ def test_fill_and_train_on_s3(ray_session, bucket, tmp_path, capfd, monkeypatch)
     with fs.open(f"{bucket}/data/part-0.parquet", "wb") as f:
         pq.write_table(separable(n=400), f)
     store = f"{bucket}/caches"
-    cfg = toy_fill(f"{bucket}/data/", store)
+    cfg = toy_fill(f"{bucket}/data/", store, in_process=False)  # a Ray Data fill
     cfg["store"]["options"] = {"key": KEY, "secret": SECRET}
     cfg["source"]["options"] = {"client_kwargs": {"aws_secret_access_key": SECRET,
                                                   "aws_access_key_id": KEY}}

@@ -8,6 +8,7 @@ import hashlib
 import json
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from raycache.cache.store import Store
     from raycache.encoders.config import EncoderConfig
 
-__all__ = ["Lookup", "Reuse", "Source", "encoder_identity", "input_hashes", "need_column"]
+__all__ = ["Either", "Lookup", "Reuse", "Source", "encoder_identity", "input_hashes", "need_column"]
 
 HASH = pa.binary(32)
 
@@ -183,9 +184,11 @@ class Reuse:
 
     @classmethod
     def scan(cls, store: Store, encoders: list[EncoderConfig], described: dict[str, Any],
-             manifests: list[Manifest]) -> Reuse | None:
+             manifests: list[Manifest], leave: frozenset[tuple[str, str]] = frozenset()
+             ) -> Reuse | None:
         """The shards of every committed cache (format 3 and later) whose encoders share an
-        identity and dtype with the fill's; None when there is nothing to reuse."""
+        identity and dtype with the fill's, but those in `leave` ((folder, path): a version's
+        base's, which it looks in apart); None when there is nothing to reuse."""
         wanted = {e.name: (encoder_identity(described[e.name]), e.dtype) for e in encoders}
         jobs: dict[str, list[Source]] = {name: [] for name in wanted}
         dims: dict[str, int] = {}
@@ -205,7 +208,8 @@ class Reuse:
                                       entry.name, hash_column(entry.input), whole(s))
                                for s in shards]
         for name, srcs in jobs.items():  # versions share files: each file once
-            jobs[name] = list({(s.cache_dir, s.path): s for s in srcs}.values())
+            jobs[name] = list({(s.cache_dir, s.path): s for s in srcs
+                               if (s.cache_dir, s.path) not in leave}.values())
         lookups = {name: Lookup(srcs, dims[name]) for name, srcs in jobs.items() if srcs}
         return cls(store, lookups) if lookups else None
 
@@ -252,6 +256,34 @@ class Reuse:
                 self._shards.popitem(last=False)
         self._shards.move_to_end(key)
         return self._shards[key]
+
+
+@dataclass
+class Either:
+    """Reuse from `first`, then, for the rows it lacks, from what `then()` gives (called, and
+    its index built, only when a row is looked up there)."""
+
+    first: Reuse | None
+    then: Callable[[], Reuse | None]
+    _then: list[Reuse | None] = field(default_factory=list, repr=False)
+
+    def second(self) -> Reuse | None:
+        if not self._then:
+            self._then.append(self.then())
+        return self._then[0]
+
+    def take(self, encoder: str, hashes: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
+        """As Reuse.take."""
+        found = self.first.take(encoder, hashes) if self.first else None
+        if found is None:
+            return self.second().take(encoder, hashes) if self.second() else None
+        emb, need = found
+        more = self.second().take(encoder, hashes.filter(pa.array(need))) \
+            if need.any() and self.second() else None
+        if more is not None:
+            at = np.flatnonzero(need)[~more[1]]
+            emb[at], need[at] = more[0][~more[1]], False
+        return emb, need
 
 
 def whole(entry: ShardEntry) -> ShardEntry:

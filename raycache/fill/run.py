@@ -4,6 +4,7 @@ the same stages in this process), write shards, commit."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 import warnings
@@ -28,7 +29,7 @@ from raycache.source import files as sources
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from raycache.fill.reuse import Reuse
+    from raycache.fill.reuse import Either, Reuse
     from raycache.fill.versions import Version
 
 MIN_BLOCKS = 8
@@ -210,7 +211,7 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
     new: list[ShardRecord] = []
     first = None
     if units:
-        reuse = version.reuse if version else _reuse(p) if cfg.reuse else None
+        reuse = _reuse(p, version) if cfg.reuse else None
         records = _records(runner.run(job(p, units, reuse, block), pool, local=local))
         with runner.progress_bar(cfg.progress, todo, f"fill {cfg.name}") as bar:
             for record in records:
@@ -300,19 +301,28 @@ def in_process(cfg: FillConfig, todo: int | None) -> bool:
                              small=todo is not None and todo <= AUTO_IN_PROCESS_ROWS)
 
 
-def _reuse(p: Plan) -> Reuse | None:
+def _reuse(p: Plan, version: Version | None = None, store: bool = False
+           ) -> Reuse | Either | None:
     """What the store's other committed caches hold for this fill's encoders (see
-    raycache.fill.reuse)."""
+    raycache.fill.reuse); for a version, first what the rows it stopped sharing held, then the
+    store's shards but the base's (`store`: those; looked in only for what the first lack)."""
     from raycache.cache.committed import scan
     from raycache.cache.reads import cache_label
-    from raycache.fill.reuse import Reuse
+    from raycache.fill.reuse import Either, Reuse
 
+    if version is not None and not store:
+        return Either(version.reuse, functools.partial(_reuse, p, version, store=True))
     caches, bad = scan(p.store)
     for exc in bad:  # one warning each; this fill's own folder has had its own
         if getattr(exc, "cache", None) != cache_label(p.dir):
             warnings.warn(str(exc), DamagedCacheWarning, stacklevel=2)
+    leave = frozenset() if version is None else frozenset(
+        (p.store.path(e.home), e.path) for e in version.base.shards if e.home) | frozenset(
+        (p.store.cache_dir(version.base.name, version.base.fingerprint), e.path)
+        for e in version.base.shards if not e.home)
     return Reuse.scan(p.store, [e for e in p.cfg.encoders if not e.trainable],
-                      p.inputs["encoders"], [c.manifest for c in caches if c.dir != p.dir])
+                      p.inputs["encoders"], [c.manifest for c in caches if c.dir != p.dir],
+                      leave)
 
 
 def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None,
