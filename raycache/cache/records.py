@@ -27,6 +27,8 @@ class RowRange:
 
     def bare(self) -> RowRange:
         """Block, start and stop only: what names a shard and what the manifest keeps."""
+        if self.source is None and self.source_rows is None:
+            return self
         return RowRange(self.block, self.start, self.stop)
 
     def to_json(self) -> list[Any]:

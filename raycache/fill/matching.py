@@ -114,11 +114,12 @@ def match(p: Plan, old: Old | None, fresh: pa.Table, unchanged: np.ndarray
     alive = np.isin(old.code, unchanged)
     code, row = old.code.copy(), old.row.copy()
     moved = np.flatnonzero(~alive)
-    candidates = old.table.take(pa.array(moved))
+    candidates = old.table if len(moved) == len(alive) else old.table.take(pa.array(moved))
     if candidates.column(key).type != fresh.column(key).type:
         return None
     at = pc.index_in(candidates.column(key), value_set=fresh.column(key))
-    ok = ~np.asarray(pc.is_null(at))
+    found = ~np.asarray(pc.is_null(at))
+    ok = found.copy()
     idx = np.asarray(pc.fill_null(at, 0)).astype(np.int64)
     for c in validity_columns(p)[1:]:
         ok &= _equal(candidates.column(c), fresh.column(c).take(pa.array(idx)))
@@ -126,7 +127,8 @@ def match(p: Plan, old: Old | None, fresh: pa.Table, unchanged: np.ndarray
     code[moved[ok]] = fresh.column(CODE).to_numpy()[idx[ok]]
     row[moved[ok]] = fresh.column(ROW).to_numpy()[idx[ok]]
     kept[idx[ok]] = True
-    known = np.asarray(pc.is_in(fresh.column(key), value_set=candidates.column(key)))
+    known = np.zeros(fresh.num_rows, bool)
+    known[idx[found]] = True
     return alive, code, row, kept, known
 
 
