@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -178,15 +179,24 @@ def damaged(store: Store, cache_dir: str, rel: str, why: str) -> CorruptCache:
         f"`raycache gc --store {store.uri} --damaged --delete`.", uri, label)
 
 
-def _shard_list(store: Store, cache_dir: str, info: dict[str, Any]) -> list[dict[str, Any]]:
+PARSED_LISTS = 64
+"""Shard lists kept parsed, by their sha256 (a list is immutable and named by its content; its
+bytes are still read and checked on every open): a process that fills version after version
+parses each list once."""
+_PARSED: OrderedDict[str, list[ShardEntry]] = OrderedDict()
+
+
+def _shard_list(store: Store, cache_dir: str, info: dict[str, Any]) -> list[ShardEntry]:
     """A format 3 manifest's shard list, checked against the size and sha256 it records
     (CorruptCache where it is missing, does not match, or holds no shard entries)."""
     rel = str(info.get("path", "shards-?.json")) if isinstance(info, dict) else "shards-?.json"
     try:
         blob = read_bytes_checked(store, f"{cache_dir}/{rel}", info["bytes"], info["sha256"],
                                   cache_label(cache_dir))
-        data = json.loads(blob)
-        [ShardEntry.from_json(s) for s in data]  # every entry parses
+        if info["sha256"] in _PARSED:  # these very bytes were parsed before
+            _PARSED.move_to_end(info["sha256"])
+            return _PARSED[info["sha256"]]
+        data = [ShardEntry.from_json(s) for s in json.loads(blob)]  # every entry parses
     except CorruptShard as exc:
         why = "is missing" if exc.problems == ("missing",) else (
             f"does not match the manifest's record of it: {'; '.join(exc.problems)}")
@@ -194,6 +204,9 @@ def _shard_list(store: Store, cache_dir: str, info: dict[str, Any]) -> list[dict
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise damaged(store, cache_dir, rel, f"is not a shard list ({type(exc).__name__}: "
                       f"{exc})") from None
+    _PARSED[info["sha256"]] = data
+    while len(_PARSED) > PARSED_LISTS:
+        _PARSED.popitem(last=False)
     return data
 
 

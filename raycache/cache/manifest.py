@@ -129,7 +129,7 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "manifest",
-                  shards: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
+                  shards: Callable[[dict[str, Any]], list[Any]] | None = None
                   ) -> Manifest:
         """A manifest from its JSON; `shards` reads the shard list object a format 3
         manifest names, given its entry, when the shards are first used."""
@@ -150,7 +150,8 @@ class Manifest:
                 raise KeyError("shards (no reader given for the shard list)")
             else:
                 info = data["shard_list"]
-                entries = ShardList(lambda: [ShardEntry.from_json(s) for s in shards(info)])
+                entries = ShardList(lambda: [s if isinstance(s, ShardEntry) else
+                                             ShardEntry.from_json(s) for s in shards(info)])
             return cls(**{**data, "encoders": [EncoderEntry(**e) for e in data["encoders"]],
                           "shards": entries})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

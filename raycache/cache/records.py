@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -55,8 +56,9 @@ class ShardEntry:
     source: str
     """URI of the source file of the shard's first rows."""
     ranges: tuple[RowRange, ...] = ()
-    """The source rows it holds (its kept rows, in file order), block, start and stop only
-    (format 2 on; none in format 1)."""
+    """The source rows it holds, in file order, block, start and stop only (format 2 on; none
+    in format 1). With a `keep` selection, the places of all the file's rows, of which only the
+    kept ones count (`live_ranges`): rows deleted in a version do not cut the ranges up."""
     home: str = ""
     """The cache folder that holds the file, "name/fingerprint" relative to the store (format
     5: a version sharing an older version's shard); empty: this cache's own folder."""
@@ -69,6 +71,36 @@ class ShardEntry:
     def file_rows(self) -> int:
         """Rows in the file, kept or not."""
         return self.stored or self.rows
+
+    @functools.cached_property
+    def _live(self) -> tuple[RowRange, ...]:
+        return self._live_ranges()
+
+    def live_ranges(self) -> tuple[RowRange, ...]:
+        """The source rows this version reads from the file: `ranges`, less the rows its
+        selection leaves out (worked out once per entry)."""
+        return self._live if self.keep else self.ranges
+
+    def _live_ranges(self) -> tuple[RowRange, ...]:
+        if not self.keep:
+            return self.ranges
+        import numpy as np
+
+        from raycache.cache.selection import decode
+
+        mask = decode(self.keep, self.file_rows)
+        lengths = [r.rows for r in self.ranges]
+        code = np.repeat(np.arange(len(self.ranges)), lengths)[mask]
+        row = (np.concatenate([np.arange(r.start, r.stop) for r in self.ranges])
+               if self.ranges else np.zeros(0, np.int64))[mask]
+        if not len(row):
+            return ()
+        cut = np.ones(len(row), bool)
+        cut[1:] = (code[1:] != code[:-1]) | (row[1:] != row[:-1] + 1)
+        first = np.flatnonzero(cut)
+        last = np.append(first[1:], len(row)) - 1
+        return tuple(RowRange(self.ranges[c].block, a, b + 1) for c, a, b in zip(
+            code[first].tolist(), row[first].tolist(), row[last].tolist(), strict=True))
 
     @property
     def shared(self) -> bool:

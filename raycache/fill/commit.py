@@ -76,7 +76,7 @@ def check_complete(p: Plan, records: list[ShardRecord], totals: dict[str, int],
             covered[x.block].append((x.start, x.stop))
             totals.setdefault(x.block, x.source_rows or 0)
     for e in shared:
-        for x in e.ranges:
+        for x in e.live_ranges():
             covered[x.block].append((x.start, x.stop))
     bad = []
     for f in p.files:

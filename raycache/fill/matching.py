@@ -88,15 +88,18 @@ def read_old(p: Plan, touched: list[ShardEntry], codes: dict[str, int]) -> Old |
         return None
     parts = list(map_ordered(read, touched))
     sizes = np.array([len(at) for _, at in parts], np.int64)
-    ranges = [r for e in touched for r in e.ranges]
+    ranges = [r for e in touched for r in e.ranges]  # the places of every file row
     lengths = np.array([r.rows for r in ranges], np.int64)
     code = np.repeat(np.array([codes[r.block] for r in ranges], np.int32), lengths)
     first = np.repeat(np.array([r.start for r in ranges], np.int64), lengths)
     offset = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    starts = np.cumsum([0, *(sum(r.rows for r in e.ranges) for e in touched[:-1])])
+    at = np.concatenate([at for _, at in parts])
+    kept = np.repeat(starts, sizes) + at  # the kept rows' places among them
+    row = first + np.arange(int(lengths.sum())) - offset
     return Old(pa.concat_tables([t for t, _ in parts], promote_options="default")
-                .combine_chunks(), np.concatenate([[0], np.cumsum(sizes)]),
-                np.concatenate([at for _, at in parts]), code,
-                first + np.arange(int(lengths.sum())) - offset)
+               .combine_chunks(), np.concatenate([[0], np.cumsum(sizes)]), at, code[kept],
+               row[kept])
 
 
 def match(p: Plan, old: Old | None, fresh: pa.Table, unchanged: np.ndarray
@@ -143,9 +146,10 @@ def _equal(a: pa.ChunkedArray | pa.Array, b: pa.Array) -> np.ndarray:
 
 
 def rebuilt(touched: list[ShardEntry], old: Old | None, alive: np.ndarray,
-             code: np.ndarray, row: np.ndarray, names: list[str]) -> list[ShardEntry]:
-    """The touched entries as the new version shares them: the rows still valid selected, their
-    ranges in the new source; entries that keep no row left out."""
+            code: np.ndarray, row: np.ndarray, names: list[str]) -> list[ShardEntry]:
+    """The touched entries as the new version shares them: the rows still valid selected, the
+    places of the file's rows in the new source as ranges; entries that keep no row left
+    out."""
     out = []
     for i, e in enumerate(touched):
         if old is None:
@@ -154,13 +158,29 @@ def rebuilt(touched: list[ShardEntry], old: Old | None, alive: np.ndarray,
         live = alive[lo:hi]
         if not live.any():
             continue
+        at = old.at[lo:hi][live]
         mask = np.zeros(e.file_rows, bool)
-        mask[old.at[lo:hi][live]] = True
+        mask[at] = True
+        places = _places(e.file_rows, at, code[lo:hi][live], row[lo:hi][live])
         whole = bool(mask.all())
         out.append(dataclasses.replace(
-            e, rows=int(live.sum()), ranges=_runs(code[lo:hi][live], row[lo:hi][live], names),
+            e, rows=int(live.sum()), ranges=_runs(*places, names),
             keep="" if whole else encode(mask), stored=0 if whole else e.file_rows))
     return out
+
+
+def _places(n: int, at: np.ndarray, code: np.ndarray, row: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(file code, row) of each of a shard file's n rows, given those of its kept rows `at`:
+    a row left out takes the place after the kept row before it (before the first, the place
+    before the first), so the rows a version leaves out do not cut its ranges up."""
+    codes = np.zeros(n, np.int32)
+    rows = np.zeros(n, np.int64)
+    codes[at], rows[at] = code, row
+    last = np.where(np.isin(np.arange(n), at), np.arange(n), -1)
+    np.maximum.accumulate(last, out=last)
+    last[last < 0] = at.min()
+    return codes[last], np.maximum(rows[last] + np.arange(n) - last, 0)
 
 
 def _runs(codes: np.ndarray, rows: np.ndarray, names: list[str]) -> tuple[RowRange, ...]:

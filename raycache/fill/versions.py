@@ -56,7 +56,7 @@ class Version:
 
     base: Manifest
     carried: list[ShardEntry]
-    """Shared entries: `home` set, their kept rows' `ranges` in the new source's rows."""
+    """Shared entries: `home` set, their `ranges` in the new source's rows."""
     totals: dict[str, int]
     """Rows of each source file the version did not read (unchanged: known from the base)."""
     counts: dict[str, Counter]
@@ -79,7 +79,7 @@ class Version:
         """The new source's rows the carried entries hold, per file block."""
         spans: dict[str, list[Span]] = defaultdict(list)
         for e in self.carried:
-            for r in e.ranges:
+            for r in e.live_ranges():
                 spans[r.block].append(Span(r.start, r.stop))
         return {k: _merged(v) for k, v in spans.items()}
 
@@ -155,17 +155,18 @@ def plan_version(p: Plan) -> Version | None:
     entries = [e if e.home else dataclasses.replace(e, home=own) for e in base.shards]
     if _lost(p, entries):
         return None
-    old_blocks = {r.block for e in entries for r in e.ranges}  # the files its rows came from
+    live = {id(e): e.live_ranges() for e in entries}
+    old_blocks = {r.block for e in entries for r in live[id(e)]}  # the files of its rows
     unchanged = old_blocks & {f.block for f in p.files}
     names = sorted(old_blocks | {f.block for f in p.files})
     codes = {b: i for i, b in enumerate(names)}
     totals: Counter = Counter()
     for e in entries:
-        for r in e.ranges:
+        for r in live[id(e)]:
             if r.block in unchanged:
                 totals[r.block] += r.rows
-    carried = [e for e in entries if all(r.block in unchanged for r in e.ranges)]
-    touched = [e for e in entries if not all(r.block in unchanged for r in e.ranges)]
+    carried = [e for e in entries if all(r.block in unchanged for r in live[id(e)])]
+    touched = [e for e in entries if not all(r.block in unchanged for r in live[id(e)])]
     labels = counted(p)
     counts = {c: Counter(counts_of(base.label_stats[c])) for c in labels}
     fresh = read_new(p, [f for f in p.files if f.block not in unchanged], codes)

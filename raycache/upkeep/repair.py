@@ -92,7 +92,7 @@ def own_records(cache: Cache, bad: set[str]) -> list[ShardRecord]:
            for f in m.inputs["source"]["files"]}
     total: dict[str, int] = {}
     for s in m.shards:
-        for r in s.ranges:
+        for r in s.live_ranges():
             total[r.block] = max(total.get(r.block, 0), r.stop)
     dims = {e.name: e.dim for e in m.encoders}
     return [ShardRecord(s.path, s.rows, s.bytes, s.sha256, dims=dims,

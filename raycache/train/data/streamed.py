@@ -11,6 +11,7 @@ import pyarrow as pa
 import torch
 
 from raycache.cache.reads import parse
+from raycache.cache.selection import decode
 from raycache.train.data.shares import (
     Batches,
     all_views,
@@ -20,7 +21,6 @@ from raycache.train.data.shares import (
     pieces,
     read_piece,
     rows_of,
-    selected,
     view_columns,
 )
 from raycache.train.data.split import validation_mask
@@ -65,6 +65,7 @@ class Streamed:
         self.pieces = pieces(spec, rank, spec.world)
         self.masks: dict[int, np.ndarray] = {}
         self.ids: dict[int, np.ndarray] = {}
+        self.at: dict[int, np.ndarray] = {}
         """Row ids of each piece's training rows, for drawing views (runs with views only)."""
         self.checks = expected(spec)
         self.rows = 0
@@ -102,11 +103,16 @@ class Streamed:
         columns = [spec.head.label, *cached_columns(spec),
                    *(view_columns(spec) if views else [])]
         first = i not in self.masks
+        at = None  # a shard read in part: the file rows of the piece's rows
         if first:  # the first read in this run: whole, checked against the manifest
             table = read_piece(spec, path, [spec.key, *columns], self.checks.get(path))
+            table = table.slice(start, stop - start)
         else:
-            table = selected(spec, path, parse(path, columns, self.fs))
-        table = table.slice(start, stop - start)
+            table = parse(path, columns, self.fs)
+            if path in spec.selections:  # rows taken straight from the file: no copy of it
+                at = self.places(i, path, start, stop)
+            else:
+                table = table.slice(start, stop - start)
         if first:
             self.masks[i] = np.asarray(validation_mask(table.column(spec.key),
                                                        spec.recipe.evaluation.val_fraction))
@@ -118,12 +124,19 @@ class Streamed:
         if seed is not None:
             rows = rows[torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)
                                        ).numpy()]
+        taken = rows if at is None else at[rows]
         if views:  # one view per row, drawn from (the piece's seed, the row's id)
             y = label_ids(table.column(spec.head.label), spec.head.class_names)
             v = draw(self.ids[i][rows], seed, spec.views)
-            x = all_views(table.take(pa.array(rows)), spec)[np.arange(len(rows)), v]
-            return torch.from_numpy(x), torch.from_numpy(y[rows])
-        return rows_of(table, spec, rows)
+            x = all_views(table.take(pa.array(taken)), spec)[np.arange(len(rows)), v]
+            return torch.from_numpy(x), torch.from_numpy(y[taken])
+        return rows_of(table, spec, taken)
+
+    def places(self, i: int, path: str, start: int, stop: int) -> np.ndarray:
+        """The file rows of piece i's rows, in a shard its version reads in part (kept)."""
+        if i not in self.at:
+            self.at[i] = np.flatnonzero(decode(*self.spec.selections[path]))[start:stop]
+        return self.at[i]
 
     def order(self, seed: int | None) -> list[int]:
         if seed is None:
