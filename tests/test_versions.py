@@ -6,6 +6,7 @@ import json
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -13,9 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache.cache.records import ShardEntry
 from raycache.cache.selection import decode, encode
 from raycache.cache.store import Store
 from raycache.cli import main
+from raycache.fill.versions import compaction
 from raycache.source import files as sources
 from tests.conftest import separable, toy_fill
 from tests.faults import Driver, wait_for
@@ -146,7 +149,7 @@ def test_a_removed_file_and_a_moved_row(source, tmp_path, compact_below, counts)
 
 
 def test_a_chain_of_versions_compacts_sparse_shards_and_reads_the_same(source, tmp_path):
-    cfg = config(source, tmp_path, compact_below=0.8)
+    cfg = config(source, tmp_path, compact_below=0.8, compact_budget=1.0)
     raycache.fill(cfg)
     rng = np.random.default_rng(1)
     for step in range(4):  # 8 of each 50-row shard's rows edited per version, in every file
@@ -161,6 +164,21 @@ def test_a_chain_of_versions_compacts_sparse_shards_and_reads_the_same(source, t
     assert last.encoded_rows == 96
     assert_same_rows(last.cache, whole(cfg))
     assert raycache.verify(last.cache).ok
+
+
+def test_compaction_takes_the_sparsest_shards_within_its_budget():
+    def entry(rows: int, stored: int = 100) -> ShardEntry:
+        return ShardEntry(f"shards/{rows}.parquet", rows, 1, "0" * 64, "s",
+                          keep="k" if rows < stored else "", stored=stored, home="v/1")
+    carried = [entry(r) for r in (100, 95, 85, 70, 80, 40, 100, 100, 100, 100)]  # 870 rows
+    cfg = SimpleNamespace(compact_below=0.9, compact_budget=0.2, rows_per_shard=100)
+    p = SimpleNamespace(cfg=cfg, files=[])
+    kept, sparse = compaction(p, carried)
+    # under half always goes (40), then the sparsest below 0.9 while 20% of 870 rows allow
+    assert [e.rows for e in sparse] == [40, 70] and len(kept) == 8
+    assert [e.rows for e in compaction(p, carried, budget=1.0)[1]] == [40, 70, 80, 85]
+    assert compaction(SimpleNamespace(cfg=SimpleNamespace(**{**vars(cfg), "compact_below": 0}),
+                                      files=[]), carried) == (carried, [])
 
 
 def test_a_new_key_that_collides_with_a_kept_one_takes_a_whole_fill(source, tmp_path):

@@ -72,35 +72,40 @@ class ShardEntry:
         """Rows in the file, kept or not."""
         return self.stored or self.rows
 
-    @functools.cached_property
-    def _live(self) -> tuple[RowRange, ...]:
-        return self._live_ranges()
-
     def live_ranges(self) -> tuple[RowRange, ...]:
         """The source rows this version reads from the file: `ranges`, less the rows its
-        selection leaves out (worked out once per entry)."""
-        return self._live if self.keep else self.ranges
-
-    def _live_ranges(self) -> tuple[RowRange, ...]:
+        selection leaves out."""
         if not self.keep:
             return self.ranges
+        blocks, which, starts, stops = self.live_runs
+        return tuple(RowRange(blocks[i], a, b) for i, a, b in zip(
+            which.tolist(), starts.tolist(), stops.tolist(), strict=True))
+
+    @functools.cached_property
+    def live_runs(self) -> tuple[list[str], Any, Any, Any]:
+        """The same as arrays, worked out once: (block names, and per run of consecutive kept
+        rows: the index of its block, its first row, its end)."""
         import numpy as np
 
+        blocks = sorted({r.block for r in self.ranges})
+        at = {b: i for i, b in enumerate(blocks)}
+        code = np.array([at[r.block] for r in self.ranges], np.int64)
+        start = np.array([r.start for r in self.ranges], np.int64)
+        stop = np.array([r.stop for r in self.ranges], np.int64)
+        if not self.keep:
+            return blocks, code, start, stop
         from raycache.cache.selection import decode
 
+        lengths = stop - start
         mask = decode(self.keep, self.file_rows)
-        lengths = [r.rows for r in self.ranges]
-        code = np.repeat(np.arange(len(self.ranges)), lengths)[mask]
-        row = (np.concatenate([np.arange(r.start, r.stop) for r in self.ranges])
-               if self.ranges else np.zeros(0, np.int64))[mask]
-        if not len(row):
-            return ()
+        which = np.repeat(code, lengths)[mask]
+        row = (np.repeat(start - np.cumsum(lengths) + lengths, lengths)
+               + np.arange(int(lengths.sum())))[mask]
         cut = np.ones(len(row), bool)
-        cut[1:] = (code[1:] != code[:-1]) | (row[1:] != row[:-1] + 1)
+        cut[1:] = (which[1:] != which[:-1]) | (row[1:] != row[:-1] + 1)
         first = np.flatnonzero(cut)
         last = np.append(first[1:], len(row)) - 1
-        return tuple(RowRange(self.ranges[c].block, a, b + 1) for c, a, b in zip(
-            code[first].tolist(), row[first].tolist(), row[last].tolist(), strict=True))
+        return blocks, which[first], row[first], row[last] + 1
 
     @property
     def shared(self) -> bool:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from raycache.cache.columns import input_column
@@ -70,19 +71,29 @@ def check_complete(p: Plan, records: list[ShardRecord], totals: dict[str, int],
                    shared: Sequence[ShardEntry] = ()) -> None:
     """Every row of every source file in exactly one shard (its own, or one it `shared` with
     an older version), or no manifest."""
-    covered: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    starts: dict[str, list[Any]] = defaultdict(list)
+    stops: dict[str, list[Any]] = defaultdict(list)
+    own: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for r in records:
         for x in r.ranges:
-            covered[x.block].append((x.start, x.stop))
+            own[x.block].append((x.start, x.stop))
             totals.setdefault(x.block, x.source_rows or 0)
-    for e in shared:
-        for x in e.live_ranges():
-            covered[x.block].append((x.start, x.stop))
+    for block, spans in own.items():
+        pairs = np.array(spans, np.int64).reshape(-1, 2)
+        starts[block].append(pairs[:, 0])
+        stops[block].append(pairs[:, 1])
+    for e in shared:  # kept rows' runs, as arrays: a version's holes are many
+        blocks, which, first, end = e.live_runs
+        for i, block in enumerate(blocks):
+            starts[block].append(first[which == i])
+            stops[block].append(end[which == i])
     bad = []
     for f in p.files:
-        spans = sorted(covered.get(f.block, []))
-        overlap = any(b0 > a1 for (_, b0), (a1, _) in zip(spans, spans[1:], strict=False))
-        if overlap or sum(b - a for a, b in spans) != totals.get(f.block, 0):
+        a = np.concatenate(starts.get(f.block, [np.zeros(0, np.int64)]))
+        b = np.concatenate(stops.get(f.block, [np.zeros(0, np.int64)]))
+        order = np.argsort(a, kind="stable")
+        a, b = a[order], b[order]
+        if (a[1:] < b[:-1]).any() or int((b - a).sum()) != totals.get(f.block, 0):
             bad.append(f.uri)
     if bad:
         raise RaycacheError(

@@ -93,10 +93,15 @@ class FillConfig:
     newest earlier version whose rows are still valid instead of copying them: it reads the
     changed and new source files only and writes shards for the rows that changed
     (raycache.fill.versions). Not part of the fingerprint: the rows are the same either way."""
-    compact_below: float = 0.5
+    compact_below: float = 0.9
     """Compaction: a shared shard whose version keeps less than this share of its rows is
-    written again (its kept rows, embeddings reused, nothing encoded), so reads stay at memory
-    speed; so are a version's small shards once they outnumber MAX_SMALL_SHARDS. 0: never."""
+    written again (its kept rows, embeddings reused, nothing encoded), so that reads, which
+    read a shard whole, stay within 1 / compact_below of the bytes they use; so are a
+    version's small shards once they outnumber MAX_SMALL_SHARDS. 0: never."""
+    compact_budget: float = 0.08
+    """A fill compacts at most this share of the version's rows, the sparsest shards first
+    (shards that keep under half their rows always go), spreading the rewrites over versions;
+    `raycache compact` has no budget."""
     progress: bool = True
     """Show one progress bar (rows, rows/s, ETA) and the summary."""
     verbose: bool = False
@@ -115,7 +120,10 @@ class FillConfig:
             out.append(f"num_cpus={self.num_cpus!r}: expected a number > 0, or 'auto'")
         if not 0 <= self.compact_below <= 1:
             out.append(f"compact_below={self.compact_below}: expected a share of a shard's "
-                       "rows between 0 (never compact) and 1, e.g. 0.5")
+                       "rows between 0 (never compact) and 1, e.g. 0.9")
+        if not 0 <= self.compact_budget <= 1:
+            out.append(f"compact_budget={self.compact_budget}: expected a share of the "
+                       "version's rows between 0 and 1, e.g. 0.08")
         if self.in_process not in (True, False, AUTO):
             out.append(f"in_process={self.in_process!r}: expected true, false or 'auto'")
         elif self.in_process is True and self.num_gpus > 0:

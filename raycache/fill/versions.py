@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,11 +76,14 @@ class Version:
 
     def covered(self) -> dict[str, Ranges]:
         """The new source's rows the carried entries hold, per file block."""
-        spans: dict[str, list[Span]] = defaultdict(list)
+        starts: dict[str, list[np.ndarray]] = defaultdict(list)
+        stops: dict[str, list[np.ndarray]] = defaultdict(list)
         for e in self.carried:
-            for r in e.live_ranges():
-                spans[r.block].append(Span(r.start, r.stop))
-        return {k: _merged(v) for k, v in spans.items()}
+            blocks, which, first, end = e.live_runs
+            for i, block in enumerate(blocks):
+                starts[block].append(first[which == i])
+                stops[block].append(end[which == i])
+        return {b: _merged(np.concatenate(starts[b]), np.concatenate(stops[b])) for b in starts}
 
     def keeps(self, record: ShardRecord, covered: dict[str, Ranges]) -> bool:
         """Whether a resumed shard record holds no row the carried entries hold (`covered`)."""
@@ -96,14 +98,16 @@ class Version:
         return {c: stats_of(counts + new.get(c, Counter())) for c, counts in self.counts.items()}
 
 
-def _merged(spans: Iterable[Span]) -> Ranges:
-    out: list[Span] = []
-    for s in sorted(spans):
-        if out and s.start <= out[-1].stop:
-            out[-1] = Span(out[-1].start, max(out[-1].stop, s.stop))
-        else:
-            out.append(s)
-    return tuple(out)
+def _merged(starts: np.ndarray, stops: np.ndarray) -> Ranges:
+    """Row spans as sorted, merged Spans."""
+    order = np.argsort(starts, kind="stable")
+    starts, stops = starts[order], np.maximum.accumulate(stops[order])
+    cut = np.ones(len(starts), bool)
+    cut[1:] = starts[1:] > stops[:-1]
+    first = np.flatnonzero(cut)
+    last = np.append(first[1:], len(starts)) - 1
+    return tuple(Span(a, b) for a, b in zip(starts[first].tolist(), stops[last].tolist(),
+                                            strict=True))
 
 
 def counted(p: Plan) -> list[str]:
@@ -155,18 +159,18 @@ def plan_version(p: Plan) -> Version | None:
     entries = [e if e.home else dataclasses.replace(e, home=own) for e in base.shards]
     if _lost(p, entries):
         return None
-    live = {id(e): e.live_ranges() for e in entries}
-    old_blocks = {r.block for e in entries for r in live[id(e)]}  # the files of its rows
+    live = {id(e): _per_block(e) for e in entries}  # kept rows per file block
+    old_blocks = {b for e in entries for b in live[id(e)]}  # the files of its rows
     unchanged = old_blocks & {f.block for f in p.files}
     names = sorted(old_blocks | {f.block for f in p.files})
     codes = {b: i for i, b in enumerate(names)}
     totals: Counter = Counter()
     for e in entries:
-        for r in live[id(e)]:
-            if r.block in unchanged:
-                totals[r.block] += r.rows
-    carried = [e for e in entries if all(r.block in unchanged for r in live[id(e)])]
-    touched = [e for e in entries if not all(r.block in unchanged for r in live[id(e)])]
+        for block, rows in live[id(e)].items():
+            if block in unchanged:
+                totals[block] += rows
+    carried = [e for e in entries if unchanged.issuperset(live[id(e)])]
+    touched = [e for e in entries if not unchanged.issuperset(live[id(e)])]
     labels = counted(p)
     counts = {c: Counter(counts_of(base.label_stats[c])) for c in labels}
     fresh = read_new(p, [f for f in p.files if f.block not in unchanged], codes)
@@ -195,6 +199,13 @@ def plan_version(p: Plan) -> Version | None:
     return Version(base, carried, dict(totals), counts, reuse, fresh.num_rows, len(sparse))
 
 
+def _per_block(e: ShardEntry) -> dict[str, int]:
+    """An entry's kept rows per source file block."""
+    blocks, which, starts, stops = e.live_runs
+    rows = np.bincount(which, weights=stops - starts, minlength=len(blocks))
+    return {b: int(n) for b, n in zip(blocks, rows, strict=True) if n}
+
+
 def _lost(p: Plan, entries: list[ShardEntry]) -> bool:
     """Whether any shared file is missing or of another size (one listing per folder)."""
     by_home: dict[str, list[ShardEntry]] = defaultdict(list)
@@ -209,14 +220,24 @@ def _lost(p: Plan, entries: list[ShardEntry]) -> bool:
     return False
 
 
-def compaction(p: Plan, carried: list[ShardEntry]) -> tuple[list[ShardEntry], list[ShardEntry]]:
+def compaction(p: Plan, carried: list[ShardEntry], budget: float | None = None
+               ) -> tuple[list[ShardEntry], list[ShardEntry]]:
     """(entries kept as they are, entries to write again): those keeping less than
-    compact_below of their file's rows, and the small ones once they outnumber
-    MAX_SMALL_SHARDS beyond one a source file."""
+    compact_below of their file's rows, the sparsest first, as many as `budget` (a share of
+    the version's rows; default the config's compact_budget, None: no budget) allows, and those
+    under half always; and the small ones once they outnumber MAX_SMALL_SHARDS beyond one a
+    source file."""
     below = p.cfg.compact_below
     if not below:
         return carried, []
-    sparse = [e for e in carried if e.keep and e.rows < below * e.file_rows]
+    budget = p.cfg.compact_budget if budget is None else budget
+    rows = sum(e.rows for e in carried)
+    sparse, spent = [], 0
+    for e in sorted((e for e in carried if e.keep and e.rows < below * e.file_rows),
+                    key=lambda e: e.rows / e.file_rows):
+        if e.rows < 0.5 * e.file_rows or spent + e.rows <= budget * rows:
+            sparse.append(e)
+            spent += e.rows
     small = [e for e in carried if e.rows < p.cfg.rows_per_shard // 2 and e not in sparse]
     if len(small) > MAX_SMALL_SHARDS + len(p.files):  # each file may end in a small one
         sparse += small

@@ -40,7 +40,7 @@ def compact(name: str, store: Store | str | None = None, fingerprint: str | None
             f"since the fill (they now give fingerprint {p.fingerprint}). Fill the cache "
             "again instead: the new version shares what is still valid, and compacts")
     m = cache.manifest
-    keep, sparse = compaction(p, [e for e in m.shards if e.home])
+    keep, sparse = compaction(p, [e for e in m.shards if e.home], budget=1.0)
     if not sparse:
         return FillResult(cache, True, time.perf_counter() - started[0], 0)
     version = within(m, keep, sparse, reuse_from(p, m, sparse))
