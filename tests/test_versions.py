@@ -132,7 +132,8 @@ def test_unchanged_files_are_not_read_again(source, tmp_path, monkeypatch):
     assert_same_rows(v2.cache, whole(cfg))
 
 
-@pytest.mark.parametrize(("compact_below", "counts"), [(0.5, (0, 10, 400)), (0, (0, 0, 410))])
+@pytest.mark.parametrize(("compact_below", "counts"), [(0.5, (0, 0, 400, 10)),
+                                                      (0, (0, 0, 410, 0))])
 def test_a_removed_file_and_a_moved_row(source, tmp_path, compact_below, counts):
     cfg = config(source, tmp_path, compact_below=compact_below)
     raycache.fill(cfg)
@@ -141,9 +142,9 @@ def test_a_removed_file_and_a_moved_row(source, tmp_path, compact_below, counts)
     rewrite(source / "a.parquet", lambda d: [d[k].extend(moved.column(k).to_pylist())
                                              for k in d])
     v2 = raycache.fill(cfg)
-    # c's first shard keeps only its 10 moved rows: under compact_below, it is written again
-    # (its embeddings reused); with compaction off, shared with a selection
-    assert (v2.encoded_rows, v2.reused_rows, v2.shared_rows) == counts
+    # c's first shard keeps only its 10 moved rows: under compact_below, they are copied into
+    # a shard of the version; with compaction off, shared with a selection
+    assert (v2.encoded_rows, v2.reused_rows, v2.shared_rows, v2.compacted_rows) == counts
     assert v2.cache.manifest.rows == 410
     assert_same_rows(v2.cache, whole(cfg))
 
@@ -161,7 +162,8 @@ def test_a_chain_of_versions_compacts_sparse_shards_and_reads_the_same(source, t
         last = raycache.fill(cfg)
     shards = list(last.cache.manifest.shards)
     assert all(s.rows >= 0.8 * s.file_rows for s in shards if s.keep)
-    assert last.encoded_rows == 96
+    assert last.encoded_rows == 96 and last.reused_rows == 0 and last.compacted_rows > 0
+    assert f"{last.compacted_rows} compacted" in last.summary()
     assert_same_rows(last.cache, whole(cfg))
     assert raycache.verify(last.cache).ok
 

@@ -80,6 +80,8 @@ class FillResult:
     """The fingerprint of the version it shares rows with (empty: none)."""
     written_bytes: int = 0
     """Bytes of the shards this call wrote."""
+    compacted_rows: int = 0
+    """Rows of sparse shared shards copied into new shards of this version (compaction)."""
 
     @property
     def rows_per_second(self) -> float:
@@ -103,11 +105,13 @@ class FillResult:
         resumed = f", {self.resumed_rows} resumed" if self.resumed_rows else ""
         shared = (f", {self.shared_rows} shared with version {self.base[:12]}"
                   if self.base else "")
+        shared += f", {self.compacted_rows} compacted" if self.compacted_rows else ""
         what = (f"re-encoded the bad shards, {m.rows} rows ({self.encoded_rows} encoded"
                 f"{self._by()}, {self.resumed_rows} kept from good shards), " if self.repair else
                 f"miss, {m.rows} rows ({self.encoded_rows} encoded{self._by()}, "
                 f"{self.reused_rows} reused{resumed}{shared}), ")
-        wrote = f" ({human_bytes(self.written_bytes)} written)" if self.base else ""
+        wrote = (f" ({human_bytes(self.written_bytes)} written)"
+                 if self.base or self.compacted_rows else "")
         return head + (f"{what}{m.shard_count} shards, {human_bytes(m.bytes)}{wrote}, "
                        f"{self._timings()}")
 
@@ -179,19 +183,23 @@ def _removed(p: Plan) -> StoreError:
 def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
               started: tuple[float, float] | None, version: Version | None) -> FillResult:
     from raycache.compute.pool import local_pool
-    from raycache.fill.versions import plan_version
+    from raycache.fill.versions import copy_sparse, plan_version
 
     cfg = p.cfg
     start, start_wall = started or (time.perf_counter(), time.time())
     if version is None and cfg.share and not replace:
         version = plan_version(p)
     covered = done_ranges(done)
+    compacted: list[ShardRecord] = []
     if version is not None:  # a resumed record never holds a row the version shares
         shared = version.covered()
         done = [r for r in done if version.keeps(r, shared)]
-        covered = {b: _union(done_ranges(done).get(b, ()), shared.get(b, ()))
-                   for b in {*done_ranges(done), *shared}}
+        if version.sparse:  # compaction: kept rows copied into the version's folder
+            compacted = copy_sparse(p, version, done)
+        mine = done_ranges(done + compacted)
+        covered = {b: _union(mine.get(b, ()), shared.get(b, ())) for b in {*mine, *shared}}
     resumed = sum(r.rows for r in done)
+    done = done + compacted
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
                                        covered, cfg.source.key,
                                        version.totals if version else None)
@@ -255,9 +263,10 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
                       encode_seconds=encode_s, pool=where, encoded_by=by, repair=replace,
                       startup_seconds=began - start_wall if began else 0.0,
                       shared_rows=version.rows if version else 0,
+                      compacted_rows=sum(r.rows for r in compacted),
                       base=version.base.fingerprint if version and
                       version.base.fingerprint != p.fingerprint else "",
-                      written_bytes=sum(r.bytes for r in new))
+                      written_bytes=sum(r.bytes for r in new + compacted))
 
 
 def _union(a: sources.Ranges, b: sources.Ranges) -> sources.Ranges:

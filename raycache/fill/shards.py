@@ -13,12 +13,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raycache.cache.columns import HASH_PREFIX, input_column, is_views_column
-from raycache.cache.records import RowRange, ShardRecord
+from raycache.cache.reads import cache_label, read_bytes_checked, shard_path
+from raycache.cache.records import RowRange, ShardEntry, ShardRecord
+from raycache.cache.selection import decode
 from raycache.cache.store import PROGRESS, Store, shard_name
 from raycache.cache.vectors import is_packed, pack
 from raycache.fill.reuse import need_column
 
-__all__ = ["DEDUP", "STARTED", "rewrite", "write_stage"]
+__all__ = ["DEDUP", "STARTED", "copy_kept", "rewrite", "write_stage"]
 
 DEDUP = "-dedup-"
 """In a shard's name, before its checksum: the shard written again without duplicate keys."""
@@ -104,6 +106,29 @@ def rewrite(store: Store, cache_dir: str, record: ShardRecord, keep: np.ndarray
                          written=time.time())
     store.write_json(_progress_path(cache_dir, base), out.to_json(), compact=True)
     return out
+
+
+def copy_kept(store: Store, cache_dir: str, fingerprint: str, entries: list[ShardEntry],
+              ranges: tuple[RowRange, ...], dims: dict[str, int]) -> ShardRecord:
+    """Compaction: the kept rows of shared shards (each read whole and checked), copied as they
+    are stored into one shard of this cache named by `ranges` (theirs, with source and rows),
+    and its progress record: rows are copied, never encoded."""
+    tables = []
+    for e in entries:
+        blob = read_bytes_checked(store, shard_path(store, cache_dir, e), e.bytes, e.sha256,
+                                  cache_label(cache_dir))
+        table = pq.read_table(pa.BufferReader(blob))  # packed vectors stay packed
+        tables.append(table.filter(pa.array(decode(e.keep, e.file_rows))) if e.keep else table)
+    table = pa.concat_tables(tables).replace_schema_metadata(
+        {"raycache.fingerprint": fingerprint})
+    rel = shard_name(ranges)
+    blob = _put(store, f"{cache_dir}/{rel}", _parquet(table), table)
+    record = ShardRecord(path=rel, rows=table.num_rows, bytes=len(blob),
+                         sha256=hashlib.sha256(blob).hexdigest(), ranges=ranges, dims=dims,
+                         reused=table.num_rows, encoded=dict.fromkeys(dims, 0),
+                         written=time.time())
+    store.write_json(_progress_path(cache_dir, rel), record.to_json(), compact=True)
+    return record
 
 
 def _progress_path(cache_dir: str, rel: str) -> str:

@@ -24,11 +24,12 @@ from raycache.cache.columns import hash_column
 from raycache.cache.committed import scan
 from raycache.cache.manifest import Manifest
 from raycache.cache.reads import map_ordered, parse, shard_path
-from raycache.cache.records import ShardEntry, ShardRecord
+from raycache.cache.records import RowRange, ShardEntry, ShardRecord
 from raycache.cache.selection import decode
 from raycache.cache.store import SHARDS
 from raycache.fill.keys import counts_of, named, stats_of
 from raycache.fill.matching import (
+    CODE,
     Old,
     collides,
     match,
@@ -41,7 +42,7 @@ from raycache.fill.plan import Plan
 from raycache.fill.reuse import Lookup, Reuse, Source, whole
 from raycache.source.files import Ranges, Span
 
-__all__ = ["MAX_SMALL_SHARDS", "Version", "base_of", "compaction", "plan_version", "reuse_from",
+__all__ = ["MAX_SMALL_SHARDS", "Version", "base_of", "compaction", "copy_sparse", "plan_version",
            "within"]
 
 MAX_SMALL_SHARDS = 16
@@ -64,8 +65,11 @@ class Version:
     """The embeddings of the rows it no longer shares (changed, compacted), by input hash."""
     read_rows: int = 0
     """Rows of changed or new source files read and hashed to match them."""
-    compacted: int = 0
-    """Shared shards written again because too few of their rows were kept."""
+    sparse: list[ShardEntry] = dataclasses.field(default_factory=list)
+    """Shared shards to write again in the version's folder (compaction), their kept rows
+    copied."""
+    files: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
+    """Each source file block's URI and rows (what a copied shard's ranges name)."""
     stats: dict[str, Any] | None = None
     """The version's label stats where they are known whole (a repair or a compaction of a
     committed version: the same rows), else counted from `counts` and the new rows."""
@@ -189,14 +193,17 @@ def plan_version(p: Plan) -> Version | None:
                  key.filter(pa.array(~kept & ~known)), carried):
         return None
     carried, sparse = compaction(p, carried)
-    if sparse:
+    if sparse:  # their rows are copied into new shards of the version, counted there
         for c, counted_values in _labels_of(p, sparse, labels).items():
             counts[c].subtract(counted_values)
-    reuse = None
-    if p.cfg.reuse:
-        reuse = reuse_from(p, base, touched + sparse) if sparse else _gone(p, base, touched, old,
-                                                                        alive)
-    return Version(base, carried, dict(totals), counts, reuse, fresh.num_rows, len(sparse))
+    reuse = _gone(p, base, touched, old, alive) if p.cfg.reuse else None
+    rows = Counter(dict(totals))
+    if fresh.num_rows:
+        for code, n in enumerate(np.bincount(fresh.column(CODE).to_numpy())):
+            rows[names[code]] += int(n)
+    uris = {f.block: f.uri for f in p.files}
+    return Version(base, carried, dict(totals), counts, reuse, fresh.num_rows, sparse=sparse,
+                   files={b: (uris[b], rows[b]) for b in uris})
 
 
 def _per_block(e: ShardEntry) -> dict[str, int]:
@@ -284,22 +291,39 @@ def _gone(p: Plan, base: Manifest, touched: list[ShardEntry], old: Old | None,
     return Reuse(p.store, lookups) if lookups else None
 
 
-def reuse_from(p: Plan, base: Manifest, entries: list[ShardEntry]) -> Reuse | None:
-    """Reuse by content from the files of `entries` only (the rows the version stops sharing
-    come from there): O(rows changed), never a look at the whole store."""
-    files = {(e.home, e.path): e for e in entries}
-    lookups = {}
-    for enc in p.cfg.encoders:
-        if not enc.trainable and files:
-            lookups[enc.name] = Lookup(
-                [Source(p.store.path(home), path, enc.name, hash_column(enc.input), whole(e))
-                 for (home, path), e in files.items()], base.encoder(enc.name).dim)
-    return Reuse(p.store, lookups) if lookups else None
-
-
-def within(m: Manifest, keep: list[ShardEntry], sparse: list[ShardEntry] = (),
-           reuse: Reuse | None = None) -> Version:
+def within(p: Plan, m: Manifest, keep: list[ShardEntry], sparse: list[ShardEntry] = ()
+           ) -> Version:
     """A committed version `m` made again in its own folder (a repair, a compaction): the
-    shared entries it `keep`s as they are, its rows and label stats unchanged; the rest of its
-    rows are encoded again or, from `sparse`'s files, reused."""
-    return Version(m, keep, {}, {}, reuse, 0, len(sparse), stats=m.label_stats)
+    shared entries it `keep`s as they are, `sparse`'s kept rows copied, its rows and label
+    stats unchanged; the rest of its rows encoded again."""
+    rows: Counter = Counter()
+    for e in m.shards:
+        for r in e.live_ranges():
+            rows[r.block] += r.rows
+    return Version(m, keep, {}, {}, None, 0, stats=m.label_stats, sparse=list(sparse),
+                   files={f.block: (f.uri, rows[f.block]) for f in p.files})
+
+
+def copy_sparse(p: Plan, version: Version, done: list[ShardRecord]) -> list[ShardRecord]:
+    """Compaction: the sparse shared shards' kept rows copied into shards of the version's
+    folder, small ones gathered up to rows_per_shard a shard (a resumed fill's copies kept);
+    their records."""
+    from raycache.cache.store import shard_name
+    from raycache.fill.shards import copy_kept
+
+    have = {r.path for r in done}
+    dims = {e.name: e.dim for e in version.base.encoders if not e.trainable}
+    out, group = [], []
+    order = sorted(version.sparse, key=lambda e: min((r.block, r.start)
+                                                     for r in e.live_ranges()))
+    for e in [*order, None]:
+        if e is not None and (not group or sum(g.rows for g in group) + e.rows
+                              <= p.cfg.rows_per_shard):
+            group.append(e)
+            continue
+        ranges = tuple(RowRange(r.block, r.start, r.stop, *version.files[r.block])
+                       for g in group for r in g.live_ranges())
+        if shard_name(ranges) not in have:
+            out.append(copy_kept(p.store, p.dir, p.fingerprint, group, ranges, dims))
+        group = [e]
+    return out

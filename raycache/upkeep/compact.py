@@ -1,6 +1,6 @@
 """raycache compact: a committed version's sparse or small shared shards written again in its
-own folder (their kept rows, embeddings reused, nothing encoded), as a fill's compaction
-would, so reads stay at memory speed; the version's rows and fingerprint stay the same."""
+own folder (their kept rows copied, nothing encoded), as a fill's compaction would, so reads
+stay at memory speed; the version's rows and fingerprint stay the same."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from raycache.cache.store import Store
 from raycache.errors import RaycacheError
 from raycache.fill.plan import plan
 from raycache.fill.run import FillResult, complete
-from raycache.fill.versions import compaction, reuse_from, within
+from raycache.fill.versions import compaction, within
 from raycache.upkeep.repair import config_of, own_records
 
 __all__ = ["compact"]
@@ -24,9 +24,10 @@ def compact(name: str, store: Store | str | None = None, fingerprint: str | None
             progress: bool = True) -> FillResult:
     """Compact the cache `name` (its newest fill, or `fingerprint`): the shared shards that keep
     less than `below` of their rows (default: the fill's compact_below, 0.5), and the small
-    ones once they outnumber the bound a fill keeps to. Their rows are read from the source
-    (which must be unchanged, as for a repair) and their embeddings taken from the shards;
-    a cache with nothing to compact is returned as a hit. The shards it stops reading stay
+    ones once they outnumber the bound a fill keeps to. Their kept rows are copied into shards
+    of the cache's own folder (nothing is read from the source or encoded; the source is
+    still listed and must be unchanged, as for a repair: the fingerprint is checked); a cache
+    with nothing to compact is returned as a hit. The shards it stops reading stay
     for the versions that still read them; gc removes them once none does."""
     started = time.perf_counter(), time.time()
     cache = open_cache(name, store, fingerprint)
@@ -43,6 +44,6 @@ def compact(name: str, store: Store | str | None = None, fingerprint: str | None
     keep, sparse = compaction(p, [e for e in m.shards if e.home], budget=1.0)
     if not sparse:
         return FillResult(cache, True, time.perf_counter() - started[0], 0)
-    version = within(m, keep, sparse, reuse_from(p, m, sparse))
+    version = within(p, m, keep, sparse)
     return complete(p, own_records(cache, set()), replace=True, started=started,
                     version=version)

@@ -55,7 +55,7 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
         with contextlib.suppress(FileNotFoundError):
             cache.store.rm(f"{cache.dir}/{path}")
     shared = [e for e in cache.manifest.shards if e.home and label(e) not in bad]
-    version = within(cache.manifest, shared) if any(e.home for e in cache.manifest.shards) \
+    version = within(p, cache.manifest, shared) if any(e.home for e in cache.manifest.shards) \
         else None  # a bad shared file stays (other versions may read it): its rows are
     return complete(p, own_records(cache, bad), replace=True, started=started,  # encoded anew
                     version=version)
