@@ -75,14 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--no-progress", action="store_true", help="print no progress bar")
         if name == "verify":
             p.add_argument("--fingerprint", help="this fill (default: the newest)")
-    text = ("rewrite a version's sparse or small shared shards (their kept rows, nothing "
-            "encoded) so its reads stay at memory speed")
+    text = ("copy a version's sparse or small shared shards' kept rows into its own shards "
+            "(nothing encoded), so its reads stay at memory speed")
     p = sub.add_parser("compact", help=text, description=text)
     p.add_argument("cache", help=CACHE_HELP)
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
     p.add_argument("--below", type=float, default=None,
                    help="compact shared shards that keep less than this share of their rows "
-                        "(default: the fill's compact_below, 0.5)")
+                        "(default: the fill's compact_below, 0.9)")
     p.add_argument("--no-progress", action="store_true", help="print no progress bar")
     text = "bytes, rows and shards of every cache folder in a store"
     p = sub.add_parser("du", help=text, description=text)

@@ -23,7 +23,7 @@ def compact(name: str, store: Store | str | None = None, fingerprint: str | None
             below: float | None = None, source_options: dict[str, Any] | None = None,
             progress: bool = True) -> FillResult:
     """Compact the cache `name` (its newest fill, or `fingerprint`): the shared shards that keep
-    less than `below` of their rows (default: the fill's compact_below, 0.5), and the small
+    less than `below` of their rows (default: the fill's compact_below, 0.9), and the small
     ones once they outnumber the bound a fill keeps to. Their kept rows are copied into shards
     of the cache's own folder (nothing is read from the source or encoded; the source is
     still listed and must be unchanged, as for a repair: the fingerprint is checked); a cache
