@@ -148,6 +148,17 @@ def read_shards(cache) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(x), torch.from_numpy(t.column("label").to_numpy())
 
 
+def start_ray():
+    """Ray started in this process, as on a running cluster, its workers finding the bench's
+    encoder; torch on the machine's two cores. Returns the ray module."""
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    torch.set_num_threads(2)
+    import ray
+
+    ray.init(include_dashboard=False, log_to_driver=False)
+    return ray
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -157,13 +168,9 @@ def main() -> None:
     p.add_argument("--skip", nargs="*", default=[], choices=["quarter", "changed", "train"])
     args = p.parse_args()
     sys.path.insert(0, str(HERE))
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
-    torch.set_num_threads(2)
-    import ray
-
+    ray = start_ray()
     import raycache
 
-    ray.init(include_dashboard=False, log_to_driver=False)  # as on a running cluster
     n = args.rows
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -31,7 +31,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from scale import ROW_GROUP, fill_config, make_source  # noqa: E402
+from scale import ROW_GROUP, fill_config, make_source, start_ray  # noqa: E402
 
 
 def edit(folder: Path, share: float, files: list[int], seed: int) -> int:
@@ -96,13 +96,9 @@ def main() -> None:
     p.add_argument("--skip", nargs="*", default=[], choices=["train"],
                    help="train: no training on the newest version (10M rows take 15 GiB a load)")
     args = p.parse_args()
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
-    torch.set_num_threads(2)
-    import ray
-
+    ray = start_ray()
     import raycache
 
-    ray.init(include_dashboard=False, log_to_driver=False)  # as on a running cluster
     n = args.rows
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
