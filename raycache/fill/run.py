@@ -208,7 +208,7 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
     todo = sum(u.todo() or 0 for u in units)
     block = block_rows(cfg, todo)
     blocks = None if todo is None else -(-todo // block)
-    local = in_process(cfg, todo)
+    local = in_process(cfg, todo, version=version is not None)
     if local:
         pool = local_pool(cfg)
     else:
@@ -304,10 +304,13 @@ def block_rows(cfg: FillConfig, todo: int | None) -> int:
     return max(1, rows // shard) * shard
 
 
-def in_process(cfg: FillConfig, todo: int | None) -> bool:
-    """Whether the fill runs its stages in this process (see FillConfig.in_process)."""
+def in_process(cfg: FillConfig, todo: int | None, version: bool = False) -> bool:
+    """Whether the fill runs its stages in this process (see FillConfig.in_process): a small
+    CPU fill, or a new version's (its changed rows, read in part from a few files, where an
+    actor pool's start-up would cost more than they do), with no cluster of several nodes."""
     return runner.in_process(cfg.in_process, cpu=cfg.num_gpus == 0, concurrency=cfg.concurrency,
-                             small=todo is not None and todo <= AUTO_IN_PROCESS_ROWS)
+                             small=version or (todo is not None
+                                               and todo <= AUTO_IN_PROCESS_ROWS))
 
 
 def _reuse(p: Plan, version: Version | None = None, store: bool = False
