@@ -2,7 +2,6 @@
 shards and embeddings as Ray Data's pipeline, the same resume, and auto picks it only where
 no cluster is running or named."""
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -69,10 +68,10 @@ def test_auto_runs_in_process_only_for_small_cpu_fills_with_no_cluster(monkeypat
     def cfg(**over) -> FillConfig:
         return load_fill(toy_fill("src", str(tmp_path), **over))
 
+    import ray
+
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    ray = sys.modules.get("ray")
-    if ray is not None:
-        monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     assert in_process(cfg(), 600)
     assert not in_process(cfg(), AUTO_IN_PROCESS_ROWS + 1)  # large: Ray Data's actor pool
     assert not in_process(cfg(), None)  # rows not counted
@@ -80,8 +79,19 @@ def test_auto_runs_in_process_only_for_small_cpu_fills_with_no_cluster(monkeypat
     assert not in_process(cfg(concurrency=2), 600)  # an actor pool was asked for
     assert in_process(cfg(in_process=True), 10**9)
     assert not in_process(cfg(in_process=False), 600)
+    assert in_process(cfg(), 10**7, version=True)  # a new version's changed rows
+    assert not in_process(cfg(num_gpus=1), 600, version=True)
     monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
     assert not in_process(cfg(), 600)  # under `ray job submit`: the cluster
+    assert not in_process(cfg(), 600, version=True)
+    monkeypatch.delenv("RAY_ADDRESS")
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)  # connected: one node runs
+    for alive, local in ((1, True), (2, False)):  # them here, several nodes on Ray
+        monkeypatch.setattr(ray, "nodes", lambda n=alive: [{"Alive": True}] * n + [
+            {"Alive": False}])
+        assert in_process(cfg(), 600) is local
+        assert in_process(cfg(), 10**7, version=True) is local
+        assert not in_process(cfg(), AUTO_IN_PROCESS_ROWS + 1)
 
 
 def test_in_process_setting_is_checked():

@@ -325,3 +325,21 @@ def test_training_on_a_shared_version_equals_training_on_the_rows_written_whole(
         for x, y in zip(a.history, b.history, strict=True):
             assert x["val_loss"] == pytest.approx(y["val_loss"], abs=tolerance)
             assert x["val_acc"] == pytest.approx(y["val_acc"], abs=max(tolerance, 1e-6))
+
+
+@pytest.mark.ray
+def test_a_version_on_the_ray_data_pipeline(ray_session, source, tmp_path):
+    """Forced onto Ray Data (a cluster of several nodes takes that path): the version's reuse
+    and what it shares travel to the actors; the same rows as in-process."""
+    cfg = config(source, tmp_path, in_process=False)
+    raycache.fill(cfg)
+
+    def edit(d):
+        for i in range(0, 200, 20):
+            d["features"][i] = [x - 1.0 for x in d["features"][i]]
+        d["label"][1] = (d["label"][1] + 1) % 3  # its embedding reused
+    rewrite(source / "c.parquet", edit)
+    v2 = raycache.fill(cfg)
+    assert "encoder actor" in v2.pool
+    assert (v2.encoded_rows, v2.reused_rows, v2.shared_rows) == (10, 1, 589)
+    assert_same_rows(v2.cache, whole(cfg))
