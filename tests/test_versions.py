@@ -40,8 +40,8 @@ def source(tmp_path) -> Path:
 
 
 def config(source: Path, tmp_path: Path, **over) -> dict:
-    return toy_fill(str(source), str(tmp_path / "store"), rows_per_shard=50, in_process=True,
-                    **over)
+    return toy_fill(str(source), str(tmp_path / "store"), **{"rows_per_shard": 50,
+                                                             "in_process": True, **over})
 
 
 def rewrite(path: Path, change) -> None:
