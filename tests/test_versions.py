@@ -343,3 +343,21 @@ def test_a_version_on_the_ray_data_pipeline(ray_session, source, tmp_path):
     assert "encoder actor" in v2.pool
     assert (v2.encoded_rows, v2.reused_rows, v2.shared_rows) == (10, 1, 589)
     assert_same_rows(v2.cache, whole(cfg))
+
+
+@pytest.mark.s3
+def test_versions_share_storage_on_s3(bucket, source, tmp_path):
+    """On an S3 store (a moto server): a version refers to the older one's objects by their
+    store-relative folder, reads, verifies and survives gc --keep-last 1."""
+    store = f"{bucket}/caches"
+    cfg = {**config(source, tmp_path), "store": {"uri": store}}
+    raycache.fill(cfg)
+    rewrite(source / "a.parquet", lambda d: d["label"].__setitem__(3, (d["label"][3] + 1) % 3))
+    v2 = raycache.fill(cfg)
+    assert (v2.encoded_rows, v2.reused_rows, v2.shared_rows) == (0, 1, 599)
+    assert raycache.verify(v2.cache).ok
+    removed = raycache.gc(store, keep_last=1, delete=True, grace=None)
+    assert len(removed.removed) == 1
+    after = raycache.open_cache("toy", store)
+    assert after.fingerprint == v2.cache.fingerprint and raycache.verify(after).ok
+    assert_same_rows(after, whole({**cfg, "store": {"uri": str(tmp_path / "local")}}))
