@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["RowRange", "ShardEntry", "ShardRecord"]
+__all__ = ["RowRange", "ShardEntry", "ShardRecord", "spans_by_block"]
 
 
 @dataclass(frozen=True, order=True)
@@ -178,3 +179,24 @@ class ShardRecord:
         data = dict(data)
         ranges = tuple(RowRange.from_json(r) for r in data.pop("ranges", ()))
         return cls(**data, ranges=ranges)
+
+
+def spans_by_block(records: Iterable[ShardRecord] = (), entries: Iterable[ShardEntry] = ()
+                   ) -> dict[str, tuple[Any, Any]]:
+    """Per source file block, (starts, stops) as arrays, unsorted: the rows the shard
+    `records` hold and those the `entries` keep (a version's kept rows, worked out as arrays:
+    its holes are many)."""
+    import numpy as np
+
+    pairs: dict[str, list[tuple[int, int]]] = {}
+    for r in records:
+        for x in r.ranges:
+            pairs.setdefault(x.block, []).append((x.start, x.stop))
+    parts: dict[str, list[Any]] = {b: [np.array(v, np.int64).reshape(-1, 2)]
+                                   for b, v in pairs.items()}
+    for e in entries:
+        blocks, which, first, end = e.live_runs
+        for i, block in enumerate(blocks):
+            sel = which == i
+            parts.setdefault(block, []).append(np.stack([first[sel], end[sel]], axis=1))
+    return {b: (np.concatenate(v)[:, 0], np.concatenate(v)[:, 1]) for b, v in parts.items()}

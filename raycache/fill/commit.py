@@ -20,7 +20,7 @@ import pyarrow as pa
 from raycache.cache.columns import input_column
 from raycache.cache.committed import read_manifest
 from raycache.cache.manifest import EncoderEntry, Manifest
-from raycache.cache.records import ShardEntry, ShardRecord
+from raycache.cache.records import ShardEntry, ShardRecord, spans_by_block
 from raycache.cache.store import MANIFEST, PROGRESS, SHARDS, shard_name
 from raycache.core.secrets import split
 from raycache.errors import CorruptCache, RaycacheError
@@ -71,26 +71,13 @@ def check_complete(p: Plan, records: list[ShardRecord], totals: dict[str, int],
                    shared: Sequence[ShardEntry] = ()) -> None:
     """Every row of every source file in exactly one shard (its own, or one it `shared` with
     an older version), or no manifest."""
-    starts: dict[str, list[Any]] = defaultdict(list)
-    stops: dict[str, list[Any]] = defaultdict(list)
-    own: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for r in records:
         for x in r.ranges:
-            own[x.block].append((x.start, x.stop))
             totals.setdefault(x.block, x.source_rows or 0)
-    for block, spans in own.items():
-        pairs = np.array(spans, np.int64).reshape(-1, 2)
-        starts[block].append(pairs[:, 0])
-        stops[block].append(pairs[:, 1])
-    for e in shared:  # kept rows' runs, as arrays: a version's holes are many
-        blocks, which, first, end = e.live_runs
-        for i, block in enumerate(blocks):
-            starts[block].append(first[which == i])
-            stops[block].append(end[which == i])
+    spans = spans_by_block(records, shared)
     bad = []
     for f in p.files:
-        a = np.concatenate(starts.get(f.block, [np.zeros(0, np.int64)]))
-        b = np.concatenate(stops.get(f.block, [np.zeros(0, np.int64)]))
+        a, b = spans.get(f.block, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
         order = np.argsort(a, kind="stable")
         a, b = a[order], b[order]
         if (a[1:] < b[:-1]).any() or int((b - a).sum()) != totals.get(f.block, 0):

@@ -196,8 +196,7 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
         done = [r for r in done if version.keeps(r, shared)]
         if version.sparse:  # compaction: kept rows copied into the version's folder
             compacted = copy_sparse(p, version, done)
-        mine = done_ranges(done + compacted)
-        covered = {b: _union(mine.get(b, ()), shared.get(b, ())) for b in {*mine, *shared}}
+        covered = version.covered(done + compacted)
     resumed = sum(r.rows for r in done)
     done = done + compacted
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
@@ -267,17 +266,6 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
                       base=version.base.fingerprint if version and
                       version.base.fingerprint != p.fingerprint else "",
                       written_bytes=sum(r.bytes for r in new + compacted))
-
-
-def _union(a: sources.Ranges, b: sources.Ranges) -> sources.Ranges:
-    """Two sets of row spans of one file as one, sorted and merged."""
-    out: list[sources.Span] = []
-    for span in sorted((*a, *b)):
-        if out and span.start <= out[-1].stop:
-            out[-1] = sources.Span(out[-1].start, max(out[-1].stop, span.stop))
-        else:
-            out.append(span)
-    return tuple(out)
 
 
 def _no_rows(p: Plan) -> None:

@@ -25,7 +25,7 @@ from raycache.cache.columns import hash_column
 from raycache.cache.committed import scan
 from raycache.cache.manifest import Manifest
 from raycache.cache.reads import map_ordered, parse, shard_path
-from raycache.cache.records import RowRange, ShardEntry, ShardRecord
+from raycache.cache.records import RowRange, ShardEntry, ShardRecord, spans_by_block
 from raycache.cache.selection import decode
 from raycache.cache.store import SHARDS
 from raycache.fill.keys import counts_of, named, stats_of
@@ -79,16 +79,10 @@ class Version:
     def rows(self) -> int:
         return sum(e.rows for e in self.carried)
 
-    def covered(self) -> dict[str, Ranges]:
-        """The new source's rows the carried entries hold, per file block."""
-        starts: dict[str, list[np.ndarray]] = defaultdict(list)
-        stops: dict[str, list[np.ndarray]] = defaultdict(list)
-        for e in self.carried:
-            blocks, which, first, end = e.live_runs
-            for i, block in enumerate(blocks):
-                starts[block].append(first[which == i])
-                stops[block].append(end[which == i])
-        return {b: _merged(np.concatenate(starts[b]), np.concatenate(stops[b])) for b in starts}
+    def covered(self, records: list[ShardRecord] = ()) -> dict[str, Ranges]:
+        """The new source's rows the carried entries hold (and `records`, a fill's own shards),
+        per file block, merged."""
+        return {b: _merged(*ab) for b, ab in spans_by_block(records, self.carried).items()}
 
     def keeps(self, record: ShardRecord, covered: dict[str, Ranges]) -> bool:
         """Whether a resumed shard record holds no row the carried entries hold (`covered`)."""
