@@ -11,10 +11,9 @@ import pytest
 import raycache
 from raycache.compute.pool import size_pool
 from raycache.errors import ConfigError
-from raycache.fill.config import FillConfig
 from raycache.fill.plan import load_config as load_fill
 from raycache.fill.plan import plan
-from raycache.fill.run import AUTO_IN_PROCESS_ROWS, in_process, run_in_process
+from raycache.fill.run import run_in_process
 from raycache.source import files as sources
 from tests.conftest import fill_in_fresh_process, separable, toy_fill
 
@@ -62,36 +61,6 @@ def test_in_process_fill_resumes_at_the_shard(source, tmp_path):
     assert result.resumed_rows == 200 and result.encoded_rows == 400
     keys = result.cache.read_table().column("id").to_pylist()
     assert len(keys) == len(set(keys)) == 600
-
-
-def test_auto_runs_in_process_only_for_small_cpu_fills_with_no_cluster(monkeypatch, tmp_path):
-    def cfg(**over) -> FillConfig:
-        return load_fill(toy_fill("src", str(tmp_path), **over))
-
-    import ray
-
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    assert in_process(cfg(), 600)
-    assert not in_process(cfg(), AUTO_IN_PROCESS_ROWS + 1)  # large: Ray Data's actor pool
-    assert not in_process(cfg(), None)  # rows not counted
-    assert not in_process(cfg(num_gpus=1), 600)  # GPU actors
-    assert not in_process(cfg(concurrency=2), 600)  # an actor pool was asked for
-    assert in_process(cfg(in_process=True), 10**9)
-    assert not in_process(cfg(in_process=False), 600)
-    assert in_process(cfg(), 10**7, version=True)  # a new version's changed rows
-    assert not in_process(cfg(num_gpus=1), 600, version=True)
-    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
-    assert not in_process(cfg(), 600)  # under `ray job submit`: the cluster
-    assert not in_process(cfg(), 600, version=True)
-    monkeypatch.delenv("RAY_ADDRESS")
-    monkeypatch.setattr(ray, "is_initialized", lambda: True)  # connected: one node runs
-    for alive, local in ((1, True), (2, False)):  # them here, several nodes on Ray
-        monkeypatch.setattr(ray, "nodes", lambda n=alive: [{"Alive": True}] * n + [
-            {"Alive": False}])
-        assert in_process(cfg(), 600) is local
-        assert in_process(cfg(), 10**7, version=True) is local
-        assert not in_process(cfg(), AUTO_IN_PROCESS_ROWS + 1)
 
 
 def test_in_process_setting_is_checked():

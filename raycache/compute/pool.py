@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -135,8 +136,12 @@ def size_pool(cfg: PoolAsk, cluster: list[dict[str, float]], blocks: int | None 
 
 
 def local_pool(cfg: PoolAsk) -> Pool:
-    """The pool of a job run in this process: one actor on this machine's CPUs."""
-    return size_pool(cfg, [{"CPU": float(os.cpu_count() or 1)}], 1)
+    """The pool of a job run in this process: one model with a torch thread per core here (or
+    num_cpus), its batches sized as on a CPU actor."""
+    cores = os.cpu_count() or 1
+    pool = size_pool(cfg, [{"CPU": float(cores)}], 1)
+    threads = cores if cfg.num_cpus == AUTO else max(1, round(float(cfg.num_cpus)))
+    return dataclasses.replace(pool, cpus=float(threads), threads=threads)
 
 
 def _fit(have: float, each: float) -> int:

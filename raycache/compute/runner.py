@@ -4,10 +4,10 @@ the caller's sink, as a lazy Ray Data dataset or the same stage classes in this 
 from __future__ import annotations
 
 import contextlib
-import os
 import pickle
-import sys
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,20 +15,14 @@ import pyarrow as pa
 
 from raycache.compute.pool import LIGHT_CPUS, READ_CPUS, Pool
 from raycache.compute.prepare import Inputs, PrepareActor
-from raycache.core.config import AUTO
 from raycache.errors import EncoderError
 from raycache.source import files as sources
 
 if TYPE_CHECKING:
     from raycache.encoders.config import EncoderConfig
 
-__all__ = ["AUTO_IN_PROCESS_ROWS", "Job", "ModelChain", "Stage", "build", "in_process",
-           "progress_bar", "run", "run_local", "stream", "where"]
-
-AUTO_IN_PROCESS_ROWS = 20_000
-"""in_process: auto runs a CPU job of at most this many rows without Ray (a couple of minutes
-of one process on a small machine, where Ray's start-up costs ~25 s)."""
-
+__all__ = ["Job", "ModelChain", "Stage", "build", "progress_bar", "run", "run_local", "stream",
+           "where"]
 
 @dataclass
 class Stage:
@@ -65,25 +59,10 @@ class Job:
         return list(dict.fromkeys([*self.keep, *(e.input for e in self.encoders)]))
 
 
-def in_process(setting: bool | str, *, cpu: bool, concurrency: int | str, small: bool) -> bool:
-    """Whether a job runs its stages in this process: `setting` unless auto; auto does for a
-    small CPU job with no actor pool asked for, when no Ray cluster is named, or the one this
-    process is connected to is this one node (an actor pool would run on the same cores, after
-    seconds of start-up: what a small job, such as a new version's few changed rows, would
-    mostly pay for)."""
-    if setting != AUTO:
-        return bool(setting)
-    if not (cpu and concurrency == AUTO and small):
-        return False
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        return sum(1 for n in ray.nodes() if n.get("Alive")) == 1
-    return not os.environ.get("RAY_ADDRESS")
-
-
-def where(pool: Pool, local: bool) -> str:
-    """Where a job ran, in words."""
-    return f"in-process, {pool.threads} thread(s)" if local else pool.describe()
+def where(pool: Pool, local: bool, why: str = "") -> str:
+    """Where a job ran, and why, in words."""
+    said = f"in-process, {pool.threads} thread(s)" if local else pool.describe()
+    return f"{said} ({why})" if why else said
 
 
 def run(job: Job, pool: Pool, *, local: bool) -> Iterator[pa.Table]:
@@ -93,26 +72,51 @@ def run(job: Job, pool: Pool, *, local: bool) -> Iterator[pa.Table]:
 
 def run_local(job: Job, pool: Pool) -> Iterator[pa.Table]:
     """The pipeline's stages called in this process, one model-call-sized piece at a time: the
-    same reads, prepare stage, model and sink, hence the same output."""
+    same reads, prepare stage, model and sink, hence the same output, in order. Reading and
+    preparing the next piece, and the sink (a fill's shard writes), run in two threads beside
+    the model's (pyarrow, tokenizers, file writes and torch release the GIL), so the model's
+    threads wait on neither."""
     import torch
 
     threads = torch.get_num_threads()  # the model sets its own; the caller's come back after
     try:
         chain = ModelChain(job, pool, local=True)
-        held: list[pa.Table] = []  # pieces of units read in part (a resume, a new version)
-        for unit in job.units:
-            for piece in sources.read_unit(unit, job.format, job.options, job.rows, job.columns):
-                if not unit.done:
-                    yield chain(piece)
-                    continue
-                held.append(piece)
-                if sum(t.num_rows for t in held) >= job.rows:  # a block, as Ray Data cuts
-                    yield chain(pa.concat_tables(held))
-                    held = []
-        if held:
-            yield chain(pa.concat_tables(held))
+        with (ThreadPoolExecutor(1, thread_name_prefix="raycache-read") as reads,
+              ThreadPoolExecutor(1, thread_name_prefix="raycache-sink") as sinks):
+            done: deque[Future[pa.Table]] = deque()
+            for prepared in _ahead(reads, map(chain.prepare, _pieces(job))):
+                done.append(sinks.submit(chain.finish, chain.model(prepared)))
+                if len(done) > 1:  # one sink call in flight behind the model
+                    yield done.popleft().result()
+            while done:
+                yield done.popleft().result()
     finally:
         torch.set_num_threads(threads)
+
+
+def _pieces(job: Job) -> Iterator[pa.Table]:
+    """The job's rows in model-call-sized pieces, cut as Ray Data's re-blocking cuts them."""
+    held: list[pa.Table] = []  # pieces of units read in part (a resume, a new version)
+    for unit in job.units:
+        for piece in sources.read_unit(unit, job.format, job.options, job.rows, job.columns):
+            if not unit.done:
+                yield piece
+                continue
+            held.append(piece)
+            if sum(t.num_rows for t in held) >= job.rows:  # a block, as Ray Data cuts
+                yield pa.concat_tables(held)
+                held = []
+    if held:
+        yield pa.concat_tables(held)
+
+
+def _ahead(pool: ThreadPoolExecutor, items: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """`items`, the next one computed in `pool` while the caller works on this one."""
+    end = object()
+    future = pool.submit(next, items, end)
+    while (item := future.result()) is not end:
+        future = pool.submit(next, items, end)
+        yield item
 
 
 class ModelChain:
@@ -127,7 +131,10 @@ class ModelChain:
         self.sink = job.sink
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        out = self.model(self.prepare(table))
+        return self.finish(self.model(self.prepare(table)))
+
+    def finish(self, out: pa.Table) -> pa.Table:
+        """The sink's output for the model's (the model's own where there is no sink)."""
         return self.sink.fn(out, **self.sink.kwargs) if self.sink else out
 
 

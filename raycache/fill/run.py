@@ -16,9 +16,9 @@ from raycache.cache.committed import Cache, read_manifest
 from raycache.cache.lease import Lease
 from raycache.cache.manifest import human_bytes
 from raycache.cache.records import ShardRecord
-from raycache.compute import runner
+from raycache.compute import runner, where
 from raycache.compute.pool import Pool
-from raycache.compute.runner import AUTO_IN_PROCESS_ROWS, Job, Stage
+from raycache.compute.runner import Job, Stage
 from raycache.core.config import AUTO
 from raycache.errors import CorruptCache, DamagedCacheWarning, SourceError, StoreError
 from raycache.fill.commit import check_complete, commit, done_ranges, resumable, scan_keys
@@ -40,7 +40,7 @@ BLOCK_BYTES = 1 << 30
 """block_rows auto: prepared inputs per block at most where an encoder says how large a row's
 are (images: ~600 KiB of pixels a row at 224x224), never less than a shard."""
 
-__all__ = ["AUTO_IN_PROCESS_ROWS", "FillResult", "block_rows", "build_pipeline", "complete", "fill",
+__all__ = ["FillResult", "block_rows", "build_pipeline", "complete", "fill",
            "in_process", "job", "run_in_process"]
 
 
@@ -207,7 +207,7 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
     todo = sum(u.todo() or 0 for u in units)
     block = block_rows(cfg, todo)
     blocks = None if todo is None else -(-todo // block)
-    local = in_process(cfg, todo, version=version is not None)
+    local, why = in_process(cfg, todo)
     if local:
         pool = local_pool(cfg)
     else:
@@ -256,10 +256,10 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
         {e.name: e.dim for e in version.base.encoders} if version else None)
     if not committed:  # another fill of this cache committed first: that cache is the result
         return FillResult(Cache(p.store, manifest), True, time.perf_counter() - start, 0)
-    where = runner.where(pool, local)
+    ran = runner.where(pool, local, why)
     return FillResult(Cache(p.store, manifest), False, time.perf_counter() - start, encoded,
                       resumed_rows=resumed, reused_rows=reused, first_shard_seconds=first or 0.0,
-                      encode_seconds=encode_s, pool=where, encoded_by=by, repair=replace,
+                      encode_seconds=encode_s, pool=ran, encoded_by=by, repair=replace,
                       startup_seconds=began - start_wall if began else 0.0,
                       shared_rows=version.rows if version else 0,
                       compacted_rows=sum(r.rows for r in compacted),
@@ -292,13 +292,11 @@ def block_rows(cfg: FillConfig, todo: int | None) -> int:
     return max(1, rows // shard) * shard
 
 
-def in_process(cfg: FillConfig, todo: int | None, version: bool = False) -> bool:
-    """Whether the fill runs its stages in this process (see FillConfig.in_process): a small
-    CPU fill, or a new version's (its changed rows, read in part from a few files, where an
-    actor pool's start-up would cost more than they do), with no cluster of several nodes."""
-    return runner.in_process(cfg.in_process, cpu=cfg.num_gpus == 0, concurrency=cfg.concurrency,
-                             small=version or (todo is not None
-                                               and todo <= AUTO_IN_PROCESS_ROWS))
+def in_process(cfg: FillConfig, todo: int | None) -> tuple[bool, str]:
+    """Whether the fill encodes its `todo` rows in this process, and why (see FillConfig.
+    in_process and raycache.compute.where)."""
+    return where.in_process(cfg.in_process, cpu=cfg.num_gpus == 0, concurrency=cfg.concurrency,
+                            rows=todo)
 
 
 def _reuse(p: Plan, version: Version | None = None, store: bool = False

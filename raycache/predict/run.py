@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raycache.cache.store import Store
-from raycache.compute import runner
+from raycache.compute import runner, where
 from raycache.compute.pool import Pool
-from raycache.compute.runner import AUTO_IN_PROCESS_ROWS, Job, Stage
+from raycache.compute.runner import Job, Stage
 from raycache.core.config import AUTO, load
 from raycache.errors import ConfigError, RaycacheError
 from raycache.predict.config import AUTO_IN_PROCESS_BYTES, PredictConfig
@@ -118,7 +118,7 @@ def predict_file(config: PredictConfig | dict | str, *, progress: bool | None = 
     p = plan(cfg)
     units, _ = sources.plan_units(p.files, p.format, cfg.options, cfg.rows_per_batch)
     rows = sum(u.rows or 0 for u in units) if p.format == "parquet" else None
-    local = in_process(cfg, rows, sum(f.size for f in p.files))
+    local, why = in_process(cfg, rows, sum(f.size for f in p.files))
     if local:
         from raycache.compute.pool import local_pool
 
@@ -130,14 +130,17 @@ def predict_file(config: PredictConfig | dict | str, *, progress: bool | None = 
                             progress=cfg.progress, verbose=cfg.verbose, size=pool_for)
     written = _write(p, runner.run(job(p, units), pool, local=local), rows)
     return PredictResult(p.out.url(p.out.root), written, p.schema.names,
-                         time.perf_counter() - start, runner.where(pool, local))
+                         time.perf_counter() - start, runner.where(pool, local, why))
 
 
-def in_process(cfg: PredictConfig, rows: int | None, size: int) -> bool:
-    """Whether the job runs its stages in this process (see PredictConfig.in_process)."""
-    small = rows <= AUTO_IN_PROCESS_ROWS if rows is not None else size <= AUTO_IN_PROCESS_BYTES
-    return runner.in_process(cfg.in_process, cpu=cfg.num_gpus in (0, AUTO),
-                             concurrency=cfg.concurrency, small=small)
+def in_process(cfg: PredictConfig, rows: int | None, size: int) -> tuple[bool, str]:
+    """Whether the job runs its stages in this process, and why (see PredictConfig.in_process
+    and raycache.compute.where); a JSONL or CSV input of unknown rows counts as small below
+    AUTO_IN_PROCESS_BYTES."""
+    if rows is None and size <= AUTO_IN_PROCESS_BYTES:
+        rows = 0
+    cpu = True if cfg.num_gpus == 0 else None if cfg.num_gpus == AUTO else False
+    return where.in_process(cfg.in_process, cpu=cpu, concurrency=cfg.concurrency, rows=rows)
 
 
 def pool_for(cfg: PredictConfig, cluster: list[dict[str, float]], blocks: int | None) -> Pool:

@@ -5,6 +5,7 @@ built once from both; no Ray."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ import pyarrow.compute as pc
 
 from raycache.cache.committed import Cache, open_cache
 from raycache.cache.store import Store
+from raycache.compute import where
 from raycache.core.config import load
 from raycache.encoders.config import EncoderConfig
 from raycache.errors import ConfigError
@@ -265,16 +267,38 @@ def class_weights(cfg: TrainConfig, counts: np.ndarray) -> tuple[float, ...] | N
     return tuple(float(w) for w in cfg.loss.class_weights) if cfg.loss.class_weights else None
 
 
-def resolve_workers(cfg: TrainConfig, head: HeadSpec, rows: int) -> int:
-    """auto: in-process for a cache under AUTO_LOCAL_BYTES of features; else DDP on every GPU
-    (use_gpu) or on 2 CPU workers."""
+def resolve_workers(cfg: TrainConfig, head: HeadSpec, rows: int) -> tuple[int, str]:
+    """How many DDP workers (0: in this process), and why, in words. auto trains here unless
+    DDP is faster: a cluster of several nodes (one CPU worker per node), or GPUs (use_gpu: one
+    worker per GPU, for a cache over AUTO_LOCAL_BYTES of features). On one node, DDP's workers
+    would share its cores and memory after seconds of start-up: a share too large for memory is
+    streamed here instead (see resolve_placement)."""
     if cfg.resources.num_workers != "auto":
-        return int(cfg.resources.num_workers)
-    if rows * (head.in_dim * 4 + 8) < AUTO_LOCAL_BYTES:
-        return 0
+        workers = int(cfg.resources.num_workers)
+        return workers, f"resources.num_workers: {workers}"
+    size = rows * (head.in_dim * 4 + 8)
+    features = f"{size / 2**30:.2f} GiB of features"
     if cfg.resources.use_gpu:
-        return max(int(cluster(cfg).cluster_resources().get("GPU", 1)), 1)
-    return 2
+        if size < AUTO_LOCAL_BYTES:
+            return 0, f"on this machine's GPU: {features}"
+        gpus = max(int(cluster(cfg).cluster_resources().get("GPU", 1)), 1)
+        return gpus, f"one worker per GPU: {features}"
+    found = where.look()
+    if found is not None and not found.nodes:  # a cluster that cannot be asked: as before
+        return (0, features) if size < AUTO_LOCAL_BYTES else \
+            (2, f"{features} on the cluster at {found.address}")
+    nodes = [n for n in (found.nodes if found else ()) if n.get("CPU", 0) > 0]
+    if len(nodes) > 1:
+        return len(nodes), f"one per node of {found.describe()}"
+    cpus = nodes[0]["CPU"] if nodes else os.cpu_count() or 1
+    fits = "fit" if size < _memory() / 4 else "are streamed: they do not fit"
+    return 0, f"one node with {cpus:g} CPUs; {features} {fits} in memory"
+
+
+def _memory() -> int:
+    import psutil
+
+    return psutil.virtual_memory().total
 
 
 def resolve_placement(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int) -> str:
@@ -283,9 +307,7 @@ def resolve_placement(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int)
     if cfg.resources.placement != "auto":
         return cfg.resources.placement
     if workers == 0:  # local mode: this process's machine
-        import psutil
-
-        world, memory = 1, psutil.virtual_memory().total
+        world, memory = 1, _memory()
     else:
         world = workers
         memory = min(n["Resources"].get("memory", 0)
@@ -360,7 +382,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
     store = cache.store
     recipe = Recipe.from_config(cfg)
     rows = cache.manifest.rows if rows is None else rows
-    workers = resolve_workers(cfg, head, rows)
+    workers, why = resolve_workers(cfg, head, rows)
     select, select_mode = selection(cfg, recipe)
     sweep = sweep_members(cfg, head)
     views, view_encoders = resolve_views(cfg, cache, head)
@@ -377,7 +399,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
         run_dir=f"{runs_dir(cache)}/{name}", checkpoint_every=cfg.checkpoints.every,
         checkpoint_seconds=cfg.checkpoints.seconds, prefetch_batches=cfg.resources.prefetch_batches,
         progress=cfg.progress, sweep=sweep, select=select, select_mode=select_mode,
-        views=views, view_encoders=view_encoders,
+        views=views, view_encoders=view_encoders, why=why,
     )
     guard_run_folder(cfg, spec)
     return cache, spec

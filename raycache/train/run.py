@@ -118,7 +118,8 @@ class TrainResult:
                     f"It has {len(self.history)} epochs; {self._outcome()}; checkpoint "
                     f"{self.checkpoint}.\nTo train a new run of this config, set resume: "
                     "false (command line: --set resume=false), or give it another run_name")
-        workers = f"{s.num_workers} workers" if s.num_workers else "1 worker (in-process)"
+        workers = f"{s.num_workers} DDP workers" if s.num_workers else "in-process"
+        workers += f" ({s.why})" if s.why else ""
         total, done = s.recipe.loop.epochs, len(self.history)
         epochs = (f"trained epoch {done} of {total}" if done == self.first_epoch + 1 else
                   f"trained epochs {self.first_epoch + 1}-{done} of {total}")

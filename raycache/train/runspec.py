@@ -122,6 +122,8 @@ class RunSpec:
     """(row selection, rows in the file) of every shard, in `shards` order, where a version
     shares older versions' shards (raycache.cache.selection; "" keeps every row); empty:
     every shard is read whole."""
+    why: str = ""
+    """Why it trains where it does (num_workers: auto's reason), for the summary."""
     version: int = RUN_SPEC_VERSION
 
     @functools.cached_property

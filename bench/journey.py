@@ -1,0 +1,227 @@
+"""A first user's journey with raycache's defaults against the same work by hand (not a test).
+
+Every side runs as a fresh process, timed whole (imports included), as a user's script would:
+  journey     fill N rows (bench/cheap_encoder.py, 8 Parquet files) and train a linear head for 2
+              epochs with raycache's defaults, against a hand-written script doing the same work:
+              read, encode, packed Parquet write, reload, a plain training loop with the same
+              80/20 split and batch size; with no cluster, then with a running one
+              (`ray start --head`, RAY_ADDRESS set, as under `ray job submit`)
+  changed     with the cluster running: the same source with 1% of its rows changed, filled as a
+              new version of the N-row cache (the fill call's seconds, and its encoded rows)
+  warm        `raycache train` from the shell on a ~5k-row cache already filled: 10 epochs of a
+              linear head, the whole process
+  minilm      an in-process fill of short texts with the shipped MiniLM (rows/s after start-up)
+              against sentence-transformers' own `encode` on the same texts in the same process
+
+    python bench/journey.py                    # 1,000,000 rows
+    python bench/journey.py --rows 200000 --skip cluster
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PORT = 6391  # not Ray's default: a cluster the user runs is left alone
+RAY = str(Path(sys.executable).with_name("ray"))
+
+FILL_AND_TRAIN = """
+import json, sys, time
+start = time.perf_counter()
+import raycache
+from scale import fill_config
+src, store = sys.argv[1], sys.argv[2]
+fill = raycache.fill(fill_config("journey", src, store))
+filled = time.perf_counter()
+run = raycache.train({"cache": "journey", "store": {"uri": store}, "label": "label",
+                      "head": "linear", "loop": {"epochs": 2}, "progress": False})
+print(json.dumps({"fill_s": filled - start, "fill_call_s": fill.seconds, "encoded": fill.encoded_rows,
+                  "pool": fill.pool, "train_s": time.perf_counter() - filled,
+                  "val_acc": run.history[-1].get("val_acc"), "summary": run.summary()}))
+"""
+
+HAND = """
+import json, sys, time
+from pathlib import Path
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq, torch
+from cheap_encoder import projection
+src, out = Path(sys.argv[1]), Path(sys.argv[2])
+net = projection().eval()
+out.mkdir(parents=True)
+schema = pa.schema([("id", pa.int64()), ("label", pa.int64()), ("proj", pa.list_(pa.float32(), 384))])
+with torch.inference_mode():
+    for path in sorted(src.glob("*.parquet")):
+        with pq.ParquetWriter(out / path.name, schema, compression="none") as w:
+            for batch in pq.ParquetFile(path).iter_batches(65536):
+                col = batch.column("features")
+                x = col.flatten().to_numpy().reshape(len(col), 16)
+                emb = net(torch.from_numpy(x)).numpy()
+                w.write_table(pa.table({"id": batch.column("id"), "label": batch.column("label"),
+                    "proj": pa.FixedSizeListArray.from_arrays(pa.array(emb.ravel()), 384)}, schema=schema))
+t = pq.read_table(out, columns=["id", "label", "proj"])
+col = t.column("proj").combine_chunks()
+x = torch.from_numpy(col.flatten().to_numpy().reshape(len(col), -1))
+y = torch.from_numpy(t.column("label").to_numpy())
+val = torch.from_numpy(np.random.default_rng(0).random(len(t)) < 0.2)
+xt, yt, xv, yv = x[~val], y[~val], x[val], y[val]
+head = torch.nn.Linear(384, 10)
+opt = torch.optim.AdamW(head.parameters(), 1e-3)
+torch.manual_seed(0)
+for epoch in range(2):
+    for idx in torch.randperm(len(xt)).split(256):
+        loss = torch.nn.functional.cross_entropy(head(xt[idx]), yt[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        acc = (head(xv).argmax(1) == yv).float().mean().item()
+torch.save(head.state_dict(), out / "head.pt")
+print(json.dumps({"val_acc": acc}))
+"""
+
+CHANGED = """
+import json, sys, time
+import raycache
+from scale import fill_config
+start = time.perf_counter()
+fill = raycache.fill(fill_config("journey", sys.argv[1], sys.argv[2]))
+print(json.dumps({"fill_call_s": time.perf_counter() - start, "encoded": fill.encoded_rows,
+                  "shared": fill.shared_rows, "pool": fill.pool}))
+"""
+
+MINILM = """
+import json, sys, time
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq, torch
+from fill_speed import MODEL, short_texts
+import raycache
+from raycache.encoders.hf_text import resolve
+from sentence_transformers import SentenceTransformer
+n, tmp = int(sys.argv[1]), sys.argv[2]
+texts = short_texts(n)
+pq.write_table(pa.table({"id": np.arange(n), "text": texts, "label": np.arange(n) % 7}),
+               tmp + "/texts.parquet")
+threads = torch.get_num_threads()
+st = SentenceTransformer(str(resolve(MODEL, "minilm")), device="cpu")
+st.encode(texts[:64])
+start = time.perf_counter()
+st.encode(texts, batch_size=32)
+st_rate = n / (time.perf_counter() - start)
+torch.set_num_threads(threads)
+fill = raycache.fill({"name": "minilm", "source": {"path": tmp + "/texts.parquet", "key": "id",
+                                                   "labels": ["label"]},
+                      "store": {"uri": tmp + "/store"}, "progress": False,
+                      "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text",
+                                    "path": MODEL}]})
+print(json.dumps({"st": st_rate, "fill": fill.encode_rows_per_second, "whole": fill.rows_per_second,
+                  "pool": fill.pool, "threads": threads}))
+"""
+
+
+def python(script: str, *args: str, env: dict[str, str] | None = None) -> tuple[float, dict]:
+    """A fresh process running `script`: its wall seconds and the JSON it printed last."""
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], env=env,
+                         capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if out.returncode:
+        sys.exit(f"a side failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return wall, json.loads(out.stdout.strip().splitlines()[-1])
+
+
+TOKEN = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
+"""The cluster's token (Ray's default token auth), given to the drivers as `ray job submit` would."""
+
+
+def environ(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | TOKEN
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    return {**env, **extra}
+
+
+def journey(tmp: Path, tag: str, env: dict[str, str]) -> dict:
+    """One run of each side on the same source; prints them and the ratio."""
+    hand_s, hand = python(HAND, str(tmp / "src"), str(tmp / f"hand-{tag}"), env=environ())
+    ours_s, ours = python(FILL_AND_TRAIN, str(tmp / "src"), str(tmp / f"store-{tag}"), env=env)
+    print(f"journey, {tag}: raycache {ours_s:5.1f} s (fill {ours['fill_s']:.1f} s on "
+          f"{ours['pool']}; train {ours['train_s']:.1f} s, val_acc {ours['val_acc']:.3f}) | "
+          f"by hand {hand_s:5.1f} s (val_acc {hand['val_acc']:.3f}) | "
+          f"ratio {ours_s / hand_s:.2f}x (target <= 1.0x)")
+    print(f"    {ours['summary'].splitlines()[0]}")
+    return ours
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--minilm-rows", type=int, default=3000)
+    p.add_argument("--skip", nargs="*", default=[],
+                   choices=["local", "cluster", "warm", "minilm"])
+    args = p.parse_args()
+    sys.path.insert(0, str(HERE))
+    from scale import make_source
+
+    import raycache
+    print(f"rows {args.rows:,}; {os.cpu_count()} CPUs; raycache from {raycache.__file__}")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        make_source(tmp / "src", args.rows)
+        if "local" not in args.skip:
+            journey(tmp, "no cluster", environ())
+        if "cluster" not in args.skip:
+            address = f"127.0.0.1:{PORT}"
+            subprocess.run([RAY, "start", "--head", f"--port={PORT}", "--num-cpus=2",
+                            "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+                            "--disable-usage-stats", f"--temp-dir={tempfile.mkdtemp(dir='/tmp')}"],
+                           env=environ(), check=True, capture_output=True)
+            try:
+                env = environ(RAY_ADDRESS=address)
+                journey(tmp, "running cluster", env)
+                make_source(tmp / "changed", args.rows, changed=0.01)
+                for f in (tmp / "changed").iterdir():  # the user's files edited in place
+                    os.replace(f, tmp / "src" / f.name)
+                wall, out = python(CHANGED, str(tmp / "src"), str(tmp / "store-running cluster"),
+                                   env=env)
+                print(f"changed 1%, running cluster: fill call {out['fill_call_s']:.2f} s "
+                      f"(target <= 1.5 s), process {wall:.1f} s; encoded {out['encoded']:,}, "
+                      f"shared {out['shared']:,}; {out['pool']}")
+            finally:
+                subprocess.run([RAY, "stop", "--force"], env=environ(), capture_output=True)
+        if "minilm" not in args.skip or "warm" not in args.skip:
+            wall, out = python(MINILM, str(args.minilm_rows), str(tmp), env=environ())
+            if "minilm" not in args.skip:
+                print(f"minilm, {args.minilm_rows:,} short texts: raycache in-process fill "
+                      f"{out['fill']:.0f} rows/s ({out['pool']}) | sentence-transformers encode "
+                      f"{out['st']:.0f} rows/s | ratio {out['fill'] / out['st']:.2f}x "
+                      "(target >= 1.4x)")
+        if "warm" not in args.skip:
+            warm(tmp)
+
+
+def warm(tmp: Path) -> None:
+    """`raycache train` as a fresh process on the committed MiniLM cache, the second of two."""
+    config = tmp / "warm.yaml"
+    config.write_text(json.dumps({"cache": "minilm", "store": {"uri": str(tmp / "store")},
+                                  "head": "linear", "label": "label", "loop": {"epochs": 10}}))
+    cmd = [str(Path(sys.executable).with_name("raycache")), "train", "--config", str(config)]
+    for seed in (1, 2):  # the first warms the page cache; another seed: a new run each time
+        start = time.perf_counter()
+        out = subprocess.run([*cmd, "--set", f"loop.seed={seed}"], capture_output=True,
+                             text=True, env=environ())
+        wall = time.perf_counter() - start
+        if out.returncode:
+            sys.exit(f"raycache train failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    print(f"warm run, `raycache train` (hit + 10 epochs of a linear head), whole process: "
+          f"{wall:.2f} s (target <= 3 s)\n    {out.stdout.strip().splitlines()[-1][:200]}")
+
+
+if __name__ == "__main__":
+    main()
