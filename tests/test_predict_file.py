@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 import raycache
 from raycache.cli import main
@@ -158,11 +159,12 @@ def test_pool_and_in_process_are_decided_from_the_cluster_and_the_input(heads, m
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     if "ray" in sys.modules:  # the session's Ray, started by other tests
         monkeypatch.setattr(sys.modules["ray"], "is_initialized", lambda: False)
-    assert in_process(cfg, None, 10_000) and in_process(cfg, 500, 10**9)
-    assert not in_process(cfg, None, 10**9) and not in_process(cfg, 10**6, 0)
-    assert not in_process(PredictConfig(**{**cfg.__dict__, "num_gpus": 1.0}), 10, 10)
-    monkeypatch.setenv("RAY_ADDRESS", "auto")  # a cluster to join: Ray Data
-    assert not in_process(cfg, 10, 10)
+    # no cluster: here, whatever the size (unless this machine has a GPU for num_gpus: auto)
+    assert in_process(cfg, None, 10_000)[0] and in_process(cfg, 10**6, 0)[0]
+    assert in_process(cfg, None, 10**9)[0] is not torch.cuda.is_available()
+    assert not in_process(PredictConfig(**{**cfg.__dict__, "num_gpus": 1.0}), 10, 10)[0]
+    monkeypatch.setenv("RAY_ADDRESS", "auto")  # a cluster to join, of unknown GPUs: Ray Data
+    assert in_process(cfg, 10, 10) == (False, "a Ray cluster")
 
 
 @pytest.mark.ray
