@@ -210,6 +210,44 @@ def main() -> None:
                       "(target >= 1.4x)")
         if "warm" not in args.skip:
             warm(tmp)
+            phases(tmp)
+
+
+PHASES = """
+import cProfile, json, pstats, sys, time
+start = time.perf_counter()
+import raycache
+imported = time.perf_counter() - start
+profile = cProfile.Profile()
+profile.enable()
+raycache.train({"cache": "minilm", "store": {"uri": sys.argv[1]}, "head": "linear",
+                "label": "label", "loop": {"epochs": 10, "seed": 3}, "progress": False})
+profile.disable()
+total = time.perf_counter() - start
+stats = pstats.Stats(profile).stats
+def cum(module, name):
+    return sum(v[3] for (f, _, n), v in stats.items() if f.endswith(module) and n == name)
+print(json.dumps({"whole": total, "import raycache": imported,
+    "config, cache hit, run plan": cum("train/plan.py", "prepare"),
+    "the rest of train(): config load, imports on first use": cum("train/run.py", "train")
+        - cum("data_parallel_trainer.py", "fit") - cum("train/plan.py", "prepare"),
+    "Ray Train local mode around the loop": cum("data_parallel_trainer.py", "fit")
+        - cum("train/run.py", "_train_loop"),
+    "load and check the share": cum("train/assemble.py", "holders"),
+    "build head, optimizer (imports torch._dynamo)": cum("train/assemble.py", "build_team"),
+    "10 epochs: training steps": cum("train/epoch.py", "train_epoch"),
+    "10 epochs: validation": cum("train/epoch.py", "evaluate"),
+    "checkpoint": cum("train/state.py", "save"),
+    "TensorBoard, curves.png, metrics": cum("train/metrics_log.py", "write_artifacts")}))
+"""
+
+
+def phases(tmp: Path) -> None:
+    """Where a warm in-process run's seconds go (cumulative profile times, one fresh process)."""
+    _, out = python(PHASES, str(tmp / "store"), env=environ())
+    print("warm run, line by line (cProfile, fresh process):")
+    for name, seconds in out.items():
+        print(f"    {name:<50} {seconds:6.2f} s")
 
 
 def warm(tmp: Path) -> None:

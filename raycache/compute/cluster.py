@@ -15,7 +15,8 @@ from ray._private import ray_constants
 from raycache import errors
 from raycache.cache.store import Store
 from raycache.compute.pool import Pool, PoolAsk, nodes, request, size_pool
-from raycache.errors import ConfigError, RaycacheError, StoreError
+from raycache.compute.where import check_store
+from raycache.errors import ConfigError, RaycacheError
 
 __all__ = ["check_store_for_cluster", "cluster_pool", "connect", "unwrap"]
 
@@ -89,10 +90,4 @@ def unwrap(exc: BaseException) -> BaseException:
 
 def check_store_for_cluster(store: Store) -> None:
     """A local folder is only seen by every node when it is a shared mount."""
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    if store.is_local and not store.shared and len(nodes) > 1:
-        raise StoreError(
-            f"store {store.uri!r} is a local folder, but this Ray cluster has {len(nodes)} nodes "
-            "that do not see each other's disks; use object storage (s3://bucket/prefix or any "
-            "fsspec URI), or set store.shared: true if the folder is a mount every node shares"
-        )
+    check_store(store, sum(1 for n in ray.nodes() if n.get("Alive")))

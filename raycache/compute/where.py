@@ -6,10 +6,15 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from raycache.core.config import AUTO
+from raycache.errors import StoreError
 
-__all__ = ["AUTO_IN_PROCESS_ROWS", "LOCAL_CORES", "Cluster", "in_process", "look"]
+if TYPE_CHECKING:
+    from raycache.cache.store import Store
+
+__all__ = ["AUTO_IN_PROCESS_ROWS", "LOCAL_CORES", "Cluster", "check_store", "in_process", "look"]
 
 AUTO_IN_PROCESS_ROWS = 20_000
 """On a cluster of several nodes, in_process: auto still runs a CPU job of at most this many
@@ -106,3 +111,15 @@ def in_process(setting: bool | str, *, cpu: bool | None, concurrency: int | str,
     if small:
         return True, f"{rows:,} rows: fewer than an actor pool's start-up is worth"
     return False, f"{cluster.describe() if cluster.nodes else 'a Ray cluster'}"
+
+
+def check_store(store: Store, nodes: int) -> None:
+    """A local folder is only seen by every node of a cluster of `nodes` when it is a shared
+    mount: refused otherwise (an in-process fill too, whose cache the cluster's training could
+    not read)."""
+    if store.is_local and not store.shared and nodes > 1:
+        raise StoreError(
+            f"store {store.uri!r} is a local folder, but this Ray cluster has {nodes} nodes "
+            "that do not see each other's disks; use object storage (s3://bucket/prefix or any "
+            "fsspec URI), or set store.shared: true if the folder is a mount every node shares"
+        )

@@ -209,6 +209,8 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
     blocks = None if todo is None else -(-todo // block)
     local, why = in_process(cfg, todo)
     if local:
+        found = where.look()
+        where.check_store(p.store, len(found.nodes) if found else 1)
         pool = local_pool(cfg)
     else:
         from raycache.compute.cluster import cluster_pool
