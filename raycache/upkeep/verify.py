@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from raycache.cache.manifest import Manifest, human_bytes
 from raycache.cache.reads import THREADS, map_ordered, mismatch, shard_path
-from raycache.cache.records import ShardEntry
+from raycache.cache.records import ShardEntry, SkippedRow
 from raycache.cache.selection import decode
 from raycache.cache.store import Store
 from raycache.cache.vectors import is_packed, unpacked_type
@@ -63,6 +63,9 @@ class Report:
     shared: dict[str, str] = field(default_factory=dict)
     """The bad shards shared from another version's folder -> that version (name/fingerprint).
     """
+    skipped: list[SkippedRow] = field(default_factory=list)
+    """Source rows the fill left out (on_bad_rows: skip): not a failure (the manifest accounts
+    for them), reported; the next fill retries them."""
 
     @property
     def ok(self) -> bool:
@@ -80,6 +83,13 @@ class Report:
         if dup.count:
             shown = ", ".join(f"{k!r} in {' and '.join(v)}" for k, v in dup.examples.items())
             out.append(f"DUPLICATE KEYS: {dup.count} keys appear more than once, e.g. {shown}")
+        if self.skipped:
+            shown = "; ".join(f"{s.key!r} (row {s.row} of {s.source}): {s.reason}"
+                              for s in self.skipped[:3]) + ("; ..." if len(self.skipped) > 3
+                                                            else "")
+            out.append(f"SKIPPED: {len(self.skipped)} source row(s) the fill could not cache "
+                       f"(on_bad_rows: skip), e.g. {shown}. The next fill of this cache "
+                       "retries them")
         if self.stray:
             shown = ", ".join(list(self.stray)[:3]) + (", ..." if len(self.stray) > 3 else "")
             out.append(f"STRAY: {len(self.stray)} file(s), "
@@ -203,4 +213,4 @@ def verify(cache: Cache, threads: int = THREADS) -> Report:
     stray = {rel: size for rel, (size, _) in strays(cache, read_by_others(cache)).items()}
     return Report(cache=f"{m.name}/{m.fingerprint}", shards=len(m.shards), rows=m.rows,
                   bytes=m.bytes, seconds=time.perf_counter() - start, bad=bad,
-                  duplicate_keys=dup, stray=stray, shared=shared)
+                  duplicate_keys=dup, stray=stray, shared=shared, skipped=m.skipped)
