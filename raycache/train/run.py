@@ -99,6 +99,12 @@ class TrainResult:
             return next((row for row in self.sweep if row["selected"]), {})
         return dict(self.monitored)
 
+    @property
+    def diverged(self) -> list[dict[str, Any]]:
+        """The sweep members that diverged and stopped alone: member, settings, and where."""
+        return [{"member": row["member"], "settings": row["settings"],
+                 "error": row["diverged"]} for row in self.sweep if row.get("diverged")]
+
     def sweep_frame(self) -> pd.DataFrame:
         """A sweep's members as a DataFrame: one row each, its settings as columns."""
         import pandas as pd
@@ -138,8 +144,12 @@ class TrainResult:
         key = s.select if self.sweep else s.recipe.evaluation.monitor
         shown, epoch = number(best.get(key)), best.get("epoch", "?")
         if self.sweep:
+            gone = "".join(f"; member #{d['member']} {settings_text(d['settings'])} DIVERGED "
+                           "(stopped alone, lr 0; see the run's sweep records)"
+                           for d in self.diverged)
             return (f"selected member #{best.get('member')} "
-                    f"{settings_text(best.get('settings', {}))}: {key} {shown} at epoch {epoch}")
+                    f"{settings_text(best.get('settings', {}))}: {key} {shown} at epoch {epoch}"
+                    + gone)
         held = ("its weights in the checkpoint" if self.weights == "best"
                 else "the checkpoint holds the last epoch's weights")
         last = ", ".join(f"{k} {number(self.metrics[k])}" for k in ("val_loss", "val_acc")
@@ -272,8 +282,10 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     if out.sweep:
         best = {spec.select: out.best[spec.select], "member": out.best["member"],
                 "settings": out.best["settings"], "epoch": out.best["epoch"]}
+    diverged = {"diverged": out.diverged} if out.diverged else {}
     write_record(store, spec.run_dir, base, "finished", best=best, checkpoint=out.checkpoint,
-                 metrics={k: v for k, v in out.metrics.items() if k != "placement"})
+                 metrics={k: v for k, v in out.metrics.items() if k != "placement"},
+                 **diverged)
     return out
 
 
