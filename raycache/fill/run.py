@@ -359,7 +359,7 @@ def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None,
     return Job(units, p.format, cfg.source.options, block or cfg.rows_per_shard, cfg.encoders,
                keep=list(dict.fromkeys([cfg.source.key, *cfg.source.labels])),
                model=Stage(EncodeActor, dict(cfg=cfg, digests=digests), local=dict(lazy=True)),
-               inputs=FillPrepare(cfg.encoders, reuse, cfg.views),
+               inputs=FillPrepare(cfg.encoders, reuse, cfg.views, cfg.on_bad_rows == "skip"),
                sink=Stage(write_stage, dict(store=p.store, cache_dir=p.dir,
                                             fingerprint=p.fingerprint, rows=cfg.rows_per_shard,
                                             key=cfg.source.key)))

@@ -14,7 +14,7 @@ from raycache.cache.columns import hash_column, input_column, views_column
 from raycache.compute.actor import start_actor
 from raycache.compute.prepare import Prepare, prepared
 from raycache.encoders.config import EncoderConfig
-from raycache.errors import EncoderError
+from raycache.errors import BadInput, EncoderError
 from raycache.fill.config import FillConfig, ViewsConfig
 from raycache.fill.finite import BAD, SKIP, bad_rows, cause, mark, non_finite_error, stored
 from raycache.fill.reuse import Reuse, input_hashes, need_column
@@ -37,10 +37,40 @@ class FillPrepare:
     of K per row) for the frozen encoders; views are encoded, never reused."""
 
     def __init__(self, encoders: list[EncoderConfig], reuse: Reuse | None = None,
-                 views: ViewsConfig | None = None):
-        self.encoders, self.reuse, self.views = encoders, reuse, views
+                 views: ViewsConfig | None = None, skip: bool = False):
+        self.encoders, self.reuse, self.views, self.skip = encoders, reuse, views, skip
 
     def __call__(self, table: pa.Table, out: pa.Table, prepare: Mapping[str, Prepare]
+                 ) -> pa.Table:
+        """The prepared batch; with `skip` (on_bad_rows: skip), an input an encoder cannot
+        take (BadInput) marks its rows skipped (fill.finite.BAD) and the rest are prepared,
+        the skipped rows holding a good row's prepared inputs (never encoded) or, where no
+        row is good, none."""
+        if not self.skip:
+            return self._prepare(table, out, prepare)
+        bad = np.zeros(table.num_rows, bool)
+        reasons = np.full(table.num_rows, None, object)
+        while True:
+            try:
+                good = pa.array(~bad)
+                kept = self._prepare(table.filter(good), out.filter(good), prepare)
+                break
+            except BadInput as exc:  # a rare path: its rows found by value, then again
+                rows = _rows_holding(table, exc, bad)
+                if not rows.size:
+                    raise
+                bad[rows], reasons[rows] = True, str(exc)
+        if not bad.any():
+            return kept
+        if bad.all():
+            return out.append_column(BAD, pa.array(reasons, pa.string()))
+        index = pa.array(np.where(bad, 0, np.cumsum(~bad) - 1))  # bad rows: the first good's
+        for name in kept.column_names:
+            if name not in out.column_names:
+                out = out.append_column(name, kept.column(name).take(index))
+        return out.append_column(BAD, pa.array(reasons, pa.string()))
+
+    def _prepare(self, table: pa.Table, out: pa.Table, prepare: Mapping[str, Prepare]
                  ) -> pa.Table:
         hashes = {}
         for column in dict.fromkeys(e.input for e in self.encoders):
@@ -115,6 +145,8 @@ class EncodeActor:
         out = table.drop_columns([c for c in table.column_names if c in inputs])
         skip = (table.column(BAD).is_null().to_numpy(zero_copy_only=False)  # unreadable inputs
                 if BAD in table.column_names else None)
+        if skip is not None and not skip.any():  # every row skipped: the writer lists them
+            return out.append_column(STARTED, pa.array(np.full(table.num_rows, started)))
         for e in self.frozen:
             if e.name not in table.column_names and skip is None:  # nothing reused: all rows
                 raw = self.encoders[e.name].forward(table.column(prepared(e)))
@@ -142,7 +174,12 @@ class EncodeActor:
                    if e.name in out.column_names else out.append_column(e.name, column))
         for e in views:  # each row's K views, encoded as one batch of rows * K inputs
             column = table.column(prepared_views(e.name)).combine_chunks()
-            raw = self.encoders[e.name].forward(column.flatten())
+            if skip is not None:  # a skipped row's views: never encoded, zeros
+                some = self.encoders[e.name].forward(column.filter(pa.array(skip)).flatten())
+                raw = np.zeros((table.num_rows, some.size // int(skip.sum())), np.float32)
+                raw[skip] = some.reshape(int(skip.sum()), -1)
+            else:
+                raw = self.encoders[e.name].forward(column.flatten())
             emb = stored(raw, e.dtype).reshape(table.num_rows, -1)
             out = self._checked(out, e, emb, raw.reshape(table.num_rows, -1), "views")
             out = out.append_column(views_column(e.name), _embedding_column(emb))
@@ -166,6 +203,15 @@ class EncodeActor:
             raise non_finite_error(e.name, e.dtype, bad, out, self.cfg.source.key, raw, what)
         return mark(out, bad, f"encoder {e.name!r}: non-finite {what} (NaN or inf) as "
                               f"{e.dtype}. {cause(e.dtype, raw, bad)}".strip())
+
+
+def _rows_holding(table: pa.Table, exc: BadInput, bad: np.ndarray) -> np.ndarray:
+    """The rows not yet `bad` whose input holds the value a BadInput names."""
+    if exc.column not in table.column_names:
+        return np.zeros(0, np.int64)
+    values = table.column(exc.column).to_pylist()
+    return np.array([i for i, v in enumerate(values) if not bad[i] and v == exc.value],
+                    np.int64)
 
 
 def _embedding_column(emb: np.ndarray) -> pa.FixedSizeListArray:

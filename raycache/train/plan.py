@@ -27,12 +27,12 @@ from raycache.train.runspec import Member, Recipe, RunSpec, digest, keeps, sweep
 from raycache.train.sweep.grid import apply, members
 
 __all__ = ["AUTO_LOCAL_BYTES", "check", "cluster", "config_problems", "guard_run_folder",
-           "load_config", "metric_problems", "prepare", "problems", "resolve_views"]
+           "load_config", "prepare", "problems", "resolve_views"]
 
 
 def problems(cfg: TrainConfig) -> list[str]:
     """The checks of `cfg` that consult the registries, a sweep's members included."""
-    from raycache.train.objectives import OBJECTIVES
+    from raycache.train.objectives import OBJECTIVES, metric_problems
     from raycache.train.optim import OPTIMIZERS, SCHEDULES
     from raycache.train.sweep.grid import problems as sweep_problems
 
@@ -50,23 +50,9 @@ def problems(cfg: TrainConfig) -> list[str]:
                    f"{sorted(OBJECTIVES)}")
     else:
         out += OBJECTIVES[cfg.objective].problems(cfg)
-        out += metric_problems(cfg)
+        out += metric_problems(cfg)  # monitor and select
     return out + sweep_problems(cfg, config_problems)
 
-
-def metric_problems(cfg: TrainConfig) -> list[str]:
-    """`evaluation.monitor` and `select` must name a metric the objective reports, found
-    before any work rather than after the first epoch."""
-    from raycache.train.objectives import OBJECTIVES
-    from raycache.train.objectives.base import EPOCH_METRICS
-
-    known = [*EPOCH_METRICS, *OBJECTIVES[cfg.objective].metrics(cfg)]
-    out = []
-    for where, name in (("evaluation.monitor", cfg.evaluation.monitor), ("select", cfg.select)):
-        if name is not None and name not in known:
-            out.append(f"{where}={name!r} is not a metric of objective {cfg.objective!r}; "
-                       f"expected one of {known}")
-    return out
 
 
 def config_problems(cfg: TrainConfig) -> list[str]:
