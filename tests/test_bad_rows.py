@@ -130,3 +130,41 @@ def test_on_ray_the_same_error_and_the_same_skipped_rows(tmp_path, source, ray_s
     assert sorted(s.key for s in ray.cache.manifest.skipped) == sorted(keys)
     assert ray.cache.manifest.skipped == local.cache.manifest.skipped
     assert ray.cache.read_table().equals(local.cache.read_table())
+
+
+GPU_DRIVER = """
+import json, sys
+import ray
+import raycache
+ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+result = raycache.fill(json.loads(sys.argv[1]))
+print(json.dumps({"pool": result.pool, "skipped": [s.key for s in result.cache.manifest.skipped],
+                  "keys": result.cache.read_table().column("id").to_pylist()}))
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_the_gpu_shaped_fill_skips_the_same_rows(tmp_path, source):
+    """The GPU pipeline's own shape (a prepare stage, the model on GPU actors, the writer as
+    tasks; models on the CPU by the test switch): the marks travel through every stage."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from raycache.compute.pool import GPU_ON_CPU
+
+    keys = poisoned(source)
+    cfg = nan_fill(str(source), str(tmp_path / "gpu"), in_process="auto", num_gpus=1,
+                   on_bad_rows="skip", rows_per_shard=50)
+    tests = str(Path(__file__).resolve().parent)
+    env = {**os.environ, GPU_ON_CPU: "1",
+           "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", GPU_DRIVER, json.dumps(cfg)], env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    [run] = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert "GPU" in run["pool"] and sorted(run["skipped"]) == sorted(keys)
+    assert sorted(run["keys"]) == sorted(set(pq.read_table(source).column("id").to_pylist())
+                                         - set(keys))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from raycache.cache.columns import hash_column, input_column, views_column
 from raycache.compute.actor import start_actor
@@ -52,6 +53,9 @@ class FillPrepare:
         reasons = np.full(table.num_rows, None, object)
         while True:
             try:
+                if not bad.any():  # the common case: no copy of the batch
+                    kept = self._prepare(table, out, prepare)
+                    return kept.append_column(BAD, pa.nulls(table.num_rows, pa.string()))
                 good = pa.array(~bad)
                 kept = self._prepare(table.filter(good), out.filter(good), prepare)
                 break
@@ -60,11 +64,10 @@ class FillPrepare:
                 if not rows.size:
                     raise
                 bad[rows], reasons[rows] = True, str(exc)
-        if not bad.any():
-            return kept
-        if bad.all():
-            return out.append_column(BAD, pa.array(reasons, pa.string()))
-        index = pa.array(np.where(bad, 0, np.cumsum(~bad) - 1))  # bad rows: the first good's
+        if bad.all():  # no good row: the columns' types (prepared from none), null
+            index = pa.nulls(table.num_rows, pa.int64())
+        else:  # bad rows: the first good row's values (the same schema in every batch)
+            index = pa.array(np.where(bad, 0, np.cumsum(~bad) - 1))
         for name in kept.column_names:
             if name not in out.column_names:
                 out = out.append_column(name, kept.column(name).take(index))
@@ -144,7 +147,7 @@ class EncodeActor:
         inputs = {prepared(e) for e in self.frozen} | {prepared_views(e.name) for e in views}
         out = table.drop_columns([c for c in table.column_names if c in inputs])
         skip = (table.column(BAD).is_null().to_numpy(zero_copy_only=False)  # unreadable inputs
-                if BAD in table.column_names else None)
+                if BAD in table.column_names else None)  # (on_bad_rows: skip)
         if skip is not None and not skip.any():  # every row skipped: the writer lists them
             return out.append_column(STARTED, pa.array(np.full(table.num_rows, started)))
         for e in self.frozen:
@@ -154,8 +157,8 @@ class EncodeActor:
                 out = self._checked(out, e, emb, raw)
                 out = out.append_column(e.name, _embedding_column(emb))
                 continue
-            need = (table.column(need_column(e.name)).to_numpy() if e.name in table.column_names
-                    else np.ones(table.num_rows, bool))
+            need = (pc.fill_null(table.column(need_column(e.name)), False).to_numpy()
+                    if e.name in table.column_names else np.ones(table.num_rows, bool))
             emb = (_embeddings(table.column(e.name)).astype(e.dtype) if e.name in
                    table.column_names else np.zeros((table.num_rows, 0), e.dtype))
             raw = None
@@ -223,5 +226,9 @@ def _embedding_column(emb: np.ndarray) -> pa.FixedSizeListArray:
 
 
 def _embeddings(column: pa.ChunkedArray) -> np.ndarray:
+    """A fixed-size list column as [rows, dim]; a null row (a skipped one) as whatever its
+    slots hold."""
     array = column.combine_chunks()
-    return array.flatten().to_numpy(zero_copy_only=False).reshape(len(array), array.type.list_size)
+    dim = array.type.list_size
+    values = array.values.slice(array.offset * dim, len(array) * dim)
+    return values.to_numpy(zero_copy_only=False).reshape(len(array), dim)
