@@ -18,8 +18,9 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from raycache.core.secrets import reveal
+from raycache.core.transient import is_transient
 from raycache.core.workdir import temporary_path_problem
-from raycache.errors import FingerprintError, RaycacheError, SourceError
+from raycache.errors import FingerprintError, RaycacheError, SourceError, StoreUnavailable
 from raycache.source.checks import check_columns, check_utf8
 from raycache.source.config import FILE_FORMATS, SourceConfig
 from raycache.source.file import SourceFile
@@ -183,6 +184,11 @@ def _reading(file: SourceFile, fmt: str) -> Iterator[None]:
             "once the source stays still"
         ) from exc
     except (pa.ArrowException, OSError) as exc:  # pyarrow raises OSError for corrupt data
+        if is_transient(exc):
+            raise StoreUnavailable(
+                f"source file {file.uri!r} could not be read: its object store kept failing "
+                f"after its retries ({type(exc).__name__}: {exc}). The service, not the file: "
+                "run again (a fill resumes where it stopped)") from exc
         if file.size == 0:
             needs = {"csv": "a header row", "jsonl": "one row", "parquet": "a footer"}[fmt]
             raise SourceError(
