@@ -253,7 +253,8 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"encoder      {e.name}: {e.kind} on {e.input!r}, dim {e.dim}, {e.dtype}, "
               f"weights {e.weights_digest[:16]}")
     for f in m.inputs["source"]["files"]:
-        print(f"source       {f['uri']} ({f['size']} bytes, version {f['version']})")
+        pinned = f", object version {f['version_id']}" if f.get("version_id") else ""
+        print(f"source       {f['uri']} ({f['size']} bytes, version {f['version']}{pinned})")
     if m.skipped:
         print(f"skipped      {len(m.skipped)} source row(s) the fill could not cache "
               "(on_bad_rows: skip; the next fill retries them):")

@@ -14,7 +14,7 @@ def own_records(cache: Cache, bad: set[str]) -> list[ShardRecord]:
     """The good shards of the cache's own folder as the fill's shard records: what a resumed
     fill keeps."""
     m = cache.manifest
-    uri = {SourceFile(f["uri"], f["size"], f["version"]).block: f["uri"]
+    uri = {SourceFile.described(f).block: f["uri"]
            for f in m.inputs["source"]["files"]}
     total: dict[str, int] = {}
     for s in m.shards:
