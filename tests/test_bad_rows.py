@@ -168,3 +168,38 @@ def test_the_gpu_shaped_fill_skips_the_same_rows(tmp_path, source):
     assert "GPU" in run["pool"] and sorted(run["skipped"]) == sorted(keys)
     assert sorted(run["keys"]) == sorted(set(pq.read_table(source).column("id").to_pylist())
                                          - set(keys))
+
+
+def test_non_finite_embeddings_an_older_cache_holds_are_not_reused(tmp_path, source,
+                                                                   monkeypatch):
+    """Reuse by content takes embeddings from other caches of the store: ones that an older
+    raycache committed with NaN are caught as they are taken, and named as reused."""
+    from raycache.fill import stages
+
+    store = str(tmp_path / "store")
+    with monkeypatch.context() as m:
+        m.setattr(stages, "bad_rows", lambda emb: None)  # as an older raycache did
+        raycache.fill(nan_fill(str(source), store, name="old"))
+    monkeypatch.setattr(toy_encoders, "POISON", False)  # the same encoder, finite now
+    with pytest.raises(EncoderError, match="reused from a cache in the store.*reuse: false"):
+        raycache.fill(nan_fill(str(source), store, name="new"))
+    assert raycache.fill(nan_fill(str(source), store, name="new", reuse=False)).cache \
+        .manifest.rows == 300
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_bad_rows_finds_exactly_the_rows_with_nan_or_inf(dtype):
+    from raycache.fill.finite import bad_rows
+
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(50, 12)).astype(dtype)
+    big = np.finfo(dtype).max
+    emb[3, 0], emb[7, 5], emb[11, 11] = np.nan, np.inf, -np.inf
+    emb[20, :2] = (np.inf, -np.inf)  # sums to NaN
+    emb[30, :] = big  # finite values whose sum overflows: not bad
+    emb[31, :2] = (big, -big)
+    want = np.zeros(50, bool)
+    want[[3, 7, 11, 20]] = True
+    np.testing.assert_array_equal(bad_rows(emb), want)
+    assert bad_rows(np.delete(emb, [3, 7, 11, 20], axis=0)) is None
+    assert bad_rows(emb[:0]) is None

@@ -25,13 +25,23 @@ SHOWN = 3
 
 def bad_rows(stored: np.ndarray) -> np.ndarray | None:
     """Which rows of `stored` ([rows, ...], as stored) hold a NaN or an inf; None when none do.
-    One vectorised pass: a float64 sum per row is non-finite exactly when the row holds a NaN or
-    an inf (finite float16/float32 rows cannot overflow it)."""
-    if not len(stored):
+    One vectorised pass, ~1% of a fill's time: float16, a row whose largest exponent field is
+    all ones (NaN or inf); float32, each row's sum as one BLAS matrix-vector product (NaN or
+    inf exactly where the row holds one, or where finite values overflow it: those rows
+    checked value by value)."""
+    if not stored.size:
         return None
-    with np.errstate(invalid="ignore"):  # inf - inf: NaN, which is what is asked
-        sums = np.add.reduce(stored.reshape(len(stored), -1), axis=1, dtype=np.float64)
-    bad = ~np.isfinite(sums)
+    flat = stored.reshape(len(stored), -1)
+    if flat.dtype == np.float16:
+        bad = (flat.view(np.uint16) & 0x7C00).max(axis=1) == 0x7C00
+    elif flat.dtype in (np.float32, np.float64):
+        with np.errstate(all="ignore"):  # inf - inf: NaN, which is what is asked
+            maybe = ~np.isfinite(flat @ np.ones(flat.shape[1], flat.dtype))
+        bad = np.zeros(len(flat), bool)
+        if maybe.any():
+            bad[maybe] = ~np.isfinite(flat[maybe]).all(axis=1)
+    else:
+        bad = ~np.isfinite(flat).all(axis=1)
     return bad if bad.any() else None
 
 
