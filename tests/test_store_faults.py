@@ -7,6 +7,7 @@ again."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -22,8 +23,8 @@ from tests.fault_proxy import FAULTS, FaultProxy
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(300)]
 
-RATE, SEED = 0.25, 30
-"""A quarter of the requests faulted; the draws fixed."""
+RATE, SEED = 0.25, int(os.environ.get("RAYCACHE_FAULT_SEED", "30"))
+"""A quarter of the requests faulted; the draws fixed (RAYCACHE_FAULT_SEED tries others)."""
 ROWS = 600
 
 

@@ -20,7 +20,15 @@ from raycache.compute import runner
 from raycache.compute.pool import Pool
 from raycache.compute.runner import AUTO_IN_PROCESS_ROWS, Job, Stage
 from raycache.core.config import AUTO
-from raycache.errors import CorruptCache, DamagedCacheWarning, SourceError, StoreError
+from raycache.core.transient import is_transient
+from raycache.errors import (
+    CorruptCache,
+    DamagedCacheWarning,
+    RaycacheError,
+    SourceError,
+    StoreError,
+    StoreUnavailable,
+)
 from raycache.fill.commit import check_complete, commit, done_ranges, resumable, scan_keys
 from raycache.fill.config import FillConfig
 from raycache.fill.plan import Plan, load_config, plan
@@ -190,6 +198,12 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False,
         except Exception as exc:
             if not isinstance(exc, StoreError) and lease.lost:  # (a failed store: not asked)
                 raise _removed(p) from exc
+            if not isinstance(exc, RaycacheError) and is_transient(exc):  # past the retries
+                raise StoreUnavailable(
+                    f"fill {p.cfg.name}/{p.fingerprint}: the store or the source's object store "
+                    f"kept failing after its retries ({type(exc).__name__}: {exc}); nothing "
+                    "was committed. Run it again: it resumes at its last written shard"
+                ) from exc
             raise
 
 

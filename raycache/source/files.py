@@ -43,6 +43,8 @@ def list_files(cfg: SourceConfig) -> tuple[str, list[SourceFile]]:
         except RaycacheError:
             raise
         except Exception as exc:  # each filesystem raises its own types (botocore's, ...)
+            if is_transient(exc):
+                raise _unavailable(path, exc) from exc
             raise SourceError(
                 f"source path {path!r} cannot be listed ({type(exc).__name__}: {exc}); check "
                 "the path, and the endpoint and credentials in source.options (fsspec options, "
@@ -148,10 +150,23 @@ def changes(files: list[SourceFile], options: dict[str, Any]) -> list[str]:
             return f"{f.uri!r} changed version (modification time or ETag {f.version} -> {version})"
         return None
 
-    if len(files) == 1:  # a read unit's own check: no pool to start
-        return [c for c in map(change, files) if c]
-    with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
-        return [c for c in pool.map(change, files) if c]
+    try:
+        if len(files) == 1:  # a read unit's own check: no pool to start
+            return [c for c in map(change, files) if c]
+        with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
+            return [c for c in pool.map(change, files) if c]
+    except Exception as exc:  # each filesystem raises its own types
+        if is_transient(exc):
+            raise _unavailable(files[0].uri if len(files) == 1 else "the source", exc) from exc
+        raise
+
+
+def _unavailable(what: str, exc: BaseException) -> StoreUnavailable:
+    """The error for a source whose object store kept failing after its retries."""
+    return StoreUnavailable(
+        f"source {what!r} could not be read: its object store kept failing after its retries "
+        f"({type(exc).__name__}: {exc}). The service, not the data: run again (a fill resumes "
+        "where it stopped)")
 
 
 def check_unchanged(files: list[SourceFile], options: dict[str, Any], stopped: str) -> None:
@@ -209,10 +224,7 @@ def _reading(file: SourceFile, fmt: str) -> Iterator[None]:
         ) from exc
     except (pa.ArrowException, OSError) as exc:  # pyarrow raises OSError for corrupt data
         if is_transient(exc):
-            raise StoreUnavailable(
-                f"source file {file.uri!r} could not be read: its object store kept failing "
-                f"after its retries ({type(exc).__name__}: {exc}). The service, not the file: "
-                "run again (a fill resumes where it stopped)") from exc
+            raise _unavailable(file.uri, exc) from exc
         if file.size == 0:
             needs = {"csv": "a header row", "jsonl": "one row", "parquet": "a footer"}[fmt]
             raise SourceError(

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from raycache.cache.committed import Cache
 from raycache.cache.store import Store
-from raycache.errors import ConfigError, DivergedError, RaycacheError, StoreError
+from raycache.core.transient import is_transient
+from raycache.errors import (
+    ConfigError,
+    DivergedError,
+    RaycacheError,
+    StoreError,
+    StoreUnavailable,
+)
 from raycache.heads.specs import HEAD_CONFIG
 from raycache.train import checkpoint as ckpt
 from raycache.train.config import TrainConfig
@@ -329,8 +336,12 @@ def _failed(exc: Exception, spec: RunSpec, base: dict[str, Any]) -> RaycacheErro
     except Exception as store_exc:  # the store itself failed: say so, not "it resumes"
         again = (f"the store {store.uri!r} failed too ({type(store_exc).__name__}: "
                  f"{store_exc}); check that it is reachable and writable, then run again")
-    if type(error) is StoreError:  # the store failed under the run: what running again does
-        return StoreError(f"{error}; training run {spec.run_name!r}: {again}")
+    if error is None and is_transient(exc):  # the store's service, past its client's retries
+        return StoreUnavailable(f"training run {spec.run_name!r}: the store {store.uri!r} kept "
+                                f"failing after its retries ({type(exc).__name__}: {exc}); "
+                                f"{again}")
+    if type(error) in (StoreError, StoreUnavailable):  # what running again does
+        return type(error)(f"{error}; training run {spec.run_name!r}: {again}")
     if error is not None:
         return error
     return RaycacheError(f"training run {spec.run_name!r} failed: {type(exc).__name__}: {exc}; "

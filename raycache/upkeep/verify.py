@@ -19,7 +19,7 @@ from raycache.cache.records import ShardEntry, SkippedRow
 from raycache.cache.selection import decode
 from raycache.cache.store import Store
 from raycache.cache.vectors import is_packed, unpacked_type
-from raycache.errors import CorruptCache
+from raycache.errors import CorruptCache, StoreUnavailable
 from raycache.upkeep.refs import label
 
 if TYPE_CHECKING:
@@ -125,6 +125,8 @@ def _check(store: Store, cache_dir: str, manifest: Manifest, entry: ShardEntry
             return [f"missing (shared from version {entry.home}, removed?): "
                     f"{store.url(path)}"], None
         return ["missing"], None
+    except StoreUnavailable:  # the store's service, not the shard: verify fails, run it again
+        raise
     except Exception as exc:  # each filesystem raises its own types
         return [f"unreadable ({type(exc).__name__}: {exc})"], None
     problems = mismatch(blob, entry.bytes, entry.sha256)
