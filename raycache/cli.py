@@ -23,6 +23,8 @@ DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads 
 STORE_HELP = ("store URI: a folder, s3://bucket/prefix or any fsspec URI (default: "
               "$RAYCACHE_STORE, else .raycache/store)")
 CACHE_HELP = "cache name, or NAME/FINGERPRINT (default fingerprint: the newest)"
+SKIPPED_SHOWN = 20
+"""Skipped rows `raycache inspect` lists (--json: all)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -228,7 +230,8 @@ def _ls(args: argparse.Namespace) -> int:
     for c in caches:
         m = c.manifest
         encs = ",".join(f"{e.name}:{e.dim}" for e in m.encoders)
-        print(f"{m.name}/{m.fingerprint}  rows={m.rows}  size={human_bytes(m.bytes)}  "
+        skipped = f"  skipped={len(m.skipped)}" if m.skipped else ""
+        print(f"{m.name}/{m.fingerprint}  rows={m.rows}{skipped}  size={human_bytes(m.bytes)}  "
               f"encoders={encs}  created={m.created}")
     return 0
 
@@ -250,7 +253,15 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"encoder      {e.name}: {e.kind} on {e.input!r}, dim {e.dim}, {e.dtype}, "
               f"weights {e.weights_digest[:16]}")
     for f in m.inputs["source"]["files"]:
-        print(f"source       {f['uri']} ({f['size']} bytes, version {f['version']})")
+        pinned = f", object version {f['version_id']}" if f.get("version_id") else ""
+        print(f"source       {f['uri']} ({f['size']} bytes, version {f['version']}{pinned})")
+    if m.skipped:
+        print(f"skipped      {len(m.skipped)} source row(s) the fill could not cache "
+              "(on_bad_rows: skip; the next fill retries them):")
+    for s in m.skipped[:SKIPPED_SHOWN]:
+        print(f"  {m.key_column}={s.key!r}  row {s.row} of {s.source}: {s.reason}")
+    if len(m.skipped) > SKIPPED_SHOWN:
+        print(f"  ... and {len(m.skipped) - SKIPPED_SHOWN} more (--json lists them all)")
     return 0
 
 

@@ -30,6 +30,12 @@ class StoreError(RaycacheError):
     """The store cannot be reached, or holds something it should not."""
 
 
+class StoreUnavailable(StoreError):
+    """The store, or a source's object store, kept failing after its client's retries (503
+    SlowDown, 500, a dropped connection, a timeout): the service, not the data. Running the
+    same command again resumes (a fill at its last written shard, a run at its checkpoint)."""
+
+
 class CacheNotFound(StoreError):
     """No committed cache matches the request."""
 

@@ -17,6 +17,7 @@ from raycache.errors import (
     ConfigError,
     CorruptShard,
     DivergedError,
+    EncoderError,
     RaycacheError,
     SourceError,
 )
@@ -138,6 +139,35 @@ def test_a_diverging_loss_stops_the_run_naming_epoch_and_step(store):
     assert record["resumable"] is False
 
 
+@pytest.mark.parametrize("head", ["linear", "mlp"])  # a stacked sweep, and heads one by one
+def test_a_diverging_sweep_member_stops_alone_and_the_others_go_on(store, head):
+    name = f"sweep-diverges-{head}"
+    result = raycache.train(train_cfg(store, head=head, optimizer="sgd", momentum=0.0,
+                                      epochs=3, run_name=name,
+                                      sweep={"optim.lr": [0.05, 1e38, 0.1]}))
+    [gone] = result.diverged
+    assert gone["member"] == 1 and "diverged in epoch 1" in gone["error"]
+    assert "lower optim.lr (now 1e+38)" in gone["error"]
+    rows = {row["member"]: row for row in result.sweep}
+    assert rows[1]["stopped"] and rows[1]["epochs"] == 0 and not rows[1]["selected"]
+    for i in (0, 2):  # the others trained every epoch, to finite losses
+        assert rows[i]["epochs"] == 3 and not rows[i]["diverged"]
+        assert all(np.isfinite(m["train_loss"]) for m in rows[i]["history"])
+    assert result.best["member"] in (0, 2) and np.isfinite(result.best["val_loss"])
+    assert "member #1 optim.lr=1e+38 DIVERGED" in result.summary()
+    record = json.loads(next(Path(store).glob(f"toy/*/runs/{name}/run.json")).read_text())
+    assert record["status"] == "finished" and record["diverged"][0]["member"] == 1
+    sweep = [json.loads(line) for line in
+             next(Path(store).glob(f"toy/*/runs/{name}/sweep.jsonl")).read_text().splitlines()]
+    assert sweep[1]["diverged"] and not sweep[0]["diverged"]
+
+
+def test_a_sweep_whose_every_member_diverges_fails(store):
+    with pytest.raises(DivergedError, match="as did every other member of the sweep"):
+        raycache.train(train_cfg(store, optimizer="sgd", momentum=0.0, run_name="all-gone",
+                                 sweep={"optim.lr": [1e38, 3e38]}))
+
+
 def test_a_failed_run_says_what_running_it_again_does(store):
     """Not "it resumes from its last checkpoint" where it saved none."""
     with pytest.raises(RaycacheError, match="saved no checkpoint, so running it again starts "
@@ -146,7 +176,9 @@ def test_a_failed_run_says_what_running_it_again_does(store):
     assert "RuntimeError: toy: the head's forward pass failed" in str(err.value)
 
 
-def test_nan_embeddings_stop_the_run_at_the_batch_that_holds_them(tmp_path):
+def test_nan_embeddings_stop_the_run_at_the_batch_that_holds_them(tmp_path, monkeypatch):
+    """A fill refuses them now (tests/test_bad_rows.py); a cache that an older raycache
+    committed with them still stops training at the first batch."""
     table = separable(n=80)
     feats = np.stack(table.column("features").to_numpy(zero_copy_only=False))
     feats[:, 0] = np.nan  # every row: whichever batch comes first holds one
@@ -154,7 +186,13 @@ def test_nan_embeddings_stop_the_run_at_the_batch_that_holds_them(tmp_path):
         pa.array(feats.astype(np.float32).reshape(-1)), 8))
     (tmp_path / "source").mkdir()
     pq.write_table(table, tmp_path / "source" / "a.parquet")
-    raycache.fill(toy_fill(str(tmp_path / "source"), str(tmp_path / "store"), in_process=True))
+    cfg = toy_fill(str(tmp_path / "source"), str(tmp_path / "store"), in_process=True)
+    with pytest.raises(EncoderError, match="gave non-finite outputs"):
+        raycache.fill(cfg)
+    from raycache.fill import stages
+
+    monkeypatch.setattr(stages, "bad_rows", lambda emb: None)  # as an older raycache did
+    raycache.fill(cfg)
     with pytest.raises(DivergedError, match=r"epoch 1: the training loss became NaN or "
                                             r"infinite at batch 1 of the epoch"):
         raycache.train(train_cfg(str(tmp_path / "store")))

@@ -322,6 +322,35 @@ def test_a_bad_image_names_its_row_and_what_it_holds(vit, digits, tmp_path):
         raycache.fill(cfg)
 
 
+def test_bad_images_are_skipped_listed_and_retried_with_on_bad_rows_skip(vit, digits,
+                                                                          tmp_path):
+    import pyarrow.parquet as pq
+
+    broken = [b"\x89PNG broken", digits[0][3][: len(digits[0][3]) // 2]]
+    images = pa.table({"id": [f"img-{i}" for i in range(6)],
+                       "image": [digits[0][0], broken[0], digits[0][2], digits[0][3], broken[1],
+                                 broken[0]]})  # blocks of 4 rows: the second all bad
+    (tmp_path / "src").mkdir()
+    pq.write_table(images, tmp_path / "src" / "a.parquet")
+    cfg = {"name": "bad", "source": {"path": str(tmp_path / "src")},
+           "encoders": [image_encoder(vit)], "store": {"uri": str(tmp_path / "store")},
+           "in_process": True, "progress": False, "on_bad_rows": "skip", "rows_per_shard": 4}
+    result = raycache.fill(cfg)
+    m = result.cache.manifest
+    assert [(s.key, s.row) for s in m.skipped] == [("img-1", 1), ("img-4", 4), ("img-5", 5)]
+    assert all("not a readable image" in s.reason for s in m.skipped)
+    table = result.cache.read_table()
+    assert table.column("id").to_pylist() == ["img-0", "img-2", "img-3"]
+    again = raycache.fill(cfg)  # not a hit: the skipped rows are tried again, and fail again
+    assert again.retried == 3 and len(again.cache.manifest.skipped) == 3
+    from PIL import Image
+
+    want = reference(vit, [Image.open(io.BytesIO(digits[0][i])).convert("RGB")
+                           for i in (0, 2, 3)], "pooler")
+    np.testing.assert_allclose(np.stack(table.column("vit").to_numpy(zero_copy_only=False)),
+                               want, atol=1e-5)
+
+
 def test_an_image_folder_needs_a_subfolder_per_class(tmp_path, vit):
     (tmp_path / "flat").mkdir()
     (tmp_path / "flat" / "a.png").write_bytes(b"x")

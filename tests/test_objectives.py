@@ -372,3 +372,27 @@ def test_recipe_carries_the_objective_into_the_digest_and_picks_the_monitor_mode
         == "max"
     assert Recipe.from_config(load_train(base)).evaluation.mode == "min"  # val_loss
     assert os.sep not in str(a.groups)
+
+
+def test_the_metrics_a_monitor_may_name_are_those_the_evaluators_report():
+    """What the config check accepts (Family.metrics) is what each evaluator reports."""
+    from raycache.train.config import PairsConfig
+    from raycache.train.objectives import OBJECTIVES
+    from raycache.train.objectives.classification import ClassMetrics
+    from raycache.train.objectives.groups import Retrieval
+    from raycache.train.objectives.pairs import PairMetrics
+
+    torch.manual_seed(0)
+    cls = ClassMetrics(12, (1, 5, 10), torch.device("cpu"))
+    cls.update(torch.randn(40, 12), torch.randint(0, 12, (40,)))
+    ret = Retrieval("cosine", (1, 5, 10), 4)
+    ret.update(torch.randn(40, 4), torch.randint(0, 5, (40,)))
+    mnr = PairMetrics("cosine", PairsConfig(path="p", loss="mnr"), 4)
+    mnr.update(torch.randn(20, 2, 4), torch.stack([torch.randint(0, 2, (20,)).double(),
+                                                  torch.arange(20.0), torch.arange(20.0) + 20],
+                                                 1))
+    for objective, evaluator, over in (("classification", cls, {}), ("groups", ret, {}),
+                                       ("pairs", mnr, {"pairs": {"path": "p", "loss": "mnr"}})):
+        cfg = load_train({"cache": "c", "objective": objective, **over})
+        known = set(OBJECTIVES[objective].metrics(cfg)) | {"val_acc"}
+        assert set(evaluator.compute()) <= known, (objective, set(evaluator.compute()) - known)

@@ -77,6 +77,24 @@ def test_config_problems_name_value_expectation_and_fix():
     assert load_train({"cache": "c"}).resources.num_workers == "auto"
 
 
+def test_a_monitor_or_select_that_names_no_metric_is_refused_before_any_work():
+    with pytest.raises(ConfigError) as err:  # the config alone: no cache, no Ray
+        load_train({"cache": "c", "monitor": "val_acc1", "select": "val_top5",
+                    "sweep": {"optim.lr": [0.1, 0.01]}})
+    text = str(err.value)
+    assert "evaluation.monitor='val_acc1' is not a metric of objective 'classification'" in text
+    assert "select='val_top5' is not a metric" in text and "'val_top5_acc'" in text
+    for objective, monitor in (("classification", "val_f1"), ("classification", "val_top5_acc"),
+                               ("classification", "train_loss"), ("groups", "val_map_at_10"),
+                               ("groups", "val_r_precision"), ("pairs", "val_auc")):
+        cfg = load_train({"cache": "c", "objective": objective, "monitor": monitor,
+                          **({"pairs": {"path": "p.parquet"}} if objective == "pairs" else {})})
+        assert cfg.evaluation.monitor == monitor
+    with pytest.raises(ConfigError, match="'val_mrr' is not a metric of objective 'pairs'"):
+        load_train({"cache": "c", "objective": "pairs", "monitor": "val_mrr",
+                    "pairs": {"path": "p.parquet", "loss": "cosine"}})
+
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_every_optimizer_reduces_the_loss(name):
     torch.manual_seed(0)

@@ -117,3 +117,34 @@ def small_mlp(in_dim: int = 8, out_dim: int = 8, seed: int = 1) -> torch.nn.Modu
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(in_dim, 16), torch.nn.ReLU(),
                                torch.nn.Linear(16, out_dim))
+
+
+def scaled_projection(in_dim: int = 8, out_dim: int = 16, scale: float = 1e6
+                      ) -> torch.nn.Module:
+    """projection()'s linear layer times `scale`, no tanh: outputs beyond float16's range."""
+    layer = projection(in_dim, out_dim)[0]
+    with torch.no_grad():
+        layer.weight.mul_(scale)
+    return layer
+
+
+POISON = True
+"""nan_projection gives NaN for its marked rows while this is true (a module setting, so that a
+later fill has the same fingerprint)."""
+
+
+class _NaNFor(torch.nn.Module):
+    def __init__(self, inner: torch.nn.Module, above: float):
+        super().__init__()
+        self.inner, self.above = inner, above
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.inner(x)
+        if POISON:
+            out[x[:, 0] > self.above] = float("nan")
+        return out
+
+
+def nan_projection(in_dim: int = 8, out_dim: int = 16, above: float = 3.0) -> torch.nn.Module:
+    """projection() that returns NaN for rows whose first feature is above `above`."""
+    return _NaNFor(projection(in_dim, out_dim), above)

@@ -7,10 +7,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from raycache.cache.records import ShardEntry
+from raycache.cache.records import ShardEntry, SkippedRow
 from raycache.errors import CorruptCache, StoreError
 
-__all__ = ["FORMAT_VERSION", "EncoderEntry", "Manifest", "ShardList", "human_bytes"]
+__all__ = ["FORMAT_VERSION", "SKIPPED", "EncoderEntry", "Manifest", "ShardList", "human_bytes"]
+
+SKIPPED = "skipped"
+"""The key in a manifest's `extra` of the rows its fill skipped (on_bad_rows: skip), each
+SkippedRow's JSON: in `extra`, so that any raycache that reads format 5 reads the manifest."""
 
 FORMAT_VERSION = 5
 """2: shards named and recorded by the source row ranges they hold. 3: shards hold each
@@ -107,6 +111,12 @@ class Manifest:
     def shard_count(self) -> int:
         return self.totals["shards"] if self.totals else len(self.shards)
 
+    @property
+    def skipped(self) -> list[SkippedRow]:
+        """The source rows the fill left out (on_bad_rows: skip), with why; the next fill of
+        this cache retries them."""
+        return [SkippedRow.from_json(s) for s in self.extra.get(SKIPPED, ())]
+
     def encoder(self, name: str) -> EncoderEntry:
         for e in self.encoders:
             if e.name == name:
@@ -165,6 +175,7 @@ class Manifest:
             f"{self.name}/{self.fingerprint[:12]}: {self.rows} rows, {self.shard_count} shards, "
             f"{human_bytes(self.bytes)}, encoders {encs}, labels {self.label_columns}, "
             f"created {self.created}"
+            + (f", {n} row(s) skipped" if (n := len(self.extra.get(SKIPPED, ()))) else "")
         )
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["RowRange", "ShardEntry", "ShardRecord", "spans_by_block"]
+__all__ = ["RowRange", "ShardEntry", "ShardRecord", "SkippedRow", "spans_by_block"]
 
 
 @dataclass(frozen=True, order=True)
@@ -181,17 +181,39 @@ class ShardRecord:
         return cls(**data, ranges=ranges)
 
 
-def spans_by_block(records: Iterable[ShardRecord] = (), entries: Iterable[ShardEntry] = ()
-                   ) -> dict[str, tuple[Any, Any]]:
+@dataclass(frozen=True)
+class SkippedRow:
+    """A source row a fill left out (on_bad_rows: skip): where it is, its key, and why. A
+    manifest lists them (`Manifest.skipped`); the next fill of the cache retries them. JSON:
+    [block, row, key, source, reason]."""
+
+    block: str
+    row: int
+    key: Any
+    source: str
+    reason: str
+
+    def to_json(self) -> list[Any]:
+        return [self.block, self.row, self.key, self.source, self.reason]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> SkippedRow:
+        return cls(*data)
+
+
+def spans_by_block(records: Iterable[ShardRecord] = (), entries: Iterable[ShardEntry] = (),
+                   skipped: Iterable[SkippedRow] = ()) -> dict[str, tuple[Any, Any]]:
     """Per source file block, (starts, stops) as arrays, unsorted: the rows the shard
-    `records` hold and those the `entries` keep (a version's kept rows, worked out as arrays:
-    its holes are many)."""
+    `records` hold, those the `entries` keep (a version's kept rows, worked out as arrays:
+    its holes are many), and the rows `skipped`."""
     import numpy as np
 
     pairs: dict[str, list[tuple[int, int]]] = {}
     for r in records:
         for x in r.ranges:
             pairs.setdefault(x.block, []).append((x.start, x.stop))
+    for s in skipped:
+        pairs.setdefault(s.block, []).append((s.row, s.row + 1))
     parts: dict[str, list[Any]] = {b: [np.array(v, np.int64).reshape(-1, 2)]
                                    for b, v in pairs.items()}
     for e in entries:

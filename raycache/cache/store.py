@@ -21,8 +21,9 @@ from fsspec.implementations.local import LocalFileSystem
 
 from raycache.cache.records import RowRange
 from raycache.core.secrets import merge, reveal, seal, split
+from raycache.core.transient import is_transient
 from raycache.core.workdir import temporary_path_problem
-from raycache.errors import StoreError
+from raycache.errors import StoreError, StoreUnavailable
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -171,14 +172,33 @@ class Store:
                 "prefix) that holds the caches, e.g. .raycache/store; give that instead"
             )
 
+    @contextlib.contextmanager
+    def _served(self, doing: str, path: str) -> Iterator[None]:
+        """The store's service failing after its client's retries (raycache.core.transient)
+        raised as StoreUnavailable, naming the store, the object and the fix; other errors
+        (a missing object) as they are."""
+        try:
+            yield
+        except Exception as exc:  # each filesystem raises its own types
+            if not is_transient(exc):
+                raise
+            raise StoreUnavailable(
+                f"store {self.uri!r}: {doing} {self.url(path)!r} failed: the store kept failing "
+                f"after its retries ({type(exc).__name__}: {exc}). Run the same command again "
+                "(a fill resumes at its last written shard, a training run at its last "
+                "checkpoint); store.options sets the retries (README: What raycache guarantees)"
+            ) from exc
+
     def exists(self, path: str) -> bool:
-        return self.fs.exists(path)
+        with self._served("checking", path):
+            return self.fs.exists(path)
 
     def _deadline(self) -> dict[str, float]:
         return {"timeout": self.timeout_s} if isinstance(self.fs, AsyncFileSystem) else {}
 
     def read_bytes(self, path: str) -> bytes:
-        return self.fs.cat_file(path, **self._deadline())
+        with self._served("reading", path):
+            return self.fs.cat_file(path, **self._deadline())
 
     def write_atomic(self, path: str, data: bytes | Buffer, exclusive: bool = False) -> bool:
         """Write a whole object (bytes, or any buffer: written locally without a copy) so a
@@ -201,7 +221,7 @@ class Store:
             self.fs.pipe_file(path, data, **self._deadline())  # one PUT, whole
             return True
         except Exception as exc:  # each filesystem raises its own types
-            raise StoreError(
+            raise (StoreUnavailable if is_transient(exc) else StoreError)(
                 f"store {self.uri!r}: writing {self.url(path)!r} failed ({type(exc).__name__}: "
                 f"{exc}); check that the store is reachable and writable, then run again (a "
                 "fill resumes where it stopped; a training run, from its last checkpoint if it "
@@ -241,7 +261,8 @@ class Store:
             raise
 
     def is_dir(self, path: str) -> bool:
-        return self.fs.isdir(path)
+        with self._served("checking", path):
+            return self.fs.isdir(path)
 
 
     def write_json(self, path: str, obj: Any, exclusive: bool = False,
@@ -258,13 +279,15 @@ class Store:
     def listdir(self, path: str) -> list[str]:
         """Names of the entries under path (empty when it does not exist)."""
         try:
-            entries = self.fs.ls(path, detail=False, refresh=True)
+            with self._served("listing", path):
+                entries = self.fs.ls(path, detail=False, refresh=True)
         except FileNotFoundError:
             return []
         return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
 
     def size(self, path: str) -> int:
-        return int(self.fs.size(path))
+        with self._served("checking", path):
+            return int(self.fs.size(path))
 
     def files(self, path: str) -> dict[str, tuple[int, float]]:
         """Every file under path: (size in bytes, modification time in seconds since the
@@ -273,7 +296,8 @@ class Store:
         from a later open in this one."""
         self.fs.invalidate_cache(path)
         try:
-            found = self.fs.find(path, detail=True, withdirs=False)
+            with self._served("listing", path):
+                found = self.fs.find(path, detail=True, withdirs=False)
         except FileNotFoundError:
             return {}
         finally:
@@ -291,7 +315,8 @@ class Store:
 
     def rm(self, path: str) -> None:
         """Remove a file, or a folder and everything under it."""
-        self.fs.rm(path, recursive=True)
+        with self._served("removing", path):
+            self.fs.rm(path, recursive=True)
 
 class _StoreHandler(pafs.FSSpecHandler):
     """pyarrow's fsspec handler over a Store's filesystem, pickled as the Store."""

@@ -19,8 +19,8 @@ import pyarrow as pa
 
 from raycache.cache.columns import input_column
 from raycache.cache.committed import read_manifest
-from raycache.cache.manifest import EncoderEntry, Manifest
-from raycache.cache.records import ShardEntry, ShardRecord, spans_by_block
+from raycache.cache.manifest import SKIPPED, EncoderEntry, Manifest
+from raycache.cache.records import ShardEntry, ShardRecord, SkippedRow, spans_by_block
 from raycache.cache.store import MANIFEST, PROGRESS, SHARDS, shard_name
 from raycache.core.secrets import split
 from raycache.errors import CorruptCache, RaycacheError
@@ -68,13 +68,14 @@ def done_ranges(records: list[ShardRecord]) -> dict[str, Ranges]:
 
 
 def check_complete(p: Plan, records: list[ShardRecord], totals: dict[str, int],
-                   shared: Sequence[ShardEntry] = ()) -> None:
+                   shared: Sequence[ShardEntry] = (), skipped: Sequence[SkippedRow] = ()
+                   ) -> None:
     """Every row of every source file in exactly one shard (its own, or one it `shared` with
-    an older version), or no manifest."""
+    an older version) or `skipped` (on_bad_rows: skip), or no manifest."""
     for r in records:
         for x in r.ranges:
             totals.setdefault(x.block, x.source_rows or 0)
-    spans = spans_by_block(records, shared)
+    spans = spans_by_block(records, shared, skipped)
     bad = []
     for f in p.files:
         a, b = spans.get(f.block, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
@@ -104,11 +105,16 @@ def scan_keys(p: Plan, records: list[ShardRecord], *, cluster: bool = False, raw
 
 def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = False,
            label_stats: dict[str, Any] | None = None, shared: Sequence[ShardEntry] = (),
-           dims: dict[str, int] | None = None) -> tuple[Manifest, bool]:
+           dims: dict[str, int] | None = None, skipped: Sequence[SkippedRow] = ()
+           ) -> tuple[Manifest, bool]:
     """Write the manifest, exclusively: (the manifest, True), or, when another fill of the same
     cache committed first, (that fill's manifest, False). `replace` writes over it (repair).
-    `shared`: entries of older versions' shards the version shares."""
+    `shared`: entries of older versions' shards the version shares; `skipped`: the rows left
+    out (on_bad_rows: skip), listed in the manifest."""
     manifest = manifest_of(p, records, seconds, label_stats, shared, dims)
+    if skipped:
+        manifest.extra[SKIPPED] = [s.to_json() for s in sorted(
+            skipped, key=lambda s: (s.source, s.row))]
     # the shard list first, named by its content (two fills of one cache write the same
     # object), then the manifest that names it and its checksum: the commit
     listing = (json.dumps([s.to_json() for s in manifest.shards], sort_keys=True,

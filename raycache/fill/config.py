@@ -103,6 +103,14 @@ class FillConfig:
     """A fill compacts at most this share of the version's rows, the sparsest shards first
     (shards that keep under half their rows always go), spreading the rewrites over versions;
     `raycache compact` has no budget."""
+    on_bad_rows: str = "error"
+    """A row the fill cannot cache: an encoder output that is NaN or inf after the storage cast
+    (a float16 overflow, NaN input features), or an input the encoder cannot read (a bad
+    image). error: the fill fails, naming the encoder, the rows' keys and files, and the likely
+    cause; nothing is committed. skip: the other rows are filled and committed, and the
+    skipped rows' keys, files and reasons are recorded in the manifest (`raycache verify`, `ls`
+    and `inspect` report them); a later fill of the same cache retries them. Not part of the
+    fingerprint."""
     progress: bool = True
     """Show one progress bar (rows, rows/s, ETA) and the summary."""
     verbose: bool = False
@@ -125,6 +133,9 @@ class FillConfig:
         if not 0 <= self.compact_budget <= 1:
             out.append(f"compact_budget={self.compact_budget}: expected a share of the "
                        "version's rows between 0 and 1, e.g. 0.08")
+        if self.on_bad_rows not in ("error", "skip"):
+            out.append(f"on_bad_rows={self.on_bad_rows!r}: expected 'error' (fail the fill) or "
+                       "'skip' (fill the other rows, record the skipped ones)")
         if self.in_process not in (True, False, AUTO):
             out.append(f"in_process={self.in_process!r}: expected true, false or 'auto'")
         elif self.in_process is True and self.num_gpus > 0:

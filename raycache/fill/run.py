@@ -15,12 +15,20 @@ from typing import TYPE_CHECKING, Any
 from raycache.cache.committed import Cache, read_manifest
 from raycache.cache.lease import Lease
 from raycache.cache.manifest import human_bytes
-from raycache.cache.records import ShardRecord
+from raycache.cache.records import ShardRecord, SkippedRow
 from raycache.compute import runner, where
 from raycache.compute.pool import Pool
 from raycache.compute.runner import Job, Stage
 from raycache.core.config import AUTO
-from raycache.errors import CorruptCache, DamagedCacheWarning, SourceError, StoreError
+from raycache.core.transient import is_transient
+from raycache.errors import (
+    CorruptCache,
+    DamagedCacheWarning,
+    RaycacheError,
+    SourceError,
+    StoreError,
+    StoreUnavailable,
+)
 from raycache.fill.commit import check_complete, commit, done_ranges, resumable, scan_keys
 from raycache.fill.config import FillConfig
 from raycache.fill.plan import Plan, load_config, plan
@@ -82,6 +90,8 @@ class FillResult:
     """Bytes of the shards this call wrote."""
     compacted_rows: int = 0
     """Rows of sparse shared shards copied into new shards of this version (compaction)."""
+    retried: int = 0
+    """Rows an earlier fill of this cache skipped (on_bad_rows: skip), tried again."""
 
     @property
     def rows_per_second(self) -> float:
@@ -112,6 +122,11 @@ class FillResult:
                 f"{self.reused_rows} reused{resumed}{shared}), ")
         wrote = (f" ({human_bytes(self.written_bytes)} written)"
                  if self.base or self.compacted_rows else "")
+        if self.retried:
+            wrote += f"; retried {self.retried} skipped row(s)"
+        if skipped := len(m.skipped):
+            wrote += (f"; SKIPPED {skipped} row(s) it could not cache (on_bad_rows: skip; "
+                      "`raycache inspect` lists them, the next fill retries them)")
         return head + (f"{what}{m.shard_count} shards, {human_bytes(m.bytes)}{wrote}, "
                        f"{self._timings()}")
 
@@ -148,10 +163,24 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
         warnings.warn(f"{exc}. Filling it again now, from this config", DamagedCacheWarning,
                       stacklevel=2)
         return complete(p, resumable(p), replace=True)
+    if manifest is not None and manifest.skipped:  # rows it skipped (on_bad_rows: skip)
+        return _retry(p, Cache(p.store, manifest), started)
     if manifest is not None:
         return FillResult(Cache(p.store, manifest), True, time.perf_counter() - started[0], 0)
 
     return complete(p, resumable(p), started=started)
+
+
+def _retry(p: Plan, cache: Cache, started: tuple[float, float]) -> FillResult:
+    """The rows a committed cache skipped, filled again over it, its own shards kept (rows
+    that fail again are skipped again, or, under on_bad_rows: error, fail the fill and leave
+    the cache as it was). A version's shared rows are read into its own folder (embeddings
+    reused by content), so that its label counts are counted again, never carried stale."""
+    from raycache.fill.retry import own_records
+
+    result = complete(p, own_records(cache, set()), replace=True, started=started)
+    result.repair, result.retried = False, len(cache.manifest.skipped)
+    return result
 
 
 def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False,
@@ -169,6 +198,12 @@ def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False,
         except Exception as exc:
             if not isinstance(exc, StoreError) and lease.lost:  # (a failed store: not asked)
                 raise _removed(p) from exc
+            if not isinstance(exc, RaycacheError) and is_transient(exc):  # past the retries
+                raise StoreUnavailable(
+                    f"fill {p.cfg.name}/{p.fingerprint}: the store or the source's object store "
+                    f"kept failing after its retries ({type(exc).__name__}: {exc}); nothing "
+                    "was committed. Run it again: it resumes at its last written shard"
+                ) from exc
             raise
 
 
@@ -218,17 +253,18 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
         pool = cluster_pool(cfg, blocks, progress=cfg.progress, verbose=cfg.verbose,
                             store=p.store)
     new: list[ShardRecord] = []
+    skipped: list[SkippedRow] = []  # on_bad_rows: skip
     first = None
     if units:
         reuse = _reuse(p, version) if cfg.reuse else None
-        records = _records(runner.run(job(p, units, reuse, block), pool, local=local))
+        records = _records(runner.run(job(p, units, reuse, block), pool, local=local), skipped)
         with runner.progress_bar(cfg.progress, todo, f"fill {cfg.name}") as bar:
             for record in records:
                 first = first or time.perf_counter() - start
                 new.append(record)
                 bar.update(record.rows)
     records = done + new
-    check_complete(p, records, totals, version.carried if version else ())
+    check_complete(p, records, totals, version.carried if version else (), skipped)
     if not sum(r.rows for r in records) + (version.rows if version else 0):
         _no_rows(p)  # never an empty cache committed
     try:
@@ -255,7 +291,7 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
     manifest, committed = commit(
         p, records, time.perf_counter() - start, replace, label_stats,
         version.carried if version else (),
-        {e.name: e.dim for e in version.base.encoders} if version else None)
+        {e.name: e.dim for e in version.base.encoders} if version else None, skipped)
     if not committed:  # another fill of this cache committed first: that cache is the result
         return FillResult(Cache(p.store, manifest), True, time.perf_counter() - start, 0)
     ran = runner.where(pool, local, why)
@@ -337,9 +373,10 @@ def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None,
     return Job(units, p.format, cfg.source.options, block or cfg.rows_per_shard, cfg.encoders,
                keep=list(dict.fromkeys([cfg.source.key, *cfg.source.labels])),
                model=Stage(EncodeActor, dict(cfg=cfg, digests=digests), local=dict(lazy=True)),
-               inputs=FillPrepare(cfg.encoders, reuse, cfg.views),
+               inputs=FillPrepare(cfg.encoders, reuse, cfg.views, cfg.on_bad_rows == "skip"),
                sink=Stage(write_stage, dict(store=p.store, cache_dir=p.dir,
-                                            fingerprint=p.fingerprint, rows=cfg.rows_per_shard)))
+                                            fingerprint=p.fingerprint, rows=cfg.rows_per_shard,
+                                            key=cfg.source.key)))
 
 
 def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse | None = None,
@@ -354,8 +391,14 @@ def build_pipeline(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse 
     return runner.build(job(p, units, reuse, block), pool)
 
 
-def _records(tables: Iterator[pa.Table]) -> Iterator[ShardRecord]:
-    """Shard records as the writers finish them."""
+def _records(tables: Iterator[pa.Table], skipped: list[SkippedRow] | None = None
+             ) -> Iterator[ShardRecord]:
+    """Shard records as the writers finish them; the rows they skipped go to `skipped`."""
     for table in tables:
         for text in table.column("record").to_pylist():
-            yield ShardRecord.from_json(json.loads(text))
+            data = json.loads(text)
+            if "skipped" in data:
+                if skipped is not None:
+                    skipped.extend(SkippedRow.from_json(s) for s in data["skipped"])
+                continue
+            yield ShardRecord.from_json(data)

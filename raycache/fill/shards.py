@@ -14,10 +14,11 @@ import pyarrow.parquet as pq
 
 from raycache.cache.columns import HASH_PREFIX, input_column, is_views_column
 from raycache.cache.reads import cache_label, read_bytes_checked, shard_path
-from raycache.cache.records import RowRange, ShardEntry, ShardRecord
+from raycache.cache.records import RowRange, ShardEntry, ShardRecord, SkippedRow
 from raycache.cache.selection import decode
 from raycache.cache.store import PROGRESS, Store, shard_name
 from raycache.cache.vectors import is_packed, pack
+from raycache.fill.finite import BAD
 from raycache.fill.reuse import need_column
 
 __all__ = ["DEDUP", "STARTED", "copy_kept", "rewrite", "write_stage"]
@@ -29,16 +30,33 @@ STARTED = "__encode_started"
 """When the encoder call that made a row began (seconds since the epoch)."""
 
 
-def write_stage(table: pa.Table, store: Store, cache_dir: str, fingerprint: str, rows: int
-                ) -> pa.Table:
+def write_stage(table: pa.Table, store: Store, cache_dir: str, fingerprint: str, rows: int,
+                key: str = "") -> pa.Table:
     """Ray Data task: encoded rows in, written as shards of at most `rows` rows, each with its
     progress record; the records (JSON) out. Rows go in source order; a shard's name comes from
-    the rows it holds."""
+    the rows it holds. Rows marked skipped (on_bad_rows: skip) are left out, and listed in one
+    more record, {"skipped": [SkippedRow JSON, ...]}, the `key` column naming them."""
     if not _in_order(table):  # a block read from one unit already is: no copy of it then
         table = table.sort_by([("__block", "ascending"), ("__row", "ascending")])
+    skipped = []
+    if BAD in table.column_names:
+        bad = table.column(BAD).is_valid()
+        skipped = _skipped(table.filter(bad), key)
+        table = table.filter(pc.invert(bad)).drop_columns([BAD])
     records = [_write(table.slice(i, rows), store, cache_dir, fingerprint)
                for i in range(0, table.num_rows, rows)]
+    if skipped:
+        records.append(json.dumps({"skipped": [s.to_json() for s in skipped]}, default=str))
     return pa.table({"record": pa.array(records, pa.string())})
+
+
+def _skipped(table: pa.Table, key: str) -> list[SkippedRow]:
+    """The rows of `table` (each marked skipped) as SkippedRow records."""
+    keys = table.column(key).to_pylist() if key in table.column_names else \
+        [None] * table.num_rows
+    return [SkippedRow(*row) for row in zip(
+        table.column("__block").to_pylist(), table.column("__row").to_pylist(), keys,
+        table.column("__source").to_pylist(), table.column(BAD).to_pylist(), strict=True)]
 
 
 def _parquet_options(schema: pa.Schema) -> dict:

@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from raycache.cache.columns import hash_column, input_column, views_column
 from raycache.compute.actor import start_actor
 from raycache.compute.prepare import Prepare, prepared
 from raycache.encoders.config import EncoderConfig
-from raycache.errors import EncoderError
+from raycache.errors import BadInput, EncoderError
 from raycache.fill.config import FillConfig, ViewsConfig
+from raycache.fill.finite import BAD, SKIP, bad_rows, cause, mark, non_finite_error, stored
 from raycache.fill.reuse import Reuse, input_hashes, need_column
 from raycache.fill.shards import STARTED
 from raycache.fill.views import make, prepared_views, view_encoders
@@ -36,10 +38,42 @@ class FillPrepare:
     of K per row) for the frozen encoders; views are encoded, never reused."""
 
     def __init__(self, encoders: list[EncoderConfig], reuse: Reuse | None = None,
-                 views: ViewsConfig | None = None):
-        self.encoders, self.reuse, self.views = encoders, reuse, views
+                 views: ViewsConfig | None = None, skip: bool = False):
+        self.encoders, self.reuse, self.views, self.skip = encoders, reuse, views, skip
 
     def __call__(self, table: pa.Table, out: pa.Table, prepare: Mapping[str, Prepare]
+                 ) -> pa.Table:
+        """The prepared batch; with `skip` (on_bad_rows: skip), an input an encoder cannot
+        take (BadInput) marks its rows skipped (fill.finite.BAD) and the rest are prepared,
+        the skipped rows holding a good row's prepared inputs (never encoded) or, where no
+        row is good, none."""
+        if not self.skip:
+            return self._prepare(table, out, prepare)
+        bad = np.zeros(table.num_rows, bool)
+        reasons = np.full(table.num_rows, None, object)
+        while True:
+            try:
+                if not bad.any():  # the common case: no copy of the batch
+                    kept = self._prepare(table, out, prepare)
+                    return kept.append_column(BAD, pa.nulls(table.num_rows, pa.string()))
+                good = pa.array(~bad)
+                kept = self._prepare(table.filter(good), out.filter(good), prepare)
+                break
+            except BadInput as exc:  # a rare path: its rows found by value, then again
+                rows = _rows_holding(table, exc, bad)
+                if not rows.size:
+                    raise
+                bad[rows], reasons[rows] = True, str(exc)
+        if bad.all():  # no good row: the columns' types (prepared from none), null
+            index = pa.nulls(table.num_rows, pa.int64())
+        else:  # bad rows: the first good row's values (the same schema in every batch)
+            index = pa.array(np.where(bad, 0, np.cumsum(~bad) - 1))
+        for name in kept.column_names:
+            if name not in out.column_names:
+                out = out.append_column(name, kept.column(name).take(index))
+        return out.append_column(BAD, pa.array(reasons, pa.string()))
+
+    def _prepare(self, table: pa.Table, out: pa.Table, prepare: Mapping[str, Prepare]
                  ) -> pa.Table:
         hashes = {}
         for column in dict.fromkeys(e.input for e in self.encoders):
@@ -112,25 +146,75 @@ class EncodeActor:
         views = [e for e in view_encoders(self.cfg.views, self.cfg.encoders) if not e.trainable]
         inputs = {prepared(e) for e in self.frozen} | {prepared_views(e.name) for e in views}
         out = table.drop_columns([c for c in table.column_names if c in inputs])
+        skip = (table.column(BAD).is_null().to_numpy(zero_copy_only=False)  # unreadable inputs
+                if BAD in table.column_names else None)  # (on_bad_rows: skip)
+        if skip is not None and not skip.any():  # every row skipped: the writer lists them
+            return out.append_column(STARTED, pa.array(np.full(table.num_rows, started)))
         for e in self.frozen:
-            if e.name not in table.column_names:  # nothing reused: encode every row
-                emb = self.encoders[e.name].forward(table.column(prepared(e)))
-                emb = emb.astype(e.dtype, copy=False)  # float32 already: no copy
+            if e.name not in table.column_names and skip is None:  # nothing reused: all rows
+                raw = self.encoders[e.name].forward(table.column(prepared(e)))
+                emb = stored(raw, e.dtype)
+                out = self._checked(out, e, emb, raw)
                 out = out.append_column(e.name, _embedding_column(emb))
                 continue
-            need = table.column(need_column(e.name)).to_numpy()
-            emb = _embeddings(table.column(e.name)).astype(e.dtype)  # a writable copy
-            if need.any():
-                todo = table.column(prepared(e)).filter(pa.array(need))
-                emb[need] = self.encoders[e.name].forward(todo)
-            out = out.set_column(out.schema.get_field_index(e.name), e.name,
-                                 _embedding_column(emb))
+            need = (pc.fill_null(table.column(need_column(e.name)), False).to_numpy()
+                    if e.name in table.column_names else np.ones(table.num_rows, bool))
+            emb = (_embeddings(table.column(e.name)).astype(e.dtype) if e.name in
+                   table.column_names else np.zeros((table.num_rows, 0), e.dtype))
+            raw = None
+            todo = need & skip if skip is not None else need
+            if todo.any():
+                done = self.encoders[e.name].forward(table.column(prepared(e))
+                                                     .filter(pa.array(todo)))
+                if not emb.shape[1]:
+                    emb = np.zeros((table.num_rows, done.shape[1]), e.dtype)
+                emb[todo] = stored(done, e.dtype)
+                raw = np.zeros(emb.shape, np.float32)
+                raw[todo] = done
+            out = self._checked(out, e, emb, raw, encoded=todo)
+            column = _embedding_column(emb)
+            out = (out.set_column(out.schema.get_field_index(e.name), e.name, column)
+                   if e.name in out.column_names else out.append_column(e.name, column))
         for e in views:  # each row's K views, encoded as one batch of rows * K inputs
             column = table.column(prepared_views(e.name)).combine_chunks()
-            emb = self.encoders[e.name].forward(column.flatten()).astype(e.dtype, copy=False)
-            out = out.append_column(views_column(e.name),
-                                    _embedding_column(emb.reshape(table.num_rows, -1)))
+            if skip is not None:  # a skipped row's views: never encoded, zeros
+                some = self.encoders[e.name].forward(column.filter(pa.array(skip)).flatten())
+                raw = np.zeros((table.num_rows, some.size // int(skip.sum())), np.float32)
+                raw[skip] = some.reshape(int(skip.sum()), -1)
+            else:
+                raw = self.encoders[e.name].forward(column.flatten())
+            emb = stored(raw, e.dtype).reshape(table.num_rows, -1)
+            out = self._checked(out, e, emb, raw.reshape(table.num_rows, -1), "views")
+            out = out.append_column(views_column(e.name), _embedding_column(emb))
         return out.append_column(STARTED, pa.array(np.full(table.num_rows, started)))
+
+    def _checked(self, out: pa.Table, e: EncoderConfig, emb: np.ndarray,
+                 raw: np.ndarray | None, what: str = "outputs",
+                 encoded: np.ndarray | None = None) -> pa.Table:
+        """`out`, having checked that the stored embeddings `emb` are finite: rows that are not
+        fail the fill (raycache.fill.finite) or, with on_bad_rows: skip, are marked skipped.
+        Rows already marked (an unreadable input) are left out of the check; `encoded`: the rows
+        encoded now (the rest reused), where not all."""
+        bad = bad_rows(emb)
+        if bad is not None and BAD in out.column_names:
+            bad &= out.column(BAD).is_null().to_numpy(zero_copy_only=False)
+        if bad is None or not bad.any():
+            return out
+        if encoded is not None and (bad & ~encoded).any():
+            raw = None  # reused embeddings: an older cache holds them
+        if self.cfg.on_bad_rows != SKIP:
+            raise non_finite_error(e.name, e.dtype, bad, out, self.cfg.source.key, raw, what)
+        return mark(out, bad, f"encoder {e.name!r}: non-finite {what} (NaN or inf) as "
+                              f"{e.dtype}. {cause(e.dtype, raw, bad)}".strip())
+
+
+def _rows_holding(table: pa.Table, exc: BadInput, bad: np.ndarray) -> np.ndarray:
+    """The rows not yet `bad` whose input holds the value a BadInput names."""
+    if exc.column not in table.column_names:
+        return np.zeros(0, np.int64)
+    values = table.column(exc.column).to_pylist()
+    return np.array([i for i, v in enumerate(values) if not bad[i] and v == exc.value],
+                    np.int64)
 
 
 def _embedding_column(emb: np.ndarray) -> pa.FixedSizeListArray:
@@ -142,5 +226,9 @@ def _embedding_column(emb: np.ndarray) -> pa.FixedSizeListArray:
 
 
 def _embeddings(column: pa.ChunkedArray) -> np.ndarray:
+    """A fixed-size list column as [rows, dim]; a null row (a skipped one) as whatever its
+    slots hold."""
     array = column.combine_chunks()
-    return array.flatten().to_numpy(zero_copy_only=False).reshape(len(array), array.type.list_size)
+    dim = array.type.list_size
+    values = array.values.slice(array.offset * dim, len(array) * dim)
+    return values.to_numpy(zero_copy_only=False).reshape(len(array), dim)

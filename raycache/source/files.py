@@ -18,8 +18,9 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from raycache.core.secrets import reveal
+from raycache.core.transient import is_transient
 from raycache.core.workdir import temporary_path_problem
-from raycache.errors import FingerprintError, RaycacheError, SourceError
+from raycache.errors import FingerprintError, RaycacheError, SourceError, StoreUnavailable
 from raycache.source.checks import check_columns, check_utf8
 from raycache.source.config import FILE_FORMATS, SourceConfig
 from raycache.source.file import SourceFile
@@ -42,6 +43,8 @@ def list_files(cfg: SourceConfig) -> tuple[str, list[SourceFile]]:
         except RaycacheError:
             raise
         except Exception as exc:  # each filesystem raises its own types (botocore's, ...)
+            if is_transient(exc):
+                raise _unavailable(path, exc) from exc
             raise SourceError(
                 f"source path {path!r} cannot be listed ({type(exc).__name__}: {exc}); check "
                 "the path, and the endpoint and credentials in source.options (fsspec options, "
@@ -72,7 +75,24 @@ def _listed(path: str, cfg: SourceConfig) -> dict[str, SourceFile]:
                 continue
             uri = fs.unstrip_protocol(name) if "://" in path else name
             files[uri] = SourceFile(uri, int(info["size"]), _version(info, uri, cfg))
-    return files
+    return _pinned(files, cfg) if "s3" in fs.protocol else files
+
+
+def _pinned(files: dict[str, SourceFile], cfg: SourceConfig) -> dict[str, SourceFile]:
+    """On S3, each file with the VersionId its bucket gives it (versioning on), its size and
+    ETag from the same answer; files of an unversioned bucket as they are."""
+    fs = fsspec.filesystem("s3", **{**reveal(cfg.options), "version_aware": True})
+
+    def pin(f: SourceFile) -> SourceFile:
+        fs.invalidate_cache(f.uri)
+        info = fs.info(f.uri)
+        vid = info.get("VersionId")
+        if not vid or vid == "null":  # unversioned (or written before versioning was on)
+            return f
+        return SourceFile(f.uri, int(info["size"]), _version(info, f.uri, cfg), str(vid))
+
+    with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
+        return dict(zip(files, pool.map(pin, files.values()), strict=True))
 
 
 _SHIP = ("give an absolute path or a URI (the shipped configs: export RAYCACHE_DATA where `ray "
@@ -110,6 +130,13 @@ def changes(files: list[SourceFile], options: dict[str, Any]) -> list[str]:
     """What changed in each of `files` since it was listed (its size, or its modification time
     or ETag, read again from the store, past any listing cache): one line per changed file."""
     def change(f: SourceFile) -> str | None:
+        if f.version_id:  # read by version: a newer one changes nothing; a removed one does
+            fs, path = fsspec.core.url_to_fs(f.uri, **{**reveal(options), "version_aware": True})
+            try:
+                fs.info(f"{path}?versionId={f.version_id}")
+            except FileNotFoundError:
+                return f"{f.uri!r}: its version {f.version_id} was removed"
+            return None
         fs, path = fsspec.core.url_to_fs(f.uri, **reveal(options))
         fs.invalidate_cache(path)
         try:
@@ -123,10 +150,23 @@ def changes(files: list[SourceFile], options: dict[str, Any]) -> list[str]:
             return f"{f.uri!r} changed version (modification time or ETag {f.version} -> {version})"
         return None
 
-    if len(files) == 1:  # a read unit's own check: no pool to start
-        return [c for c in map(change, files) if c]
-    with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
-        return [c for c in pool.map(change, files) if c]
+    try:
+        if len(files) == 1:  # a read unit's own check: no pool to start
+            return [c for c in map(change, files) if c]
+        with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
+            return [c for c in pool.map(change, files) if c]
+    except Exception as exc:  # each filesystem raises its own types
+        if is_transient(exc):
+            raise _unavailable(files[0].uri if len(files) == 1 else "the source", exc) from exc
+        raise
+
+
+def _unavailable(what: str, exc: BaseException) -> StoreUnavailable:
+    """The error for a source whose object store kept failing after its retries."""
+    return StoreUnavailable(
+        f"source {what!r} could not be read: its object store kept failing after its retries "
+        f"({type(exc).__name__}: {exc}). The service, not the data: run again (a fill resumes "
+        "where it stopped)")
 
 
 def check_unchanged(files: list[SourceFile], options: dict[str, Any], stopped: str) -> None:
@@ -158,7 +198,7 @@ def _infer_format(uris: list[str]) -> str:
 
 def read_schema(file: SourceFile, fmt: str, options: dict[str, Any]) -> pa.Schema:
     """The schema of one file, read cheaply (a footer, or the first block)."""
-    with _reading(file, fmt), fsspec.open(file.uri, "rb", **reveal(options)) as f:
+    with _reading(file, fmt), file.open(options) as f:
         if fmt == "parquet":
             return pq.read_schema(f)
         reader = pjson.open_json(f) if fmt == "jsonl" else pcsv.open_csv(f)
@@ -183,6 +223,8 @@ def _reading(file: SourceFile, fmt: str) -> Iterator[None]:
             "once the source stays still"
         ) from exc
     except (pa.ArrowException, OSError) as exc:  # pyarrow raises OSError for corrupt data
+        if is_transient(exc):
+            raise _unavailable(file.uri, exc) from exc
         if file.size == 0:
             needs = {"csv": "a header row", "jsonl": "one row", "parquet": "a footer"}[fmt]
             raise SourceError(
@@ -257,7 +299,7 @@ def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows:
             if unit.todo():
                 units.append(unit)
             continue
-        with _reading(f, fmt), fsspec.open(f.uri, "rb", **reveal(options)) as fh:
+        with _reading(f, fmt), f.open(options) as fh:
             meta = pq.ParquetFile(fh).metadata
         totals[f.block] = meta.num_rows
         groups: list[int] = []
@@ -276,7 +318,7 @@ def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows:
 def count_rows(f: SourceFile, fmt: str, options: dict[str, Any], key: str | None = None) -> int:
     """Rows of a CSV or JSONL file: a JSONL file's lines that hold something; a CSV file's rows
     from a streaming parse of its `key` column as text (a quoted field may hold newlines)."""
-    with fsspec.open(f.uri, "rb", **reveal(options)) as fh:
+    with f.open(options) as fh:
         if fmt == "jsonl":
             return _json_lines(fh)
         convert = pcsv.ConvertOptions(include_columns=[key] if key else [],
@@ -303,7 +345,7 @@ def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: li
     """The unit's rows not yet done, in pieces of at most `rows` rows, each with META columns.
     A file changed since it was listed is a SourceError before any of it is read."""
     check_unchanged([u.file], options, "the run stopped")
-    with _reading(u.file, fmt), fsspec.open(u.file.uri, "rb", **reveal(options)) as f:
+    with _reading(u.file, fmt), u.file.open(options) as f:
         if fmt == "parquet":
             pf = pq.ParquetFile(f)
             total, offset = pf.metadata.num_rows, u.start

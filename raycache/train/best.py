@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from raycache.errors import ConfigError
@@ -38,8 +39,12 @@ def saved_epoch(parts: Parts, progress: Progress) -> dict[str, Any]:
 
 
 def score(team: Team, i: int) -> float:
-    """Member i's value of the select metric, at the epoch whose weights it saves."""
-    spec, metrics = team.spec, saved_epoch(team.members[i], team.progress[i])
+    """Member i's value of the select metric, at the epoch whose weights it saves; a member
+    that diverged is never picked (its weights are not finite): the worst value."""
+    spec = team.spec
+    if team.progress[i].diverged or not team.progress[i].history:
+        return math.inf if spec.select_mode == "min" else -math.inf
+    metrics = saved_epoch(team.members[i], team.progress[i])
     if spec.select not in metrics:
         raise ConfigError([f"select={spec.select!r} is not a metric; expected one of "
                            f"{sorted(k for k in metrics if k != 'placement')}"])
@@ -57,6 +62,7 @@ def end_sweep_epoch(team: Team, latest: list[dict[str, Any]]) -> None:
     run.epoch += 1
     run.history.append({**latest[team.leader], "member": team.leader,
                         "active": sum(not p.stopped for p in team.progress),
+                        "diverged": sum(bool(p.diverged) for p in team.progress),
                         "leader_best": scores[team.leader], "leader_epoch": lead["epoch"]})
     run.best, run.best_epoch = scores[team.leader], lead["epoch"]
     run.stopped = all(p.stopped for p in team.progress)
@@ -66,11 +72,15 @@ def sweep_rows(team: Team) -> list[dict[str, Any]]:
     """One record per member: its settings, score, best epoch, last metrics and history."""
     out = []
     for i, (m, progress) in enumerate(zip(team.spec.sweep, team.progress, strict=True)):
+        value = score(team, i)
         out.append({
-            "member": i, "settings": m.settings_dict(), team.spec.select: score(team, i),
-            "epoch": saved_epoch(team.members[i], progress)["epoch"],
+            "member": i, "settings": m.settings_dict(),
+            team.spec.select: value if math.isfinite(value) else None,
+            "epoch": saved_epoch(team.members[i], progress)["epoch"] if progress.history
+            else 0,
             "selected": i == team.leader, "stopped": progress.stopped,
-            "epochs": len(progress.history),
-            "metrics": {k: v for k, v in progress.history[-1].items() if k != "placement"},
+            "diverged": progress.diverged, "epochs": len(progress.history),
+            "metrics": {k: v for k, v in (progress.history or [{}])[-1].items()
+                        if k != "placement"},
             "history": progress.history})
     return out

@@ -34,7 +34,7 @@ __all__ = ["AUTO_LOCAL_BYTES", "check", "cluster", "config_problems", "guard_run
 
 def problems(cfg: TrainConfig) -> list[str]:
     """The checks of `cfg` that consult the registries, a sweep's members included."""
-    from raycache.train.objectives import OBJECTIVES
+    from raycache.train.objectives import OBJECTIVES, metric_problems
     from raycache.train.optim import OPTIMIZERS, SCHEDULES
     from raycache.train.sweep.grid import problems as sweep_problems
 
@@ -52,7 +52,9 @@ def problems(cfg: TrainConfig) -> list[str]:
                    f"{sorted(OBJECTIVES)}")
     else:
         out += OBJECTIVES[cfg.objective].problems(cfg)
+        out += metric_problems(cfg)  # monitor and select
     return out + sweep_problems(cfg, config_problems)
+
 
 
 def config_problems(cfg: TrainConfig) -> list[str]:

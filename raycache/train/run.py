@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from raycache.cache.committed import Cache
 from raycache.cache.store import Store
-from raycache.errors import ConfigError, DivergedError, RaycacheError, StoreError
+from raycache.core.transient import is_transient
+from raycache.errors import (
+    ConfigError,
+    DivergedError,
+    RaycacheError,
+    StoreError,
+    StoreUnavailable,
+)
 from raycache.heads.specs import HEAD_CONFIG
 from raycache.train import checkpoint as ckpt
 from raycache.train.config import TrainConfig
@@ -99,6 +106,12 @@ class TrainResult:
             return next((row for row in self.sweep if row["selected"]), {})
         return dict(self.monitored)
 
+    @property
+    def diverged(self) -> list[dict[str, Any]]:
+        """The sweep members that diverged and stopped alone: member, settings, and where."""
+        return [{"member": row["member"], "settings": row["settings"],
+                 "error": row["diverged"]} for row in self.sweep if row.get("diverged")]
+
     def sweep_frame(self) -> pd.DataFrame:
         """A sweep's members as a DataFrame: one row each, its settings as columns."""
         import pandas as pd
@@ -139,8 +152,12 @@ class TrainResult:
         key = s.select if self.sweep else s.recipe.evaluation.monitor
         shown, epoch = number(best.get(key)), best.get("epoch", "?")
         if self.sweep:
+            gone = "".join(f"; member #{d['member']} {settings_text(d['settings'])} DIVERGED "
+                           "(stopped alone, lr 0; see the run's sweep records)"
+                           for d in self.diverged)
             return (f"selected member #{best.get('member')} "
-                    f"{settings_text(best.get('settings', {}))}: {key} {shown} at epoch {epoch}")
+                    f"{settings_text(best.get('settings', {}))}: {key} {shown} at epoch {epoch}"
+                    + gone)
         held = ("its weights in the checkpoint" if self.weights == "best"
                 else "the checkpoint holds the last epoch's weights")
         last = ", ".join(f"{k} {number(self.metrics[k])}" for k in ("val_loss", "val_acc")
@@ -273,8 +290,10 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     if out.sweep:
         best = {spec.select: out.best[spec.select], "member": out.best["member"],
                 "settings": out.best["settings"], "epoch": out.best["epoch"]}
+    diverged = {"diverged": out.diverged} if out.diverged else {}
     write_record(store, spec.run_dir, base, "finished", best=best, checkpoint=out.checkpoint,
-                 metrics={k: v for k, v in out.metrics.items() if k != "placement"})
+                 metrics={k: v for k, v in out.metrics.items() if k != "placement"},
+                 **diverged)
     return out
 
 
@@ -318,8 +337,12 @@ def _failed(exc: Exception, spec: RunSpec, base: dict[str, Any]) -> RaycacheErro
     except Exception as store_exc:  # the store itself failed: say so, not "it resumes"
         again = (f"the store {store.uri!r} failed too ({type(store_exc).__name__}: "
                  f"{store_exc}); check that it is reachable and writable, then run again")
-    if type(error) is StoreError:  # the store failed under the run: what running again does
-        return StoreError(f"{error}; training run {spec.run_name!r}: {again}")
+    if error is None and is_transient(exc):  # the store's service, past its client's retries
+        return StoreUnavailable(f"training run {spec.run_name!r}: the store {store.uri!r} kept "
+                                f"failing after its retries ({type(exc).__name__}: {exc}); "
+                                f"{again}")
+    if type(error) in (StoreError, StoreUnavailable):  # what running again does
+        return type(error)(f"{error}; training run {spec.run_name!r}: {again}")
     if error is not None:
         return error
     return RaycacheError(f"training run {spec.run_name!r} failed: {type(exc).__name__}: {exc}; "

@@ -27,6 +27,9 @@ class Progress:
     stopped: bool = False
     history: list[dict[str, Any]] = field(default_factory=list)
     resumed_from: list[int] = field(default_factory=list)
+    diverged: str = ""
+    """Where and how a sweep member's loss became NaN or infinite (it stopped there, its
+    learning rate set to 0, while the other members went on); empty: it did not."""
 
 
 @dataclass

@@ -9,16 +9,15 @@ from typing import Any
 
 from raycache.cache.committed import Cache, open_cache
 from raycache.cache.config import StoreConfig
-from raycache.cache.records import RowRange, ShardRecord
 from raycache.cache.store import Store
 from raycache.encoders.config import EncoderConfig
 from raycache.errors import RaycacheError
 from raycache.fill.config import FillConfig, ViewsConfig
 from raycache.fill.plan import plan
+from raycache.fill.retry import own_records
 from raycache.fill.run import FillResult, complete
 from raycache.fill.versions import within
 from raycache.source.config import SourceConfig
-from raycache.source.files import SourceFile
 from raycache.upkeep.refs import label
 
 __all__ = ["config_of", "own_records", "repair"]
@@ -82,20 +81,3 @@ def config_of(cache: Cache, source_options: dict[str, Any], progress: bool,
         in_process=in_process,
         progress=progress,
     )
-
-
-def own_records(cache: Cache, bad: set[str]) -> list[ShardRecord]:
-    """The good shards of the cache's own folder as the fill's shard records: what a resumed
-    fill keeps."""
-    m = cache.manifest
-    uri = {SourceFile(f["uri"], f["size"], f["version"]).block: f["uri"]
-           for f in m.inputs["source"]["files"]}
-    total: dict[str, int] = {}
-    for s in m.shards:
-        for r in s.live_ranges():
-            total[r.block] = max(total.get(r.block, 0), r.stop)
-    dims = {e.name: e.dim for e in m.encoders}
-    return [ShardRecord(s.path, s.rows, s.bytes, s.sha256, dims=dims,
-                        ranges=tuple(RowRange(r.block, r.start, r.stop, uri[r.block],
-                                              total[r.block]) for r in s.ranges))
-            for s in m.shards if s.path not in bad and not s.home]

@@ -15,11 +15,11 @@ import pyarrow.parquet as pq
 
 from raycache.cache.manifest import Manifest, human_bytes
 from raycache.cache.reads import THREADS, map_ordered, mismatch, shard_path
-from raycache.cache.records import ShardEntry
+from raycache.cache.records import ShardEntry, SkippedRow
 from raycache.cache.selection import decode
 from raycache.cache.store import Store
 from raycache.cache.vectors import is_packed, unpacked_type
-from raycache.errors import CorruptCache
+from raycache.errors import CorruptCache, StoreUnavailable
 from raycache.upkeep.refs import label
 
 if TYPE_CHECKING:
@@ -63,6 +63,9 @@ class Report:
     shared: dict[str, str] = field(default_factory=dict)
     """The bad shards shared from another version's folder -> that version (name/fingerprint).
     """
+    skipped: list[SkippedRow] = field(default_factory=list)
+    """Source rows the fill left out (on_bad_rows: skip): not a failure (the manifest accounts
+    for them), reported; the next fill retries them."""
 
     @property
     def ok(self) -> bool:
@@ -80,6 +83,13 @@ class Report:
         if dup.count:
             shown = ", ".join(f"{k!r} in {' and '.join(v)}" for k, v in dup.examples.items())
             out.append(f"DUPLICATE KEYS: {dup.count} keys appear more than once, e.g. {shown}")
+        if self.skipped:
+            shown = "; ".join(f"{s.key!r} (row {s.row} of {s.source}): {s.reason}"
+                              for s in self.skipped[:3]) + ("; ..." if len(self.skipped) > 3
+                                                            else "")
+            out.append(f"SKIPPED: {len(self.skipped)} source row(s) the fill could not cache "
+                       f"(on_bad_rows: skip), e.g. {shown}. The next fill of this cache "
+                       "retries them")
         if self.stray:
             shown = ", ".join(list(self.stray)[:3]) + (", ..." if len(self.stray) > 3 else "")
             out.append(f"STRAY: {len(self.stray)} file(s), "
@@ -115,6 +125,8 @@ def _check(store: Store, cache_dir: str, manifest: Manifest, entry: ShardEntry
             return [f"missing (shared from version {entry.home}, removed?): "
                     f"{store.url(path)}"], None
         return ["missing"], None
+    except StoreUnavailable:  # the store's service, not the shard: verify fails, run it again
+        raise
     except Exception as exc:  # each filesystem raises its own types
         return [f"unreadable ({type(exc).__name__}: {exc})"], None
     problems = mismatch(blob, entry.bytes, entry.sha256)
@@ -203,4 +215,4 @@ def verify(cache: Cache, threads: int = THREADS) -> Report:
     stray = {rel: size for rel, (size, _) in strays(cache, read_by_others(cache)).items()}
     return Report(cache=f"{m.name}/{m.fingerprint}", shards=len(m.shards), rows=m.rows,
                   bytes=m.bytes, seconds=time.perf_counter() - start, bad=bad,
-                  duplicate_keys=dup, stray=stray, shared=shared)
+                  duplicate_keys=dup, stray=stray, shared=shared, skipped=m.skipped)

@@ -13,7 +13,11 @@ if TYPE_CHECKING:
     from raycache.train.config import TrainConfig
     from raycache.train.runspec import RunSpec
 
-__all__ = ["Evaluator", "Family", "Objective"]
+__all__ = ["EPOCH_METRICS", "Evaluator", "Family", "Objective"]
+
+EPOCH_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "train_rows", "val_rows",
+                 "lr", "epoch_seconds", "rows_per_s", "epoch")
+"""The numbers every epoch reports whatever the objective (raycache.train.epoch)."""
 
 
 class Evaluator(Protocol):
@@ -65,6 +69,10 @@ class Family(NamedTuple):
     holders: Callable[..., Any] | None = None
     """holders(spec, rank, device) -> (train, validation) data, where the objective reads
     other rows than the cache's (pairs); None: the cache's rows and labels."""
+    metrics: Callable[[TrainConfig], tuple[str, ...]] = lambda cfg: ()
+    """The validation metrics its evaluator may report with these settings (besides every
+    objective's train_loss, train_acc, val_loss, val_acc...): what `evaluation.monitor` and a
+    sweep's `select` may name, checked before any work."""
     data_problems: Callable[[TrainConfig, Cache], list[str]] | None = None
     """Problems with the data the objective reads besides the cache, checked against the cache
     on the driver before any work (pairs: keys missing from the cache); None: nothing to read."""

@@ -120,5 +120,12 @@ def out_dim(cfg: TrainConfig, classes: int) -> int:
     return classes
 
 
+def metrics(cfg: TrainConfig) -> tuple[str, ...]:
+    """val_f1, and val_top{k}_acc for each k > 1 (those at or above the class count are left
+    out when the run knows it)."""
+    return ("val_f1", *(f"val_top{k}_acc" for k in sorted(set(cfg.evaluation.metrics_k))
+                        if k > 1))
+
+
 CLASSIFICATION = Family(build=Classification, problems=problems, out_dim=out_dim,
-                        labels="classes")
+                        labels="classes", metrics=metrics)

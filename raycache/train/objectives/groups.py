@@ -161,4 +161,11 @@ def out_dim(cfg: TrainConfig, groups: int) -> int:
     return cfg.embedding_dim
 
 
-GROUPS = Family(build=Groups, problems=problems, out_dim=out_dim, labels="groups")
+def metrics(cfg: TrainConfig) -> tuple[str, ...]:
+    from raycache.train.objectives.retrieval import metric_names
+
+    return tuple(f"val_{k}" for k in metric_names(tuple(sorted(set(cfg.evaluation.metrics_k)))))
+
+
+GROUPS = Family(build=Groups, problems=problems, out_dim=out_dim, labels="groups",
+                metrics=metrics)

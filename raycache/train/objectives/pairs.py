@@ -237,5 +237,11 @@ def data_problems(cfg: TrainConfig, cache: Cache) -> list[str]:
     return data_problems(cfg, cache)
 
 
+def metrics(cfg: TrainConfig) -> tuple[str, ...]:
+    """Those of PairMetrics: the ones of 0/1 labels are reported only when the labels are."""
+    found = ("val_spearman", "val_pearson", "val_auc", "val_threshold")
+    return (*found, "val_recall_at_1", "val_mrr") if cfg.pairs.loss == "mnr" else found
+
+
 PAIRS = Family(build=Pairs, problems=problems, out_dim=out_dim, labels="none",
-               holders=holders, data_problems=data_problems)
+               holders=holders, data_problems=data_problems, metrics=metrics)
