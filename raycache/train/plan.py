@@ -21,6 +21,7 @@ from raycache.errors import ConfigError
 from raycache.heads import HEADS
 from raycache.heads.specs import HeadSpec
 from raycache.train.config import TrainConfig
+from raycache.train.defaults import feature_l1
 from raycache.train.objectives import OBJECTIVES
 from raycache.train.runs import read_record, runs_dir
 from raycache.train.runspec import Member, Recipe, RunSpec, digest, keeps, sweep_record
@@ -295,8 +296,10 @@ def resolve_placement(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int)
     return "stream"
 
 
-def sweep_members(cfg: TrainConfig, head: HeadSpec) -> tuple[Member, ...]:
-    """The sweep's members, each with its own head and recipe (none without a sweep)."""
+def sweep_members(cfg: TrainConfig, head: HeadSpec, rows: int | None = None,
+                  workers: int = 0, l1: float | None = None) -> tuple[Member, ...]:
+    """The sweep's members, each with its own head and recipe (none without a sweep; auto
+    settings resolved for each member's head, as in Recipe.from_config)."""
     out = []
     for settings in members(cfg):
         c = apply(cfg, settings)
@@ -305,7 +308,7 @@ def sweep_members(cfg: TrainConfig, head: HeadSpec) -> tuple[Member, ...]:
                            for k, v in settings.items()),
             head=dataclasses.replace(head, head=c.head, hidden=tuple(c.hidden),
                                      dropout=c.dropout),
-            recipe=Recipe.from_config(c)))
+            recipe=Recipe.from_config(c, rows, workers, l1)))
     return tuple(out)
 
 
@@ -358,11 +361,12 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
         checked = check(cfg, store)
     cache, head, counts = checked
     store = cache.store
-    recipe = Recipe.from_config(cfg)
     rows = cache.manifest.rows if rows is None else rows
     workers = resolve_workers(cfg, head, rows)
+    l1 = feature_l1(cache, head.encoders) if not head.trainable else None
+    recipe = Recipe.from_config(cfg, rows, workers, l1)
     select, select_mode = selection(cfg, recipe)
-    sweep = sweep_members(cfg, head)
+    sweep = sweep_members(cfg, head, rows, workers, l1)
     views, view_encoders = resolve_views(cfg, cache, head)
     held = rows * (1 + views)  # in memory, a row with views takes K + 1 rows of features
     name = run_name(cfg, head, recipe, sweep_record(sweep, select, select_mode), views)
