@@ -112,7 +112,7 @@ class OptimConfig:
     def problems(self) -> list[str]:
         out = positive(self, "grad_accum")
         if self.lr != AUTO and (isinstance(self.lr, str) or self.lr <= 0):
-            out.append(f"lr={self.lr!r}: expected a number > 0, e.g. 1e-3, or 'auto'")
+            out.append(f"lr={self.lr!r}: must be > 0, e.g. 1e-3, or 'auto'")
         if self.encoder_lr is not None and self.encoder_lr <= 0:
             out.append(f"encoder_lr={self.encoder_lr}: must be > 0, e.g. 2e-5, or left out "
                        "to use lr")
@@ -183,7 +183,7 @@ class LoopConfig:
     epochs: int | str = AUTO
     """auto: until `monitor` stops improving (early stopping), from min_epochs to max_epochs."""
     min_epochs: int = 5
-    """Epochs before early stopping may stop a run."""
+    """epochs: auto: epochs before early stopping may stop the run."""
     max_epochs: int = 50
     batch_size: int | str = AUTO
     """Rows per step on each worker (one micro-batch when grad_accum > 1); auto: about 50

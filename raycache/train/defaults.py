@@ -77,9 +77,10 @@ def resolve(cfg: TrainConfig, rows: int | None, workers: int) -> TrainConfig:
         low, high = BATCH_RANGE
         loop = dataclasses.replace(loop, batch_size=int(min(max(
             2 ** round(math.log2(max(train_rows / BATCH_STEPS, 1))), low), high)))
-    auto = loop.epochs == AUTO
-    if auto:
-        loop = dataclasses.replace(loop, epochs=loop.max_epochs)
+    auto = loop.epochs == AUTO  # min_epochs and max_epochs are settings of auto epochs only
+    loop = dataclasses.replace(loop, epochs=loop.max_epochs if auto else loop.epochs,
+                               min_epochs=loop.min_epochs if auto else 1,
+                               max_epochs=loop.max_epochs if auto else loop.epochs)
     if ev.early_stopping == AUTO:
         ev = dataclasses.replace(ev, early_stopping=auto)
     return dataclasses.replace(cfg, loop=loop, evaluation=ev)
