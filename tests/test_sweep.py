@@ -150,8 +150,10 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
         lone = raycache.train(cfg(store, **settings, run_name=f"lone-{i}"))
         assert not lone.spec.sweep and not lone.sweep  # a plain single-head run
         assert results(rows[i]["history"]) == pytest.approx(results(lone.history), rel=1e-5)
-        for k, v in torch.load(Path(lone.checkpoint) / "head.pt").items():
-            torch.testing.assert_close(members[i]["model"][k], v, rtol=1e-5, atol=1e-6)
+        lone_state = torch.load(Path(lone.checkpoint) / "state.pt", weights_only=False)
+        for key in ("model", "best_weights"):  # its last weights, and the best it serves
+            for k, v in lone_state[key].items():
+                torch.testing.assert_close(members[i][key][k], v, rtol=1e-5, atol=1e-6)
     # linear heads ignore hidden: two members, one head, the same batches, the same weights
     assert results(rows[0]["history"]) == pytest.approx(results(rows[1]["history"]))
     assert results(rows[0]["history"]) != pytest.approx(results(rows[4]["history"]))  # lr
@@ -161,8 +163,8 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
     assert run.best == best and best["selected"] and sum(r["selected"] for r in rows) == 1
     head = run.load_head()
     assert head.spec.head == best["settings"]["head"]
-    for k, v in head.model.state_dict().items():
-        torch.testing.assert_close(v, members[best["member"]]["model"][k])
+    for k, v in head.model.state_dict().items():  # its best epoch's weights (weights: best)
+        torch.testing.assert_close(v, members[best["member"]]["best_weights"][k])
     assert head.info["sweep"][best["member"]]["selected"]
     settings = " ".join(f"{k}={v}" for k, v in best["settings"].items())
     assert "sweep of 8 heads" in run.summary()
@@ -196,7 +198,8 @@ def test_a_sweep_of_linear_heads_trains_as_one_stack_and_each_ends_as_a_lone_run
         lone = raycache.train(cfg(store, **settings, grad_clip=1.0, run_name=f"stacked-{i}"))
         assert results(run.sweep[i]["history"]) == pytest.approx(results(lone.history),
                                                                  rel=1e-5)
-        for k, v in torch.load(Path(lone.checkpoint) / "head.pt").items():
+        lone_state = torch.load(Path(lone.checkpoint) / "state.pt", weights_only=False)
+        for k, v in lone_state["model"].items():  # its last weights (head.pt: its best)
             torch.testing.assert_close(members[i]["model"][k], v, rtol=1e-5, atol=1e-5)
     assert len(built) == 1  # lone runs are no stack
 
@@ -258,7 +261,7 @@ def test_a_sweep_under_ddp_all_reduces_every_member(store):
     assert not torch.equal(members[0]["model"]["1.weight"], members[2]["model"]["1.weight"])
     head = run.load_head()
     for k, v in head.model.state_dict().items():
-        torch.testing.assert_close(v, members[run.best["member"]]["model"][k])
+        torch.testing.assert_close(v, members[run.best["member"]]["best_weights"][k])
 
 
 def test_no_sweep_is_a_single_head_run():

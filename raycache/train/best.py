@@ -8,7 +8,8 @@ from typing import Any
 from raycache.errors import ConfigError
 from raycache.train.team import Parts, Progress, Team
 
-__all__ = ["end_sweep_epoch", "saved_epoch", "score", "sweep_rows", "track_best"]
+__all__ = ["end_sweep_epoch", "saved_epoch", "serves_best", "score", "sweep_rows",
+           "track_best"]
 
 
 def track_best(parts: Parts, progress: Progress, metrics: dict[str, Any]) -> None:
@@ -26,15 +27,20 @@ def track_best(parts: Parts, progress: Progress, metrics: dict[str, Any]) -> Non
     else:
         progress.bad_epochs += 1
         ev = r.evaluation
-        progress.stopped = ev.early_stopping and progress.bad_epochs >= ev.patience
+        progress.stopped = (ev.early_stopping and progress.bad_epochs >= ev.patience
+                            and metrics["epoch"] >= r.loop.min_epochs)
     parts.schedule.step_epoch(value, r.better)
 
 
+def serves_best(parts: Parts) -> bool:
+    """Whether the head's checkpoint serves its best epoch's weights (evaluation.weights)."""
+    return parts.spec.recipe.evaluation.weights == "best" and parts.best_weights is not None
+
+
 def saved_epoch(parts: Parts, progress: Progress) -> dict[str, Any]:
-    """The metrics of the epoch whose weights a head saves: its best (early stopping), else
-    its last."""
-    use_best = parts.spec.recipe.evaluation.early_stopping and parts.best_weights is not None
-    epoch = progress.best_epoch if use_best else progress.history[-1]["epoch"]
+    """The metrics of the epoch whose weights a head saves: its best (evaluation.weights:
+    best), else its last."""
+    epoch = progress.best_epoch if serves_best(parts) else progress.history[-1]["epoch"]
     return next(m for m in progress.history if m["epoch"] == epoch)
 
 

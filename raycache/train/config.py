@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raycache.cache.config import StoreConfig
-from raycache.core.config import AUTO, is_name, non_finite, positive
+from raycache.core.config import AUTO, is_name, non_finite, positive, positive_or_auto
 
 __all__ = ["FLAT", "GROUPS", "MONITOR_MODES", "PLACEMENTS", "TRAIN_PRECISIONS",
            "CheckpointConfig", "EvalConfig", "GroupsConfig", "LoopConfig", "LossConfig",
@@ -88,8 +88,9 @@ class PairsConfig:
 class OptimConfig:
     """optim: the optimizer and how each step is taken."""
 
-    lr: float = sweepable(1e-3, sweep="peak learning rate, e.g. [1e-3, 3e-3]")
-    """Peak learning rate (after warmup)."""
+    lr: float | str = sweepable(AUTO, sweep="peak learning rate, e.g. [1e-3, 3e-3]")
+    """Peak learning rate (after warmup); auto: the head family's, scaled by batch size
+    (raycache.train.defaults)."""
     encoder_lr: float | None = None
     """Peak learning rate of the cache's trainable encoders (their own parameter group, on the
     same schedule); lr when left out. Pre-trained encoders usually want 10-100x less."""
@@ -110,8 +111,8 @@ class OptimConfig:
 
     def problems(self) -> list[str]:
         out = positive(self, "grad_accum")
-        if self.lr <= 0:
-            out.append(f"lr={self.lr}: must be > 0, e.g. 1e-3")
+        if self.lr != AUTO and (isinstance(self.lr, str) or self.lr <= 0):
+            out.append(f"lr={self.lr!r}: must be > 0, e.g. 1e-3, or 'auto'")
         if self.encoder_lr is not None and self.encoder_lr <= 0:
             out.append(f"encoder_lr={self.encoder_lr}: must be > 0, e.g. 2e-5, or left out "
                        "to use lr")
@@ -179,9 +180,14 @@ class LossConfig:
 class LoopConfig:
     """loop: epochs, batches and the randomness of the training loop."""
 
-    epochs: int = 10
-    batch_size: int = 256
-    """Rows per step on each worker (one micro-batch when grad_accum > 1)."""
+    epochs: int | str = AUTO
+    """auto: until `monitor` stops improving (early stopping), from min_epochs to max_epochs."""
+    min_epochs: int = 5
+    """epochs: auto: epochs before early stopping may stop the run."""
+    max_epochs: int = 50
+    batch_size: int | str = AUTO
+    """Rows per step on each worker (one micro-batch when grad_accum > 1); auto: about 50
+    steps an epoch, from 32 to 256 rows (raycache.train.defaults)."""
     seed: int = 0
     compile: bool = False
     """torch.compile the head (falls back to eager, with a message, where it cannot compile)."""
@@ -189,7 +195,10 @@ class LoopConfig:
     """GPU: torch.cuda.empty_cache() every N optimizer steps; 0 never."""
 
     def problems(self) -> list[str]:
-        out = positive(self, "epochs", "batch_size")
+        out = positive_or_auto(self, "epochs", "batch_size") + positive(self, "min_epochs")
+        if self.max_epochs < self.min_epochs:
+            out.append(f"max_epochs={self.max_epochs}: must be >= min_epochs "
+                       f"({self.min_epochs})")
         if self.empty_cache_every < 0:
             out.append(f"empty_cache_every={self.empty_cache_every}: must be >= 0")
         return out
@@ -203,9 +212,12 @@ class EvalConfig:
     """Metric that picks the best epoch (and drives early stopping and the plateau schedule)."""
     mode: str = "auto"
     """min or max for `monitor`; auto: min for *loss, max otherwise (accuracy, F1, retrieval)."""
-    early_stopping: bool = False
-    """Stop when `monitor` has not improved by min_delta for `patience` epochs; the head saved
-    is then the best epoch's weights."""
+    early_stopping: bool | str = AUTO
+    """Stop when `monitor` has not improved by min_delta for `patience` epochs (not before
+    loop.min_epochs); auto: with epochs: auto."""
+    weights: str = "best"
+    """The weights the checkpoint serves (load_head, predict): best (the best epoch's on
+    `monitor`) or last (the last epoch's); the last state is kept for resuming either way."""
     patience: int = 5
     min_delta: float = 0.0
     val_fraction: float = 0.2
@@ -218,6 +230,11 @@ class EvalConfig:
         out = positive(self, "patience")
         if not 0.0 < self.val_fraction < 1.0:
             out.append(f"val_fraction={self.val_fraction}: expected a value in (0, 1), e.g. 0.2")
+        if self.early_stopping not in (True, False, AUTO):
+            out.append(f"early_stopping={self.early_stopping!r}: expected true, false or "
+                       "'auto'")
+        if self.weights not in ("best", "last"):
+            out.append(f"weights={self.weights!r}: expected 'best' or 'last'")
         if self.mode not in MONITOR_MODES:
             out.append(f"mode={self.mode!r}: expected one of {MONITOR_MODES}")
         if self.min_delta < 0:

@@ -5,7 +5,6 @@ built once from both; no Ray."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,19 +15,20 @@ import pyarrow.compute as pc
 
 from raycache.cache.committed import Cache, open_cache
 from raycache.cache.store import Store
-from raycache.compute import where
 from raycache.core.config import load
 from raycache.encoders.config import EncoderConfig
 from raycache.errors import ConfigError
 from raycache.heads import HEADS
 from raycache.heads.specs import HeadSpec
 from raycache.train.config import TrainConfig
+from raycache.train.defaults import feature_l1
 from raycache.train.objectives import OBJECTIVES
+from raycache.train.placement import cluster, resolve_placement, resolve_workers
 from raycache.train.runs import read_record, runs_dir
 from raycache.train.runspec import Member, Recipe, RunSpec, digest, keeps, sweep_record
 from raycache.train.sweep.grid import apply, members
 
-__all__ = ["AUTO_LOCAL_BYTES", "check", "cluster", "config_problems", "guard_run_folder",
+__all__ = ["check", "cluster", "config_problems", "guard_run_folder",
            "load_config", "prepare", "problems", "resolve_views"]
 
 
@@ -65,10 +65,6 @@ def config_problems(cfg: TrainConfig) -> list[str]:
 def load_config(data: TrainConfig | dict[str, Any] | str | Path) -> TrainConfig:
     """A TrainConfig from a dict, a YAML path or an instance, every problem in one ConfigError."""
     return load(TrainConfig, data, problems)
-
-
-AUTO_LOCAL_BYTES = 512 * 2**20
-"""num_workers: auto trains in-process (Ray Train local mode) below this many feature bytes."""
 
 
 def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
@@ -269,58 +265,10 @@ def class_weights(cfg: TrainConfig, counts: np.ndarray) -> tuple[float, ...] | N
     return tuple(float(w) for w in cfg.loss.class_weights) if cfg.loss.class_weights else None
 
 
-def resolve_workers(cfg: TrainConfig, head: HeadSpec, rows: int) -> tuple[int, str]:
-    """How many DDP workers (0: in this process), and why, in words. auto trains here unless
-    DDP is faster: a cluster of several nodes (one CPU worker per node), or GPUs (use_gpu: one
-    worker per GPU, for a cache over AUTO_LOCAL_BYTES of features). On one node, DDP's workers
-    would share its cores and memory after seconds of start-up: a share too large for memory is
-    streamed here instead (see resolve_placement)."""
-    if cfg.resources.num_workers != "auto":
-        workers = int(cfg.resources.num_workers)
-        return workers, f"resources.num_workers: {workers}"
-    size = rows * (head.in_dim * 4 + 8)
-    features = f"{size / 2**30:.2f} GiB of features"
-    if cfg.resources.use_gpu:
-        if size < AUTO_LOCAL_BYTES:
-            return 0, f"on this machine's GPU: {features}"
-        gpus = max(int(cluster(cfg).cluster_resources().get("GPU", 1)), 1)
-        return gpus, f"one worker per GPU: {features}"
-    found = where.look()
-    if found is not None and not found.nodes:  # a cluster that cannot be asked: as before
-        return (0, features) if size < AUTO_LOCAL_BYTES else \
-            (2, f"{features} on the cluster at {found.address}")
-    nodes = [n for n in (found.nodes if found else ()) if n.get("CPU", 0) > 0]
-    if len(nodes) > 1:
-        return len(nodes), f"one per node of {found.describe()}"
-    cpus = nodes[0]["CPU"] if nodes else os.cpu_count() or 1
-    fits = "fit" if size < _memory() / 4 else "are streamed: they do not fit"
-    return 0, f"one node with {cpus:g} CPUs; {features} {fits} in memory"
-
-
-def _memory() -> int:
-    import psutil
-
-    return psutil.virtual_memory().total
-
-
-def resolve_placement(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int) -> str:
-    """auto: in memory (gpu with use_gpu, else cpu) when each worker's share takes under a
-    quarter of its memory (the smallest node's, split between the workers); else stream."""
-    if cfg.resources.placement != "auto":
-        return cfg.resources.placement
-    if workers == 0:  # local mode: this process's machine
-        world, memory = 1, _memory()
-    else:
-        world = workers
-        memory = min(n["Resources"].get("memory", 0)
-                     for n in cluster(cfg).nodes() if n.get("Alive"))
-    if rows * (head.in_dim * 4 + 8) / world < memory / 4 / world:
-        return "gpu" if cfg.resources.use_gpu else "cpu"
-    return "stream"
-
-
-def sweep_members(cfg: TrainConfig, head: HeadSpec) -> tuple[Member, ...]:
-    """The sweep's members, each with its own head and recipe (none without a sweep)."""
+def sweep_members(cfg: TrainConfig, head: HeadSpec, rows: int | None = None,
+                  workers: int = 0, l1: float | None = None) -> tuple[Member, ...]:
+    """The sweep's members, each with its own head and recipe (none without a sweep; auto
+    settings resolved for each member's head, as in Recipe.from_config)."""
     out = []
     for settings in members(cfg):
         c = apply(cfg, settings)
@@ -329,7 +277,7 @@ def sweep_members(cfg: TrainConfig, head: HeadSpec) -> tuple[Member, ...]:
                            for k, v in settings.items()),
             head=dataclasses.replace(head, head=c.head, hidden=tuple(c.hidden),
                                      dropout=c.dropout),
-            recipe=Recipe.from_config(c)))
+            recipe=Recipe.from_config(c, rows, workers, l1)))
     return tuple(out)
 
 
@@ -382,11 +330,12 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
         checked = check(cfg, store)
     cache, head, counts = checked
     store = cache.store
-    recipe = Recipe.from_config(cfg)
     rows = cache.manifest.rows if rows is None else rows
     workers, why = resolve_workers(cfg, head, rows)
+    l1 = feature_l1(cache, head.encoders) if not head.trainable else None
+    recipe = Recipe.from_config(cfg, rows, workers, l1)
     select, select_mode = selection(cfg, recipe)
-    sweep = sweep_members(cfg, head)
+    sweep = sweep_members(cfg, head, rows, workers, l1)
     views, view_encoders = resolve_views(cfg, cache, head)
     held = rows * (1 + views)  # in memory, a row with views takes K + 1 rows of features
     name = run_name(cfg, head, recipe, sweep_record(sweep, select, select_mode), views)
@@ -420,13 +369,3 @@ def guard_run_folder(cfg: TrainConfig, spec: RunSpec) -> None:
     if not cfg.resume:
         raise ConfigError([f"run_name={spec.run_name!r} already holds a run and resume is "
                            "false; choose another run_name, or set resume: true to continue"])
-
-
-def cluster(cfg: TrainConfig) -> Any:
-    """Ray, connected: only the DDP path and its auto choices need a cluster."""
-    import ray
-
-    from raycache.compute.cluster import connect
-
-    connect(cfg.progress)
-    return ray

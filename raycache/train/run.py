@@ -58,7 +58,10 @@ class TrainResult:
     """The monitored metric's best value and its epoch, e.g. {"val_acc": 0.93, "epoch": 4}
     (a sweep: the select metric's, of the selected member)."""
     weights: str = "last"
-    """Whose weights the checkpoint holds: "best" (early stopping) or "last" epoch's."""
+    """Whose weights the checkpoint holds: the "best" epoch's (evaluation.weights: best, the
+    default) or the "last" epoch's."""
+    weights_epoch: int = 0
+    """The epoch whose head weights the checkpoint holds (what load_head and predict use)."""
     first_epoch: int = 0
     """Epochs the run had done before this call (a resumed run); this call trained the rest."""
     finished_before: str = ""
@@ -67,7 +70,14 @@ class TrainResult:
 
     @property
     def metrics(self) -> dict[str, Any]:
+        """The last epoch's metrics."""
         return self.history[-1] if self.history else {}
+
+    def served_metrics(self) -> dict[str, Any]:
+        """The metrics of the epoch whose weights the checkpoint holds (a sweep: the selected
+        member's)."""
+        history = self.best.get("history", self.history) if self.sweep else self.history
+        return next((m for m in history if m.get("epoch") == self.weights_epoch), self.metrics)
 
     @property
     def run_dir(self) -> str:
@@ -158,8 +168,8 @@ class TrainResult:
             return (f"selected member #{best.get('member')} "
                     f"{settings_text(best.get('settings', {}))}: {key} {shown} at epoch {epoch}"
                     + gone)
-        held = ("its weights in the checkpoint" if self.weights == "best"
-                else "the checkpoint holds the last epoch's weights")
+        held = (f"the checkpoint holds epoch {self.weights_epoch}'s weights" +
+                (", the last" if self.weights == "last" else ""))
         last = ", ".join(f"{k} {number(self.metrics[k])}" for k in ("val_loss", "val_acc")
                          if k in self.metrics)
         return (f"last epoch {last}; " if last else "") + \
@@ -374,6 +384,9 @@ def _result(cache: Cache, spec: RunSpec, start: float, value: dict[str, Any],
                        checkpoint=spec.store.url(path), seconds=time.perf_counter() - start,
                        resumed_from=list(value.get("resumed_from", [])), sweep=list(sweep or []),
                        monitored=dict(saved.get("best") or {}),
-                       weights=saved.get("weights", "last"), **more)
+                       weights=saved.get("weights", "last"),
+                       weights_epoch=int(saved.get("weights_epoch") or (
+                           (saved.get("best") or {}).get("epoch") if saved.get("weights")
+                           == "best" else 0) or len(history)), **more)
 
 

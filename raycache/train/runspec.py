@@ -23,6 +23,7 @@ from raycache.train.config import (
     ScheduleConfig,
     TrainConfig,
 )
+from raycache.train.defaults import resolve, resolve_lr
 
 __all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "digest", "keeps", "sweep_record"]
 
@@ -44,16 +45,21 @@ class Recipe:
     pairs: PairsConfig = PairsConfig()
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig) -> Recipe:
-        """The config's recipe groups as they are, but lists as tuples and `mode: auto`
-        resolved by the monitored metric."""
+    def from_config(cls, cfg: TrainConfig, rows: int | None = None, workers: int = 0,
+                    l1: float | None = None) -> Recipe:
+        """The config's recipe groups as they are, but lists as tuples, `mode: auto` resolved
+        by the monitored metric, and the other auto settings by raycache.train.defaults for a
+        cache of `rows` (unknown: batch_size auto is its largest) trained on `workers`, whose
+        features' mean L1 norm is `l1`."""
+        cfg = resolve(cfg, rows, workers)
+        optim = dataclasses.replace(cfg.optim, lr=resolve_lr(cfg, l1))
         loss, ev = cfg.loss, cfg.evaluation
         if isinstance(loss.class_weights, list):
             loss = dataclasses.replace(
                 loss, class_weights=tuple(float(w) for w in loss.class_weights))
         mode = ev.mode if ev.mode != "auto" else "min" if ev.monitor.endswith("loss") else "max"
         ev = dataclasses.replace(ev, mode=mode, metrics_k=tuple(ev.metrics_k))
-        return cls(loop=cfg.loop, optim=cfg.optim, schedule=cfg.schedule, loss=loss,
+        return cls(loop=cfg.loop, optim=optim, schedule=cfg.schedule, loss=loss,
                    evaluation=ev, objective=cfg.objective, groups=cfg.groups, pairs=cfg.pairs)
 
     def better(self, new: float, old: float) -> bool:

@@ -10,7 +10,7 @@ import ray.train
 import torch
 
 from raycache.train import checkpoint as ckpt
-from raycache.train.best import sweep_rows
+from raycache.train.best import saved_epoch, serves_best, sweep_rows
 from raycache.train.metrics_log import write_metrics, write_sweep
 from raycache.train.team import Parts, Progress, Team
 
@@ -84,11 +84,13 @@ def save(team: Team, rank: int) -> None:
         state = states[0]
     state["rng"] = ckpt.rng_state()
     lead = team.members[team.leader]
-    use_best = lead.spec.recipe.evaluation.early_stopping and lead.best_weights is not None
+    use_best = serves_best(lead)
     head_weights = lead.best_weights if use_best else lead.base.state_dict()
     key = spec.select if spec.sweep else spec.recipe.evaluation.monitor
+    served = saved_epoch(lead, team.progress[team.leader])["epoch"]
     info = {"metrics": metrics, "best": {key: progress.best, "epoch": progress.best_epoch},
-            "weights": "best" if use_best else "last", "history": progress.history,
+            "weights": "best" if use_best else "last", "weights_epoch": served,
+            "history": progress.history,
             "key": spec.key}  # the cache's key column: what predict keeps by default
     rows = sweep_rows(team) if spec.sweep else []
     if rows:

