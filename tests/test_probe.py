@@ -168,3 +168,19 @@ def test_bad_cache_encoder_or_label_is_named(stores):
         raycache.probe(config(stores, encoders=["minilm"]))
     with pytest.raises(ConfigError, match="label='topic'"):
         raycache.probe(config(stores, label="topic"))
+
+
+def test_the_command_line_probes_a_yaml_config_with_overrides(stores, tmp_path, capsys):
+    import yaml
+
+    from raycache.cli import main
+
+    path = tmp_path / "probe.yaml"
+    path.write_text(yaml.safe_dump(config(stores, methods=["logreg", "knn"])))
+    assert main(["probe", "--config", str(path), "--set", "methods=[knn]",
+                 "--set", "knn.k=[3]", "--set", "name=by-cli", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "knn" in out and "logreg" not in out and "'k': 3" in out
+    assert "probes/by-cli" in out
+    assert main(["probe", "--config", str(path), "--set", "methods=[svm]"]) == 2
+    assert "'svm'" in capsys.readouterr().err
