@@ -16,7 +16,12 @@ import numpy as np
 
 from raycache.probe.data import Candidate, Features
 
-__all__ = ["fit", "objective", "solve"]
+__all__ = ["ONE_THREAD_FLOPS", "fit", "objective", "solve"]
+
+ONE_THREAD_FLOPS = 2**28
+"""Below this many flops per evaluation, the solve runs on one thread: its hundreds of small
+kernels per iteration each wait for every intra-op thread, which on a busy machine is several
+times slower than one thread alone (bench/README.md)."""
 
 
 def objective(x: Any, y: Any, classes: int, cs: list[float]) -> Any:
@@ -54,7 +59,13 @@ def solve(x: Any, y: Any, classes: int, cs: list[float], max_iter: int = 500,
     n, d = x.shape
     g = len(cs)
     start = torch.zeros(g, d * classes + classes, dtype=x.dtype, device=x.device)
-    out = minimize(objective(x, y, classes, cs), start, max_iter, tol, ftol=0.0)
+    threads = torch.get_num_threads()
+    if x.device.type == "cpu" and 4 * n * d * g * classes < ONE_THREAD_FLOPS:
+        torch.set_num_threads(1)
+    try:
+        out = minimize(objective(x, y, classes, cs), start, max_iter, tol, ftol=0.0)
+    finally:
+        torch.set_num_threads(threads)
     w = out.params[:, : d * classes].view(g, d, classes)
     return w, out.params[:, d * classes:], out.iterations
 
