@@ -143,6 +143,7 @@ def knn(name: str, d: dict[str, np.ndarray], brute_queries: int) -> None:
 
     from raycache.probe.config import KnnConfig
     from raycache.probe.knn import QUERY_ROWS, _prepared, fit
+    from raycache.probe.threads import sized
 
     class Spec:
         num_classes = int(max(d["y"].max(), d["yv"].max()) + 1)
@@ -152,12 +153,14 @@ def knn(name: str, d: dict[str, np.ndarray], brute_queries: int) -> None:
                              "y_val": d["yv"], "spec": Spec})()
     block = cfg.knn.block_rows
 
-    def floor() -> None:
-        bank = _prepared(d["x"], "cosine", "cpu")
-        for s in range(0, len(d["xv"]), QUERY_ROWS):
-            q = _prepared(d["xv"][s: s + QUERY_ROWS], "cosine", "cpu")
-            for b in range(0, len(bank), block):
-                torch.mm(q, bank[b: b + block].T)
+    def floor() -> None:  # the same products, on the threads the search would use
+        flops = 2 * min(len(d["xv"]), QUERY_ROWS) * min(len(d["x"]), block) * d["x"].shape[1]
+        with sized(flops):
+            bank = _prepared(d["x"], "cosine", "cpu")
+            for s in range(0, len(d["xv"]), QUERY_ROWS):
+                q = _prepared(d["xv"][s: s + QUERY_ROWS], "cosine", "cpu")
+                for b in range(0, len(bank), block):
+                    torch.mm(q, bank[b: b + block].T)
 
     walls: dict[str, list[float]] = {"knn": [], "floor": []}
     for _ in range(3):  # interleaved, best of 3

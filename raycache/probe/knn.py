@@ -60,6 +60,15 @@ def votes(sims: Any, labels: Any, k: int, classes: int, temperature: float) -> A
 
 def fit(data: Features, cfg: Any, device: str) -> list[Candidate]:
     """One candidate per k, all from one search."""
+    from raycache.probe.threads import sized
+
+    queries = min(len(data.x_val), QUERY_ROWS)
+    block = min(len(data.x_train), cfg.knn.block_rows)
+    with sized(2 * queries * block * data.x_train.shape[1], device):
+        return _fit(data, cfg, device)
+
+
+def _fit(data: Features, cfg: Any, device: str) -> list[Candidate]:
     import torch
 
     settings = cfg.knn

@@ -16,12 +16,7 @@ import numpy as np
 
 from raycache.probe.data import Candidate, Features
 
-__all__ = ["ONE_THREAD_FLOPS", "fit", "objective", "solve"]
-
-ONE_THREAD_FLOPS = 2**28
-"""Below this many flops per evaluation, the solve runs on one thread: its hundreds of small
-kernels per iteration each wait for every intra-op thread, which on a busy machine is several
-times slower than one thread alone (bench/README.md)."""
+__all__ = ["fit", "objective", "solve"]
 
 
 def objective(x: Any, y: Any, classes: int, cs: list[float]) -> Any:
@@ -55,17 +50,13 @@ def solve(x: Any, y: Any, classes: int, cs: list[float], max_iter: int = 500,
     import torch
 
     from raycache.probe.lbfgs import minimize
+    from raycache.probe.threads import sized
 
     n, d = x.shape
     g = len(cs)
     start = torch.zeros(g, d * classes + classes, dtype=x.dtype, device=x.device)
-    threads = torch.get_num_threads()
-    if x.device.type == "cpu" and 4 * n * d * g * classes < ONE_THREAD_FLOPS:
-        torch.set_num_threads(1)
-    try:
+    with sized(4 * n * d * g * classes, x.device.type):
         out = minimize(objective(x, y, classes, cs), start, max_iter, tol, ftol=0.0)
-    finally:
-        torch.set_num_threads(threads)
     w = out.params[:, : d * classes].view(g, d, classes)
     return w, out.params[:, d * classes:], out.iterations
 
