@@ -196,6 +196,51 @@ def knn(name: str, d: dict[str, np.ndarray], brute_queries: int) -> None:
                                                  equal.items()))
 
 
+SWEEP64 = {"head": ["linear", "mlp"], "optim.lr": [1e-3, 3e-3, 1e-2, 3e-2],
+           "optim.weight_decay": [0.0, 1e-4, 1e-3, 1e-2], "hidden": [[256], [512]]}
+"""64 members: 32 linear (as one product), 32 MLP (two shapes of 16, batched per layer)."""
+
+
+def sweep(folder: str, rows: int, epochs: int) -> None:
+    """One linear head against a 64-member linear+MLP sweep (same epochs and batches), and the
+    sweep again with MLP members run one by one (their batching turned off): wall."""
+    from sweep_speed import source
+
+    import raycache
+    from raycache.train.sweep import members
+
+    root = Path(folder)
+    (root / "src").mkdir()
+    source(root / "src", rows)
+    raycache.fill({"name": "bench", "store": {"uri": str(root / "store")}, "progress": False,
+                   "source": {"path": str(root / "src"), "key": "id", "labels": ["label"]},
+                   "encoders": [{"name": "emb", "kind": "torch", "input": "features",
+                                 "factory": "torch.nn:Identity"}], "rows_per_shard": 1000})
+    base = {"cache": "bench", "store": {"uri": str(root / "store")}, "progress": False,
+            "loop": {"epochs": epochs, "batch_size": 256}, "resume": False,
+            "resources": {"num_workers": 0, "placement": "cpu"},
+            "checkpoints": {"seconds": 0}}
+
+    def wall(cfg: dict) -> float:
+        start = time.perf_counter()
+        raycache.train(cfg)
+        return time.perf_counter() - start
+
+    wall(base)  # warm-up
+    one = wall(base)
+    many = wall({**base, "sweep": SWEEP64})
+    shape = members._shape
+    members._shape = lambda module: None  # MLP members one by one, as before
+    try:
+        looped = wall({**base, "sweep": SWEEP64})
+    finally:
+        members._shape = shape
+    print(f"[sweep] {rows:,} rows x 384, {epochs} epochs, batch 256, in-process")
+    print(f"  one linear head {one:.1f} s; 64 members (32 linear + 32 MLP batched) {many:.1f} s: "
+          f"**{many / one:.1f}x** (target <= 2x); MLP members one by one {looped:.1f} s "
+          f"({looped / one:.1f}x)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, default=20_000,
@@ -204,7 +249,10 @@ def main() -> None:
     p.add_argument("--knn-rows", type=int, default=50_000,
                    help="rows of the cheap data the knn measure uses (its cost is rows^2)")
     p.add_argument("--brute-queries", type=int, default=2000)
-    p.add_argument("--skip", nargs="*", default=[], choices=["cheap", "minilm", "logreg", "knn"])
+    p.add_argument("--skip", nargs="*", default=[],
+                   choices=["cheap", "minilm", "logreg", "knn", "sweep"])
+    p.add_argument("--sweep-rows", type=int, default=5000)
+    p.add_argument("--sweep-epochs", type=int, default=3)
     p.add_argument("--store", default=None, help="store for the MiniLM fill (default: a temp)")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
@@ -223,6 +271,9 @@ def main() -> None:
                 logreg("cheap", cheap_rows(args.rows, args.classes), tmp)
             if "knn" not in args.skip:
                 knn("cheap", cheap_rows(args.knn_rows, args.classes), args.brute_queries)
+        if "sweep" not in args.skip:
+            os.mkdir(f"{tmp}/sweep")
+            sweep(f"{tmp}/sweep", args.sweep_rows, args.sweep_epochs)
         if "minilm" not in args.skip:
             d = minilm_rows(args.store or f"{tmp}/store")
             if "logreg" not in args.skip:
