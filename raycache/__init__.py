@@ -11,6 +11,8 @@ The SDK:
     run = raycache.train({"cache": "docs", "epochs": 10})
     raycache.predict_file({"checkpoint": run.checkpoint, "input": "new.jsonl",
                            "output": "predictions.parquet"})
+    probed = raycache.probe({"caches": ["docs"], "methods": ["logreg", "knn", "linear"]})
+    probed.table, probed.per_class, probed.best   # which encoder, which head
 
 `import raycache` stays light: no Ray, no torch until a fill, a train or a Head needs them.
 """
@@ -43,6 +45,8 @@ from raycache.fill.run import FillResult, fill
 from raycache.heads.specs import HeadSpec
 from raycache.predict.config import PredictConfig
 from raycache.predict.run import PredictResult, predict_file
+from raycache.probe.config import ProbeConfig
+from raycache.probe.run import ProbeResult, probe
 from raycache.source.config import SourceConfig
 from raycache.train.config import TrainConfig
 from raycache.train.run import TrainResult, train
@@ -75,6 +79,8 @@ __all__ = [
     "Manifest",
     "PredictConfig",
     "PredictResult",
+    "ProbeConfig",
+    "ProbeResult",
     "RaycacheError",
     "Report",
     "RunInfo",
@@ -95,6 +101,7 @@ __all__ = [
     "ls",
     "open_cache",
     "predict_file",
+    "probe",
     "repair",
     "retrieval_metrics",
     "stdlib_docs",

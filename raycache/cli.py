@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in (("fill", "fill a cache from a YAML config"),
                        ("train", "train a head on a cache from a YAML config"),
-                       ("pipeline", "fill, then train on that fill, from one YAML config")):
+                       ("pipeline", "fill, then train on that fill, from one YAML config"),
+                       ("probe", "compare encoders and heads on caches (logreg, knn, linear, "
+                                 "mlp) from a YAML config")):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--config", required=True, help="the YAML config file")
         _overrides(p, EXAMPLES[name])
@@ -118,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 EXAMPLES = {"fill": "rows_per_shard=512", "train": "optim.lr=1e-3 or loop.epochs=5",
-            "pipeline": "train.optim.lr=1e-3", "predict": "batch_size=64"}
+            "pipeline": "train.optim.lr=1e-3", "predict": "batch_size=64",
+            "probe": "methods=[logreg,knn] or logreg.C=[0.1,1,10]"}
 """An example of --set per command."""
 
 
@@ -188,6 +191,18 @@ def _pipeline(args: argparse.Namespace) -> int:
     config = overridden(args.config, args.overrides, args.store, ("fill.store", "train.store"),
                         flat=("train.sweep",))
     _print_history(pipeline(config, progress=not args.no_progress).train)
+    return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from raycache.probe.run import probe
+
+    _store_folder(args.store)
+    config = overridden(args.config, args.overrides, args.store,
+                        flat=("linear.sweep", "mlp.sweep"))
+    result = probe(config, progress=not args.no_progress)
+    print(result.table.drop(columns=["seconds"]).to_string(index=False))
+    print(result.summary())
     return 0
 
 
@@ -392,6 +407,7 @@ COMMANDS = {
     "fill": _fill,
     "train": _train,
     "pipeline": _pipeline,
+    "probe": _probe,
     "predict": _predict,
     "ls": _ls,
     "inspect": _inspect,

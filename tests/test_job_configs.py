@@ -11,6 +11,7 @@ from raycache.core.workdir import job_working_dir
 from raycache.errors import ConfigError, SourceError, StoreError
 from raycache.fill.plan import load_config as load_fill
 from raycache.pipeline import configs
+from raycache.probe.plan import load_config as load_probe
 from raycache.source.config import SourceConfig
 from raycache.source.files import list_files
 from raycache.train.plan import load_config as load_train
@@ -21,7 +22,7 @@ YAMLS = sorted((JOBS / "configs").glob("*.yaml"))
 
 def test_there_are_configs_for_every_job():
     names = {p.stem for p in YAMLS}
-    for job in ("fill", "train", "pipeline"):
+    for job in ("fill", "train", "pipeline", "probe"):
         assert (JOBS / f"{job}.py").is_file()
         assert {f"{job}-local", f"{job}-s3"} <= names
 
@@ -34,6 +35,9 @@ def test_config_loads_and_checks(path):
     elif path.stem.startswith("train"):
         cfg = load_train(path)
         assert cfg.resources.num_workers >= 2
+    elif path.stem.startswith("probe"):
+        cfg = load_probe(path)
+        assert cfg.caches and cfg.methods
     else:
         fill, train = configs(path)
         assert train.cache == fill.name and train.store.uri == fill.store.uri
@@ -48,7 +52,7 @@ def test_shipped_configs_use_the_grouped_spelling(path):
     from raycache.train.config import FLAT, GROUPS
 
     data = yaml.safe_load(path.read_text())
-    train = data.get("train", {} if path.stem.startswith("fill") else data)
+    train = data.get("train", {} if path.stem.startswith(("fill", "probe")) else data)
     flat = sorted(set(train) & (set(FLAT) - set(GROUPS)))
     assert not flat, f"{path.name}: flat keys {flat}; write them in their groups"
 

@@ -8,7 +8,7 @@ import raycache
 
 ROOT = Path(raycache.__file__).parent
 LAYERS = ["errors", "core", "source", "cache", "encoders", "compute", "fill", "heads", "train",
-          "predict", "upkeep", "public"]
+          "probe", "predict", "upkeep", "public"]
 """Bottom to top: a module may import from its own layer and those below it."""
 PUBLIC = {"__init__", "__main__", "cli", "pipeline", "demo"}
 

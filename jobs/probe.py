@@ -1,0 +1,11 @@
+"""Job entrypoint: ray job submit --working-dir . -- python jobs/probe.py --config FILE.yaml"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # raycache from the working_dir
+
+from raycache.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main(["probe", *sys.argv[1:]]))
