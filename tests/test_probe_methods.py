@@ -158,6 +158,7 @@ def test_knn_with_k_above_the_training_rows_uses_them_all():
     assert np.array_equal(c.pred, want)
 
 
+@pytest.mark.filterwarnings("ignore:y_pred contains classes not in y_true")  # on purpose
 def test_metrics_equal_scikit_learn_with_an_absent_and_a_never_predicted_class():
     from sklearn.metrics import (
         accuracy_score,
