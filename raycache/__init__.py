@@ -46,7 +46,8 @@ from raycache.heads.specs import HeadSpec
 from raycache.predict.config import PredictConfig
 from raycache.predict.run import PredictResult, predict_file
 from raycache.probe.config import ProbeConfig
-from raycache.probe.run import ProbeResult, probe
+from raycache.probe.result import ProbeResult
+from raycache.probe.run import probe
 from raycache.source.config import SourceConfig
 from raycache.train.config import TrainConfig
 from raycache.train.run import TrainResult, train

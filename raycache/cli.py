@@ -198,9 +198,8 @@ def _probe(args: argparse.Namespace) -> int:
     from raycache.probe.run import probe
 
     _store_folder(args.store)
-    config = overridden(args.config, args.overrides, args.store,
-                        flat=("linear.sweep", "mlp.sweep"))
-    result = probe(config, progress=not args.no_progress)
+    result = probe(overridden(args.config, args.overrides, args.store,
+                              flat=("linear.sweep", "mlp.sweep")), progress=not args.no_progress)
     print(result.table.drop(columns=["seconds"]).to_string(index=False))
     print(result.summary())
     return 0

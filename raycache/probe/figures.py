@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from raycache.probe.run import Outcome
+    from raycache.probe.result import Outcome
 
 __all__ = ["accuracy", "confusion", "per_class_f1"]
 

@@ -14,7 +14,7 @@ from raycache.cache.store import Store
 from raycache.heads.specs import HEAD_CONFIG, HEAD_WEIGHTS
 
 if TYPE_CHECKING:
-    from raycache.probe.run import Outcome, ProbeResult
+    from raycache.probe.result import Outcome, ProbeResult
 
 __all__ = ["PROBES", "RESULT", "TABLE", "name_of", "write"]
 
