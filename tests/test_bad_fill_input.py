@@ -12,7 +12,7 @@ import pytest
 from toy_encoders import WORDS, tiny_text_model
 
 import raycache
-from raycache.errors import ConfigError, SourceError
+from raycache.errors import ConfigError, SourceError, StoreUnavailable
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -195,9 +195,9 @@ def test_an_unreachable_s3_source_is_named(tmp_path):
     cfg["source"]["options"] = {"client_kwargs": {"endpoint_url": "http://127.0.0.1:9"},
                                 "config_kwargs": {"retries": {"max_attempts": 1}},
                                 "key": "testing", "secret": "testing"}
-    with pytest.raises(SourceError, match=r"'s3://rc-nowhere/data/' cannot be listed "
-                                          r"\(EndpointConnectionError.*source\.options"):
-        raycache.fill(cfg)
+    with pytest.raises(StoreUnavailable, match=r"'s3://rc-nowhere/data/' could not be read: "
+                                               r".*EndpointConnectionError.*source\.options"):
+        raycache.fill(cfg)  # refused connections: the service, named, with the likely fix
 
 
 def test_a_column_named_like_raycaches_own_is_refused(tmp_path):

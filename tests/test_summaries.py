@@ -36,7 +36,7 @@ def test_a_finished_run_run_again_says_nothing_was_trained_and_how_to_train_anew
         store, tmp_path, capsys):
     first = raycache.train(train_cfg(store, run_name="once"))
     assert not first.finished_before and "trained epochs 1-2 of 2" in first.summary()
-    assert "1 worker (in-process)" in first.summary()
+    assert "in-process (resources.num_workers: 0)" in first.summary()
     again = raycache.train(train_cfg(store, run_name="once"))
     record = json.loads((Path(first.spec.run_dir) / "run.json").read_text())
     assert again.finished_before == record["updated"]

@@ -166,7 +166,8 @@ def _unavailable(what: str, exc: BaseException) -> StoreUnavailable:
     return StoreUnavailable(
         f"source {what!r} could not be read: its object store kept failing after its retries "
         f"({type(exc).__name__}: {exc}). The service, not the data: run again (a fill resumes "
-        "where it stopped)")
+        "where it stopped); where it never answers, check the endpoint and credentials in "
+        "source.options")
 
 
 def check_unchanged(files: list[SourceFile], options: dict[str, Any], stopped: str) -> None:

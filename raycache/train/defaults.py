@@ -58,10 +58,10 @@ def feature_l1(cache: Cache, encoders: tuple[str, ...]) -> float | None:
     if not table.num_rows:
         return None
     total = 0.0
-    for name in encoders:
+    for name in encoders:  # non-finite values (a cache an older raycache filled) left out
         column = table.column(name).combine_chunks()
         values = np.abs(column.flatten().to_numpy(zero_copy_only=False).astype(np.float64))
-        total += float(values.sum())
+        total += float(values[np.isfinite(values)].sum())
     return total / table.num_rows
 
 
