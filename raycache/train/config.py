@@ -213,8 +213,8 @@ class EvalConfig:
     mode: str = "auto"
     """min or max for `monitor`; auto: min for *loss, max otherwise (accuracy, F1, retrieval)."""
     early_stopping: bool | str = AUTO
-    """Stop when `monitor` has not improved by min_delta for `patience` epochs (not before
-    loop.min_epochs); auto: with epochs: auto."""
+    """Stop when `monitor` has not improved by min_delta for `patience` epochs (with epochs:
+    auto, not before loop.min_epochs); auto: on with epochs: auto, off with a number."""
     weights: str = "best"
     """The weights the checkpoint serves (load_head, predict): best (the best epoch's on
     `monitor`) or last (the last epoch's); the last state is kept for resuming either way."""
