@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -156,3 +157,23 @@ def fill_in_fresh_process(cfg: dict, timeout: float = 240) -> dict:
                          capture_output=True, text=True, timeout=timeout, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def killed_after_epoch(epoch: int):
+    """Training dies right after the checkpoint of `epoch` (a crash between epochs) while in
+    the block; saving works again after it."""
+    from raycache.train import loop
+
+    saved = loop.save
+
+    def save_then_fail(team, rank):
+        saved(team, rank)
+        if team.run.epoch == epoch:
+            raise RuntimeError(f"killed after epoch {epoch}")
+
+    loop.save = save_then_fail
+    try:
+        yield
+    finally:
+        loop.save = saved

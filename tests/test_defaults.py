@@ -15,7 +15,7 @@ import raycache
 from raycache.core.config import load
 from raycache.train.config import TrainConfig
 from raycache.train.runspec import Recipe
-from tests.conftest import toy_fill
+from tests.conftest import killed_after_epoch, toy_fill
 
 pytestmark = [pytest.mark.timeout(600)]
 
@@ -117,22 +117,11 @@ def test_the_best_epochs_weights_are_served_and_named(store):
         torch.testing.assert_close(torch.load(Path(last.checkpoint) / "head.pt")[k], v)
 
 
-def test_a_resumed_run_ends_where_an_uninterrupted_one_does(store, monkeypatch):
-    from raycache.train import loop
-
+def test_a_resumed_run_ends_where_an_uninterrupted_one_does(store):
     whole = train(store, run_name="whole")
-    saved = loop.save
-
-    def save_then_fail(team, rank):
-        saved(team, rank)
-        if team.run.epoch == 3:
-            raise RuntimeError("killed after epoch 3")
-
-    monkeypatch.setattr(loop, "save", save_then_fail)
     config = {"run_name": "cut", "checkpoints": {"every": 1, "max_failures": 0}}
-    with pytest.raises(Exception, match="killed after epoch 3"):
+    with killed_after_epoch(3), pytest.raises(Exception, match="killed after epoch 3"):
         train(store, **config)
-    monkeypatch.setattr(loop, "save", saved)
     resumed = train(store, **config)
     assert resumed.resumed_from == [3] and resumed.first_epoch == 3
     assert len(resumed.history) == len(whole.history)

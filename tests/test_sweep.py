@@ -19,7 +19,7 @@ from raycache.train.plan import load_config as load_train
 from raycache.train.sweep.members import Members
 from raycache.train.sweep.stack import Stack
 from raycache.train.sweep.stack_optim import BUFFERS, UPDATES
-from tests.conftest import separable, toy_fill
+from tests.conftest import killed_after_epoch, separable, toy_fill
 
 RESULT_KEYS = ("train_loss", "train_acc", "val_loss", "val_acc")
 
@@ -222,24 +222,13 @@ def test_each_member_stops_early_on_its_own(store):
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_a_sweep_resumes_from_its_checkpoint(store, monkeypatch):
+def test_a_sweep_resumes_from_its_checkpoint(store):
     sweep = {"lr": [0.01, 0.05], "weight_decay": [0.0, 0.1]}
     reference = raycache.train(cfg(store, epochs=4, sweep=sweep, run_name="whole"))
-    from raycache.train import loop
-
-    real = loop.save
-
-    def fail_after_two(team, rank):
-        real(team, rank)
-        if team.run.epoch == 2:
-            raise RuntimeError("killed after epoch 2")
-
-    monkeypatch.setattr(loop, "save", fail_after_two)
     config = cfg(store, epochs=4, sweep=sweep, run_name="broken", checkpoint_every=1,
                  max_failures=0)
-    with pytest.raises(RaycacheError, match="killed after epoch 2"):
+    with killed_after_epoch(2), pytest.raises(RaycacheError, match="killed after epoch 2"):
         raycache.train(config)
-    monkeypatch.setattr(loop, "save", real)
     run = raycache.train(config)
     assert run.resumed_from == [2] and len(run.history) == 4
     assert results(run.history) == pytest.approx(results(reference.history), rel=1e-6)
