@@ -79,10 +79,9 @@ class FillConfig:
     and wait for them, instead of refusing a pool the cluster cannot hold now."""
     in_process: bool | str = AUTO
     """Run the same stages (read, prepare, encode, write) in this process, without Ray: no
-    start-up, for small fills. auto: in-process for a CPU fill of at most 20,000 rows
-    to encode (Parquet, CSV or JSONL), or a new version that shares an older one's rows (its
-    changed rows), when no Ray cluster is named (RAY_ADDRESS) or the one this process is
-    connected to is one node; else Ray Data."""
+    start-up, every core. auto (raycache.compute.where): a CPU fill with no cluster running or
+    named, or on a one-node cluster, whatever its size (up to 16 cores; more: up to 20,000
+    rows), and a fill of at most 20,000 rows to encode on any cluster; else Ray Data."""
     views: ViewsConfig | None = None
     """Cache K augmented views of each row per encoder too (a column <encoder>@views); training
     draws one per row per epoch. Part of the fingerprint."""

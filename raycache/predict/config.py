@@ -48,8 +48,9 @@ class PredictConfig:
     autoscaling: bool = False
     """The cluster adds nodes on demand: ask for the pool instead of refusing it."""
     in_process: bool | str = AUTO
-    """Run the same stages in this process, without Ray. auto: for a CPU job of at most
-    20,000 Parquet rows (or 4 MiB of JSONL/CSV) when no Ray cluster is running or named."""
+    """Run the same stages in this process, without Ray. auto: decided as a fill's
+    (raycache.compute.where), JSONL/CSV of at most 4 MiB counting as small; num_gpus auto
+    goes to GPU actors where the cluster (or, with none, this machine) has a GPU."""
     progress: bool = True
     """Show a progress bar (rows) and the summary."""
     verbose: bool = False
