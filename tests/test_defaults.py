@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import raycache
-from raycache.core.config import load
-from raycache.train.config import TrainConfig
-from raycache.train.runspec import Recipe
+from raycache._core.config import load
+from raycache._train.config import TrainConfig
+from raycache._train.runspec import Recipe
 from tests.conftest import killed_after_epoch, toy_fill
 
 pytestmark = [pytest.mark.timeout(600)]
@@ -133,9 +133,9 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(store):
 
 
 def test_auto_settings_resolve_per_head_and_sweeps_take_them_as_their_base():
-    from raycache.heads.specs import HeadSpec
-    from raycache.train.defaults import LINEAR_LR, LINEAR_STEP
-    from raycache.train.plan import sweep_members
+    from raycache._heads.specs import HeadSpec
+    from raycache._train.defaults import LINEAR_LR, LINEAR_STEP
+    from raycache._train.plan import sweep_members
 
     def recipe(rows=None, l1=None, **over):
         return Recipe.from_config(load(TrainConfig, {"cache": "c", **over}), rows, 0, l1)

@@ -7,10 +7,10 @@ from pathlib import Path
 import raycache
 
 ROOT = Path(raycache.__file__).parent
-LAYERS = ["errors", "core", "source", "cache", "encoders", "compute", "fill", "heads", "train",
-          "probe", "predict", "upkeep", "public"]
+LAYERS = ["_errors", "_core", "_source", "_cache", "_encoders", "_compute", "_fill", "_heads",
+          "_train", "_probe", "_predict", "_upkeep", "public"]
 """Bottom to top: a module may import from its own layer and those below it."""
-PUBLIC = {"__init__", "__main__", "cli", "pipeline", "demo"}
+PUBLIC = {"__init__", "__main__", "_cli", "_pipeline", "_demo", "_moved"}
 
 
 def module_name(path: Path) -> str:
