@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test docs lint bench clean
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,18 @@ test: $(STAMP)
 	$(BIN)/ruff check raycache jobs tests bench
 	$(BIN)/python -m pytest
 
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install -q -c requirements/constraints.txt -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# The manual: docs/ built into site/ (ignored), failing on any warning (a broken link, a missing name).
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
 	$(BIN)/python bench/cache_vs_live.py
 
 clean:
-	rm -rf $(VENV) .raycache
+	rm -rf $(VENV) .raycache site
