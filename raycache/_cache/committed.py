@@ -40,40 +40,90 @@ if TYPE_CHECKING:
 
 @dataclass
 class Cache:
-    """A committed cache: its store, folder and manifest."""
+    """A committed cache: its store, folder and manifest (from `open_cache` or `ls`).
+
+    Example:
+        ```python
+        cache = raycache.open_cache("docs")
+        cache.manifest.rows, cache.uri
+        df = cache.to_pandas(limit=100)
+        ```
+    """
 
     store: Store
+    """The store that holds the cache."""
     manifest: Manifest
+    """Its manifest: encoders, columns, rows and shards."""
 
     @property
     def name(self) -> str:
+        """The cache's name (the fill config's `name`)."""
         return self.manifest.name
 
     @property
     def fingerprint(self) -> str:
+        """The fingerprint of the fill's inputs that names this version."""
         return self.manifest.fingerprint
 
     @property
     def dir(self) -> str:
+        """The cache's folder, in the store's filesystem form (`<store>/<name>/<fingerprint>`)."""
         return self.store.cache_dir(self.name, self.fingerprint)
 
     @property
     def uri(self) -> str:
+        """The cache's folder as a URI (a local path, or s3://...)."""
         return self.store.url(self.dir)
 
     def shard_paths(self) -> list[str]:
-        """Shard paths in the store's filesystem form (a shard shared with an older version is
-        in that version's folder)."""
+        """Shard paths in the store's filesystem form.
+
+        Returns:
+            One path per shard, in the manifest's order (a shard shared with an older version
+            is in that version's folder).
+
+        Example:
+            ```python
+            paths = raycache.open_cache("docs").shard_paths()
+            ```
+        """
         return [shard_path(self.store, self.dir, s) for s in self.manifest.shards]
 
     def shard_urls(self) -> list[str]:
+        """Shard URLs, for readers outside raycache (pyarrow, DuckDB, pandas).
+
+        Returns:
+            One URL per shard, in the manifest's order.
+
+        Example:
+            ```python
+            urls = raycache.open_cache("docs").shard_urls()
+            ```
+        """
         return [self.store.url(p) for p in self.shard_paths()]
 
     def read_table(self, columns: list[str] | None = None, limit: int | None = None,
                    verify: bool = True) -> pa.Table:
-        """Rows as one Arrow table, reading shards in order until `limit` rows. Each shard is
-        read whole and checked against the manifest's size and sha256 (CorruptShard on a
-        mismatch); verify=False reads only `columns` from each shard, unchecked."""
+        """Rows as one Arrow table, reading shards in order until `limit` rows.
+
+        Args:
+            columns: The columns to read (all of them when None).
+            limit: Stop after this many rows (all rows when None).
+            verify: Read each shard whole and check it against the manifest's size and sha256;
+                False reads only `columns` from each shard, unchecked.
+
+        Returns:
+            The rows, in shard order; embeddings as fixed-size list columns.
+
+        Raises:
+            CorruptShard: A shard is missing or does not match the manifest (with `verify`).
+            StoreUnavailable: The store kept failing after its client's retries.
+
+        Example:
+            ```python
+            table = raycache.open_cache("docs").read_table(["key", "label"], limit=1000)
+            ```
+        """
         def read(entry: ShardEntry) -> pa.Table:
             if verify:
                 return read_shard(self.store, self.dir, entry, columns)
@@ -95,10 +145,42 @@ class Cache:
 
     def to_pandas(self, columns: list[str] | None = None, limit: int | None = None,
                   verify: bool = True) -> pd.DataFrame:
+        """Rows as a pandas DataFrame: `read_table(...).to_pandas()`.
+
+        Args:
+            columns: The columns to read (all of them when None).
+            limit: Stop after this many rows (all rows when None).
+            verify: Check each shard against the manifest's size and sha256.
+
+        Returns:
+            The rows, in shard order; an embedding is one numpy array per row.
+
+        Raises:
+            CorruptShard: A shard is missing or does not match the manifest (with `verify`).
+            StoreUnavailable: The store kept failing after its client's retries.
+
+        Example:
+            ```python
+            df = raycache.open_cache("docs").to_pandas(limit=100)
+            ```
+        """
         return self.read_table(columns, limit, verify).to_pandas()
 
     def to_ray_dataset(self, columns: list[str] | None = None) -> ray.data.Dataset:
-        """The shards as a Ray Dataset, streamed from the store."""
+        """The shards as a Ray Dataset, streamed from the store (imports Ray).
+
+        Args:
+            columns: The columns to read (all of them when None).
+
+        Returns:
+            A lazy Ray Dataset over the cache's rows; shards are read when it is consumed.
+
+        Example:
+            ```python
+            ds = raycache.open_cache("docs").to_ray_dataset(["key", "emb_minilm"])
+            ds.count()
+            ```
+        """
         import ray.data
 
         shards = list(self.manifest.shards)
@@ -233,8 +315,28 @@ def scan(store: Store | str, name: str | None = None
 
 
 def ls(store: Store | str, name: str | None = None) -> list[Cache]:
-    """Every committed cache in a store (or of one name), oldest first. A cache whose manifest
-    cannot be read is left out, with one warning (DamagedCacheWarning) naming it."""
+    """Every committed cache in a store (or of one name), oldest first.
+
+    A cache whose manifest cannot be read is left out, with one warning (DamagedCacheWarning)
+    naming it.
+
+    Args:
+        store: The store: a Store, or its URI (a folder, s3://bucket/prefix).
+        name: Only the versions of this cache (every cache when None).
+
+    Returns:
+        The committed caches, oldest first.
+
+    Raises:
+        StoreError: The store's URI names a file, not a folder, or the store cannot be read.
+        StoreUnavailable: The store kept failing after its client's retries.
+
+    Example:
+        ```python
+        for cache in raycache.ls(".raycache/store"):
+            print(cache.name, cache.fingerprint, cache.manifest.rows)
+        ```
+    """
     caches, bad = scan(store, name)
     for exc in bad:
         warnings.warn(str(exc), DamagedCacheWarning, stacklevel=2)
@@ -247,7 +349,33 @@ def open_cache(
     fingerprint: str | None = None,
     **options: Any,
 ) -> Cache:
-    """The committed cache `name` (its newest fill, or the one with `fingerprint`)."""
+    """The committed cache `name`: its newest fill, or the one with `fingerprint`.
+
+    Args:
+        name: The cache's name (the fill config's `name`).
+        store: The store: a Store, or its URI ($RAYCACHE_STORE, else .raycache/store, when
+            None).
+        fingerprint: Open this version rather than the newest.
+        **options: fsspec storage options for a store given as a URI (credentials are used,
+            never written or shown).
+
+    Returns:
+        The cache, its manifest read (its shard list on first use).
+
+    Raises:
+        CacheNotFound: No committed cache of that name (or fingerprint) is in the store.
+        CorruptCache: The manifest of the asked version, or of any version of `name` when no
+            fingerprint is given, cannot be read; the message names it and the fix.
+        StoreError: The store's URI is a temporary folder or a file, or cannot be read.
+        StoreUnavailable: The store kept failing after its client's retries.
+
+    Example:
+        ```python
+        cache = raycache.open_cache("docs")
+        oldest = raycache.ls(".raycache/store", "docs")[0]
+        first = raycache.open_cache("docs", fingerprint=oldest.fingerprint)
+        ```
+    """
     from raycache._cache.config import default_store
 
     store = store if isinstance(store, Store) else Store(store or default_store(), options)

@@ -21,6 +21,18 @@ def default_store() -> str:
 
 @dataclass
 class StoreConfig:
+    """Where caches live: a local folder or an object store, and how to reach it.
+
+    Example:
+        ```python
+        store = raycache.StoreConfig(
+            "s3://my-bucket/raycache",
+            options={"client_kwargs": {"endpoint_url": "http://minio:9000"}},
+        )
+        cfg = raycache.FillConfig(name="docs", source=source, encoders=encoders, store=store)
+        ```
+    """
+
     uri: str = field(default_factory=default_store)
     """Where caches live: a local folder, or s3://bucket/prefix or any fsspec URI
     ($RAYCACHE_STORE, else .raycache/store, when left out)."""

@@ -29,12 +29,20 @@ READABLE = (1, 2, 3, 4, 5)
 
 @dataclass(frozen=True)
 class EncoderEntry:
+    """One encoder of a cache, as its manifest records it."""
+
     name: str
+    """The encoder's name, which is also its embedding column's."""
     kind: str
+    """Its family (an ENCODERS key: hf-text, hf-image, torch, ...)."""
     input: str
+    """The source column it encodes."""
     dim: int
+    """Numbers per embedding."""
     dtype: str
+    """The embeddings' number type (float32, float16)."""
     weights_digest: str
+    """The sha256 of its weights: a new checkpoint is a new cache."""
     identity: str = ""
     """What gives the same output for the same input (raycache._fill.reuse.encoder_identity);
     empty before format 3, whose shards cannot be reused."""
@@ -77,20 +85,41 @@ class ShardList(Sequence["ShardEntry"]):
 
 @dataclass
 class Manifest:
+    """A committed cache's record (manifest.json): what was encoded, how, and where the shards
+    are. A fill writes it last; a cache without one is not committed.
+
+    Example:
+        ```python
+        m = raycache.open_cache("docs").manifest
+        print(m.summary())
+        m.rows, m.encoder("minilm").dim, m.label_columns
+        ```
+    """
+
     name: str
+    """The cache's name (the fill config's `name`)."""
     fingerprint: str
+    """The sha256 of `inputs`: the version's folder name."""
     inputs: dict[str, Any]
     """Everything the fingerprint was computed from."""
     encoders: list[EncoderEntry]
+    """The encoders, in the fill config's order."""
     key_column: str
+    """The source column that names each row (source.key)."""
     label_columns: list[str]
+    """The label columns copied from the source (source.labels)."""
     label_types: dict[str, str]
+    """Each label column's Arrow type, as text (e.g. "int64", "string")."""
     shards: Sequence[ShardEntry]
     """Every shard, in order: a list, or (read from a store) a ShardList read on first use."""
     created: str
+    """When the fill committed, ISO 8601 in UTC (milliseconds)."""
     fill_seconds: float
+    """The fill's wall time, in seconds."""
     format_version: int = FORMAT_VERSION
+    """The layout version the cache was written in (FORMAT_VERSION; older ones are read)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    """Records beyond the format: each encoder's fill config, the views, the skipped rows."""
     totals: dict[str, int] = field(default_factory=dict)
     """rows, bytes and shards, so that they need no read of the shard list (format 3)."""
     shard_list: dict[str, Any] = field(default_factory=dict)
@@ -101,14 +130,17 @@ class Manifest:
 
     @property
     def rows(self) -> int:
+        """The cache's rows (from `totals`; summed over the shard list before format 3)."""
         return self.totals["rows"] if self.totals else sum(s.rows for s in self.shards)
 
     @property
     def bytes(self) -> int:
+        """The shards' bytes in the store."""
         return self.totals["bytes"] if self.totals else sum(s.bytes for s in self.shards)
 
     @property
     def shard_count(self) -> int:
+        """The number of shards."""
         return self.totals["shards"] if self.totals else len(self.shards)
 
     @property
@@ -118,6 +150,23 @@ class Manifest:
         return [SkippedRow.from_json(s) for s in self.extra.get(SKIPPED, ())]
 
     def encoder(self, name: str) -> EncoderEntry:
+        """One encoder's entry, by name.
+
+        Args:
+            name: The encoder's name.
+
+        Returns:
+            Its entry: kind, input, dim, dtype, weights digest.
+
+        Raises:
+            StoreError: The cache has no encoder of that name (the message lists those it
+                has).
+
+        Example:
+            ```python
+            dim = raycache.open_cache("docs").manifest.encoder("minilm").dim
+            ```
+        """
         for e in self.encoders:
             if e.name == name:
                 return e
@@ -127,22 +176,64 @@ class Manifest:
         )
 
     def head(self) -> dict[str, Any]:
-        """Everything but the shards: what manifest.json holds from format 3."""
+        """Everything but the shards: what manifest.json holds from format 3.
+
+        Returns:
+            The manifest's fields as JSON-ready values, `shards` left out.
+
+        Example:
+            ```python
+            head = raycache.open_cache("docs").manifest.head()
+            ```
+        """
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name != "shards"}
         out["encoders"] = [dataclasses.asdict(e) for e in self.encoders]
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """The whole manifest, shards included (they are read if they were not)."""
+        """The whole manifest, shards included (they are read if they were not).
+
+        Returns:
+            The manifest as JSON-ready values, with one entry per shard under `shards`.
+
+        Raises:
+            CorruptCache: The shard list cannot be read or does not match its record.
+            StoreUnavailable: The store kept failing after its client's retries.
+
+        Example:
+            ```python
+            data = raycache.open_cache("docs").manifest.to_dict()
+            same = raycache.Manifest.from_dict(data)
+            ```
+        """
         return {**self.head(), "shards": [s.to_json() for s in self.shards]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "manifest",
                   shards: Callable[[dict[str, Any]], list[Any]] | None = None
                   ) -> Manifest:
-        """A manifest from its JSON; `shards` reads the shard list object a format 3
-        manifest names, given its entry, when the shards are first used."""
+        """A manifest from its JSON.
+
+        Args:
+            data: The parsed manifest.json (or `to_dict()`'s output).
+            where: What to call the manifest in an error message (its URI).
+            shards: Reads the shard list object a format 3 manifest names, given its entry;
+                called when the shards are first used. Not needed when `data` has `shards`.
+
+        Returns:
+            The manifest.
+
+        Raises:
+            CorruptCache: `data` is not a manifest, or a field is missing or malformed.
+            StoreError: Its format_version is one this raycache does not read.
+
+        Example:
+            ```python
+            import json
+            m = raycache.Manifest.from_dict(json.load(open("manifest-with-shards.json")))
+            ```
+        """
         if not isinstance(data, dict):
             raise CorruptCache(f"{where} holds a JSON {type(data).__name__}, not a manifest",
                                where)
@@ -169,6 +260,16 @@ class Manifest:
                                "cache again", where) from exc
 
     def summary(self) -> str:
+        """The manifest in one line: rows, shards, size, encoders, labels, when.
+
+        Returns:
+            The line (the fingerprint cut to 12 characters).
+
+        Example:
+            ```python
+            print(raycache.open_cache("docs").manifest.summary())
+            ```
+        """
         encs = ", ".join(f"{e.name}[trainable, input in {e.column}]" if e.trainable else
                          f"{e.name}[{e.dim} {e.dtype}]" for e in self.encoders)
         return (

