@@ -29,10 +29,20 @@ LIVE_ROWS = 256
 
 @dataclass
 class Head:
-    """A trained head, with the spec it was built from (encoders, label, classes)."""
+    """A trained head (from `load_head`), with the spec it was built from (encoders, label).
+
+    Example:
+        ```python
+        head = raycache.load_head(run.checkpoint).to("cuda")
+        head.predict(["Return the cosine of x."])        # the label's values
+        head.predict_proba(["Return the cosine of x."])  # columns in head.classes order
+        ```
+    """
 
     model: torch.nn.Module
+    """The head's torch module (with trainable encoders: them and the head), in eval mode."""
     spec: HeadSpec
+    """What the head was built from: its family, encoders, label and classes."""
     info: dict[str, Any] = field(default_factory=dict, repr=False)
     """head.json's metrics, best epoch and history (and the cache's key column)."""
     device: str = "cpu"
@@ -47,16 +57,43 @@ class Head:
         return self.info.get("key")
 
     def to(self, device: str, batching: Batching | None = None) -> Head:
-        """Run the head and its frozen encoders on `device` ("cpu", "cuda"), the encoders
-        cutting rows into forward passes by `batching`; returns the head."""
+        """Run the head and its frozen encoders on `device`.
+
+        Args:
+            device: A torch device: "cpu", "cuda", "cuda:1".
+            batching: How the encoders cut rows into forward passes (None: their default).
+
+        Returns:
+            This head, moved (the encoders are loaded again on the new device when next used).
+
+        Example:
+            ```python
+            head = raycache.load_head(run.checkpoint).to("cuda")
+            ```
+        """
         self.model.to(device)
         self.device, self.batching, self._encoders = device, batching, None
         return self
 
     def embed_embeddings(self, x: np.ndarray | torch.Tensor | Inputs) -> np.ndarray:
-        """The head's output for rows of concatenated embeddings (the cache's columns, in spec
-        order; with trainable encoders, Inputs from `features`): a similarity head's embeddings
-        (unit length when trained with normalize), a classifier's logits."""
+        """The head's output for rows of concatenated embeddings.
+
+        Args:
+            x: Rows of the cache's embedding columns concatenated in spec order, shape
+                (rows, in_dim); with trainable encoders, the Inputs `features` returns.
+
+        Returns:
+            A similarity head's embeddings (unit length when trained with normalize), or a
+            classifier's logits: shape (rows, spec.width).
+
+        Raises:
+            RaycacheError: The head trains encoders with it and `x` is embeddings alone.
+
+        Example:
+            ```python
+            out = head.embed_embeddings(np.stack(df["minilm"]))  # df: cache.to_pandas()
+            ```
+        """
         with torch.inference_mode():
             if not self.spec.trainable:
                 x = torch.as_tensor(x, dtype=torch.float32, device=self.device)
@@ -71,8 +108,27 @@ class Head:
             return (torch.cat(parts) if parts else torch.empty(0, self.spec.width)).numpy()
 
     def embed(self, inputs: dict[str, list] | list) -> np.ndarray:
-        """Head embeddings for raw inputs: runs the head's frozen encoders live, then the head
-        (search with them: cosine or dot against a gallery embedded the same way)."""
+        """Head embeddings for raw inputs: runs the head's frozen encoders live, then the head.
+
+        Args:
+            inputs: Each encoder's input column mapped to its values; a plain list when the
+                head uses one encoder.
+
+        Returns:
+            One embedding per input, shape (rows, spec.width): compare them by cosine or dot
+            product against a gallery embedded the same way.
+
+        Raises:
+            RaycacheError: A list for a head of several encoders, or its encoders cannot be
+                built as recorded (see `features`).
+            EncoderError: An encoder cannot be loaded, or cannot read an input.
+
+        Example:
+            ```python
+            gallery = head.embed(documents)
+            scores = head.embed(["how do I sort a list"]) @ gallery.T
+            ```
+        """
         return self.embed_embeddings(self.features(inputs))
 
     @property
@@ -81,28 +137,89 @@ class Head:
         return list(self.spec.class_names) or list(range(self.spec.num_classes))
 
     def predict_embeddings(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
-        """Classes for rows of concatenated embeddings (the cache's columns, in spec order), in
-        the label's own values: names for a named label, else ids."""
+        """Classes for rows of concatenated embeddings, in the label's own values.
+
+        Args:
+            x: Rows of the cache's embedding columns concatenated in spec order.
+
+        Returns:
+            One class per row: its name for a named label, else its id.
+
+        Raises:
+            RaycacheError: The head is not a classifier, or it trains encoders with it (it
+                needs raw inputs).
+
+        Example:
+            ```python
+            head.predict_embeddings(np.stack(df["minilm"]))  # df: cache.to_pandas()
+            ```
+        """
         return self.named(self.predict_ids(x))
 
     def named(self, ids: np.ndarray) -> np.ndarray:
-        """Class ids as the label's values (names for a named label; ids unchanged)."""
+        """Class ids as the label's values.
+
+        Args:
+            ids: Class ids (0..K-1).
+
+        Returns:
+            The classes' names for a named label; the ids unchanged otherwise.
+        """
         if not self.spec.class_names:
             return ids
         return np.asarray(self.spec.class_names, dtype=object)[ids]
 
     def predict_ids(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
-        """Class ids (0..K-1) for rows of concatenated embeddings; `classes` names them."""
+        """Class ids (0..K-1) for rows of concatenated embeddings; `classes` names them.
+
+        Args:
+            x: Rows of the cache's embedding columns concatenated in spec order.
+
+        Returns:
+            One class id per row.
+
+        Raises:
+            RaycacheError: The head is not a classifier, or it needs raw inputs.
+        """
         return self.logits(x).argmax(1)
 
     def predict_proba(self, inputs: dict[str, list] | list) -> np.ndarray:
-        """Each class's probability (softmax) for raw inputs, columns in `classes` order."""
+        """Each class's probability (softmax) for raw inputs.
+
+        Args:
+            inputs: Each encoder's input column mapped to its values; a plain list when the
+                head uses one encoder.
+
+        Returns:
+            Shape (rows, classes), columns in `classes` order.
+
+        Raises:
+            RaycacheError: The head is not a classifier, or its encoders cannot be built as
+                recorded (see `features`).
+            EncoderError: An encoder cannot be loaded, or cannot read an input.
+
+        Example:
+            ```python
+            proba = head.predict_proba(["Return the cosine of x."])
+            ```
+        """
         z = self.logits(self.features(inputs))
         z = np.exp(z - z.max(axis=1, keepdims=True))
         return z / z.sum(axis=1, keepdims=True)
 
     def logits(self, x: np.ndarray | torch.Tensor | Inputs) -> np.ndarray:
-        """A classifier's logits for rows of concatenated embeddings."""
+        """A classifier's logits for rows of concatenated embeddings.
+
+        Args:
+            x: Rows of the cache's embedding columns concatenated in spec order; with
+                trainable encoders, the Inputs `features` returns.
+
+        Returns:
+            Shape (rows, classes), columns in `classes` order.
+
+        Raises:
+            RaycacheError: The head was trained for similarity (it has no classes).
+        """
         if self.spec.objective != "classification":
             raise RaycacheError(
                 f"this head was trained with objective {self.spec.objective!r}: it maps rows to "
@@ -111,18 +228,49 @@ class Head:
         return self.embed_embeddings(x)
 
     def predict(self, inputs: dict[str, list] | list) -> np.ndarray:
-        """Classes for raw inputs, in the label's own values (names for a named label, else
-        ids): runs the head's frozen encoders live, then the head.
+        """Classes for raw inputs: runs the head's frozen encoders live, then the head.
 
-        `inputs` maps each encoder's input column to values; a plain list is enough when the
-        head uses one encoder.
+        Args:
+            inputs: Each encoder's input column mapped to its values; a plain list when the
+                head uses one encoder.
+
+        Returns:
+            One class per input: its name for a named label, else its id.
+
+        Raises:
+            RaycacheError: The head is not a classifier, or its encoders cannot be built as
+                recorded (see `features`).
+            EncoderError: An encoder cannot be loaded, or cannot read an input.
+
+        Example:
+            ```python
+            head.predict({"text": ["Return the cosine of x.", "Open a file."]})
+            ```
         """
         return self.predict_embeddings(self.features(inputs))
 
     def features(self, inputs: dict[str, list] | list) -> np.ndarray | Inputs:
-        """Raw inputs through the head's frozen encoders (weights checked against the ones the
-        head was trained on): the concatenated embeddings the head reads; with trainable
-        encoders, Inputs: those embeddings and the trainable encoders' prepared inputs."""
+        """Raw inputs through the head's frozen encoders (their weights checked): what it reads.
+
+        Args:
+            inputs: Each encoder's input column mapped to its values; a plain list when the
+                head uses one encoder.
+
+        Returns:
+            The concatenated embeddings, shape (rows, in_dim); with trainable encoders,
+            Inputs: those embeddings and the trainable encoders' prepared inputs.
+
+        Raises:
+            RaycacheError: A list for a head of several encoders, an encoder missing from
+                head.json, or one whose weights differ from the ones it was trained on.
+            EncoderError: An encoder cannot be loaded, or cannot read an input.
+
+        Example:
+            ```python
+            x = head.features(["Return the cosine of x."])
+            head.predict_embeddings(x)
+            ```
+        """
         configs = self.encoder_configs()
         if not isinstance(inputs, dict):
             if len(configs) != 1:
@@ -135,8 +283,20 @@ class Head:
                                        for c in configs])
 
     def features_prepared(self, prepared: list[pa.Array]) -> np.ndarray | Inputs:
-        """`features` from inputs already prepared (tokenised) by each encoder's CPU stage,
-        one array per encoder in spec order: what a pipeline's model stage runs."""
+        """`features` from inputs prepared (tokenised) by each encoder's CPU stage (pipelines).
+
+        Args:
+            prepared: One array per encoder, in spec order, as the encoder's prepare step
+                returns it.
+
+        Returns:
+            As `features`.
+
+        Raises:
+            RaycacheError: An encoder missing from head.json, or one whose weights differ
+                from the ones the head was trained on.
+            EncoderError: An encoder cannot be loaded.
+        """
         by_name = dict(zip(self.spec.encoders, prepared, strict=True))
         feats = [enc.forward(by_name[name])
                  for enc, name in zip(self.encoders(), self.spec.frozen, strict=True)]
@@ -153,8 +313,16 @@ class Head:
         return Inputs(torch.from_numpy(np.asarray(x, np.float32)), live)
 
     def encoders(self) -> list:
-        """The frozen encoders (spec.frozen), loaded once on the head's device, their weights
-        checked against the ones the head was trained on; trainable ones are in the model."""
+        """The frozen encoders (spec.frozen), loaded once on the head's device, weights checked.
+
+        Returns:
+            The loaded encoders, in spec order (trainable ones are in the model).
+
+        Raises:
+            RaycacheError: An encoder missing from head.json, or one whose weights differ
+                from the ones the head was trained on.
+            EncoderError: An encoder cannot be loaded (its model is not installed).
+        """
         if self._encoders is None:
             from raycache._encoders import ENCODERS
 
@@ -172,7 +340,15 @@ class Head:
         return self._encoders
 
     def encoder_configs(self) -> list[EncoderConfig]:
-        """The frozen encoders' fill configs, as recorded in head.json."""
+        """The encoders' fill configs, as recorded in head.json.
+
+        Returns:
+            One EncoderConfig per encoder of the spec, in its order.
+
+        Raises:
+            RaycacheError: head.json does not record an encoder (a cache filled by an older
+                raycache: fill it again and retrain).
+        """
         missing = [e for e in self.spec.encoders if e not in self.spec.encoder_configs]
         if missing:
             raise RaycacheError(f"head.json does not record how to build encoders {missing}; "
@@ -182,9 +358,27 @@ class Head:
 
 
 def load_head(checkpoint: str, **options: Any) -> Head:
-    """Load head.pt and head.json from a checkpoint folder (a path or any fsspec URI;
-    `options` are fsspec storage options, e.g. client_kwargs, credentials plain or sealed:
-    head.json records none, so they come from the caller or the environment)."""
+    """Load a trained head from its checkpoint folder alone: no Ray, no cache.
+
+    Args:
+        checkpoint: The checkpoint folder holding head.pt and head.json (a path or any fsspec
+            URI), e.g. `TrainResult.checkpoint`.
+        **options: fsspec storage options, e.g. client_kwargs, credentials plain or sealed
+            (head.json records none: they come from the caller or the environment).
+
+    Returns:
+        The head, on the CPU (`Head.to` moves it), ready to predict.
+
+    Raises:
+        RaycacheError: The folder holds no head.json or head.pt, or they are unreadable.
+        StoreError: The folder's store cannot be reached (StoreUnavailable: after retries).
+
+    Example:
+        ```python
+        head = raycache.load_head(run.checkpoint)
+        head.predict(["Return the cosine of x."])
+        ```
+    """
     folder = Store(checkpoint, options)
     where = f"{checkpoint}/{HEAD_CONFIG}"
     try:
