@@ -129,20 +129,35 @@ def resolve(name: str) -> Builder:
 
 @dataclass(frozen=True)
 class HeadSpec:
-    """Everything needed to rebuild a trained head and the encoders that feed it."""
+    """Everything needed to rebuild a trained head and the encoders that feed it.
+
+    Training writes it into head.json; `load_head` rebuilds the head from it alone.
+
+    Example:
+        ```python
+        spec = raycache.load_head(run.checkpoint).spec
+        spec.head, spec.encoders, spec.width
+        ```
+    """
 
     head: str
     """Head family (a HEADS key or "module:function")."""
     in_dim: int
+    """Width of its input: the encoders' output widths added up."""
     num_classes: int
     """Classes of a classifier; groups of a similarity head (0 where there are none)."""
     hidden: tuple[int, ...]
+    """Hidden layer widths (mlp, stacked, skip)."""
     dropout: float
+    """Dropout rate in training."""
     encoders: tuple[str, ...]
     """Embedding columns, concatenated in this order."""
     label: str
+    """The label column it was trained on (empty for an objective that reads none: pairs)."""
     cache: str
+    """The name of the cache it was trained on."""
     fingerprint: str
+    """The fingerprint of that cache's version."""
     encoder_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Each encoder's fill config (kind, path or factory, ...), from the cache's manifest."""
     weights_digests: dict[str, str] = field(default_factory=dict)
@@ -160,6 +175,7 @@ class HeadSpec:
     """A classifier on a named label (strings): class i's name; empty for integer labels,
     whose class i is the value i."""
     format_version: int = HEAD_FORMAT_VERSION
+    """The head.json layout version (HEAD_FORMAT_VERSION; older ones are read)."""
 
     @property
     def width(self) -> int:
@@ -172,6 +188,16 @@ class HeadSpec:
         return tuple(e for e in self.encoders if e not in self.trainable)
 
     def to_dict(self) -> dict[str, Any]:
+        """The spec as JSON-ready values: what head.json holds under "head".
+
+        Returns:
+            The fields, tuples as lists (`trainable` and `class_names` left out when empty).
+
+        Example:
+            ```python
+            same = raycache.HeadSpec.from_dict(spec.to_dict())
+            ```
+        """
         d = dataclasses.asdict(self)
         d["hidden"], d["encoders"] = list(self.hidden), list(self.encoders)
         d["trainable"] = list(self.trainable)
@@ -184,6 +210,23 @@ class HeadSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = HEAD_CONFIG) -> HeadSpec:
+        """A spec from its JSON (head.json's "head"), any readable format version.
+
+        Args:
+            data: The spec's fields, as `to_dict` writes them; unknown keys are ignored.
+            where: What to call the file in an error message.
+
+        Returns:
+            The spec, at the current format version.
+
+        Raises:
+            ConfigError: Its format_version is one this raycache does not read.
+
+        Example:
+            ```python
+            spec = raycache.HeadSpec.from_dict(json.load(open("head.json"))["head"])
+            ```
+        """
         version = data.get("format_version")
         if version not in READABLE_VERSIONS:
             raise ConfigError([f"{where}: format_version={version!r}; this raycache reads "
