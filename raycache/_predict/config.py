@@ -17,6 +17,18 @@ read) of at most this many bytes without Ray; Parquet is judged by rows, as fill
 
 @dataclass
 class PredictConfig:
+    """A predict run: the head's checkpoint, the input file, the Parquet output, the pool.
+
+    `raycache.predict_file` takes this, or the same as a dict or a YAML file.
+
+    Example:
+        ```python
+        cfg = raycache.PredictConfig(checkpoint=run.checkpoint, input="new.jsonl",
+                                     output="predictions.parquet", overwrite=True)
+        raycache.predict_file(cfg)
+        ```
+    """
+
     checkpoint: str
     """A head checkpoint folder (TrainResult.checkpoint): a path or any fsspec URI."""
     input: str | list[str]
@@ -57,6 +69,18 @@ class PredictConfig:
     """Show Ray's and Ray Data's own logs and progress bars too."""
 
     def problems(self) -> list[str]:
+        """Local checks; the head, the input's columns and the output's place are checked
+        where a predict run is planned.
+
+        Returns:
+            One line per problem, naming the field, the value and what is expected; empty
+            when there is none.
+
+        Example:
+            ```python
+            problems = cfg.problems()  # [] for a config a predict run can plan
+            ```
+        """
         out = []
         if self.format not in (None, *FILE_FORMATS):
             out.append(f"format={self.format!r}: expected one of {FILE_FORMATS}")

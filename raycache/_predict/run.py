@@ -48,16 +48,33 @@ class PredictPlan:
 
 @dataclass
 class PredictResult:
-    """What a predict run wrote, and how long it took."""
+    """What a predict run wrote, and how long it took.
+
+    Example:
+        ```python
+        result = raycache.predict_file({"checkpoint": run.checkpoint, "input": "new.jsonl",
+                                        "output": "predictions.parquet"})
+        print(result.summary())
+        ```
+    """
 
     output: str
+    """The Parquet file written, as a URI."""
     rows: int
+    """Rows written."""
     columns: list[str]
+    """The output's columns: the kept input columns, then the head's outputs."""
     seconds: float
+    """Wall time of the call, start-up included."""
     where: str
     """Where it ran, in words."""
 
     def summary(self) -> str:
+        """What this call did, in one line.
+
+        Returns:
+            The line: rows, output, columns, seconds, rows per second, where it ran.
+        """
         rate = self.rows / self.seconds if self.seconds else 0.0
         return (f"predict: {self.rows} rows -> {self.output} ({', '.join(self.columns)}), "
                 f"{self.seconds:.1f} s, {rate:.1f} rows/s, {self.where}")
@@ -109,8 +126,32 @@ def plan(cfg: PredictConfig) -> PredictPlan:
 
 def predict_file(config: PredictConfig | dict | str, *, progress: bool | None = None
                  ) -> PredictResult:
-    """Run a trained head over an input file and write its outputs to a Parquet file
-    (`config`: a PredictConfig, a dict or a YAML path)."""
+    """Run a trained head over an input file and write its outputs to one Parquet file.
+
+    The head's frozen encoders run live, then the head; the output appears whole or not at
+    all.
+
+    Args:
+        config: A PredictConfig, a dict of its fields, or a YAML file's path.
+        progress: Show the progress bar and summary (None: as `config.progress` says).
+
+    Returns:
+        The output's URI, rows, columns and timings.
+
+    Raises:
+        ConfigError: Every problem of the config, the input's columns and the output's place
+            (an existing output without `overwrite`), in one message.
+        RaycacheError: The checkpoint is not a readable head, or the output cannot be written.
+        SourceError: The input cannot be read as asked (no files, an unknown format).
+        EncoderError: An encoder cannot be loaded, or cannot read an input value.
+        StoreError: A store cannot be reached (StoreUnavailable: after its retries).
+
+    Example:
+        ```python
+        result = raycache.predict_file({"checkpoint": run.checkpoint, "input": "new.jsonl",
+                                        "output": "predictions.parquet"})
+        ```
+    """
     cfg = load(PredictConfig, config)
     if progress is not None:
         cfg = dataclasses.replace(cfg, progress=progress)
