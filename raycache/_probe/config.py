@@ -82,9 +82,22 @@ class HeadsConfig:
 
 @dataclass
 class ProbeConfig:
+    """A probe: which caches and encoders to compare on one label, by which methods.
+
+    `raycache.probe` takes this, or the same as a dict or a YAML file.
+
+    Example:
+        ```python
+        cfg = raycache.ProbeConfig(caches=["docs", "docs-bge"], label="label",
+                                   methods=["logreg", "knn", "linear"])
+        result = raycache.probe(cfg)
+        ```
+    """
+
     caches: list[str]
     """Committed caches to compare, each NAME or NAME/FINGERPRINT (newest fill when left out)."""
     store: StoreConfig = field(default_factory=StoreConfig)
+    """The store that holds the caches ($RAYCACHE_STORE, else .raycache/store)."""
     label: str | None = None
     """Label column (class ids or names); each cache's first label when left out."""
     encoders: list[str] | None = None
@@ -93,9 +106,13 @@ class ProbeConfig:
     methods: list[str] = field(default_factory=lambda: ["logreg", "knn"])
     """Keys of raycache.probe.METHODS: logreg, knn, linear, mlp."""
     logreg: LogregConfig = field(default_factory=LogregConfig)
+    """logreg's settings: the C grid, iterations, tolerance."""
     knn: KnnConfig = field(default_factory=KnnConfig)
+    """knn's settings: the k values, the metric, the temperature."""
     linear: HeadsConfig = field(default_factory=HeadsConfig)
+    """linear's settings: the sweep's grid and other training settings."""
     mlp: HeadsConfig = field(default_factory=HeadsConfig)
+    """mlp's settings: the sweep's grid and other training settings."""
     val_fraction: float = 0.2
     """Share of rows held out by a hash of the key: the same split training uses for it."""
     select: str = "val_acc"
@@ -110,7 +127,18 @@ class ProbeConfig:
     """Print one line per (encoder, method) as it finishes."""
 
     def problems(self) -> list[str]:
-        """Local checks; those that consult the METHODS registry are in probe.plan."""
+        """Local checks, logreg's and knn's included; those that consult the METHODS registry
+        are in probe.plan.
+
+        Returns:
+            One line per problem, naming the field, the value and what is expected; empty
+            when there is none.
+
+        Example:
+            ```python
+            raycache.ProbeConfig(caches=[]).problems()  # ["caches=[]: name at least one ..."]
+            ```
+        """
         out = [p for group in (self.logreg, self.knn) for p in group.problems()]
         if not self.caches:
             out.append("caches=[]: name at least one committed cache, e.g. [docs]")

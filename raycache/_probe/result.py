@@ -30,17 +30,27 @@ class Outcome:
     """One (encoder, method): its selected setting, its scores and its confusion matrix."""
 
     encoder: str
+    """The embedding column probed."""
     method: str
+    """The method (a METHODS key: logreg, knn, linear, mlp)."""
     setting: dict[str, Any]
+    """The setting `select` picked, e.g. {"C": 0.3} or {"k": 20}."""
     scores: dict[str, float]
+    """val_acc, macro_f1 and balanced_acc of that setting on the validation rows."""
     confusion: np.ndarray
+    """Its confusion matrix: rows the true class, columns the predicted one."""
     classes: list[str]
+    """The class names, in the confusion matrix's order."""
     train_rows: int
+    """Rows it was fitted on."""
     val_rows: int
+    """Rows it was scored on (held out by a hash of the key)."""
     seconds: float
+    """Wall time of the method on this encoder, every setting included."""
     grid: list[dict[str, Any]] = field(default_factory=list)
     """Every setting tried, with its scores."""
     candidate: Candidate | None = field(default=None, repr=False)
+    """The selected setting's predictions and weights (what the report's best head is from)."""
 
     def row(self) -> dict[str, Any]:
         return {"encoder": self.encoder, "method": self.method, "setting": self.setting,
@@ -53,9 +63,23 @@ class Outcome:
 
 @dataclass
 class ProbeResult:
+    """What a probe found: one outcome per (encoder, method), the table, the best row.
+
+    Example:
+        ```python
+        result = raycache.probe({"caches": ["docs"], "methods": ["logreg", "knn"]})
+        result.table     # one row per (encoder, method), best first
+        result.best      # the winning row
+        head = result.load_head()
+        ```
+    """
+
     config: ProbeConfig
+    """The config it ran."""
     outcomes: list[Outcome]
+    """One per (encoder, method), in the order probed."""
     select: str
+    """The metric that picks each method's setting and the best row."""
     report: str | None = None
     """URI of the report folder (result.json, table.md, PNGs), when written."""
     checkpoint: str | None = None
@@ -78,6 +102,7 @@ class ProbeResult:
 
     @property
     def best_outcome(self) -> Outcome:
+        """The winning (encoder, method)'s Outcome: its grid, confusion matrix and classes."""
         return max(self.outcomes, key=lambda o: o.scores[self.select])
 
     @property
@@ -86,6 +111,23 @@ class ProbeResult:
         return self.per_class_of(self.best_outcome.encoder, self.best_outcome.method)
 
     def per_class_of(self, encoder: str, method: str) -> pd.DataFrame:
+        """One (encoder, method)'s precision, recall, f1 and support per class.
+
+        Args:
+            encoder: The embedding column, as in the table's `encoder` column.
+            method: The method, as in the table's `method` column.
+
+        Returns:
+            One row per class name (the index, named "class").
+
+        Raises:
+            KeyError: The table has no row for that encoder and method.
+
+        Example:
+            ```python
+            result.per_class_of("minilm", "knn").sort_values("f1")
+            ```
+        """
         import pandas as pd
 
         found = [o for o in self.outcomes if (o.encoder, o.method) == (encoder, method)]
@@ -97,7 +139,23 @@ class ProbeResult:
         return frame
 
     def load_head(self) -> Head:
-        """The best head, as a trained run's (predict, predict_embeddings)."""
+        """The best head, as a trained run's (predict, predict_embeddings).
+
+        Returns:
+            The head saved with the report: the best row's, or where the best is no head
+            (knn), the best head's.
+
+        Raises:
+            RaycacheError: The probe saved no head (report: false, or no method that trains
+                one), or its checkpoint is unreadable.
+            StoreError: The store cannot be reached (StoreUnavailable: after its retries).
+
+        Example:
+            ```python
+            head = result.load_head()
+            head.predict(["Return the cosine of x."])
+            ```
+        """
         from raycache._errors import RaycacheError
         from raycache._heads.loaded import load_head
 
@@ -108,6 +166,11 @@ class ProbeResult:
                          .fsspec_options())
 
     def summary(self) -> str:
+        """The probe in one line: how many encoders and methods, the best row, the report.
+
+        Returns:
+            The line.
+        """
         b = self.best
         where = f"; report {self.report}" if self.report else ""
         return (f"probe of {len({o.encoder for o in self.outcomes})} encoder(s) x "

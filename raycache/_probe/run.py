@@ -47,8 +47,32 @@ def score(data: Features, method: str, candidates: list[Candidate], select: str,
 
 def probe(config: ProbeConfig | dict | str | Path, *, progress: bool | None = None
           ) -> ProbeResult:
-    """Run the config's methods on each encoder of its caches (one label, the same key split
-    as training), in this process; the report and best head saved under the first cache."""
+    """Compare encoders: run each method on each encoder of the caches, on one label.
+
+    Every encoder gets the same key split as training; logreg and knn run in this process,
+    linear and mlp train a sweep. The report and best head are saved under the first cache.
+
+    Args:
+        config: A ProbeConfig, a dict of its fields, or a YAML file's path.
+        progress: Print a line per (encoder, method) (None: as `config.progress` says).
+
+    Returns:
+        The table, per-class metrics, the best row, and the report's and best head's URIs.
+
+    Raises:
+        ConfigError: Every problem of the config, or of it against the caches (encoders,
+            label), in one message; device cuda on a machine without one.
+        CacheNotFound: A cache it names is not in the store.
+        CorruptShard: A shard does not match its manifest.
+        StoreError: The store cannot be reached (StoreUnavailable: after its retries).
+
+    Example:
+        ```python
+        result = raycache.probe({"caches": ["docs", "docs-bge"],
+                                 "methods": ["logreg", "knn", "linear"]})
+        print(result.summary())
+        ```
+    """
     from raycache._probe import METHODS
 
     cfg = load_config(config)
