@@ -22,13 +22,42 @@ __all__ = ["compact"]
 def compact(name: str, store: Store | str | None = None, fingerprint: str | None = None, *,
             below: float | None = None, source_options: dict[str, Any] | None = None,
             progress: bool = True) -> FillResult:
-    """Compact the cache `name` (its newest fill, or `fingerprint`): the shared shards that keep
-    less than `below` of their rows (default: the fill's compact_below, 0.9), and the small
-    ones once they outnumber the bound a fill keeps to. Their kept rows are copied into shards
-    of the cache's own folder (nothing is read from the source or encoded; the source is
-    still listed and must be unchanged, as for a repair: the fingerprint is checked); a cache
-    with nothing to compact is returned as a hit. The shards it stops reading stay
-    for the versions that still read them; gc removes them once none does."""
+    """Compact a cache version: its sparse or small shared shards written again in its folder.
+
+    The shared shards that keep less than `below` of their rows, and the small ones once they
+    outnumber the bound a fill keeps to, have their kept rows copied into shards of the
+    cache's own folder: nothing is read from the source or encoded, but the source is still
+    listed and must be unchanged, as for a repair (the fingerprint is checked). The shards it
+    stops reading stay for the versions that still read them; gc removes them once none does.
+
+    Args:
+        name: The cache's name.
+        store: The store: a Store, or its URI ($RAYCACHE_STORE, else .raycache/store, when
+            None).
+        fingerprint: Compact this version rather than the newest.
+        below: Compact shards keeping less than this share of their rows (None: the fill's
+            compact_below, 0.9).
+        source_options: fsspec storage options for the source (never recorded in the cache).
+        progress: Show the progress bar and summary.
+
+    Returns:
+        The result, as a fill's: a hit where there was nothing to compact.
+
+    Raises:
+        RaycacheError: The source or encoders changed since the fill (fill it again instead).
+        CacheNotFound: No committed cache of that name (or fingerprint) is in the store.
+        CorruptCache: Its manifest cannot be read (fill it again).
+        SourceError: The source it was filled from cannot be read as it was.
+        EncoderError: An encoder cannot be built or run.
+        StoreError: The store cannot be reached or written (StoreUnavailable: after its
+            retries; run it again).
+
+    Example:
+        ```python
+        result = raycache.compact("docs", below=0.5)
+        print(result.summary())
+        ```
+    """
     started = time.perf_counter(), time.time()
     cache = open_cache(name, store, fingerprint)
     cfg = config_of(cache, source_options or {}, progress, "auto")

@@ -26,13 +26,41 @@ __all__ = ["config_of", "own_records", "repair"]
 def repair(name: str, store: Store | str | None = None, fingerprint: str | None = None, *,
            source_options: dict[str, Any] | None = None, progress: bool = True,
            in_process: bool | str = "auto") -> FillResult:
-    """Verify the cache `name` (its newest fill, or `fingerprint`) and re-encode the shards that
-    fail (all of them where its shard list cannot be read: which rows each holds is not known
-    without it); a cache that passes is left as it is (returned as a hit); the result's summary
-    says repair. The source must be the one the cache was filled from, unchanged;
-    `source_options` are its fsspec options, and `in_process` is the fill's setting of that
-    name. A version that shares older versions' shards (format 5) keeps the good ones as they
-    are; the rows of a bad or missing one are encoded again into its own folder."""
+    """Verify a cache and re-encode only the shards that fail, from its unchanged source.
+
+    All shards are re-encoded where its shard list cannot be read (which rows each holds is
+    not known without it). A version that shares older versions' shards (format 5) keeps the
+    good ones as they are; the rows of a bad or missing one are encoded again into its own
+    folder.
+
+    Args:
+        name: The cache's name.
+        store: The store: a Store, or its URI ($RAYCACHE_STORE, else .raycache/store, when
+            None).
+        fingerprint: Repair this version rather than the newest.
+        source_options: fsspec storage options for the source (never recorded in the cache).
+        progress: Show the progress bar and summary.
+        in_process: The fill's setting of that name: encode in this process, on Ray, or auto.
+
+    Returns:
+        The result, as a fill's, its summary saying repair: a hit where every shard passed.
+
+    Raises:
+        RaycacheError: The source or encoders changed since the fill (fill it again instead:
+            content reuse encodes only what changed).
+        CacheNotFound: No committed cache of that name (or fingerprint) is in the store.
+        CorruptCache: Its manifest cannot be read (fill it again).
+        SourceError: The source it was filled from cannot be read as it was.
+        EncoderError: An encoder cannot be built or run.
+        StoreError: The store cannot be reached or written (StoreUnavailable: after its
+            retries; run it again).
+
+    Example:
+        ```python
+        result = raycache.repair("docs")
+        print(result.summary())
+        ```
+    """
     from raycache._upkeep.verify import verify
 
     started = time.perf_counter(), time.time()  # the verify counts in the repair's time
