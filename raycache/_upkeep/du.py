@@ -21,16 +21,28 @@ __all__ = ["Usage", "du", "scan"]
 
 @dataclass(frozen=True)
 class Usage:
-    """One cache folder <store>/<name>/<fingerprint>: committed (a manifest) or unfinished."""
+    """One cache folder <store>/<name>/<fingerprint>: committed (a manifest) or unfinished.
+
+    Example:
+        ```python
+        for u in raycache.du():
+            print(u.line())
+        big = max(raycache.du(), key=lambda u: u.own_bytes)
+        ```
+    """
 
     name: str
+    """The cache's name."""
     fingerprint: str
+    """The version's fingerprint (its folder's name)."""
     dir: str
     """The folder, in the store's filesystem form."""
     committed: bool
+    """It has a readable manifest."""
     rows: int | None
     """The manifest's rows; None for an unfinished fill."""
     shards: int
+    """Its shard files (the manifest's count, for a committed cache)."""
     bytes: int
     """Every file under the folder: shards, manifest, progress records, runs."""
     runs_bytes: int
@@ -74,13 +86,20 @@ class Usage:
 
     @property
     def id(self) -> str:
+        """"name/fingerprint", as `raycache ls` and gc name it."""
         return f"{self.name}/{self.fingerprint}"
 
     @property
     def created_ts(self) -> float:
+        """`created` in seconds since the epoch."""
         return datetime.fromisoformat(self.created).timestamp()
 
     def line(self) -> str:
+        """The folder in one line, as `raycache du` prints it.
+
+        Returns:
+            Its id, state, rows, shards, bytes, runs' bytes, created, sharing and live runs.
+        """
         state = self.state
         rows = "-" if self.rows is None else str(self.rows)
         live = f"  live runs: {', '.join(self.live_runs)}" if self.live_runs else ""
@@ -167,8 +186,29 @@ def _with_sharing(u: Usage, manifest: Manifest | None, sizes: dict[str, int], re
 
 
 def du(store: Store | str | None = None) -> list[Usage]:
-    """Every cache folder of a store, committed or unfinished, by name then age (oldest first),
-    with the bytes versions share (format 5)."""
+    """What a store holds: every cache folder, committed or unfinished, with its bytes.
+
+    A folder whose manifest cannot be read is listed as damaged, with one warning
+    (DamagedCacheWarning) naming it.
+
+    Args:
+        store: The store: a Store, or its URI ($RAYCACHE_STORE, else .raycache/store, when
+            None).
+
+    Returns:
+        One Usage per folder, by name then age (oldest first), with the bytes versions share
+        (format 5).
+
+    Raises:
+        StoreError: The store's URI is a temporary folder or a file, or cannot be read.
+        StoreUnavailable: The store kept failing after its client's retries.
+
+    Example:
+        ```python
+        for usage in raycache.du("s3://my-bucket/raycache"):
+            print(usage.line())
+        ```
+    """
     from raycache._cache.config import default_store
 
     store = store if isinstance(store, Store) else Store(store or default_store())
