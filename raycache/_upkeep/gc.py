@@ -30,7 +30,9 @@ class Removal:
     """A cache folder gc removes (or would), or keeps although a policy picked it, and why."""
 
     usage: Usage
+    """The cache folder."""
     reason: str
+    """Why a policy picked it, or why it is kept all the same."""
     held: dict[str, int] = field(default_factory=dict)
     """Files of the folder that kept versions read (format 5 shares), relative to it -> bytes:
     they stay, the rest of the folder goes."""
@@ -62,6 +64,7 @@ class Stray:
     path: str
     """Relative to the cache folder."""
     bytes: int
+    """Its size."""
     age: float
     """Seconds since it was last written."""
 
@@ -72,19 +75,36 @@ class Stray:
 
 @dataclass
 class GcResult:
-    """What gc removed (delete=True) or would remove (a dry run), and what it kept and why."""
+    """What gc removed (delete=True) or would remove (a dry run), and what it kept and why.
+
+    Example:
+        ```python
+        result = raycache.gc(keep_last=2)
+        for line in result.lines():  # a dry run: what it would remove
+            print(line)
+        ```
+    """
 
     removed: list[Removal] = field(default_factory=list)
+    """The cache folders removed (or, in a dry run, that would be), with why."""
     kept: list[Removal] = field(default_factory=list)
+    """Folders a policy picked but gc keeps (a live fill or run, the newest), with why."""
     deleted: bool = False
+    """The folders were removed (delete=True); False: a dry run."""
     strays: list[Stray] = field(default_factory=list)
     """Stray files of the committed caches it keeps."""
 
     @property
     def bytes(self) -> int:
+        """The bytes removed (or that would be): the folders' less shared files, the strays."""
         return sum(r.freed for r in self.removed) + sum(s.bytes for s in self.strays)
 
     def lines(self) -> list[str]:
+        """The result as `raycache gc` prints it.
+
+        Returns:
+            One line per folder removed, stray file and folder kept, then a total.
+        """
         verb = "removed" if self.deleted else "would remove"
         out = ([r.line(verb) for r in self.removed] + [s.line(verb) for s in self.strays]
                + [r.line("keep") for r in self.kept])
@@ -151,7 +171,8 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
        older_than: str | float | None = None, max_size: str | int | None = None,
        grace: str | float | None = "24h", delete: bool = False, include_newest: bool = False,
        now: float | None = None, damaged: bool = False) -> GcResult:
-    """Remove (delete=True) or list (a dry run, the default) what the policies pick:
+    """Remove (delete=True) or list (a dry run, the default) what the policies pick.
+
     - unfinished fills (no manifest) whose newest file is older than `grace` (None: none);
     - committed fingerprints beyond the newest `keep_last` of each name;
     - committed fingerprints `created` more than `older_than` ago ("7d", "24h", seconds);
@@ -160,15 +181,46 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
       `grace` (None: none);
     - with `damaged`, caches whose manifest or shard list cannot be read (CorruptCache); else
       they are kept and listed, and a manifest of a newer format is never removed.
-    Never a folder a live fill writes (its lease, raycache._cache.lease, whatever the grace),
+
+    Never a folder a live fill writes (its lease, raycache.cache.lease, whatever the grace),
     nor a cache a run in progress reads, nor one a run that died with a checkpoint reads
     while its record is younger than `grace` (it can still resume), nor the newest committed
     fingerprint of a name unless include_newest. A cache's runs (checkpoints of heads) go
     with it.
+
     Versions share storage (format 5): the shard files that a kept version reads in another
     folder stay there while the rest of that folder goes (the manifest first), and so does
     every shard file of a name that a fill is writing a version of, or that has a kept
-    manifest of a newer format (what they read is not known). Bytes count only what goes."""
+    manifest of a newer format (what they read is not known). Bytes count only what goes.
+
+    Args:
+        store: The store: a Store, or its URI ($RAYCACHE_STORE, else .raycache/store, when
+            None).
+        keep_last: Keep the newest this many committed fingerprints of each name.
+        older_than: Remove committed fingerprints created longer ago ("7d", "24h", seconds).
+        max_size: Remove the oldest committed fingerprints until the store fits ("50GB",
+            bytes).
+        grace: Age past which unfinished fills, stray files and the records of dead runs
+            count as abandoned ("24h", seconds; None: never remove unfinished fills).
+        delete: Remove; False lists what would go (a dry run).
+        include_newest: The newest committed fingerprint of a name may go too.
+        now: The time to measure ages from (seconds since the epoch; None: now).
+        damaged: Remove caches whose manifest or shard list cannot be read.
+
+    Returns:
+        What was removed (or would be), what was kept and why, and the bytes freed.
+
+    Raises:
+        ConfigError: keep_last, older_than, max_size or grace cannot be read (all listed).
+        StoreError: The store's URI is a temporary folder or a file, or it cannot be read or
+            written (StoreUnavailable: after its retries).
+
+    Example:
+        ```python
+        raycache.gc(keep_last=2).lines()                         # a dry run: what would go
+        raycache.gc(keep_last=2, older_than="30d", delete=True)  # remove it
+        ```
+    """
     problems = []
     if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int)
                                   or keep_last < 0):
