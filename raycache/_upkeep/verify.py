@@ -43,19 +43,32 @@ class Duplicates:
 
 @dataclass
 class Report:
-    """What verify found: every bad shard with its reasons, and duplicate keys."""
+    """What verify found: every bad shard with its reasons, and duplicate keys.
+
+    Example:
+        ```python
+        report = raycache.verify(raycache.open_cache("docs"))
+        for line in report.lines():  # "OK docs/3f9c...: 1 shards, 882 rows, ..." or BAD lines
+            print(line)
+        ```
+    """
 
     cache: str
     """name/fingerprint."""
     shards: int
+    """Shards checked."""
     rows: int
+    """The manifest's rows."""
     bytes: int
+    """The manifest's bytes."""
     seconds: float
+    """Wall time of the check."""
     bad: dict[str, list[str]] = field(default_factory=dict)
     """Shard path relative to the cache folder (for a shard shared from another version's
     folder, "<name>/<fingerprint>/<path>": raycache._upkeep.refs.label) -> what is wrong with
     it."""
     duplicate_keys: Duplicates = field(default_factory=Duplicates)
+    """Keys held by more than one kept row: how many, and a few with their shards."""
     stray: dict[str, int] = field(default_factory=dict)
     """Files in the cache folder (outside runs/) that the manifest does not name -> bytes.
     Harmless to reads, so not a failure; gc removes them. Files other versions read (format
@@ -69,11 +82,16 @@ class Report:
 
     @property
     def ok(self) -> bool:
+        """No bad shard and no duplicate key (stray files and skipped rows do not count)."""
         return not self.bad and not self.duplicate_keys.count
 
     def lines(self) -> list[str]:
-        """One line per bad shard and one for duplicate keys; a one-line summary when OK;
-        a line for stray files either way."""
+        """The report as `raycache verify` prints it.
+
+        Returns:
+            One line per bad shard and one for duplicate keys, or a one-line summary when OK;
+            a line for stray files and one for skipped rows either way.
+        """
         if self.ok:
             out = [f"OK {self.cache}: {self.shards} shards, {self.rows} rows, "
                    f"{human_bytes(self.bytes)} checked in {self.seconds:.1f} s"]
@@ -192,10 +210,29 @@ def _duplicates(paths: list[str], keys: list[pa.Array | None]) -> Duplicates:
 
 
 def verify(cache: Cache, threads: int = THREADS) -> Report:
-    """Check every shard of a committed cache, its own or shared from an older version's
-    folder: present, size, sha256, Parquet footer, row count, row selection, schema (key,
-    labels, each encoder's fixed-size list); and no key held twice among the rows it keeps.
-    Also lists stray files (raycache._upkeep.strays)."""
+    """Check every shard of a committed cache against its manifest; read-only.
+
+    Every shard, its own or shared from an older version's folder: present, size, sha256,
+    Parquet footer, row count, row selection, schema (key, labels, each encoder's fixed-size
+    list); and no key held twice among the rows it keeps. Also lists stray files
+    (raycache.upkeep.strays). A shard list that cannot be read is reported as bad, not raised.
+
+    Args:
+        cache: The committed cache, from `open_cache` or `ls`.
+        threads: Shards checked at once.
+
+    Returns:
+        The report: `ok`, the bad shards and why, duplicate keys, strays, skipped rows.
+
+    Raises:
+        StoreError: The store cannot be listed (StoreUnavailable: after its retries).
+
+    Example:
+        ```python
+        report = raycache.verify(raycache.open_cache("docs"))
+        report.ok, report.bad
+        ```
+    """
     from raycache._upkeep.strays import read_by_others, strays
 
     start = time.perf_counter()
