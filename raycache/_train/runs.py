@@ -47,15 +47,32 @@ def write_record(store: Store, run_dir: str, record: dict[str, Any], status: str
 
 @dataclass(frozen=True)
 class RunInfo:
+    """One training run of a cache, as its run folder records it (`list_runs`).
+
+    Example:
+        ```python
+        for run in raycache.list_runs(raycache.open_cache("docs")):
+            print(run.line())
+        ```
+    """
+
     name: str
+    """The run's folder name under the cache's runs/ (its run_name)."""
     status: str
     """finished, failed, running, resumable (interrupted with a checkpoint) or interrupted."""
     epochs_done: int
+    """Epochs with metrics recorded."""
     epochs: int
+    """Epochs the run trains at most, as its recorded recipe says."""
     best: dict[str, Any]
+    """The monitored metric at its best epoch, e.g. {"val_acc": 0.93, "epoch": 4} (a sweep:
+    the selected member's, with its settings)."""
     metrics: dict[str, Any]
+    """The last epoch's metrics."""
     updated: str
+    """When run.json was last written, ISO 8601 in UTC."""
     objective: str = ""
+    """What the head learns: classification, groups or pairs."""
     head: str = ""
     """The head's family (mlp, linear, ...), or "sweep of N heads"."""
     monitor: str = ""
@@ -65,8 +82,13 @@ class RunInfo:
     newest complete one); empty when the run has none yet."""
 
     def line(self) -> str:
-        """Two lines: the run (status, epochs, objective/head, the monitored metric at the last
-        epoch and at its best) and the checkpoint `raycache predict --checkpoint` takes."""
+        """The run as `raycache runs` prints it.
+
+        Returns:
+            Two lines: the run (status, epochs, objective/head, the monitored metric at the
+            last epoch and at its best) and the checkpoint `raycache predict --checkpoint`
+            takes.
+        """
         key, best = self.monitor or "val_loss", self.best
         at = f" at epoch {best['epoch']}" if "epoch" in best else ""
         chosen = (f", head #{best['member']} {settings_text(best.get('settings', {}))}"
@@ -108,7 +130,25 @@ def _alive(record: dict[str, Any]) -> bool:
 
 
 def list_runs(cache: Cache) -> list[RunInfo]:
-    """Every run of a cache with its status and best metrics, oldest first."""
+    """Every training run of a cache with its status and best metrics, oldest first.
+
+    A run whose run.json cannot be read is listed with status "unreadable (run.json damaged)".
+
+    Args:
+        cache: The committed cache the runs trained on, from `open_cache`.
+
+    Returns:
+        One RunInfo per run folder.
+
+    Raises:
+        StoreError: The store cannot be read (StoreUnavailable: after its retries).
+
+    Example:
+        ```python
+        runs = raycache.list_runs(raycache.open_cache("docs"))
+        [r.checkpoint for r in runs if r.status == "finished"]
+        ```
+    """
     import json
 
     store, root = cache.store, runs_dir(cache)
