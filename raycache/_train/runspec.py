@@ -84,18 +84,33 @@ class Member:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Built once on the driver (raycache._train.prepare), never mutated, sent to every worker."""
+    """What a training run does, decided once on the driver, never mutated, sent to every worker.
+
+    Built by raycache.train.prepare from a TrainConfig and the cache; a run's result holds it.
+
+    Example:
+        ```python
+        spec = raycache.train({"cache": "docs"}).spec
+        spec.run_name, spec.num_workers, spec.placement, spec.recipe.loop.epochs
+        ```
+    """
 
     head: HeadSpec
+    """The head to train: family, shape, encoders, label (a sweep: the first member's)."""
     recipe: Recipe
+    """How to train it: the loop, optimizer, schedule, loss and evaluation, autos resolved."""
     run_name: str
+    """The run folder's name under the cache's runs/."""
     key: str
+    """The cache's key column (the validation split hashes it)."""
     rows: int
+    """The cache's rows."""
     placement: str
     """stream, cpu or gpu (auto resolved on the driver)."""
     num_workers: int
     """0: Ray Train local mode (in the driver process); else DDP workers."""
     use_gpu: bool
+    """One GPU per worker."""
     class_weights: tuple[float, ...] | None
     """Per-class loss weights, resolved on the driver ("balanced" from the label counts)."""
     store: Store
@@ -105,14 +120,19 @@ class RunSpec:
     run_dir: str
     """The run folder in the store's filesystem form: <cache>/runs/<run_name>."""
     checkpoint_every: int
+    """Epochs between checkpoints (0: only after the last epoch and on checkpoint_seconds)."""
     checkpoint_seconds: float
+    """Also checkpoint when this many seconds have passed since the last one (0: never)."""
     prefetch_batches: int
+    """stream placement: batches read ahead of the training step."""
     progress: bool
+    """Print one line per epoch."""
     sweep: tuple[Member, ...] = ()
     """A sweep's members, trained together on the same batches; empty for a single head."""
     select: str = "val_loss"
     """Sweep: the metric that picks the best member."""
     select_mode: str = "min"
+    """Sweep: min or max for `select` (auto resolved)."""
     checks: tuple[tuple[int, str], ...] = ()
     """(bytes, sha256) of every shard, in `shards` order, what a worker checks a shard against
     on its first read in a run; empty: shards are read unchecked (TrainConfig.verify false)."""
@@ -132,6 +152,7 @@ class RunSpec:
     why: str = ""
     """Why it trains where it does (num_workers: auto's reason), for the summary."""
     version: int = RUN_SPEC_VERSION
+    """The spec's layout version (RUN_SPEC_VERSION), recorded in run.json."""
 
     @functools.cached_property
     def selections(self) -> dict[str, tuple[str, int]]:
@@ -143,26 +164,47 @@ class RunSpec:
 
     @property
     def world(self) -> int:
+        """Processes that train: the DDP workers, or 1 in local mode."""
         return max(self.num_workers, 1)
 
     def members(self) -> list[RunSpec]:
-        """One spec per head trained: the sweep's members, or this run's one head."""
+        """One spec per head trained: the sweep's members, or this run's one head.
+
+        Returns:
+            For a sweep, this spec with each member's head and recipe (and no sweep); else
+            `[self]`.
+        """
         if not self.sweep:
             return [self]
         return [dataclasses.replace(self, head=m.head, recipe=m.recipe, sweep=())
                 for m in self.sweep]
 
     def sweep_record(self) -> dict[str, Any]:
+        """What run.json says of the sweep.
+
+        Returns:
+            The members' settings, `select` and `select_mode`; empty for a single head.
+        """
         return sweep_record(self.sweep, self.select, self.select_mode)
 
     def record(self) -> dict[str, Any]:
-        """What a run folder keeps about the run: everything but the store and its options."""
+        """What a run folder keeps about the run (run.json): never the store or its options.
+
+        Returns:
+            The version, run name, head spec, recipe, placement, workers, rows, digest and
+            the sweep record.
+        """
         return {"version": self.version, "run_name": self.run_name,
                 "head": self.head.to_dict(), "recipe": dataclasses.asdict(self.recipe),
                 "placement": self.placement, "num_workers": self.num_workers,
                 "rows": self.rows, "digest": self.digest(), **self.sweep_record()}
 
     def digest(self) -> str:
+        """A hash of what decides the run's result (see the module's `digest`).
+
+        Returns:
+            The sha256, hex: the same for runs that must train the same head.
+        """
         return digest(self.head, self.recipe, self.sweep_record(), self.views)
 
 
