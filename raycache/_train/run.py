@@ -42,13 +42,23 @@ __all__ = ["TrainResult", "train"]
 
 @dataclass
 class TrainResult:
+    """What a training run did: its history, checkpoint, best epoch and sweep.
+
+    Example:
+        ```python
+        print(raycache.train({"cache": "docs", "head": "mlp"}).summary())
+        ```
+    """
     cache: Cache
+    """The committed cache it trained on."""
     spec: RunSpec
+    """What the run did: head, recipe, workers, placement, run folder."""
     history: list[dict[str, Any]]
     """One dict of metrics per epoch."""
     checkpoint: str
     """URI of the final checkpoint folder (head.pt, head.json, state.pt)."""
     seconds: float
+    """Wall time of the call."""
     resumed_from: list[int] = field(default_factory=list)
     """Epochs this run resumed from (empty for a run that never stopped)."""
     sweep: list[dict[str, Any]] = field(default_factory=list)
@@ -58,15 +68,13 @@ class TrainResult:
     """The monitored metric's best value and its epoch, e.g. {"val_acc": 0.93, "epoch": 4}
     (a sweep: the select metric's, of the selected member)."""
     weights: str = "last"
-    """Whose weights the checkpoint holds: the "best" epoch's (evaluation.weights: best, the
-    default) or the "last" epoch's."""
+    """Whose weights the checkpoint holds: the "best" epoch's (the default) or the "last"'s."""
     weights_epoch: int = 0
     """The epoch whose head weights the checkpoint holds (what load_head and predict use)."""
     first_epoch: int = 0
     """Epochs the run had done before this call (a resumed run); this call trained the rest."""
     finished_before: str = ""
-    """When the run had already finished before this call (its run.json's time): this call
-    trained nothing and returned that run. Empty when this call trained."""
+    """When it had finished before this call (run.json's time; nothing trained now); else ""."""
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -244,9 +252,29 @@ def _quiet_reports() -> None:
 
 def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
           landing: OverlapFill | None = None) -> TrainResult:
-    """Train a head on a committed cache (config: a TrainConfig, a dict or a YAML path), or on
-    a fill under way (`landing`: epoch 1 reads its shards as they land; train.data.landing).
-    Running the same config again resumes its run (or returns it, when it has finished)."""
+    """Train a head on a committed cache; the same config again resumes its run (or returns it).
+
+    Args:
+        config: A TrainConfig, a dict of its fields, or a YAML file's path.
+        progress: Print a line per epoch (None: as `config.progress` says).
+        landing: A fill under way, whose shards epoch 1 reads as they land (pipeline's overlap).
+
+    Returns:
+        The run's history, checkpoint, best epoch and sweep.
+
+    Raises:
+        ConfigError: Every problem of the config, or of it against the cache and cluster.
+        CacheNotFound: No committed cache of that name (or fingerprint) is in the store.
+        CorruptShard: A shard does not match its manifest (`raycache repair` it).
+        StoreError: The store cannot be reached or written (StoreUnavailable: run it again).
+        FillFailed: The fill under way (`landing`) stopped with an error.
+        RaycacheError: Training failed otherwise (DivergedError: a loss became NaN or inf).
+
+    Example:
+        ```python
+        run = raycache.train({"cache": "docs", "head": "mlp", "loop": {"epochs": 20}})
+        ```
+    """
     cfg = load_train(config)
     if progress is not None:
         cfg.progress = progress
