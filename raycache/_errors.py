@@ -2,11 +2,22 @@
 
 
 class RaycacheError(Exception):
-    """Base class: every message names the bad value, what was expected, and the fix."""
+    """Base class of raycache's errors: catch it to catch them all.
+
+    Every message names the bad value, what was expected, and the fix. Raised as itself where
+    no kind below fits (a checkpoint that is not a head's, a head asked for classes it does not
+    have, an output file that cannot be written): read the message for the fix.
+    """
 
 
 class ConfigError(RaycacheError):
-    """One or more configuration problems, all listed in one message."""
+    """One or more configuration problems, all listed in one message.
+
+    Raised by fill, train, predict_file, probe, pipeline and gc before any work starts: a key
+    that is unknown or misspelled, a value of the wrong type or range, a setting the cache or
+    cluster cannot honour (an encoder or label the cache lacks, more workers than nodes). Fix
+    each listed problem (`problems` holds them one per line) and run again.
+    """
 
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
@@ -15,19 +26,43 @@ class ConfigError(RaycacheError):
 
 
 class SourceError(RaycacheError):
-    """The source dataset cannot be read as asked."""
+    """The source dataset cannot be read as asked.
+
+    Raised by a fill (or repair) when its files are missing or unreadable, lack the key, label
+    or input columns, hold a column in two types, hold duplicate keys (source.duplicates:
+    error), or no rows. The message names the file and column: fix the data or source.path,
+    or set source.duplicates to first or last.
+    """
 
 
 class EncoderError(RaycacheError):
-    """An encoder cannot be built, or cannot be cached."""
+    """An encoder cannot be built, or cannot be cached.
+
+    Raised by a fill or a head's predict when a model folder or factory cannot be loaded, or
+    an encoder outputs NaN or inf or cannot read an input (on_bad_rows: error). Install or
+    point at the model (encoders[].path or factory), or set on_bad_rows: skip to cache the
+    other rows.
+    """
 
 
 class FingerprintError(RaycacheError):
-    """An input of the cache key cannot be described stably."""
+    """An input of the cache key cannot be described stably.
+
+    Raised when a fill plans: a source file has no modification time or ETag, or a value in
+    the config (an encoder's kwargs, in-memory data) is not plain data or not a finite number.
+    Set source.version to name the data's version, or pass strings, numbers, lists and
+    mappings.
+    """
 
 
 class StoreError(RaycacheError):
-    """The store cannot be reached, or holds something it should not."""
+    """The store cannot be reached, or holds something it should not.
+
+    Raised when the store's URI is a temporary folder or a file, its endpoint or credentials
+    fail, a write fails, or a manifest is of a format this raycache does not read. Check
+    store.uri and store.options (or AWS_ENDPOINT_URL and the credentials), then run again: a
+    fill resumes where it stopped.
+    """
 
 
 class StoreUnavailable(StoreError):
@@ -37,12 +72,22 @@ class StoreUnavailable(StoreError):
 
 
 class CacheNotFound(StoreError):
-    """No committed cache matches the request."""
+    """No committed cache matches the request.
+
+    Raised by open_cache, train, probe, repair and compact when the store holds no committed
+    fill of that name (or fingerprint). Fill it first, or check the name and the store
+    (`raycache ls STORE` lists what is there).
+    """
 
 
 class CorruptShard(StoreError):
-    """A shard's bytes do not match its manifest entry (size or sha256), or it is missing;
-    `uri`, `cache` (name/fingerprint) and `problems` say which and what."""
+    """A shard's bytes do not match its manifest entry (size or sha256), or it is missing.
+
+    Raised by reads that verify (read_table, to_pandas, training with verify: true, probe):
+    the shard was changed or removed after the fill. `uri`, `cache` (name/fingerprint) and
+    `problems` say which and what. Fix it with `raycache repair NAME` (re-encodes only the bad
+    shards).
+    """
 
     def __init__(self, message: str, uri: str = "", cache: str = "",
                  problems: tuple[str, ...] = ()):
@@ -55,7 +100,13 @@ class CorruptShard(StoreError):
 
 class CorruptCache(StoreError):
     """A committed cache's manifest or shard list cannot be read (truncated, not JSON, not a
-    manifest); `uri` names the file and `cache` (name/fingerprint) the cache."""
+    manifest); `uri` names the file and `cache` (name/fingerprint) the cache.
+
+    Raised by open_cache and the reads of that cache; listings, du and gc warn instead
+    (DamagedCacheWarning). Fill the cache again with its config (a damaged manifest is
+    replaced), `raycache repair` it (a damaged shard list), or remove it with
+    `raycache gc --damaged --delete`.
+    """
 
     def __init__(self, message: str, uri: str = "", cache: str = ""):
         super().__init__(message)
@@ -71,8 +122,11 @@ class DivergedError(RaycacheError):
 
 
 class FillFailed(RaycacheError):
-    """A fill that training was reading as it ran (pipeline overlap) stopped with an error; its
-    written shards are kept, so running it again resumes."""
+    """A fill that training was reading as it ran (pipeline overlap) stopped with an error.
+
+    Raised by pipeline with overlap: true; the fill's own error is its cause. Its written
+    shards are kept, so fixing that cause and running the pipeline again resumes.
+    """
 
 
 class BadInput(EncoderError):
@@ -88,5 +142,9 @@ class BadInput(EncoderError):
 
 
 class DamagedCacheWarning(UserWarning):
-    """A cache whose manifest or shard list cannot be read was skipped (listing, du, gc, the
-    reuse scan); the message names it and the fix."""
+    """A cache whose manifest or shard list cannot be read was skipped.
+
+    Warned by ls, du, gc and a fill's reuse scan, which go on without it; the message names
+    the cache and the fix (as CorruptCache's). Turn it into an error with
+    `warnings.simplefilter("error", raycache.DamagedCacheWarning)`.
+    """
