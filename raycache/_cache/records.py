@@ -16,8 +16,11 @@ class RowRange:
     record also the file's URI and row count. JSON: [block, start, stop(, source, source_rows)]."""
 
     block: str
+    """The id of the source file's version the rows are in."""
     start: int
+    """The first row, counted from the file's start."""
     stop: int
+    """One past the last row."""
     source: str | None = None
     """URI of the source file (progress records only)."""
     source_rows: int | None = None
@@ -52,8 +55,9 @@ class ShardEntry:
     rows: int
     """Rows this version reads from it (its kept rows where it has a selection)."""
     bytes: int
+    """Size of the whole file."""
     sha256: str
-    """Size and checksum of the whole file."""
+    """Checksum (sha256, hex) of the whole file."""
     source: str
     """URI of the source file of the shard's first rows."""
     ranges: tuple[RowRange, ...] = ()
@@ -188,10 +192,15 @@ class SkippedRow:
     [block, row, key, source, reason]."""
 
     block: str
+    """The id of the source file's version it is in."""
     row: int
+    """Its row in that file, counted from 0."""
     key: Any
+    """Its key value."""
     source: str
+    """URI of the source file."""
     reason: str
+    """Why it could not be cached (the encoder and its error)."""
 
     def to_json(self) -> list[Any]:
         return [self.block, self.row, self.key, self.source, self.reason]

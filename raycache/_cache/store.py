@@ -55,9 +55,12 @@ class Store:
     """A store URI (folder, s3://bucket/prefix, any fsspec URI) and its fsspec options."""
 
     uri: str
+    """The store's URI: an absolute local path (a relative one is made absolute), or
+    s3://bucket/prefix or any fsspec URI."""
     options: dict[str, Any] = field(default_factory=dict)
     """fsspec options, credentials sealed (`_core.secrets`): shown redacted, never written."""
     shared: bool = False
+    """A local folder mounted on every node (NFS): multi-node use is allowed."""
     timeout_s: float = 300.0
     """Deadline of one remote read or write (async filesystems such as s3fs: their own
     connect and read timeouts do not cover a server that accepts and never answers)."""

@@ -45,10 +45,13 @@ class Candidate:
     the head (weights of `spec`, or a trained run's checkpoint folder)."""
 
     setting: dict[str, Any]
+    """The setting, e.g. {"C": 0.3} or {"k": 20}."""
     pred: np.ndarray
     """Class ids predicted for Features.x_val, in its row order."""
     spec: HeadSpec | None = None
+    """The head's spec, where the setting is a head (logreg, linear, mlp); None for knn."""
     weights: dict[str, torch.Tensor] | None = None
+    """A head fitted in this process (logreg): its state_dict; None otherwise."""
     checkpoint: str | None = None
     """A checkpoint folder (store URI) holding head.pt and head.json."""
 

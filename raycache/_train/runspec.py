@@ -36,13 +36,21 @@ class Recipe:
     that every setting of theirs reaches the workers and the run digest."""
 
     loop: LoopConfig = LoopConfig()
+    """Epochs, batch size, seed (autos resolved)."""
     optim: OptimConfig = OptimConfig()
+    """The optimizer and its learning rate (auto resolved)."""
     schedule: ScheduleConfig = ScheduleConfig()
+    """The learning-rate schedule."""
     loss: LossConfig = LossConfig()
+    """The loss's settings (class weights as a tuple)."""
     evaluation: EvalConfig = EvalConfig()
+    """Validation, the monitored metric and its mode (auto resolved), early stopping."""
     objective: str = "classification"
+    """What the head learns: classification, groups or pairs."""
     groups: GroupsConfig = GroupsConfig()
+    """objective: groups: its loss and settings."""
     pairs: PairsConfig = PairsConfig()
+    """objective: pairs: the pairs table and its loss."""
 
     @classmethod
     def from_config(cls, cfg: TrainConfig, rows: int | None = None, workers: int = 0,
@@ -76,7 +84,9 @@ class Member:
     settings: tuple[tuple[str, Any], ...]
     """(sweep key, value) pairs; list values as tuples."""
     head: HeadSpec
+    """The member's head."""
     recipe: Recipe
+    """The member's recipe (its own optimizer settings, early stopping)."""
 
     def settings_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.settings}
