@@ -297,6 +297,7 @@ class CheckpointConfig:
 
 @dataclass
 class TrainConfig:
+    """A training run: the cache and columns, the head, the objective, groups of settings."""
     cache: str
     """Name of a committed cache in the store."""
     store: StoreConfig = field(default_factory=StoreConfig)
