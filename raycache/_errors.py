@@ -67,8 +67,12 @@ class StoreError(RaycacheError):
 
 class StoreUnavailable(StoreError):
     """The store, or a source's object store, kept failing after its client's retries (503
-    SlowDown, 500, a dropped connection, a timeout): the service, not the data. Running the
-    same command again resumes (a fill at its last written shard, a run at its checkpoint)."""
+    SlowDown, 500, a dropped connection, a timeout): the service, not the data.
+
+    Raised by any call that reads or writes the store. Running the same command again resumes
+    (a fill at its last written shard, a run at its checkpoint); store.options sets the
+    client's retries.
+    """
 
 
 class CacheNotFound(StoreError):
@@ -118,7 +122,12 @@ class CorruptCache(StoreError):
 
 class DivergedError(RaycacheError):
     """A training or validation loss became NaN or infinite; the run stopped before saving that
-    epoch. Running the same config again repeats it: the fix is in the config or the data."""
+    epoch.
+
+    Raised by train (and probe's linear and mlp). Running the same config again repeats it:
+    the fix is in the config or the data (a lower optim.lr, optim.grad_clip, float32
+    precision, or rows with NaN features removed).
+    """
 
 
 class FillFailed(RaycacheError):
@@ -131,7 +140,12 @@ class FillFailed(RaycacheError):
 
 class BadInput(EncoderError):
     """One input value an encoder cannot take (an unreadable image); `value` and `column` let
-    the prepare stage name the row's key."""
+    the prepare stage name the row's key.
+
+    Raised by a fill (on_bad_rows: error) and by a head's predict on raw inputs, for an image
+    that cannot be read; with on_bad_rows: skip the fill records the row as skipped instead.
+    Fix or drop the value in the source, or fill with on_bad_rows: skip.
+    """
 
     def __init__(self, message: str, value: object = None, column: str = ""):
         super().__init__(message)

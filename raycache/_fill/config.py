@@ -16,7 +16,14 @@ __all__ = ["FillConfig", "ViewsConfig"]
 
 @dataclass
 class ViewsConfig:
-    """Cached augmentation views: K augmented copies of each row's input, each encoded."""
+    """Cached augmentation views: K augmented copies of each row's input, each encoded.
+
+    Example:
+        ```python
+        views = raycache.ViewsConfig(count=4, augment=[{"kind": "word_dropout", "p": 0.1}])
+        cfg = raycache.FillConfig(name="docs", source=source, encoders=encoders, views=views)
+        ```
+    """
 
     count: int
     """K: views cached per row (one embedding each, besides the clean one)."""
@@ -30,7 +37,20 @@ class ViewsConfig:
     """Encoders that get views (their inputs augmented); all of them when left out."""
 
     def problems(self, encoders: list[str]) -> list[str]:
-        """Local checks (the augment steps are checked against AUGMENTS in fill.plan)."""
+        """Local checks (the augment steps are checked against AUGMENTS in fill.plan).
+
+        Args:
+            encoders: The names of the fill's encoders, which `encoders` must be among.
+
+        Returns:
+            One line per problem, naming the field, the value and what is expected; empty
+            when there is none.
+
+        Example:
+            ```python
+            raycache.ViewsConfig(count=0, augment=[]).problems(["minilm"])
+            ```
+        """
         out = []
         if self.count < 1:
             out.append(f"views.count={self.count}: must be >= 1 (views per row), e.g. 4; "

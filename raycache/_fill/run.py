@@ -350,14 +350,14 @@ def block_rows(cfg: FillConfig, todo: int | None) -> int:
 
 
 def in_process(cfg: FillConfig, todo: int | None) -> tuple[bool, str]:
-    """Whether the fill encodes its `todo` rows in this process, and why (compute.where)."""
+    """Whether the fill encodes its `todo` rows in this process, and why (_compute.where)."""
     return where.in_process(cfg.in_process, cpu=cfg.num_gpus == 0, concurrency=cfg.concurrency,
                             rows=todo)
 
 
 def _reuse(p: Plan, version: Version | None = None, store: bool = False
            ) -> Reuse | Either | None:
-    """What other caches hold for the encoders (fill.reuse); for a version, first its rows that
+    """What other caches hold for the encoders (_fill.reuse); for a version, first its rows that
     stopped sharing, then (`store`: only these) the store's shards but the base's."""
     from raycache._cache.committed import scan
     from raycache._cache.reads import cache_label

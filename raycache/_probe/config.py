@@ -21,7 +21,14 @@ SELECT = ("val_acc", "macro_f1", "balanced_acc")
 class LogregConfig:
     """logreg: multinomial logistic regression, every C solved together by one full-batch
     L-BFGS (minimising C * sum of cross-entropies + ||W||^2 / 2, bias not penalised: what C
-    means to scikit-learn's LogisticRegression)."""
+    means to scikit-learn's LogisticRegression).
+
+    Example:
+        ```python
+        cfg = raycache.ProbeConfig(caches=["docs"], methods=["logreg"],
+                                   logreg=raycache.LogregConfig(C=[0.01, 0.1, 1.0]))
+        ```
+    """
 
     C: list[float] = field(default_factory=lambda: list(DEFAULT_C))
     """Inverse L2 strengths to try (at least one; the issue's protocol uses 8 or more)."""
@@ -31,6 +38,17 @@ class LogregConfig:
     """Stop when the largest gradient entry (of the mean loss) falls below this."""
 
     def problems(self) -> list[str]:
+        """Local checks of logreg's settings.
+
+        Returns:
+            One line per problem, naming the field, the value and what is expected; empty
+            when there is none.
+
+        Example:
+            ```python
+            raycache.LogregConfig(C=[]).problems()  # ["logreg.C=[]: expected a list ..."]
+            ```
+        """
         out = []
         if not self.C or any(c <= 0 for c in self.C):
             out.append(f"logreg.C={self.C}: expected a list of values > 0, e.g. "
@@ -45,7 +63,14 @@ class LogregConfig:
 @dataclass(frozen=True)
 class KnnConfig:
     """knn: each validation row's k nearest training rows vote, weighted by
-    exp(similarity / temperature) (DINOv2's kNN protocol), exact by blocked matrix products."""
+    exp(similarity / temperature) (DINOv2's kNN protocol), exact by blocked matrix products.
+
+    Example:
+        ```python
+        cfg = raycache.ProbeConfig(caches=["docs"], methods=["knn"],
+                                   knn=raycache.KnnConfig(k=[5, 20], metric="dot"))
+        ```
+    """
 
     k: list[int] = field(default_factory=lambda: [10, 20])
     """Neighbour counts to try; one search serves all of them (the largest)."""
@@ -57,6 +82,17 @@ class KnnConfig:
     """Training rows per matrix product (memory: queries x block_rows floats)."""
 
     def problems(self) -> list[str]:
+        """Local checks of knn's settings.
+
+        Returns:
+            One line per problem, naming the field, the value and what is expected; empty
+            when there is none.
+
+        Example:
+            ```python
+            raycache.KnnConfig(metric="l2").problems()  # ["knn.metric='l2': expected ..."]
+            ```
+        """
         out = []
         if not self.k or any(k < 1 for k in self.k):
             out.append(f"knn.k={self.k}: expected a list of whole numbers >= 1, e.g. [10, 20]")
@@ -72,7 +108,15 @@ class KnnConfig:
 @dataclass(frozen=True)
 class HeadsConfig:
     """linear, mlp: heads trained by raycache's sweep (every member on the same batches, in
-    one run), the best member picked on validation."""
+    one run), the best member picked on validation.
+
+    Example:
+        ```python
+        mlp = raycache.ProbeHeadsConfig(sweep={"optim.lr": [1e-3, 3e-3], "hidden": [[512]]},
+                                        train={"loop": {"epochs": 30}})
+        cfg = raycache.ProbeConfig(caches=["docs"], methods=["mlp"], mlp=mlp)
+        ```
+    """
 
     sweep: dict[str, list[Any]] = field(default_factory=dict)
     """The sweep's grid (raycache._train.sweep.grid.KEYS); left out: the method's default."""

@@ -96,7 +96,7 @@ class Member:
 class RunSpec:
     """What a training run does, decided once on the driver, never mutated, sent to every worker.
 
-    Built by raycache.train.prepare from a TrainConfig and the cache; a run's result holds it.
+    Built by raycache._train.prepare from a TrainConfig and the cache; a run's result holds it.
 
     Example:
         ```python

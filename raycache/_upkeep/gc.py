@@ -182,7 +182,7 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     - with `damaged`, caches whose manifest or shard list cannot be read (CorruptCache); else
       they are kept and listed, and a manifest of a newer format is never removed.
 
-    Never a folder a live fill writes (its lease, raycache.cache.lease, whatever the grace),
+    Never a folder a live fill writes (its lease, raycache._cache.lease, whatever the grace),
     nor a cache a run in progress reads, nor one a run that died with a checkpoint reads
     while its record is younger than `grace` (it can still resume), nor the newest committed
     fingerprint of a name unless include_newest. A cache's runs (checkpoints of heads) go

@@ -215,7 +215,7 @@ def verify(cache: Cache, threads: int = THREADS) -> Report:
     Every shard, its own or shared from an older version's folder: present, size, sha256,
     Parquet footer, row count, row selection, schema (key, labels, each encoder's fixed-size
     list); and no key held twice among the rows it keeps. Also lists stray files
-    (raycache.upkeep.strays). A shard list that cannot be read is reported as bad, not raised.
+    (raycache._upkeep.strays). A shard list that cannot be read is reported as bad, not raised.
 
     Args:
         cache: The committed cache, from `open_cache` or `ls`.
