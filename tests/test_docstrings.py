@@ -154,6 +154,11 @@ def check(name: str, func: object, *, example: bool, value: bool = True) -> list
         problems.append(f"{name}: raises {', '.join(unnamed)} but Raises does not name it")
     if example and "```python" not in found.get("Example", ""):
         problems.append(f"{name}: no Example section with a ```python block")
+    for block in re.findall(r"```python\n(.*?)```", doc, re.S):
+        try:
+            ast.parse(textwrap.dedent(block))
+        except SyntaxError as exc:
+            problems.append(f"{name}: its example is not Python ({exc.msg}, line {exc.lineno})")
     return problems
 
 
@@ -279,3 +284,14 @@ def test_the_checks_catch_a_bare_docstring():
         bare: int = 0
 
     assert undocumented_fields(Half) == ["Half.bare"]
+
+    def broken() -> None:
+        """Do nothing.
+
+        Example:
+            ```python
+            raycache.fill({..., "store": store})
+            ```
+        """
+
+    assert "its example is not Python" in "\n".join(check("broken", broken, example=True))
