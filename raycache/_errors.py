@@ -28,10 +28,10 @@ class ConfigError(RaycacheError):
 class SourceError(RaycacheError):
     """The source dataset cannot be read as asked.
 
-    Raised by a fill (or repair) when its files are missing or unreadable, lack the key, label
-    or input columns, hold a column in two types, hold duplicate keys (source.duplicates:
-    error), or no rows. The message names the file and column: fix the data or source.path,
-    or set source.duplicates to first or last.
+    Raised by a fill (or repair) when source.path matches no files, a file cannot be read in
+    its format (empty, truncated, not UTF-8), the files mix formats, lack a column the others
+    have, change while the fill reads them, or hold no rows. The message names the file: fix
+    the data or source.path (source.format where the suffix does not say), and run again.
     """
 
 

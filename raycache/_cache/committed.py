@@ -121,7 +121,7 @@ class Cache:
 
         Example:
             ```python
-            table = raycache.open_cache("docs").read_table(["key", "label"], limit=1000)
+            table = raycache.open_cache("docs").read_table(["id", "label"], limit=1000)
             ```
         """
         def read(entry: ShardEntry) -> pa.Table:
@@ -177,7 +177,7 @@ class Cache:
 
         Example:
             ```python
-            ds = raycache.open_cache("docs").to_ray_dataset(["key", "emb_minilm"])
+            ds = raycache.open_cache("docs").to_ray_dataset(["id", "minilm"])
             ds.count()
             ```
         """

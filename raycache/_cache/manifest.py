@@ -99,7 +99,7 @@ class Manifest:
     name: str
     """The cache's name (the fill config's `name`)."""
     fingerprint: str
-    """The sha256 of `inputs`: the version's folder name."""
+    """The sha256 of `inputs`, hex, its first 24 characters: the version's folder name."""
     inputs: dict[str, Any]
     """Everything the fingerprint was computed from."""
     encoders: list[EncoderEntry]

@@ -167,8 +167,9 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
         The committed cache, hit or miss, the rows encoded, reused and resumed, the timings.
 
     Raises:
-        ConfigError: Every problem of the config, in one message.
-        SourceError: The source cannot be read as asked (files, columns, duplicate keys).
+        ConfigError: Every problem of the config, or against the source's columns, at once.
+        SourceError: The source cannot be read as asked (no files, a file unreadable, changed).
+        RaycacheError: Keys held twice, with source.duplicates: error (a few listed).
         EncoderError: An encoder cannot be built or run, or a row cannot be encoded.
         FingerprintError: An input of the cache key cannot be described stably.
         StoreError: The store cannot be written (StoreUnavailable: run it again, it resumes).
@@ -357,8 +358,7 @@ def in_process(cfg: FillConfig, todo: int | None) -> tuple[bool, str]:
 
 def _reuse(p: Plan, version: Version | None = None, store: bool = False
            ) -> Reuse | Either | None:
-    """What other caches hold for the encoders (_fill.reuse); for a version, first its rows that
-    stopped sharing, then (`store`: only these) the store's shards but the base's."""
+    """What other caches hold for the encoders (_fill.reuse); a version's old rows first."""
     from raycache._cache.committed import scan
     from raycache._cache.reads import cache_label
     from raycache._fill.reuse import Either, Reuse
