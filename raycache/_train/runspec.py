@@ -96,7 +96,7 @@ class Member:
 class RunSpec:
     """What a training run does, decided once on the driver, never mutated, sent to every worker.
 
-    Built by raycache._train.prepare from a TrainConfig and the cache; a run's result holds it.
+    Built by raycache._train.plan.prepare from a TrainConfig and the cache; `TrainResult.spec`.
 
     Example:
         ```python
@@ -106,7 +106,7 @@ class RunSpec:
     """
 
     head: HeadSpec
-    """The head to train: family, shape, encoders, label (a sweep: the first member's)."""
+    """The head to train: family, shape, encoders, label (a sweep: each member's in `sweep`)."""
     recipe: Recipe
     """How to train it: the loop, optimizer, schedule, loss and evaluation, autos resolved."""
     run_name: str
