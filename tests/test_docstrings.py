@@ -135,6 +135,10 @@ def check(name: str, func: object, *, example: bool, value: bool = True) -> list
         problems.append(f"{name}: no one-line summary first")
     problems += [f"{name}: unknown section {h!r} (use one of {sorted(HEADERS)})"
                  for h in found if h and h not in HEADERS]
+    lines = doc.splitlines()
+    problems += [f"{name}: no blank line above {line!r} (griffe would not see the section)"
+                 for i, line in enumerate(lines)
+                 if i and re.fullmatch(r"[A-Z][A-Za-z ]*:", line) and lines[i - 1].strip()]
     try:
         sig = None if dataclasses.is_dataclass(func) else inspect.signature(func)
     except (TypeError, ValueError):
@@ -295,3 +299,13 @@ def test_the_checks_catch_a_bare_docstring():
         """
 
     assert "its example is not Python" in "\n".join(check("broken", broken, example=True))
+
+    def cramped() -> int:
+        """Count.
+        Returns:
+            The count.
+        """
+        return 0
+
+    assert "no blank line above 'Returns:'" in "\n".join(check("cramped", cramped,
+                                                               example=False))
