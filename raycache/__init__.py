@@ -29,6 +29,7 @@ from raycache import _moved
 from raycache._cache.committed import Cache, ls, open_cache
 from raycache._cache.config import StoreConfig
 from raycache._cache.manifest import Manifest
+from raycache._compute.pool_config import PoolConfig
 from raycache._core.notebook import quiet_widget_notices
 from raycache._encoders.config import EncoderConfig
 from raycache._errors import (
@@ -111,6 +112,7 @@ __all__ = [
     "OptimConfig",
     "PairsConfig",
     "PipelineResult",
+    "PoolConfig",
     "PredictConfig",
     "PredictResult",
     "ProbeConfig",

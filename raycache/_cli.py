@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 EXAMPLES = {"fill": "rows_per_shard=512", "train": "optim.lr=1e-3 or loop.epochs=5",
-            "pipeline": "train.optim.lr=1e-3", "predict": "batch_size=64",
+            "pipeline": "train.optim.lr=1e-3", "predict": "pool.batch_size=64",
             "probe": "methods=[logreg,knn] or logreg.C=[0.1,1,10]"}
 """An example of --set per command."""
 
@@ -212,7 +212,7 @@ def _predict(args: argparse.Namespace) -> int:
     flags = {"auto": "auto", "true": True, "false": False}
     config = overridden({"checkpoint": args.checkpoint, "input": args.input,
                          "output": args.output, "keep": args.keep, "overwrite": args.overwrite,
-                         "in_process": flags[args.in_process], "num_gpus": args.num_gpus},
+                         "in_process": flags[args.in_process], "pool": {"num_gpus": args.num_gpus}},
                         args.overrides)
     config["checkpoint"] = checkpoint_of(config["checkpoint"], config.get("options"))
     with _flags(PREDICT_FLAGS):
@@ -386,15 +386,15 @@ def _store_folder(store: str | None) -> None:
 
 GC_FLAGS = {"keep_last": "--keep-last", "older_than": "--older-than", "max_size": "--max-size",
             "grace": "--grace"}
-PREDICT_FLAGS = {"in_process": "--in-process", "num_gpus": "--num-gpus",
+PREDICT_FLAGS = {"in_process": "--in-process", "pool.num_gpus": "--num-gpus",
                  "checkpoint": "--checkpoint", "input": "--input", "output": "--output"}
 
 
 @contextlib.contextmanager
 def _flags(names: dict[str, str]) -> Iterator[None]:
-    """Re-raise a ConfigError with the SDK's parameter names (`keep_last=-1`, `set num_gpus:
-    0`) written as this command's flags (`--keep-last=-1`, `set --num-gpus 0`)."""
-    pattern = re.compile(r"(?<![\w.(-])(" + "|".join(names) + r")(=|: )")
+    """Re-raise a ConfigError with the SDK's parameter names (`keep_last=-1`, `set
+    pool.num_gpus: 0`) written as this command's flags (`--keep-last=-1`, `set --num-gpus 0`)."""
+    pattern = re.compile(r"(?<![\w.(-])(" + "|".join(map(re.escape, names)) + r")(=|: )")
     try:
         yield
     except ConfigError as exc:

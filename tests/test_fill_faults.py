@@ -87,7 +87,7 @@ def test_a_shard_written_but_never_recorded_is_encoded_again(ray_session, source
     p = plan(cfg)
     [unit], _ = sources.plan_units(p.files, p.format, {}, cfg.rows_per_shard)
     first_200 = sources.Unit(unit.file, unit.groups, 0, ROWS, done=(sources.Span(200, ROWS),))
-    list(build_pipeline(p, [first_200], size_pool(cfg, nodes())).iter_batches())
+    list(build_pipeline(p, [first_200], size_pool(cfg.pool, nodes())).iter_batches())
     progress = sorted(Path(p.dir, "_progress").glob("*.json"))
     assert len(progress) == 4
     # what a writer killed between its shard and its record leaves: the shard, no record

@@ -55,7 +55,7 @@ def test_in_process_fill_resumes_at_the_shard(source, tmp_path):
     p = plan(cfg)
     [unit], _ = sources.plan_units(p.files, p.format, {}, cfg.rows_per_shard)
     first_200 = sources.Unit(unit.file, unit.groups, 0, 600, done=(sources.Span(200, 600),))
-    pool = size_pool(cfg, [{"CPU": 2.0}], 1)
+    pool = size_pool(cfg.pool, [{"CPU": 2.0}], 1)
     assert len(list(run_in_process(p, [first_200], pool))) == 4  # an interrupted fill's shards
     result = raycache.fill(cfg)
     assert result.resumed_rows == 200 and result.encoded_rows == 400

@@ -103,7 +103,7 @@ def test_interrupted_fill_resumes_encoding_only_the_rest(ray_session, separable_
     p = plan(cfg)
     units, _ = sources.plan_units(p.files, p.format, {}, cfg.rows_per_shard)
     one = sources.Unit(units[0].file, units[0].groups, 0, 350, done=(sources.Span(100, 350),))
-    ds = build_pipeline(p, [one], size_pool(cfg, nodes()))
+    ds = build_pipeline(p, [one], size_pool(cfg.pool, nodes()))
     written = [r for b in ds.iter_batches(batch_size=None) for r in b["record"]]
     assert len(written) == 1  # what a fill killed after its first 100 rows left behind
     assert not Path(p.dir, "manifest.json").exists()

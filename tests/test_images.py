@@ -217,11 +217,11 @@ def test_image_fills_cut_blocks_to_a_gigabyte_of_pixels(vit, tmp_path):
            "rows_per_shard": 256, "num_gpus": 1}
     per_row = 3 * 224 * 224 * 4
     assert ENCODERS["hf-image"].input_bytes(EncoderConfig(**image_encoder(big))) == per_row
-    blocks = block_rows(load_config({**cfg, "encoders": [image_encoder(big)]}), None)
+    blocks = block_rows(load_config({**cfg, "encoders": [image_encoder(big)]}), None, 1.0)
     assert blocks == (2**30 // per_row) // 256 * 256 == 1536  # not 65,536 rows: 37 GiB
-    assert block_rows(load_config({**cfg, "encoders": [image_encoder(vit)]}), None) == 65_536
+    assert block_rows(load_config({**cfg, "encoders": [image_encoder(vit)]}), None, 1.0) == 65_536
     one = load_config({**cfg, "rows_per_shard": 4096, "encoders": [image_encoder(big)]})
-    assert block_rows(one, None) == 4096  # never less than a shard
+    assert block_rows(one, None, 1.0) == 4096  # never less than a shard
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,11 @@ import torch
 
 import raycache
 from raycache._cli import main
-from raycache._compute.pool import Pool
+from raycache._compute.pool import Pool, size_pool
+from raycache._compute.pool_config import PoolConfig
 from raycache._encoders.batching import Batching
 from raycache._errors import ConfigError, EncoderError, RaycacheError
-from raycache._predict.run import PredictConfig, build_pipeline, in_process, plan, pool_for
+from raycache._predict.run import PredictConfig, build_pipeline, in_process, plan, rows_per_call
 from raycache._source.files import plan_units
 from tests.conftest import separable, toy_fill
 
@@ -150,19 +151,20 @@ def test_a_failure_part_way_leaves_no_output(heads, tmp_path):
 
 def test_pool_and_in_process_are_decided_from_the_cluster_and_the_input(heads, monkeypatch):
     cfg = PredictConfig(heads["classifier"], str(heads["jsonl"]), "o.parquet")
-    gpu = pool_for(cfg, [{"CPU": 16.0, "GPU": 2.0}], None)
+    gpu = size_pool(cfg.pool, [{"CPU": 16.0, "GPU": 2.0}], None)
     assert (gpu.gpus, gpu.actors, gpu.batching.max_rows) == (1.0, 2, 4096)
-    cpu = pool_for(cfg, [{"CPU": 2.0}], None)
+    cpu = size_pool(cfg.pool, [{"CPU": 2.0}], None)
     assert cpu.gpus == 0 and cpu.batching.max_rows == 256
-    with pytest.raises(ConfigError, match=r"num_gpus=1: the cluster has 2 CPUs and 0 GPUs"):
-        pool_for(PredictConfig(**{**cfg.__dict__, "num_gpus": 1.0}), [{"CPU": 2.0}], None)
+    with pytest.raises(ConfigError, match=r"pool.num_gpus=1: the cluster has 2 CPUs and 0 GPUs"):
+        size_pool(PoolConfig(num_gpus=1.0), [{"CPU": 2.0}], None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     if "ray" in sys.modules:  # the session's Ray, started by other tests
         monkeypatch.setattr(sys.modules["ray"], "is_initialized", lambda: False)
     # no cluster: here, whatever the size (unless this machine has a GPU for num_gpus: auto)
     assert in_process(cfg, None, 10_000)[0] and in_process(cfg, 10**6, 0)[0]
     assert in_process(cfg, None, 10**9)[0] is not torch.cuda.is_available()
-    assert not in_process(PredictConfig(**{**cfg.__dict__, "num_gpus": 1.0}), 10, 10)[0]
+    one_gpu = PredictConfig(cfg.checkpoint, cfg.input, cfg.output, pool=PoolConfig(num_gpus=1.0))
+    assert not in_process(one_gpu, 10, 10)[0]
     monkeypatch.setenv("RAY_ADDRESS", "auto")  # a cluster to join, of unknown GPUs: Ray Data
     assert in_process(cfg, 10, 10) == (False, "a Ray cluster")
 
@@ -193,9 +195,9 @@ def test_ray_data_path_equals_in_process(ray_session, heads, tmp_path):
 @pytest.mark.parametrize("gpus", [1.0, 0.25])
 def test_the_gpu_pipeline_builds_on_a_cpu_machine(ray_session, heads, tmp_path, gpus):
     cfg = PredictConfig(heads["classifier"], str(heads["jsonl"]), str(tmp_path / "o.parquet"),
-                        num_gpus=gpus, rows_per_batch=4096)
+                        pool=PoolConfig(num_gpus=gpus, block_rows=4096))
     p = plan(cfg)
-    units, _ = plan_units(p.files, p.format, {}, cfg.rows_per_batch)
+    units, _ = plan_units(p.files, p.format, {}, rows_per_call(cfg))
     pool = Pool(actors=2, cpus=1.0, gpus=gpus, threads=1, batching=Batching(4096, 65536),
                 prepare_cpus=1.0, prepare_actors=4)
     ds = build_pipeline(p, units, pool)  # Ray Data checks each stage's arguments here

@@ -71,8 +71,10 @@ def test_one_node_runs_here_several_nodes_on_ray_unless_few_rows(monkeypatch):
     assert not local and why == "a Ray cluster of 3 nodes (6 CPUs)"
     local, why = in_process(cfg, 10_000)  # an incremental fill's changed rows
     assert local and why.startswith("10,000 rows")
-    cluster_of(monkeypatch)  # a cluster that could not be asked (a Ray Client address)
-    assert not in_process(cfg, MILLION)[0] and in_process(cfg, 600)[0]
+    cluster_of(monkeypatch)  # a cluster that could not be asked (a Ray Client address):
+    assert in_process(cfg, 600) == (False, "a Ray cluster")  # its GPUs unknown: pool.num_gpus auto
+    cpu = fill_cfg(num_gpus=0)  # a CPU fill: few rows here, many on the cluster
+    assert not in_process(cpu, MILLION)[0] and in_process(cpu, 600)[0]
 
 
 def test_predict_auto_takes_the_clusters_gpus(monkeypatch):

@@ -6,7 +6,6 @@ import logging
 import os
 import re
 from collections.abc import Callable
-from typing import Any
 
 import ray
 import ray.data
@@ -14,7 +13,8 @@ from ray._private import ray_constants
 
 from raycache import _errors as errors
 from raycache._cache.store import Store
-from raycache._compute.pool import Pool, PoolAsk, nodes, request, size_pool
+from raycache._compute.pool import Pool, gpus_for, nodes, request, size_pool
+from raycache._compute.pool_config import PoolConfig
 from raycache._compute.where import check_store
 from raycache._errors import ConfigError, RaycacheError
 
@@ -41,17 +41,20 @@ def connect(progress: bool = True, verbose: bool = False) -> None:
     logging.getLogger("ray.data").setLevel(logging.INFO if verbose else logging.ERROR)
 
 
-def cluster_pool(ask: PoolAsk, blocks: int | None, *, progress: bool, verbose: bool,
-                 store: Store | None = None,
-                 size: Callable[[Any, list[dict[str, float]], int | None], Pool] = size_pool
-                 ) -> Pool:
-    """Connect, check that the cluster sees `store`, size the pool (`size`) on the cluster's
-    nodes for `blocks` model calls, and ask an autoscaling cluster for it."""
+def cluster_pool(cfg: PoolConfig, blocks: int | None | Callable[[float], int | None], *,
+                 autoscaling: bool, progress: bool, verbose: bool,
+                 store: Store | None = None) -> Pool:
+    """Connect, check that the cluster sees `store`, size the pool for `cfg` on the cluster's
+    nodes for `blocks` model calls (or `blocks(gpus per actor)` where the block size depends on
+    them), and ask an autoscaling cluster for it."""
     connect(progress, verbose)
     if store is not None:
         check_store_for_cluster(store)
-    pool = size(ask, nodes(), blocks)
-    if ask.autoscaling:
+    cluster = nodes()
+    if callable(blocks):
+        blocks = blocks(gpus_for(cfg, cluster))
+    pool = size_pool(cfg, cluster, blocks, autoscaling=autoscaling)
+    if autoscaling:
         from ray.autoscaler.sdk import request_resources
 
         request_resources(**request(pool))

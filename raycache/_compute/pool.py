@@ -6,13 +6,14 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from raycache._compute.pool_config import PoolConfig
 from raycache._core.config import AUTO
 from raycache._encoders.batching import Batching
 from raycache._errors import ConfigError
 
-__all__ = ["LIGHT_CPUS", "READ_CPUS", "Pool", "PoolAsk", "local_pool", "nodes", "request",
+__all__ = ["LIGHT_CPUS", "READ_CPUS", "Pool", "gpus_for", "local_pool", "nodes", "request",
            "size_pool"]
 
 GPU_ON_CPU = "RAYCACHE_TEST_GPU_ON_CPU"
@@ -65,23 +66,13 @@ def nodes() -> list[dict[str, float]]:
     return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
 
 
-class PoolAsk(Protocol):
-    """What a stage asks of its model actor pool (FillConfig and PredictConfig both say it)."""
-
-    batch_size: int | str
-    token_budget: int | str
-    concurrency: int | str
-    num_gpus: float
-    num_cpus: float | str
-    autoscaling: bool
-
-
-def size_pool(cfg: PoolAsk, cluster: list[dict[str, float]], blocks: int | None = None
-              ) -> Pool:
+def size_pool(cfg: PoolConfig, cluster: list[dict[str, float]], blocks: int | None = None,
+              *, autoscaling: bool = False) -> Pool:
     """The pool for `cfg` on a cluster of `cluster` nodes, for `blocks` encoder calls of work
     (auto never starts more actors than that); a ConfigError naming the value, what the
-    cluster has and the fix when it cannot be scheduled (unless cfg.autoscaling)."""
-    gpus = cfg.num_gpus
+    cluster has and the fix when it cannot be scheduled (unless `autoscaling`). num_gpus auto
+    is one GPU per actor where a node has GPUs, else CPU actors."""
+    gpus = gpus_for(cfg, cluster)
     node_cpus = [n.get("CPU", 0.0) for n in cluster] or [0.0]
     node_gpus = [n.get("GPU", 0.0) for n in cluster] or [0.0]
     has = f"the cluster has {sum(node_cpus):g} CPUs and {sum(node_gpus):g} GPUs on " \
@@ -91,12 +82,12 @@ def size_pool(cfg: PoolAsk, cluster: list[dict[str, float]], blocks: int | None 
         cpus = 1.0 if cfg.num_cpus == AUTO else float(cfg.num_cpus)
         per_node = [min(_fit(g, gpus), _fit(c - RESERVE, cpus))
                     for c, g in zip(node_cpus, node_gpus, strict=True)]
-        if sum(node_gpus) == 0 and not cfg.autoscaling:
+        if sum(node_gpus) == 0 and not autoscaling:
             problems.append(
-                f"num_gpus={gpus:g}: {has}; set num_gpus: 0 to encode on CPUs, connect to a "
-                "cluster with GPUs, or set autoscaling: true where GPU nodes start on demand")
-        elif max(node_gpus) < min(gpus, 1) and not cfg.autoscaling:
-            problems.append(f"num_gpus={gpus:g}: no node has that many GPUs; {has}")
+                f"pool.num_gpus={gpus:g}: {has}; set pool.num_gpus: 0 to encode on CPUs, connect "
+                "to a cluster with GPUs, or set autoscaling: true where GPU nodes start on demand")
+        elif max(node_gpus) < min(gpus, 1) and not autoscaling:
+            problems.append(f"pool.num_gpus={gpus:g}: no node has that many GPUs; {has}")
     else:
         if cfg.num_cpus == AUTO:  # a few threads per actor; logical CPUs share what is left
             # one thread per actor on small nodes: an actor also prepares and writes its
@@ -112,13 +103,13 @@ def size_pool(cfg: PoolAsk, cluster: list[dict[str, float]], blocks: int | None 
     fits = sum(per_node)
     actors = (max(1, min(fits, blocks or fits)) if cfg.concurrency == AUTO
               else int(cfg.concurrency))
-    if not cfg.autoscaling and not problems and actors > fits:
+    if not autoscaling and not problems and actors > fits:
         problems.append(
-            f"concurrency={cfg.concurrency} encoder actors x {cpus:g} CPU"
+            f"pool.concurrency={cfg.concurrency} actors x {cpus:g} CPU"
             + (f" + {gpus:g} GPU" if gpus else "")
             + f" each: {has}, which hold {fits} such actor(s) with {RESERVE:g} CPU per node "
-            "left for reading, tokenising and writing. Lower concurrency or num_cpus"
-            + (" or num_gpus" if gpus else "") + ", or leave them at auto")
+            "left for reading, tokenising and writing. Lower pool.concurrency or pool.num_cpus"
+            + (" or pool.num_gpus" if gpus else "") + ", or leave them at auto")
     if problems:
         raise ConfigError(problems)
     if gpus > 0:
@@ -135,13 +126,21 @@ def size_pool(cfg: PoolAsk, cluster: list[dict[str, float]], blocks: int | None 
                 prepare_actors)
 
 
-def local_pool(cfg: PoolAsk) -> Pool:
+def local_pool(cfg: PoolConfig) -> Pool:
     """The pool of a job run in this process: one model with a torch thread per core here (or
     num_cpus), its batches sized as on a CPU actor."""
     cores = os.cpu_count() or 1
     pool = size_pool(cfg, [{"CPU": float(cores)}], 1)
     threads = cores if cfg.num_cpus == AUTO else max(1, round(float(cfg.num_cpus)))
     return dataclasses.replace(pool, cpus=float(threads), threads=threads)
+
+
+def gpus_for(cfg: PoolConfig, cluster: list[dict[str, float]]) -> float:
+    """GPUs per actor: cfg.num_gpus, or where it is auto, 1 when a node of `cluster` has a GPU
+    and 0 (CPU actors) when none has."""
+    if cfg.num_gpus == AUTO:
+        return float(any(n.get("GPU", 0.0) > 0 for n in cluster))
+    return float(cfg.num_gpus)
 
 
 def _fit(have: float, each: float) -> int:

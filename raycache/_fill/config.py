@@ -7,7 +7,8 @@ from typing import Any
 
 from raycache._cache.columns import input_column
 from raycache._cache.config import StoreConfig
-from raycache._core.config import AUTO, is_name, positive, positive_or_auto
+from raycache._compute.pool_config import PoolConfig, gather_pool_keys
+from raycache._core.config import AUTO, is_name, positive
 from raycache._encoders.config import EncoderConfig
 from raycache._source.config import SourceConfig
 
@@ -93,28 +94,13 @@ class FillConfig:
     """The encoders, each writing its embeddings to a column named after it."""
     store: StoreConfig = field(default_factory=StoreConfig)
     """Where the cache is written ($RAYCACHE_STORE, else .raycache/store, when left out)."""
-    batch_size: int | str = AUTO
-    """Rows per encoder forward pass at most (auto: 256 on CPU, 4096 on GPU)."""
-    token_budget: int | str = AUTO
-    """Padded tokens per forward pass at most, for text: rows are sorted by length and cut into
-    batches under this budget (auto: 2048 on CPU, 65536 on GPU)."""
-    concurrency: int | str = AUTO
-    """Encoder actors in the pool (auto: sized from the cluster's CPUs, or GPUs / num_gpus)."""
-    num_gpus: float = 0.0
-    """GPUs per encoder actor (0 runs CPU actors; 0.25 puts four actors on a GPU)."""
-    num_cpus: float | str = AUTO
-    """CPUs per encoder actor; its torch threads follow (auto: 1 with a GPU, else up to 4)."""
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    """The encoder actor pool: actors, CPUs and GPUs each, batching, block size (each auto by
+    default). The flat keys of configs written before the group (`num_gpus: 1`) still load."""
     rows_per_shard: int = 8192
     """Rows per Parquet shard (the unit of resume, reuse and training reads; part of the
     fingerprint). Every shard costs a file, its checksum, a progress record and a manifest
     entry, so shards are large (8,192 rows of 384 float32 are 12 MiB)."""
-    block_rows: int | str = AUTO
-    """Rows per Ray Data block and per encoder actor call, a whole number of shards: every
-    stage hop, task and actor call has a fixed cost, so blocks are cut for throughput apart
-    from the shard size (auto: 16,384 rows on CPU, 65,536 with GPUs, fewer where the fill is
-    small so that the pool has at least 8 blocks to share, or where an encoder's prepared rows
-    are large: images, 1 GiB of pixels a block; never less than a shard). Not part of the
-    fingerprint."""
     autoscaling: bool = False
     """The cluster adds nodes on demand (KubeRay autoscaler): ask for the pool's resources
     and wait for them, instead of refusing a pool the cluster cannot hold now."""
@@ -156,6 +142,19 @@ class FillConfig:
     verbose: bool = False
     """Show Ray's and Ray Data's own logs and progress bars too."""
 
+    @staticmethod
+    def moved(data: dict[str, Any]) -> dict[str, Any]:
+        """The settings of an older layout moved to where they live now: the pool's flat keys
+        (`num_gpus: 1`) into `pool:`. The loader calls it before it reads the fields.
+
+        Args:
+            data: the config as a mapping, as written.
+
+        Returns:
+            The mapping with the pool's settings under `pool`.
+        """
+        return gather_pool_keys(data)
+
     def problems(self) -> list[str]:
         """Local checks, the source's and encoders' included; those that consult the encoder
         and augment registries are in fill.plan.
@@ -169,14 +168,7 @@ class FillConfig:
             problems = cfg.problems()  # [] for a config a fill can plan
             ```
         """
-        out = positive(self, "rows_per_shard")
-        out += positive_or_auto(self, "batch_size", "token_budget", "concurrency", "block_rows")
-        if self.num_gpus < 0:
-            out.append(f"num_gpus={self.num_gpus}: must be >= 0 (0 runs CPU actors)")
-        if self.num_gpus > 1 and self.num_gpus != int(self.num_gpus):
-            out.append(f"num_gpus={self.num_gpus}: above 1 it must be a whole number of GPUs")
-        if self.num_cpus != AUTO and (isinstance(self.num_cpus, str) or self.num_cpus <= 0):
-            out.append(f"num_cpus={self.num_cpus!r}: expected a number > 0, or 'auto'")
+        out = positive(self, "rows_per_shard") + self.pool.problems()
         if not 0 <= self.compact_below <= 1:
             out.append(f"compact_below={self.compact_below}: expected a share of a shard's "
                        "rows between 0 (never compact) and 1, e.g. 0.9")
@@ -188,9 +180,9 @@ class FillConfig:
                        "'skip' (fill the other rows, record the skipped ones)")
         if self.in_process not in (True, False, AUTO):
             out.append(f"in_process={self.in_process!r}: expected true, false or 'auto'")
-        elif self.in_process is True and self.num_gpus > 0:
-            out.append("in_process=true runs no Ray actors, so num_gpus does not apply; set "
-                       "num_gpus: 0, or in_process: auto to encode on GPU actors")
+        elif self.in_process is True and self.pool.num_gpus not in (0, AUTO):
+            out.append("in_process=true runs no Ray actors, so pool.num_gpus does not apply; "
+                       "set pool.num_gpus: 0, or in_process: auto to encode on GPU actors")
         if not is_name(self.name):
             out.append(f"name={self.name!r}: use letters, digits, '-', '_' or '.'")
         out += self.source.problems()

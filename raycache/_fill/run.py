@@ -255,23 +255,22 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
     resumed = sum(r.rows for r in done)
     done = done + compacted
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
-                                       covered, cfg.source.key,
-                                       version.totals if version else None)
+                                       covered, cfg.source.key, version and version.totals)
     if not sum(totals.values()):
         _no_rows(p)  # before any work
     todo = sum(u.todo() or 0 for u in units)
-    block = block_rows(cfg, todo)
-    blocks = None if todo is None else -(-todo // block)
     local, why = in_process(cfg, todo)
     if local:
         found = where.look()
         where.check_store(p.store, len(found.nodes) if found else 1)
-        pool = local_pool(cfg)
-    else:
+        pool = local_pool(cfg.pool)
+    else:  # the block size follows the GPUs an actor gets, and the pool's size the blocks
         from raycache._compute.cluster import cluster_pool
 
-        pool = cluster_pool(cfg, blocks, progress=cfg.progress, verbose=cfg.verbose,
-                            store=p.store)
+        pool = cluster_pool(cfg.pool, lambda g: todo and -(-todo // block_rows(cfg, todo, g)),
+                            autoscaling=cfg.autoscaling, progress=cfg.progress,
+                            verbose=cfg.verbose, store=p.store)
+    block = block_rows(cfg, todo, pool.gpus)
     new: list[ShardRecord] = []
     skipped: list[SkippedRow] = []  # on_bad_rows: skip
     first = None
@@ -333,14 +332,14 @@ def _no_rows(p: Plan) -> None:
         "source.path at files that hold rows")
 
 
-def block_rows(cfg: FillConfig, todo: int | None) -> int:
-    """Rows per block and encoder call (see FillConfig.block_rows): whole shards."""
+def block_rows(cfg: FillConfig, todo: int | None, gpus: float) -> int:
+    """Rows per block and encoder call for actors of `gpus` GPUs (PoolConfig.block_rows)."""
     shard = cfg.rows_per_shard
-    if cfg.block_rows != AUTO:
-        return max(1, int(cfg.block_rows) // shard) * shard
+    if cfg.pool.block_rows != AUTO:
+        return max(1, int(cfg.pool.block_rows) // shard) * shard
     from raycache._encoders import ENCODERS
 
-    rows = BLOCK_ROWS_GPU if cfg.num_gpus > 0 else BLOCK_ROWS_CPU
+    rows = BLOCK_ROWS_GPU if gpus > 0 else BLOCK_ROWS_CPU
     per_row = sum(ENCODERS[e.kind].input_bytes(e) for e in cfg.encoders
                   if ENCODERS[e.kind].input_bytes is not None)
     if per_row:
@@ -352,8 +351,9 @@ def block_rows(cfg: FillConfig, todo: int | None) -> int:
 
 def in_process(cfg: FillConfig, todo: int | None) -> tuple[bool, str]:
     """Whether the fill encodes its `todo` rows in this process, and why (_compute.where)."""
-    return where.in_process(cfg.in_process, cpu=cfg.num_gpus == 0, concurrency=cfg.concurrency,
-                            rows=todo)
+    gpus = cfg.pool.num_gpus
+    return where.in_process(cfg.in_process, cpu=None if gpus == AUTO else gpus == 0,
+                            concurrency=cfg.pool.concurrency, rows=todo)
 
 
 def _reuse(p: Plan, version: Version | None = None, store: bool = False

@@ -5,14 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from raycache._compute.pool_config import PoolConfig, gather_pool_keys
 from raycache._core.config import AUTO
 from raycache._source.config import FILE_FORMATS
 
-__all__ = ["AUTO_IN_PROCESS_BYTES", "PredictConfig"]
+__all__ = ["AUTO_IN_PROCESS_BYTES", "ROWS_PER_CALL", "PredictConfig"]
 
 AUTO_IN_PROCESS_BYTES = 4 << 20
 """in_process: auto runs a CPU job on JSONL or CSV files (whose row count is unknown until
 read) of at most this many bytes without Ray; Parquet is judged by rows, as fill does."""
+ROWS_PER_CALL = 1024
+"""pool.block_rows auto for a predict: rows per call of a predict actor (Ray Data's batch)."""
 
 
 @dataclass
@@ -45,18 +48,10 @@ class PredictConfig:
     """parquet, jsonl or csv; inferred from the input's suffix when left out."""
     options: dict[str, Any] = field(default_factory=dict)
     """fsspec storage options for the checkpoint, the input and the output."""
-    rows_per_batch: int = 1024
-    """Rows per call of a predict actor (Ray Data's batch size)."""
-    batch_size: int | str = AUTO
-    """Rows per encoder forward pass at most (auto: 256 on CPU, 4096 on GPU)."""
-    token_budget: int | str = AUTO
-    """Padded tokens per forward pass at most, for text (auto: 2048 on CPU, 65536 on GPU)."""
-    concurrency: int | str = AUTO
-    """Predict actors (auto: every GPU / num_gpus, or the CPUs in actors of up to 4 threads)."""
-    num_gpus: float | str = AUTO
-    """GPUs per predict actor (auto: 1 when the cluster has GPUs, else 0: CPU actors)."""
-    num_cpus: float | str = AUTO
-    """CPUs per predict actor; its torch threads follow (auto: 1 with a GPU, else up to 4)."""
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    """The predict actor pool: actors, CPUs and GPUs each, batching, and rows per actor call
+    (`block_rows`; auto: 1,024). The flat keys of configs written before the group
+    (`num_gpus: 1`, `rows_per_batch: 4096`) still load."""
     autoscaling: bool = False
     """The cluster adds nodes on demand: ask for the pool instead of refusing it."""
     in_process: bool | str = AUTO
@@ -67,6 +62,22 @@ class PredictConfig:
     """Show a progress bar (rows) and the summary."""
     verbose: bool = False
     """Show Ray's and Ray Data's own logs and progress bars too."""
+
+    @staticmethod
+    def moved(data: dict[str, Any]) -> dict[str, Any]:
+        """The settings of an older layout moved to where they live now: the pool's flat keys
+        (`num_gpus: 1`) into `pool:`, and `rows_per_batch` as `pool.block_rows`.
+
+        Args:
+            data: the config as a mapping, as written.
+
+        Returns:
+            The mapping with the pool's settings under `pool`.
+        """
+        if isinstance(data, dict) and "rows_per_batch" in data and "block_rows" not in data:
+            data = {**data, "block_rows": data["rows_per_batch"]}
+            del data["rows_per_batch"]
+        return gather_pool_keys(data)
 
     def problems(self) -> list[str]:
         """Local checks; the head, the input's columns and the output's place are checked
@@ -84,20 +95,10 @@ class PredictConfig:
         out = []
         if self.format not in (None, *FILE_FORMATS):
             out.append(f"format={self.format!r}: expected one of {FILE_FORMATS}")
-        if self.rows_per_batch < 1:
-            out.append(f"rows_per_batch={self.rows_per_batch}: expected a whole number >= 1")
-        for name in ("batch_size", "token_budget", "concurrency"):
-            v = getattr(self, name)
-            if v != AUTO and (isinstance(v, str) or v < 1):
-                out.append(f"{name}={v!r}: expected a whole number >= 1, or 'auto'")
-        for name in ("num_gpus", "num_cpus"):
-            v = getattr(self, name)
-            if v != AUTO and (isinstance(v, str) or v < 0 or (name == "num_cpus" and v == 0)):
-                out.append(f"{name}={v!r}: expected a number {'>=' if name == 'num_gpus' else '>'}"
-                           " 0, or 'auto'")
+        out += self.pool.problems()
         if self.in_process not in (True, False, AUTO):
             out.append(f"in_process={self.in_process!r}: expected true, false or 'auto'")
-        elif self.in_process is True and self.num_gpus not in (0, AUTO):
-            out.append("in_process=true runs no Ray actors, so num_gpus does not apply; set "
-                       "num_gpus: 0, or in_process: auto to predict on GPU actors")
+        elif self.in_process is True and self.pool.num_gpus not in (0, AUTO):
+            out.append("in_process=true runs no Ray actors, so pool.num_gpus does not apply; "
+                       "set pool.num_gpus: 0, or in_process: auto to predict on GPU actors")
         return out

@@ -19,7 +19,7 @@ from raycache._compute.pool import Pool
 from raycache._compute.runner import Job, Stage
 from raycache._core.config import AUTO, load
 from raycache._errors import ConfigError, RaycacheError
-from raycache._predict.config import AUTO_IN_PROCESS_BYTES, PredictConfig
+from raycache._predict.config import AUTO_IN_PROCESS_BYTES, ROWS_PER_CALL, PredictConfig
 from raycache._source import files as sources
 from raycache._source.config import SourceConfig
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from raycache._heads.loaded import Head
 
 __all__ = ["AUTO_IN_PROCESS_BYTES", "PredictConfig", "PredictPlan", "PredictResult",
-           "build_pipeline", "in_process", "job", "plan", "pool_for", "predict_file",
+           "build_pipeline", "in_process", "job", "plan", "predict_file", "rows_per_call",
            "run_in_process"]
 
 
@@ -157,18 +157,19 @@ def predict_file(config: PredictConfig | dict | str, *, progress: bool | None = 
         cfg = dataclasses.replace(cfg, progress=progress)
     start = time.perf_counter()
     p = plan(cfg)
-    units, _ = sources.plan_units(p.files, p.format, cfg.options, cfg.rows_per_batch)
+    units, _ = sources.plan_units(p.files, p.format, cfg.options, rows_per_call(cfg))
     rows = sum(u.rows or 0 for u in units) if p.format == "parquet" else None
     local, why = in_process(cfg, rows, sum(f.size for f in p.files))
     if local:
         from raycache._compute.pool import local_pool
 
-        pool = local_pool(_resolved(cfg, 0.0))
+        pool = local_pool(cfg.pool)
     else:
         from raycache._compute.cluster import cluster_pool
 
-        pool = cluster_pool(cfg, None if rows is None else -(-rows // cfg.rows_per_batch),
-                            progress=cfg.progress, verbose=cfg.verbose, size=pool_for)
+        pool = cluster_pool(cfg.pool, None if rows is None else -(-rows // rows_per_call(cfg)),
+                            autoscaling=cfg.autoscaling, progress=cfg.progress,
+                            verbose=cfg.verbose)
     written = _write(p, runner.run(job(p, units), pool, local=local), rows)
     return PredictResult(p.out.url(p.out.root), written, p.schema.names,
                          time.perf_counter() - start, runner.where(pool, local, why))
@@ -180,24 +181,15 @@ def in_process(cfg: PredictConfig, rows: int | None, size: int) -> tuple[bool, s
     AUTO_IN_PROCESS_BYTES."""
     if rows is None and size <= AUTO_IN_PROCESS_BYTES:
         rows = 0
-    cpu = True if cfg.num_gpus == 0 else None if cfg.num_gpus == AUTO else False
-    return where.in_process(cfg.in_process, cpu=cpu, concurrency=cfg.concurrency, rows=rows)
+    gpus = cfg.pool.num_gpus
+    cpu = True if gpus == 0 else None if gpus == AUTO else False
+    return where.in_process(cfg.in_process, cpu=cpu, concurrency=cfg.pool.concurrency, rows=rows)
 
 
-def pool_for(cfg: PredictConfig, cluster: list[dict[str, float]], blocks: int | None) -> Pool:
-    """The predict actor pool on a cluster of `cluster` nodes for `blocks` batches of work:
-    num_gpus auto is one GPU per actor where the cluster has GPUs, else CPU actors; sized and
-    checked by resources.size_pool, as a fill's encoder pool is."""
-    from raycache._compute.pool import size_pool
-
-    gpus = (float(any(n.get("GPU", 0) > 0 for n in cluster)) if cfg.num_gpus == AUTO
-            else float(cfg.num_gpus))
-    return size_pool(_resolved(cfg, gpus), cluster, blocks)
-
-
-def _resolved(cfg: PredictConfig, gpus: float) -> PredictConfig:
-    """cfg with num_gpus decided, for resources.size_pool (which reads fill's pool fields)."""
-    return dataclasses.replace(cfg, num_gpus=gpus)
+def rows_per_call(cfg: PredictConfig) -> int:
+    """Rows per call of a predict actor: pool.block_rows (auto: ROWS_PER_CALL)."""
+    rows = cfg.pool.block_rows
+    return ROWS_PER_CALL if rows == AUTO else int(rows)
 
 
 def job(p: PredictPlan, units: list[sources.Unit]) -> Job:
@@ -206,7 +198,7 @@ def job(p: PredictPlan, units: list[sources.Unit]) -> Job:
     from raycache._predict.stage import PredictActor
 
     cfg = p.cfg
-    return Job(units, p.format, cfg.options, cfg.rows_per_batch, p.head.encoder_configs(), p.keep,
+    return Job(units, p.format, cfg.options, rows_per_call(cfg), p.head.encoder_configs(), p.keep,
                model=Stage(PredictActor, dict(checkpoint=cfg.checkpoint, options=cfg.options)),
                ordered=True)
 
