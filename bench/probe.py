@@ -7,6 +7,9 @@
 - knn: raycache's exact search (k 10 and 20, cosine, T 0.07) against one blocked matrix
   product pass of the same shapes and blocks (the floor: the products alone), and its
   predictions against a brute-force float64 search (every similarity, sorted).
+- sweep: a 64-member linear+MLP sweep (train/sweep/stack.py: a block per shape, one step per
+  block) against one linear head and one MLP head, same epochs and batches, in-process
+  (`--sweep-rows`, `--sweep-epochs`; `--sweep-bf16`, `--sweep-before` add variants).
 
 Data: (1) rows of a cheap encoder (bench/cheap_encoder.py: a fixed 16 -> 384 projection and
 tanh) over class-clustered inputs, split by the key hash training uses; (2) the shipped MiniLM
@@ -198,16 +201,50 @@ def knn(name: str, d: dict[str, np.ndarray], brute_queries: int) -> None:
 
 SWEEP64 = {"head": ["linear", "mlp"], "optim.lr": [1e-3, 3e-3, 1e-2, 3e-2],
            "optim.weight_decay": [0.0, 1e-4, 1e-3, 1e-2], "hidden": [[256], [512]]}
-"""64 members: 32 linear (as one product), 32 MLP (two shapes of 16, batched per layer)."""
+"""64 members: 32 linear (one block), 32 MLP (two blocks of 16, one per hidden width)."""
 
 
-def sweep(folder: str, rows: int, epochs: int) -> None:
-    """One linear head against a 64-member linear+MLP sweep (same epochs and batches), and the
-    sweep again with MLP members run one by one (their batching turned off): wall."""
+def floor(steps: int, timed_steps: int = 40) -> float:
+    """Seconds of the 64 members' forward and backward products alone (the stack's module
+    and one batched loss over random batches of 256: no data, optimizer or metrics) for
+    `steps` steps: `timed_steps` of them timed after two untimed, scaled."""
+    from types import SimpleNamespace
+
+    import torch
+    from sweep_speed import CLASSES, DIM
+
+    from raycache._heads.specs import HeadSpec, build_head
+    from raycache._train.sweep.grid import members
+    from raycache._train.sweep.stack import Stack
+
+    spec = HeadSpec(head="linear", in_dim=DIM, num_classes=CLASSES, hidden=(), dropout=0.0,
+                    encoders=("emb",), label="label", cache="bench", fingerprint="f")
+    grid = members(SimpleNamespace(sweep=SWEEP64))  # type: ignore[arg-type]
+    bases = [build_head(HeadSpec(**{**spec.__dict__, "head": m["head"],
+                                    "hidden": tuple(m["hidden"])})) for m in grid]
+    recipes = [SimpleNamespace(optim=SimpleNamespace(optimizer="adamw", lr=1e-3,
+                                                     weight_decay=0.0, momentum=0.0,
+                                                     nesterov=False, grad_clip=0.0),
+                               loss=SimpleNamespace(label_smoothing=0.0)) for _ in grid]
+    stack = Stack(bases, recipes, None)
+    x, y = torch.randn(256, DIM), torch.randint(0, CLASSES, (256,))
+    for i in range(2 + timed_steps):
+        if i == 2:
+            start = time.perf_counter()
+        stack.losses(stack.module(x), y)[0].backward()
+    return (time.perf_counter() - start) / timed_steps * steps
+
+
+def sweep(folder: str, rows: int, epochs: int, before: bool, bf16: bool) -> None:
+    """One linear head, one MLP head ([512]) and a 64-member linear+MLP sweep (all stacked),
+    same epochs and batches, in one process: wall, and the epochs' own seconds (training and
+    validation, without the run's fixed costs); `bf16`: the sweep again under bfloat16
+    autocast; `before`: the sweep again as before MLP members stacked (no stack: each
+    member its own optimizer step)."""
     from sweep_speed import source
 
     import raycache
-    from raycache._train.sweep import members
+    from raycache._train import assemble
 
     root = Path(folder)
     (root / "src").mkdir()
@@ -215,30 +252,47 @@ def sweep(folder: str, rows: int, epochs: int) -> None:
     raycache.fill({"name": "bench", "store": {"uri": str(root / "store")}, "progress": False,
                    "source": {"path": str(root / "src"), "key": "id", "labels": ["label"]},
                    "encoders": [{"name": "emb", "kind": "torch", "input": "features",
-                                 "factory": "torch.nn:Identity"}], "rows_per_shard": 1000})
+                                 "factory": "torch.nn:Identity"}],
+                   "rows_per_shard": max(1000, rows // 20)})
     base = {"cache": "bench", "store": {"uri": str(root / "store")}, "progress": False,
             "loop": {"epochs": epochs, "batch_size": 256}, "resume": False,
-            "resources": {"num_workers": 0, "placement": "cpu"},
+            "optim": {"lr": 1e-3}, "resources": {"num_workers": 0, "placement": "cpu"},
             "checkpoints": {"seconds": 0}}
 
-    def wall(cfg: dict) -> float:
+    def timed(cfg: dict) -> tuple[float, float]:
         start = time.perf_counter()
-        raycache.train(cfg)
-        return time.perf_counter() - start
+        run = raycache.train(cfg)
+        return time.perf_counter() - start, sum(m["epoch_seconds"] for m in run.history)
 
-    wall(base)  # warm-up
-    one = wall(base)
-    many = wall({**base, "sweep": SWEEP64})
-    shape = members._shape
-    members._shape = lambda module: None  # MLP members one by one, as before
-    try:
-        looped = wall({**base, "sweep": SWEEP64})
-    finally:
-        members._shape = shape
-    print(f"[sweep] {rows:,} rows x 384, {epochs} epochs, batch 256, in-process")
-    print(f"  one linear head {one:.1f} s; 64 members (32 linear + 32 MLP batched) {many:.1f} s: "
-          f"**{many / one:.1f}x** (target <= 2x); MLP members one by one {looped:.1f} s "
-          f"({looped / one:.1f}x)")
+    timed({**base, "loop": {"epochs": 1, "batch_size": 256}})  # warm-up
+    print(f"[sweep] {rows:,} rows x 384, {epochs} epochs, batch 256, in-process", flush=True)
+    one, one_e = timed(base)
+    mlp, mlp_e = timed({**base, "head": "mlp", "hidden": [512]})
+    print(f"  one linear head {one:.1f} s (epochs {one_e:.1f} s); one MLP [512] {mlp:.1f} s "
+          f"(epochs {mlp_e:.1f} s)", flush=True)
+    many, many_e = timed({**base, "sweep": SWEEP64})
+    print(f"  64 members stacked (32 linear + 2 x 16 MLP) {many:.1f} s (epochs {many_e:.1f} s): "
+          f"**{many / one:.1f}x** one linear head's wall (target <= 2x), {many / mlp:.1f}x "
+          f"one MLP's; epochs {many_e / one_e:.1f}x / {many_e / mlp_e:.1f}x", flush=True)
+    steps = epochs * -(-int(rows * 0.8) // 256)
+    products = floor(steps)
+    print(f"  the products alone ({steps} steps, forward and backward of the 64 members) "
+          f"{products:.1f} s: the sweep's epochs are {many_e / products:.2f}x that floor",
+          flush=True)
+    if bf16:
+        half, half_e = timed({**base, "sweep": SWEEP64,
+                              "optim": {"lr": 1e-3, "precision": "bfloat16"}})
+        print(f"  the same sweep in bfloat16 autocast {half:.1f} s (epochs {half_e:.1f} s): "
+              f"{half / one:.1f}x", flush=True)
+    if before:
+        stackable = assemble.stackable
+        assemble.stackable = lambda *a: False  # each member its own optimizer step
+        try:
+            old, old_e = timed({**base, "sweep": SWEEP64})
+        finally:
+            assemble.stackable = stackable
+        print(f"  the same sweep unstacked (as before) {old:.1f} s (epochs {old_e:.1f} s): "
+              f"{old / one:.1f}x; stacking {old / many:.2f}x faster")
 
 
 def main() -> None:
@@ -253,6 +307,10 @@ def main() -> None:
                    choices=["cheap", "minilm", "logreg", "knn", "sweep"])
     p.add_argument("--sweep-rows", type=int, default=5000)
     p.add_argument("--sweep-epochs", type=int, default=3)
+    p.add_argument("--sweep-before", action="store_true",
+                   help="also time the sweep unstacked, as before MLP members stacked")
+    p.add_argument("--sweep-bf16", action="store_true",
+                   help="also time the sweep under bfloat16 autocast (optim.precision)")
     p.add_argument("--store", default=None, help="store for the MiniLM fill (default: a temp)")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
@@ -273,7 +331,8 @@ def main() -> None:
                 knn("cheap", cheap_rows(args.knn_rows, args.classes), args.brute_queries)
         if "sweep" not in args.skip:
             os.mkdir(f"{tmp}/sweep")
-            sweep(f"{tmp}/sweep", args.sweep_rows, args.sweep_epochs)
+            sweep(f"{tmp}/sweep", args.sweep_rows, args.sweep_epochs, args.sweep_before,
+                  args.sweep_bf16)
         if "minilm" not in args.skip:
             d = minilm_rows(args.store or f"{tmp}/store")
             if "logreg" not in args.skip:

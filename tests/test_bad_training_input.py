@@ -139,7 +139,8 @@ def test_a_diverging_loss_stops_the_run_naming_epoch_and_step(store):
     assert record["resumable"] is False
 
 
-@pytest.mark.parametrize("head", ["linear", "mlp"])  # a stacked sweep, and heads one by one
+# stacked linear heads, stacked MLPs, and heads one by one (`stacked`: LayerNorms)
+@pytest.mark.parametrize("head", ["linear", "mlp", "stacked"])
 def test_a_diverging_sweep_member_stops_alone_and_the_others_go_on(store, head):
     name = f"sweep-diverges-{head}"
     result = raycache.train(train_cfg(store, head=head, optimizer="sgd", momentum=0.0,

@@ -71,7 +71,8 @@ def test_a_stack_steps_each_member_as_its_own_torch_optimizer_would(optimizer):
     lone = [torch.nn.Sequential(torch.nn.Dropout(0.0), torch.nn.Linear(6, 3)) for _ in recipes]
     stack = Stack([torch.nn.Sequential(torch.nn.Dropout(0.0), torch.nn.Linear(6, 3))
                    for _ in recipes], recipes, weights)
-    stack.module.load_from([head[1] for head in lone])
+    [block] = stack.module.blocks
+    block.load_from([[head[1]] for head in lone])
     opts = [build_optimizer(head.parameters(), r) for head, r in zip(lone, recipes, strict=True)]
     for t in range(6):
         x, y = torch.randn(16, 6) * 4, torch.randint(0, 3, (16,))
@@ -89,15 +90,15 @@ def test_a_stack_steps_each_member_as_its_own_torch_optimizer_would(optimizer):
                 torch.nn.utils.clip_grad_norm_(head.parameters(), r.optim.grad_clip)
                 opt.step()
                 opt.zero_grad()
-        frozen = stack.module.weight[3].clone()
+        frozen = block.weight[3].clone()
         stack.step(active)
         if not active[3]:
-            assert torch.equal(stack.module.weight[3], frozen)
+            assert torch.equal(block.weight[3], frozen)
     for i, (head, opt) in enumerate(zip(lone, opts, strict=True)):
         # float rounding differs (one kernel for all members): equal to 1e-5
-        torch.testing.assert_close(stack.module.weight[i], head[1].weight, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(stack.module.bias[i], head[1].bias, rtol=1e-5, atol=1e-5)
-        mine, theirs = stack.opt.members[i].state_dict()["state"], opt.state_dict()["state"]
+        torch.testing.assert_close(block.weight[i], head[1].weight, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(block.bias[i], head[1].bias, rtol=1e-5, atol=1e-5)
+        mine, theirs = stack.members[i].state_dict()["state"], opt.state_dict()["state"]
         for j in (0, 1):
             buffers = theirs.get(j, {})  # sgd without momentum keeps none
             for k in BUFFERS[name]:
@@ -106,11 +107,66 @@ def test_a_stack_steps_each_member_as_its_own_torch_optimizer_would(optimizer):
             if "step" in buffers:
                 assert float(mine[j]["step"]) == float(buffers["step"]) == (6 if i < 3 else 3)
     # a member's state loads back into its slice (resume), and from torch's own optimizer
-    saved = stack.opt.members[1].state_dict()
-    stack.opt.members[1].load_state_dict(stack.opt.members[2].state_dict())
-    stack.opt.members[1].load_state_dict(opts[1].state_dict())
+    saved = stack.members[1].state_dict()
+    stack.members[1].load_state_dict(stack.members[2].state_dict())
+    stack.members[1].load_state_dict(opts[1].state_dict())
     for k in BUFFERS[name]:
-        torch.testing.assert_close(stack.opt.state[0][k][1], saved["state"][0][k])
+        torch.testing.assert_close(stack.opts[0].state[0][k][1], saved["state"][0][k])
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_mlp_members_stack_by_shape_and_step_as_lone_heads_would(optimizer):
+    spec = HeadSpec(head="mlp", in_dim=6, num_classes=3, hidden=(5, 4), dropout=0.0,
+                    encoders=("e",), label="y", cache="c", fingerprint="f")
+    shapes = [{"hidden": (5, 4)}, {"head": "linear"}, {"hidden": (7,)}, {"hidden": (5, 4)},
+              {"hidden": (7,)}, {"head": "linear"}]
+    recipes = [SimpleNamespace(optim=SimpleNamespace(optimizer=optimizer, lr=lr, weight_decay=wd,
+                                                     momentum=0.9, nesterov=False,
+                                                     grad_clip=clip),
+                               loss=SimpleNamespace(label_smoothing=0.0))
+               for lr, wd, clip in [(0.05, 0.0, 0.5), (0.01, 0.1, 0.0), (0.2, 0.01, 0.5),
+                                    (0.02, 0.0, 0.0), (0.1, 0.1, 0.0), (0.03, 0.0, 0.5)]]
+    torch.manual_seed(0)
+    lone = [build_head(HeadSpec(**{**spec.__dict__, **s})) for s in shapes]
+    copies = [build_head(HeadSpec(**{**spec.__dict__, **s})) for s in shapes]
+    for head, copy in zip(lone, copies, strict=True):
+        copy.load_state_dict(head.state_dict())
+    stack = Stack(copies, recipes, None)
+    # three blocks (MLP [5, 4], linear, MLP [7]), the outputs in the members' order
+    assert stack.groups == [[0, 3], [1, 5], [2, 4]]
+    opts = [build_optimizer(head.parameters(), r) for head, r in zip(lone, recipes, strict=True)]
+    for t in range(5):
+        x, y = torch.randn(16, 6) * 3, torch.randint(0, 3, (16,))
+        active = [True, True, True, True, t < 2, True]  # member 4 stops after 2 steps
+        out = stack.module(x)
+        total, values, _ = stack.losses(out, y)
+        total.backward()
+        for i, (head, opt, r) in enumerate(zip(lone, opts, recipes, strict=True)):
+            logits = head(x)
+            torch.testing.assert_close(out[:, i].detach(), logits.detach())
+            loss = torch.nn.functional.cross_entropy(logits, y)
+            torch.testing.assert_close(values[i], loss.detach())
+            if active[i]:
+                loss.backward()
+                if r.optim.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(head.parameters(), r.optim.grad_clip)
+                opt.step()
+                opt.zero_grad()
+        stack.step(active)
+    stack.pull()  # the stack's weights into each member's own head
+    for i, (head, copy) in enumerate(zip(lone, copies, strict=True)):
+        for (k, v), (_, w) in zip(head.state_dict().items(), copy.state_dict().items(),
+                                  strict=True):
+            torch.testing.assert_close(w, v, rtol=1e-5, atol=1e-6, msg=f"member {i} {k}")
+        mine, theirs = stack.members[i].state_dict()["state"], opts[i].state_dict()["state"]
+        assert len(mine) == len(theirs) == len(list(head.parameters()))
+        for j, buffers in theirs.items():
+            for k in BUFFERS[optimizer]:
+                torch.testing.assert_close(mine[j][k], buffers[k], rtol=1e-5, atol=1e-6)
+    # a member's state loads back into its slice (resume) from its lone optimizer's
+    stack.members[3].load_state_dict(opts[0].state_dict())
+    torch.testing.assert_close(stack.opts[0].state[0][BUFFERS[optimizer][0]][1],
+                               opts[0].state_dict()["state"][0][BUFFERS[optimizer][0]])
 
 
 @pytest.fixture(scope="module")
@@ -137,9 +193,16 @@ def results(history: list[dict]) -> list[float]:
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
-def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(store):
+def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(store,
+                                                                           monkeypatch):
+    from raycache._train import assemble
+
+    built = []
+    monkeypatch.setattr(assemble, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
     sweep = {"lr": [0.01, 0.05], "head": ["linear", "mlp"], "hidden": [[8], [32]]}
     run = raycache.train(cfg(store, sweep=sweep, run_name="sweep"))
+    # one stack: the linear members one block, the MLP members one block per hidden width
+    assert [len(g) for g in built[0].groups] == [4, 2, 2]
     rows = run.sweep
     assert len(rows) == 8 and [r["member"] for r in rows] == list(range(8))
     assert rows[7]["settings"] == {"lr": 0.05, "head": "mlp", "hidden": [32]}
@@ -191,7 +254,7 @@ def test_a_sweep_of_linear_heads_trains_as_one_stack_and_each_ends_as_a_lone_run
     monkeypatch.setattr(assemble, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
     sweep = {"lr": [0.01, 0.05], "label_smoothing": [0.0, 0.1]}
     run = raycache.train(cfg(store, sweep=sweep, grad_clip=1.0, run_name="stacked"))
-    assert len(built) == 1 and built[0].module.weight.shape[0] == 4
+    assert len(built) == 1 and built[0].module.blocks[0].weight.shape[0] == 4
     members = state(run)["members"]
     for i in (0, 3):
         settings = run.sweep[i]["settings"]
@@ -223,7 +286,7 @@ def test_each_member_stops_early_on_its_own(store):
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_a_sweep_resumes_from_its_checkpoint(store):
-    sweep = {"lr": [0.01, 0.05], "weight_decay": [0.0, 0.1]}
+    sweep = {"lr": [0.01, 0.05], "weight_decay": [0.0, 0.1], "head": ["linear", "mlp"]}
     reference = raycache.train(cfg(store, epochs=4, sweep=sweep, run_name="whole"))
     config = cfg(store, epochs=4, sweep=sweep, run_name="broken", checkpoint_every=1,
                  max_failures=0)
@@ -251,6 +314,32 @@ def test_a_sweep_under_ddp_all_reduces_every_member(store):
     head = run.load_head()
     for k, v in head.model.state_dict().items():
         torch.testing.assert_close(v, members[run.best["member"]]["best_weights"][k])
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_a_64_member_grid_of_linear_and_mlp_heads_trains_in_one_pass(store, monkeypatch):
+    from raycache._train import assemble, epoch
+
+    built, steps = [], []
+    monkeypatch.setattr(assemble, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
+    real_step = epoch.step
+    monkeypatch.setattr(epoch, "step", lambda team: steps.append(1) or real_step(team))
+    sweep = {"head": ["linear", "mlp"], "lr": [0.003, 0.01, 0.03, 0.1],
+             "weight_decay": [0.0, 0.01, 0.1, 0.3], "hidden": [[8], [16]]}
+    run = raycache.train(cfg(store, epochs=2, sweep=sweep, run_name="grid64"))
+    assert len(run.sweep) == 64 and len(built) == 1
+    stack = built[0]
+    assert sorted(len(g) for g in stack.groups) == [16, 16, 32]  # linear, MLP [8], MLP [16]
+    # one pass: one step per batch for all 64 members
+    train_rows = run.sweep[0]["metrics"]["train_rows"]
+    assert len(steps) == 2 * -(-train_rows // 32)
+    assert all(r["epochs"] == 2 and not r["diverged"] for r in run.sweep)
+    assert run.best["metrics"]["val_acc"] > 0.8
+    head = run.load_head()  # the selected member's head, as a lone run's
+    member = state(run)["members"][run.best["member"]]
+    for k, v in head.model.state_dict().items():
+        torch.testing.assert_close(v, member["best_weights"][k])
 
 
 def test_no_sweep_is_a_single_head_run():

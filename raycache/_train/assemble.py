@@ -80,7 +80,7 @@ def build_team(spec: RunSpec, device: torch.device, train_rows: int | None) -> W
     recipes = [p.spec.recipe for p in members]
     if spec.sweep and stackable([p.base for p in members], recipes, learnable):
         team.stack = Stack([p.base for p in members], recipes, spec.class_weights)
-        for parts, view in zip(members, team.stack.opt.members, strict=True):
+        for parts, view in zip(members, team.stack.members, strict=True):
             parts.opt = view  # the member's slice of the stack's optimizer
             parts.schedule = Schedule(view, parts.spec.recipe, parts.schedule.spe)
     return team

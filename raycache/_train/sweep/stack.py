@@ -1,6 +1,8 @@
-"""A sweep of plain linear classifiers as one stacked weight [M, out, in]: one product gives
-every member's logits, one batched loss their losses, one vectorised step (stack_optim) their
-updates, so a training step's kernel count does not grow with the number of members."""
+"""A sweep's heads as one stack: its members grouped into blocks of one shape (plain linear
+heads, MLP heads of the same widths), each block's weights stacked [M, out, in], so that one
+call gives every member's logits, one batched loss their losses, and one vectorised step per
+block (stack_optim) their updates: a training step's kernel count does not grow with the
+number of members."""
 
 from __future__ import annotations
 
@@ -8,77 +10,85 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-from raycache._train.sweep.members import plain_linear
-from raycache._train.sweep.stack_optim import UPDATES, StackedOptimizer
+from raycache._train.sweep.blocks import Block, block_key, build_block, layers_of
+from raycache._train.sweep.stack_optim import UPDATES, MemberOptimizer, StackedOptimizer
 
-__all__ = ["Stack", "StackedLinear", "stackable"]
+__all__ = ["Stack", "Stacked", "stackable"]
 
 
 def stackable(bases: list[nn.Module], recipes: list[Any], learnable: bool) -> bool:
     """Whether these heads train as one stack: every one a plain linear classifier (no
-    dropout) with no learnable loss parts, one optimizer the stack implements, no float16
-    loss scaling."""
-    return (all(plain_linear(b) is not None for b in bases)
+    dropout) or an MLP, with no learnable loss parts, an optimizer the stack implements, no
+    float16 loss scaling."""
+    return (all(block_key(b) is not None for b in bases)
             and not learnable
             and all(r.objective == "classification" and r.optim.precision != "float16"
-                    for r in recipes)
-            and len({r.optim.optimizer for r in recipes}) == 1
-            and recipes[0].optim.optimizer in UPDATES)
+                    and r.optim.optimizer in UPDATES for r in recipes))
 
 
-class StackedLinear(nn.Module):
-    """M linear layers of the same shape as one weight [M, out, in] and bias [M, out];
-    forward(x [..., in]) -> [..., M, out], with one matrix product."""
+class Stacked(nn.Module):
+    """Every block of a stack in one module: forward(x [..., in]) -> [..., M, out], the
+    members in the sweep's order."""
 
-    def __init__(self, layers: list[nn.Linear]):
+    def __init__(self, blocks: list[Block], order: list[int]):
         super().__init__()
-        self.weight = nn.Parameter(torch.stack([layer.weight.detach() for layer in layers]))
-        self.bias = nn.Parameter(torch.stack([layer.bias.detach() for layer in layers]))
+        self.blocks = nn.ModuleList(blocks)
+        back = torch.empty(len(order), dtype=torch.long)
+        back[torch.tensor(order)] = torch.arange(len(order))
+        self.back: torch.Tensor | None
+        self.register_buffer("back", None if order == sorted(order) else back,
+                             persistent=False)
+        """Where each member's output lies among the blocks' (None: in order already)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        m, out, width = self.weight.shape
-        wide = F.linear(x, self.weight.reshape(m * out, width), self.bias.reshape(m * out))
-        return wide.unflatten(-1, (m, out))
-
-    @torch.no_grad()
-    def load_from(self, layers: list[nn.Linear]) -> None:
-        for i, layer in enumerate(layers):
-            self.weight[i].copy_(layer.weight)
-            self.bias[i].copy_(layer.bias)
-
-    @torch.no_grad()
-    def copy_to(self, layers: list[nn.Linear]) -> None:
-        for i, layer in enumerate(layers):
-            layer.weight.copy_(self.weight[i])
-            layer.bias.copy_(self.bias[i])
+        outs = [block(x) for block in self.blocks]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
+        return out if self.back is None else out.index_select(-2, self.back)
 
 
 class Stack:
     """The heads of a stackable sweep trained as one: the stacked module (what the step
-    calls), its optimizer (MemberOptimizer views for each member's Schedule and checkpoint),
-    and each member's own head module, kept in step with the stack by pull and push."""
+    calls), one stacked optimizer per block (members: each member's MemberOptimizer view, for
+    its Schedule and checkpoint, in the sweep's order), and each member's own head module,
+    kept in step with the stack by pull and push."""
 
     def __init__(self, bases: list[nn.Module], recipes: list[Any],
                  class_weights: tuple[float, ...] | None):
-        self.layers = [plain_linear(b) for b in bases]
-        self.module = StackedLinear(self.layers)
-        device = self.module.weight.device
-        self.opt = StackedOptimizer([self.module.weight, self.module.bias], recipes)
+        groups: dict[tuple, list[int]] = {}
+        for i, (base, r) in enumerate(zip(bases, recipes, strict=True)):
+            groups.setdefault((block_key(base), r.optim.optimizer), []).append(i)
+        self.groups = list(groups.values())
+        """Each block's members (indices into the sweep), in block order."""
+        self.heads = [layers_of(base) for base in bases]
+        device = self.heads[0][0].weight.device
+        blocks = [build_block(key, [self.heads[i] for i in group])
+                  for (key, _), group in groups.items()]
+        self.module = Stacked(blocks, [i for group in self.groups for i in group]).to(device)
+        self.opts = [StackedOptimizer(block.stacked(), [recipes[i] for i in group])
+                     for block, group in zip(blocks, self.groups, strict=True)]
+        self.members: list[MemberOptimizer] = [None] * len(bases)  # type: ignore[list-item]
+        for group, opt in zip(self.groups, self.opts, strict=True):
+            for i, view in zip(group, opt.members, strict=True):
+                self.members[i] = view
         self.smoothing = torch.tensor([r.loss.label_smoothing for r in recipes], device=device)
         self.smooth = any(r.loss.label_smoothing > 0 for r in recipes)
         self.class_weights = (torch.tensor(class_weights, dtype=torch.float32, device=device)
                               if class_weights else None)
-        self.clip = recipes[0].optim.grad_clip
+        self.clips = [torch.tensor([recipes[i].optim.grad_clip for i in group],
+                                   dtype=torch.float32, device=device)
+                      for group in self.groups]
+        """Each block's members' grad_clip (0: none)."""
 
     def push(self) -> None:
         """Members' heads -> the stack (after they were loaded from a checkpoint)."""
-        self.module.load_from(self.layers)
+        for block, group in zip(self.module.blocks, self.groups, strict=True):
+            block.load_from([self.heads[i] for i in group])
 
     def pull(self) -> None:
         """The stack -> members' heads (before their weights are kept or saved)."""
-        self.module.copy_to(self.layers)
+        for block, group in zip(self.module.blocks, self.groups, strict=True):
+            block.copy_to([self.heads[i] for i in group])
 
     def losses(self, out: torch.Tensor, y: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -111,14 +121,14 @@ class Stack:
         return -picked.squeeze(-1).mean(0)
 
     def step(self, active: list[bool]) -> None:
-        """Clip each member's gradient norm (as clip_grad_norm_ would over its head), step
-        the active members, drop the gradients."""
-        if self.clip > 0:
-            w, b = self.module.weight.grad, self.module.bias.grad
-            if w is not None and b is not None:
-                norms = torch.stack([w.flatten(1).norm(dim=1), b.norm(dim=1)], 1).norm(dim=1)
-                scale = (self.clip / (norms + 1e-6)).clamp(max=1.0)
-                w.mul_(scale[:, None, None])
-                b.mul_(scale[:, None])
-        self.opt.step(active)
-        self.opt.zero_grad()
+        """Per block: clip each member's gradient norm (as clip_grad_norm_ would over its
+        head), step the active members, drop the gradients."""
+        for group, opt, clip in zip(self.groups, self.opts, self.clips, strict=True):
+            grads = [p.grad for p in opt.params if p.grad is not None]
+            if grads and bool((clip > 0).any()):
+                norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads], 1).norm(dim=1)
+                scale = torch.where(clip > 0, (clip / (norms + 1e-6)).clamp(max=1.0), 1.0)
+                for g in grads:
+                    g.mul_(scale.view(-1, *([1] * (g.dim() - 1))))
+            opt.step([active[i] for i in group])
+            opt.zero_grad()
