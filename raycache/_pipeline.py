@@ -3,12 +3,14 @@ with overlap: true, training starts on the fill's shards while it is still encod
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from raycache._core.config import read_yaml
+from raycache._core.config import at, read_yaml
 from raycache._errors import ConfigError, CorruptCache
 from raycache._fill.config import FillConfig
 from raycache._fill.plan import load_config as load_fill
@@ -72,10 +74,21 @@ def document(config: dict[str, Any] | str | Path) -> dict[str, Any]:
 def configs(config: dict[str, Any] | str | Path) -> tuple[FillConfig, TrainConfig]:
     """Both configs, checked before any work starts."""
     config = document(config)
-    fill_cfg = load_fill(config["fill"])
+    with section("fill"):
+        fill_cfg = load_fill(config["fill"])
     train_dict = {"cache": fill_cfg.name, "store": config["fill"].get("store", {}),
                   **(config.get("train") or {})}
-    return fill_cfg, load_train(train_dict)
+    with section("train"):
+        return fill_cfg, load_train(train_dict)
+
+
+@contextlib.contextmanager
+def section(name: str) -> Iterator[None]:
+    """A section's ConfigError, its problems named from the pipeline config's root."""
+    try:
+        yield
+    except ConfigError as exc:
+        raise ConfigError([at(name, p) for p in exc.problems]) from exc
 
 
 def pipeline(config: dict[str, Any] | str | Path, *, progress: bool | None = None

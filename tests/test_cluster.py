@@ -157,7 +157,7 @@ def test_broken_config_makes_ray_job_submit_fail(cluster, tmp_path):
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"cache": "toy", "epoch": 3}))
     done = submit(cluster, tmp_path / "bad.yaml", "train")
     assert done.returncode != 0
-    assert "TrainConfig.epoch: unknown field" in done.stdout + done.stderr
+    assert "- epoch: unknown field" in done.stdout + done.stderr
 
 
 def test_local_folder_store_is_refused_on_a_multi_node_cluster(cluster, tmp_path):

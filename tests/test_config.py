@@ -29,9 +29,9 @@ def test_all_structural_problems_reported_together():
     with pytest.raises(ConfigError) as err:
         load_fill(bad)
     text = str(err.value)
-    assert "FillConfig.batch_sise: unknown field" in text
-    assert "FillConfig.rows_per_shard='two': expected int" in text
-    assert "FillConfig.name: missing (required)" in text
+    assert "batch_sise: unknown field" in text
+    assert "rows_per_shard='two': expected int" in text
+    assert "name: missing (required)" in text
     assert len(err.value.problems) == 3
 
 
@@ -73,3 +73,24 @@ def test_store_defaults_to_raycache_store_env(monkeypatch):
     assert load_fill(fill_dict()).store.uri == "s3://team-bucket/caches"
     monkeypatch.delenv("RAYCACHE_STORE")
     assert StoreConfig().uri == ".raycache/store"
+
+
+def test_every_problem_is_named_by_its_path_from_the_root():
+    """One spelling: the loader names each nested config's problems by the path it walked."""
+    bad = fill_dict(rows_per_shard=0, pool={"batch_size": 0},
+                    views={"count": 0, "augment": [{"kind": "crop"}]})
+    bad["source"]["format"] = "xml"
+    bad["encoders"].append({**bad["encoders"][0], "name": "second", "dtype": "int8"})
+    with pytest.raises(ConfigError) as err:
+        load_fill(bad)
+    starts = {p.split("=")[0].split(":")[0] for p in err.value.problems}
+    assert {"rows_per_shard", "pool.batch_size", "views.count", "source.format",
+            "encoders[1].dtype"} <= starts, err.value.problems
+
+
+def test_a_pipeline_section_names_its_problems_from_the_pipeline_root(tmp_path):
+    from raycache._pipeline import configs
+
+    with pytest.raises(ConfigError) as err:
+        configs({"fill": fill_dict(rows_per_shard=0), "train": {"loop": {"epochs": 0}}})
+    assert any(p.startswith("fill.rows_per_shard=0") for p in err.value.problems)

@@ -69,7 +69,7 @@ def test_a_broken_config_is_caught(tmp_path):
     bad["epoch"] = 3
     path = tmp_path / "train-bad.yaml"
     path.write_text(yaml.safe_dump(bad))
-    with pytest.raises(Exception, match="TrainConfig.epoch: unknown field"):
+    with pytest.raises(Exception, match="- epoch: unknown field"):
         load_train(path)
 
 

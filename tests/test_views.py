@@ -179,4 +179,4 @@ def test_views_true_on_a_cache_without_views_names_the_fix(separable_source, tmp
     raycache.fill(toy_fill(str(separable_source), str(tmp_path / "store")))
     with pytest.raises(ConfigError, match="has no views"):
         raycache.train(train_cfg(tmp_path / "store", views=True))
-    assert ViewsConfig(count=2, augment=[{"kind": "crop"}]).problems(["x"]) == []
+    assert ViewsConfig(count=2, augment=[{"kind": "crop"}]).problems() == []

@@ -48,7 +48,7 @@ class PoolConfig:
     shard); a predict takes this many rows a call (auto: 1,024). Not part of the fingerprint."""
 
     def problems(self) -> list[str]:
-        """The pool's own checks, each message naming the setting as `pool.<name>`.
+        """The pool's own checks, each message naming the setting (the loader adds `pool.`).
 
         Returns:
             One message per bad value (empty when all are good).
@@ -57,15 +57,15 @@ class PoolConfig:
         for name in ("concurrency", "batch_size", "token_budget", "block_rows"):
             value = getattr(self, name)
             if value != AUTO and (isinstance(value, str) or value < 1):
-                out.append(f"pool.{name}={value!r}: expected a whole number >= 1, or 'auto'")
+                out.append(f"{name}={value!r}: expected a whole number >= 1, or 'auto'")
         gpus, cpus = self.num_gpus, self.num_cpus
         if gpus != AUTO and (isinstance(gpus, str) or gpus < 0):
-            out.append(f"pool.num_gpus={gpus!r}: expected a number >= 0 (0 runs CPU actors), "
+            out.append(f"num_gpus={gpus!r}: expected a number >= 0 (0 runs CPU actors), "
                        "or 'auto'")
         elif gpus != AUTO and gpus > 1 and gpus != int(gpus):
-            out.append(f"pool.num_gpus={gpus}: above 1 it must be a whole number of GPUs")
+            out.append(f"num_gpus={gpus}: above 1 it must be a whole number of GPUs")
         if cpus != AUTO and (isinstance(cpus, str) or cpus <= 0):
-            out.append(f"pool.num_cpus={cpus!r}: expected a number > 0, or 'auto'")
+            out.append(f"num_cpus={cpus!r}: expected a number > 0, or 'auto'")
         return out
 
 

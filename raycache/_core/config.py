@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -15,8 +16,8 @@ import yaml
 from raycache._core.env import expand_env
 from raycache._errors import ConfigError
 
-__all__ = ["AUTO", "is_name", "load", "non_finite", "parse_value", "positive", "positive_or_auto",
-           "read_yaml"]
+__all__ = ["AUTO", "at", "is_name", "load", "non_finite", "parse_value", "positive",
+           "positive_or_auto", "read_yaml", "walk_problems"]
 
 AUTO = "auto"
 
@@ -76,15 +77,42 @@ def load(cls: type[T], data: dict[str, Any] | str | Path | T,
         if hasattr(cls, "moved"):  # settings that moved since (e.g. flat keys into groups)
             data = cls.moved(data)
         problems: list[str] = []
-        obj = _build(cls, data, cls.__name__, problems)
+        obj = _build(cls, data, "", problems)
         if problems:
             raise ConfigError(problems)
-    problems = obj.problems() if hasattr(obj, "problems") else []
+    problems = walk_problems(obj)
     for check in checks:
         problems += check(obj)
     if problems:
         raise ConfigError(problems)
     return obj
+
+
+_FIELD = re.compile(r"^\w+(\[[^\]]*\])?(\.|=|: )")
+
+
+def at(path: str, problem: str) -> str:
+    """`problem`, spelt relative to a config (`dtype='x': ...`, or about the config itself),
+    named from the root: `encoders[0].dtype='x': ...`, `source: ...`."""
+    if not path:
+        return problem
+    return f"{path}.{problem}" if _FIELD.match(problem) else f"{path}: {problem}"
+
+
+def walk_problems(obj: Any, path: str = "") -> list[str]:
+    """Every config's own `problems()` in the tree under `obj` (nested configs and lists of
+    them), each named by the path the walk took from the root: one spelling everywhere."""
+    out = [at(path, p) for p in obj.problems()] if hasattr(obj, "problems") else []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        name = f"{path}.{f.name}" if path else f.name
+        if dataclasses.is_dataclass(value):
+            out += walk_problems(value, name)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if dataclasses.is_dataclass(item):
+                    out += walk_problems(item, f"{name}[{i}]")
+    return out
 
 
 def read_yaml(path: Path) -> Any:
@@ -112,20 +140,22 @@ def parse_value(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
 
 def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
     if not isinstance(data, dict):
-        problems.append(f"{where}: expected a mapping, got {type(data).__name__} {data!r}")
+        problems.append(f"{where or 'config'}: expected a mapping, got {type(data).__name__} "
+                        f"{data!r}")
         return None
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    here = f"{where}." if where else ""
     for key in sorted(set(data) - set(fields)):
-        problems.append(f"{where}.{key}: unknown field; expected one of {sorted(fields)}")
+        problems.append(f"{here}{key}: unknown field; expected one of {sorted(fields)}")
     kwargs = {}
     for name, f in fields.items():
         if name not in data:
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             if required:
-                problems.append(f"{where}.{name}: missing (required)")
+                problems.append(f"{here}{name}: missing (required)")
             continue
-        kwargs[name] = _value(hints[name], data[name], f"{where}.{name}", problems)
+        kwargs[name] = _value(hints[name], data[name], f"{here}{name}", problems)
     if problems:
         return None
     return cls(**kwargs)

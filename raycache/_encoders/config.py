@@ -80,23 +80,23 @@ class EncoderConfig:
         Example:
             ```python
             raycache.EncoderConfig("e", "hf-text", "text", dtype="int8").problems()
-            # ["encoders[e].dtype='int8': expected one of ('float32', 'float16')"]
+            # ["dtype='int8': expected one of ('float32', 'float16')"]
             ```
         """
-        where, out = f"encoders[{self.name}]", []
+        out = []
         if self.dtype not in STORAGE_DTYPES:
-            out.append(f"{where}.dtype={self.dtype!r}: expected one of {STORAGE_DTYPES}")
+            out.append(f"dtype={self.dtype!r}: expected one of {STORAGE_DTYPES}")
         if self.precision not in PRECISIONS:
-            out.append(f"{where}.precision={self.precision!r}: expected one of {PRECISIONS}")
+            out.append(f"precision={self.precision!r}: expected one of {PRECISIONS}")
         poolings = IMAGE_POOLINGS if self.kind == "hf-image" else tuple(POOLINGS)
         if self.pooling != AUTO and self.pooling not in poolings:
-            out.append(f"{where}.pooling={self.pooling!r}: expected auto or one of "
+            out.append(f"pooling={self.pooling!r}: expected auto or one of "
                        f"{sorted(poolings)}" + (" (for kind hf-image)" if self.kind == "hf-image"
                                                 else ""))
         if self.normalize not in (True, False, AUTO):
-            out.append(f"{where}.normalize={self.normalize!r}: expected true, false or auto")
+            out.append(f"normalize={self.normalize!r}: expected true, false or auto")
         if self.max_length != AUTO and (not isinstance(self.max_length, int)
                                         or self.max_length < 1):
-            out.append(f"{where}.max_length={self.max_length!r}: expected a whole number >= 1, "
+            out.append(f"max_length={self.max_length!r}: expected a whole number >= 1, "
                        "or auto")
         return out

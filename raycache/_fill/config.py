@@ -37,11 +37,8 @@ class ViewsConfig:
     encoders: list[str] | None = None
     """Encoders that get views (their inputs augmented); all of them when left out."""
 
-    def problems(self, encoders: list[str]) -> list[str]:
+    def problems(self) -> list[str]:
         """Local checks (the augment steps are checked against AUGMENTS in fill.plan).
-
-        Args:
-            encoders: The names of the fill's encoders, which `encoders` must be among.
 
         Returns:
             One line per problem, naming the field, the value and what is expected; empty
@@ -49,20 +46,16 @@ class ViewsConfig:
 
         Example:
             ```python
-            raycache.ViewsConfig(count=0, augment=[]).problems(["minilm"])
+            raycache.ViewsConfig(count=0, augment=[]).problems()  # ["count=0: ...", ...]
             ```
         """
         out = []
         if self.count < 1:
-            out.append(f"views.count={self.count}: must be >= 1 (views per row), e.g. 4; "
+            out.append(f"count={self.count}: must be >= 1 (views per row), e.g. 4; "
                        "leave views out for a cache without views")
         if not self.augment:
-            out.append("views.augment: empty; list at least one step, e.g. "
+            out.append("augment: empty; list at least one step, e.g. "
                        "[{kind: word_dropout, p: 0.1}]")
-        for name in self.encoders or []:
-            if name not in encoders:
-                out.append(f"views.encoders: {name!r} is not an encoder of this fill; "
-                           f"expected some of {encoders}")
         return out
 
 
@@ -168,7 +161,7 @@ class FillConfig:
             problems = cfg.problems()  # [] for a config a fill can plan
             ```
         """
-        out = positive(self, "rows_per_shard") + self.pool.problems()
+        out = positive(self, "rows_per_shard")  # the nested configs' own: the loader walks
         if not 0 <= self.compact_below <= 1:
             out.append(f"compact_below={self.compact_below}: expected a share of a shard's "
                        "rows between 0 (never compact) and 1, e.g. 0.9")
@@ -185,17 +178,17 @@ class FillConfig:
                        "set pool.num_gpus: 0, or in_process: auto to encode on GPU actors")
         if not is_name(self.name):
             out.append(f"name={self.name!r}: use letters, digits, '-', '_' or '.'")
-        out += self.source.problems()
         if not self.encoders:
             out.append("encoders: empty; list at least one frozen encoder")
         names = [e.name for e in self.encoders]
-        if self.views is not None:
-            out += self.views.problems(names)
+        for name in self.views.encoders or [] if self.views is not None else []:
+            if name not in names:
+                out.append(f"views.encoders: {name!r} is not an encoder of this fill; "
+                           f"expected some of {names}")
         for dup in sorted({n for n in names if names.count(n) > 1}):
             out.append(f"encoders: name {dup!r} is used twice; each needs its own column")
-        for e in self.encoders:
-            where = f"encoders[{e.name}]"
-            out += e.problems()
+        for i, e in enumerate(self.encoders):
+            where = f"encoders[{i}]"
             if e.trainable and input_column(e.name) in (self.source.key, *self.source.labels,
                                                         *names):
                 out.append(f"{where}: its input column {input_column(e.name)!r} clashes with a "

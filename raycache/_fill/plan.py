@@ -31,8 +31,8 @@ MAX_LISTED = 10
 def problems(cfg: FillConfig) -> list[str]:
     """The checks of `cfg` that consult the encoder and augment registries."""
     out = []
-    for e in cfg.encoders:
-        where = f"encoders[{e.name}]"
+    for i, e in enumerate(cfg.encoders):
+        where = f"encoders[{i}]"
         if e.kind not in ENCODERS:
             out.append(f"{where}.kind={e.kind!r}: unknown; expected one of {sorted(ENCODERS)}")
         elif e.trainable and ENCODERS[e.kind].live is None:

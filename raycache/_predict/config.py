@@ -95,7 +95,6 @@ class PredictConfig:
         out = []
         if self.format not in (None, *FILE_FORMATS):
             out.append(f"format={self.format!r}: expected one of {FILE_FORMATS}")
-        out += self.pool.problems()
         if self.in_process not in (True, False, AUTO):
             out.append(f"in_process={self.in_process!r}: expected true, false or 'auto'")
         elif self.in_process is True and self.pool.num_gpus not in (0, AUTO):

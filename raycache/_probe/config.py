@@ -46,17 +46,17 @@ class LogregConfig:
 
         Example:
             ```python
-            raycache.LogregConfig(C=[]).problems()  # ["logreg.C=[]: expected a list ..."]
+            raycache.LogregConfig(C=[]).problems()  # ["C=[]: expected a list ..."]
             ```
         """
         out = []
         if not self.C or any(c <= 0 for c in self.C):
-            out.append(f"logreg.C={self.C}: expected a list of values > 0, e.g. "
+            out.append(f"C={self.C}: expected a list of values > 0, e.g. "
                        "[0.01, 0.1, 1, 10]")
         if self.max_iter < 1:
-            out.append(f"logreg.max_iter={self.max_iter}: must be >= 1, e.g. 500")
+            out.append(f"max_iter={self.max_iter}: must be >= 1, e.g. 500")
         if self.tol <= 0:
-            out.append(f"logreg.tol={self.tol}: must be > 0, e.g. 1e-6")
+            out.append(f"tol={self.tol}: must be > 0, e.g. 1e-6")
         return out
 
 
@@ -90,18 +90,18 @@ class KnnConfig:
 
         Example:
             ```python
-            raycache.KnnConfig(metric="l2").problems()  # ["knn.metric='l2': expected ..."]
+            raycache.KnnConfig(metric="l2").problems()  # ["metric='l2': expected ..."]
             ```
         """
         out = []
         if not self.k or any(k < 1 for k in self.k):
-            out.append(f"knn.k={self.k}: expected a list of whole numbers >= 1, e.g. [10, 20]")
+            out.append(f"k={self.k}: expected a list of whole numbers >= 1, e.g. [10, 20]")
         if self.metric not in ("cosine", "dot"):
-            out.append(f"knn.metric={self.metric!r}: expected 'cosine' or 'dot'")
+            out.append(f"metric={self.metric!r}: expected 'cosine' or 'dot'")
         if self.temperature <= 0:
-            out.append(f"knn.temperature={self.temperature}: must be > 0, e.g. 0.07")
+            out.append(f"temperature={self.temperature}: must be > 0, e.g. 0.07")
         if self.block_rows < 1:
-            out.append(f"knn.block_rows={self.block_rows}: must be >= 1, e.g. 8192")
+            out.append(f"block_rows={self.block_rows}: must be >= 1, e.g. 8192")
         return out
 
 
@@ -183,7 +183,7 @@ class ProbeConfig:
             raycache.ProbeConfig(caches=[]).problems()  # ["caches=[]: name at least one ..."]
             ```
         """
-        out = [p for group in (self.logreg, self.knn) for p in group.problems()]
+        out = []  # logreg's and knn's own: the loader walks them
         if not self.caches:
             out.append("caches=[]: name at least one committed cache, e.g. [docs]")
         if not 0.0 < self.val_fraction < 1.0:

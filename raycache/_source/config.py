@@ -70,18 +70,18 @@ class SourceConfig:
 
         Example:
             ```python
-            raycache.SourceConfig().problems()  # ["source: give exactly one of path ..."]
+            raycache.SourceConfig().problems()  # ["give exactly one of path ..."]
             ```
         """
         out = []
         if (self.path is None) == (self.data is None):
-            out.append("source: give exactly one of path (files) and data (a DataFrame, Arrow "
+            out.append("give exactly one of path (files) and data (a DataFrame, Arrow "
                        "table, Hugging Face or Ray dataset, from the SDK)")
         if self.format not in (None, *SOURCE_FORMATS):
-            out.append(f"source.format={self.format!r}: expected one of {SOURCE_FORMATS}")
+            out.append(f"format={self.format!r}: expected one of {SOURCE_FORMATS}")
         if self.format == "imagefolder" and self.data is not None:
-            out.append("source.format=imagefolder reads a folder: give it as source.path, not "
+            out.append("format=imagefolder reads a folder: give it as source.path, not "
                        "source.data")
         if self.duplicates not in DUPLICATES:
-            out.append(f"source.duplicates={self.duplicates!r}: expected one of {DUPLICATES}")
+            out.append(f"duplicates={self.duplicates!r}: expected one of {DUPLICATES}")
         return out

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from raycache._cache.committed import Cache, open_cache
 from raycache._cache.store import Store
-from raycache._core.config import load
+from raycache._core.config import load, walk_problems
 from raycache._encoders.config import EncoderConfig
 from raycache._errors import ConfigError
 from raycache._heads import HEADS
@@ -59,7 +59,7 @@ def problems(cfg: TrainConfig) -> list[str]:
 
 def config_problems(cfg: TrainConfig) -> list[str]:
     """Every problem of `cfg`: its local checks and those against the registries."""
-    return cfg.problems() + problems(cfg)
+    return walk_problems(cfg) + problems(cfg)
 
 
 def load_config(data: TrainConfig | dict[str, Any] | str | Path) -> TrainConfig:
