@@ -11,10 +11,10 @@ import torch
 from raycache.probe.config import KnnConfig, LogregConfig
 from raycache.probe.knn import fit as knn_fit
 from raycache.probe.knn import neighbours
-from raycache.probe.lbfgs import minimize
 from raycache.probe.logreg import fit as logreg_fit
 from raycache.probe.logreg import objective, solve
 from raycache.probe.metrics import confusion, per_class, scores
+from raycache.train.lbfgs import minimize
 
 pytestmark = pytest.mark.timeout(120)
 
