@@ -17,7 +17,7 @@ from raycache.core.config import (
 )
 from raycache.train.similarity_config import GroupsConfig, PairsConfig
 
-__all__ = ["FLAT", "GROUPS", "MONITOR_MODES", "PLACEMENTS", "TRAIN_PRECISIONS",
+__all__ = ["FLAT", "GROUPS", "MONITOR_MODES", "PLACEMENTS", "SOLVERS", "TRAIN_PRECISIONS",
            "CheckpointConfig", "EvalConfig", "GroupsConfig", "LoopConfig", "LossConfig",
            "OptimConfig", "PairsConfig", "ResourcesConfig", "ScheduleConfig", "TrainConfig",
            "regroup", "sweepable"]
@@ -25,6 +25,7 @@ __all__ = ["FLAT", "GROUPS", "MONITOR_MODES", "PLACEMENTS", "TRAIN_PRECISIONS",
 PLACEMENTS = ("auto", "stream", "cpu", "gpu")
 TRAIN_PRECISIONS = ("float32", "bfloat16", "float16")
 MONITOR_MODES = ("auto", "min", "max")
+SOLVERS = ("auto", "gradient", "lbfgs")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,11 @@ class OptimConfig:
     precision: str = "float32"
     """float32, bfloat16 (autocast on CPU and GPU) or float16 (autocast and a grad scaler; GPU
     only): the same names as an encoder's precision."""
+    solver: str = AUTO
+    """How the head learns: gradient (epochs of `optimizer` steps on batches), lbfgs (a linear
+    classifier only: its logistic regression solved full batch, the L2 strength chosen on the
+    validation rows), or auto: lbfgs where that is possible (one process, the rows in memory,
+    no views or sweep) and no setting of the gradient path is given (raycache.train.defaults)."""
 
     def problems(self) -> list[str]:
         out = positive(self, "grad_accum")
@@ -59,6 +65,8 @@ class OptimConfig:
         if self.encoder_lr is not None and self.encoder_lr <= 0:
             out.append(f"encoder_lr={self.encoder_lr}: must be > 0, e.g. 2e-5, or left out "
                        "to use lr")
+        if self.solver not in SOLVERS:
+            out.append(f"solver={self.solver!r}: expected one of {SOLVERS}")
         if self.precision not in TRAIN_PRECISIONS:
             out.append(f"precision={self.precision!r}: expected one of {TRAIN_PRECISIONS}")
         for name in ("grad_clip", "weight_decay"):

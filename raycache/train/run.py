@@ -152,6 +152,11 @@ class TrainResult:
             epochs += f" (resumed from epoch {self.first_epoch})"
         if self.first_epoch < done < total:
             epochs += ", stopped early"
+        solved = self.history[-1] if self.history else {}
+        if solved.get("solver") == "lbfgs" and not self.first_epoch:
+            epochs = (f"solved by L-BFGS (full batch, {solved['train_rows']:,} rows; L2 "
+                      f"C={solved['l2_C']:g} chosen on the validation rows, "
+                      f"{solved['lbfgs_iterations']} iterations)")
         return (f"train {what} on {where}: {epochs}, {workers}, {self.seconds:.1f} s; "
                 f"{self._outcome()}; run {s.run_name}, checkpoint {self.checkpoint}")
 
@@ -168,6 +173,10 @@ class TrainResult:
             return (f"selected member #{best.get('member')} "
                     f"{settings_text(best.get('settings', {}))}: {key} {shown} at epoch {epoch}"
                     + gone)
+        if self.history and self.history[-1].get("solver") == "lbfgs":
+            return (f"val_loss {number(self.metrics.get('val_loss'))}, val_acc "
+                    f"{number(self.metrics.get('val_acc'))} (the checkpoint holds the solved "
+                    "head, epoch 1)")
         held = (f"the checkpoint holds epoch {self.weights_epoch}'s weights" +
                 (", the last" if self.weights == "last" else ""))
         last = ", ".join(f"{k} {number(self.metrics[k])}" for k in ("val_loss", "val_acc")
@@ -263,7 +272,8 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     quiet_ray_train()
     _quiet_reports()  # local mode reports in this process
     cache, spec = prepare(cfg, checked, None if landing is None else
-                          len(landing.column(checked[0].manifest.key_column)))
+                          len(landing.column(checked[0].manifest.key_column)),
+                          first_pass=landing is not None)
     if spec.num_workers:  # local mode runs in this process: no Ray cluster to start or join
         from raycache.compute.cluster import check_store_for_cluster
 
