@@ -121,7 +121,7 @@ def gradient_settings(cfg: TrainConfig) -> list[str]:
 def blockers(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int, placement: str,
              views: int, first_pass: bool) -> list[str]:
     """Why this run cannot be solved by L-BFGS (empty: it can)."""
-    from raycache.train.solved import GRID
+    from raycache.train.logreg import GRID
 
     out = []
     if (cfg.objective, head.head) != ("classification", "linear"):

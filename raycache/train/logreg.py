@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["objective", "solve"]
+__all__ = ["GRID", "MAX_ITER", "TOL", "objective", "solve"]
+
+GRID = (0.1, 1.0, 10.0)
+"""A linear head's inverse L2 strengths (scikit-learn's C) on its standardised features,
+solved at once; its validation rows choose one (raycache.train.solved)."""
+MAX_ITER = 100
+TOL = 1e-4
+"""L-BFGS's iteration cap and gradient tolerance: scikit-learn's LogisticRegression defaults."""
 
 
 def objective(x: Any, y: Any, classes: int, cs: list[float], weights: Any = None) -> Any:

@@ -12,18 +12,10 @@ from typing import Any
 import torch
 
 from raycache.train.epoch import SLOTS, TRAIN_HIT, TRAIN_LOSS, TRAIN_N, epoch_metrics, evaluate
-from raycache.train.logreg import solve
+from raycache.train.logreg import GRID, MAX_ITER, TOL, solve
 from raycache.train.team import Team
 
-__all__ = ["GRID", "MAX_ITER", "TOL", "solve_head"]
-
-GRID = (0.1, 1.0, 10.0)
-"""Inverse L2 strengths (scikit-learn's C) on standardised features, solved at once; the
-validation rows choose one."""
-MAX_ITER = 100
-TOL = 1e-4
-"""L-BFGS's iteration cap and gradient tolerance: scikit-learn's LogisticRegression defaults."""
-
+__all__ = ["choose", "fit_pass", "place", "solve_head"]
 
 def solve_head(team: Team, train: Any, val: Any) -> tuple[list[list[float]], list[dict], float]:
     """Solve the team's one linear head on `train`, choose its L2 strength on `val`, and leave
