@@ -18,6 +18,7 @@ measured in the same run, so the ratio is honest on a shared machine. A default 
 classifier is solved by L-BFGS (optim.solver: auto); the other heads train by epochs.
 
     python bench/defaults.py [--store DIR] [--sets docs modules ...] [--heads linear mlp groups]
+                             [--repeat N]
 """
 
 from __future__ import annotations
@@ -185,6 +186,8 @@ def main() -> None:
     p.add_argument("--store", default=".raycache/bench-defaults")
     p.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
     p.add_argument("--heads", nargs="+", default=["linear", "mlp", "groups"])
+    p.add_argument("--repeat", type=int, default=1,
+                   help="runs of each (default, former) pair; walls are their medians")
     p.add_argument("--fill-only", action="store_true")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -209,8 +212,13 @@ def main() -> None:
         reference = None
         train(base, args.heads[0], {"loop": {"epochs": 1}})  # warm: imports, first calls
         for head in args.heads:
-            run, wall = train(base, head)
-            old, former = train(base, head, FORMER)
+            walls, formers = [], []
+            for _ in range(args.repeat):  # alternating, so both meet the same load
+                run, wall = train(base, head)
+                old, former = train(base, head, FORMER)
+                walls.append(wall)
+                formers.append(former)
+            wall, former = float(np.median(walls)), float(np.median(formers))
             if reference is None:
                 x, y, val = features(run, filled.cache)
                 reference = logreg(x, y, val)
