@@ -22,10 +22,10 @@ import torch
 from plain import docs, parser, step
 
 import raycache
-from raycache.demo import MODEL
-from raycache.encoders import ENCODERS
-from raycache.encoders.config import EncoderConfig
-from raycache.heads.specs import HEADS
+from raycache._demo import MODEL
+from raycache._encoders import ENCODERS
+from raycache._encoders.config import EncoderConfig
+from raycache._heads.specs import HEADS
 
 
 def head_epochs(batches, epochs: int, num_classes: int, encode=None) -> float:

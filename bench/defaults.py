@@ -57,13 +57,13 @@ def text_set(name: str, table: pa.Table, data: Path) -> dict:
 
 
 def docs(data: Path) -> dict:
-    from raycache.source.demo_data import stdlib_docs
+    from raycache._source.demo_data import stdlib_docs
 
     return text_set("docs", stdlib_docs(150), data)
 
 
 def modules(data: Path, per_class: int = 150, least: int = 40) -> dict:
-    from raycache.source.demo_data import _first_paragraphs
+    from raycache._source.demo_data import _first_paragraphs
 
     ids, texts, labels, seen = [], [], [], set()
     for module in MODULES:
@@ -163,7 +163,7 @@ def retrieval(x: np.ndarray, y: np.ndarray, val: np.ndarray) -> float:
     """The raw encoder's precision@1 over the validation rows (the groups objective's val_acc)."""
     import torch
 
-    from raycache.train.objectives.retrieval import retrieval_metrics
+    from raycache._train.objectives.retrieval import retrieval_metrics
 
     found = retrieval_metrics(torch.from_numpy(x[val]), torch.from_numpy(y[val]), "cosine", (1,))
     return found["precision_at_1"]

@@ -53,7 +53,7 @@ def raw_loop(texts: list[str], device: str, threads: int, batch: int,
     """Seconds for the plain loop: sort by token length, tokenise each batch, forward, pool."""
     from transformers import AutoModel, AutoTokenizer
 
-    from raycache.encoders.hf_text import resolve
+    from raycache._encoders.hf_text import resolve
 
     torch.set_num_threads(threads)
     folder = resolve(MODEL, "minilm")
@@ -144,8 +144,8 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import ray
 
-    from raycache.compute.cluster import connect
-    from raycache.source.demo_data import stdlib_docs
+    from raycache._compute.cluster import connect
+    from raycache._source.demo_data import stdlib_docs
 
     start = time.perf_counter()
     connect(progress=False)

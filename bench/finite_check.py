@@ -1,4 +1,4 @@
-"""Benchmark: what the non-finite check (raycache.fill.finite.bad_rows) costs a fill, against
+"""Benchmark: what the non-finite check (raycache._fill.finite.bad_rows) costs a fill, against
 writing the same block as shards (the write stage's Parquet encoding of packed vectors, in
 memory), per storage dtype. The two take turns in every repeat, so a machine's changing load
 hits them alike.
@@ -15,10 +15,10 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from raycache.cache.vectors import pack
-from raycache.fill.finite import bad_rows, stored
-from raycache.fill.shards import _parquet
-from raycache.fill.stages import _embedding_column
+from raycache._cache.vectors import pack
+from raycache._fill.finite import bad_rows, stored
+from raycache._fill.shards import _parquet
+from raycache._fill.stages import _embedding_column
 
 
 def main() -> None:

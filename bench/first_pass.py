@@ -23,9 +23,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from raycache.demo import MODEL
-from raycache.pipeline import pipeline
-from raycache.source.demo_data import stdlib_docs
+from raycache._demo import MODEL
+from raycache._pipeline import pipeline
+from raycache._source.demo_data import stdlib_docs
 
 THREADS = 2
 

@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import torch
 
 import raycache
-from raycache.encoders import ENCODERS
-from raycache.encoders.batching import Batching
-from raycache.encoders.config import EncoderConfig
+from raycache._encoders import ENCODERS
+from raycache._encoders.batching import Batching
+from raycache._encoders.config import EncoderConfig
 
 WORDS = ["return", "the", "cosine", "of", "x", "open", "a", "socket", "to", "host", "copy",
          "file", "with", "its", "metadata", "sleep", "for", "while", "join", "worker", "threads",

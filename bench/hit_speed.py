@@ -28,9 +28,9 @@ import pyarrow.parquet as pq
 import torch
 
 import raycache
-from raycache.cache.store import Store
-from raycache.train.plan import check
-from raycache.train.plan import load_config as load_train
+from raycache._cache.store import Store
+from raycache._train.plan import check
+from raycache._train.plan import load_config as load_train
 
 DIM = 8
 

@@ -24,11 +24,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import raycache
-from raycache.demo import MODEL
-from raycache.source.demo_data import stdlib_docs
-from raycache.train.data.shares import expected, load_share, pieces, read_piece
-from raycache.train.plan import load_config as load_train
-from raycache.train.plan import prepare
+from raycache._demo import MODEL
+from raycache._source.demo_data import stdlib_docs
+from raycache._train.data.share_reads import expected, load_share, pieces, read_piece
+from raycache._train.plan import load_config as load_train
+from raycache._train.plan import prepare
 
 
 def interleaved(variants: dict, repeats: int) -> dict[str, float]:

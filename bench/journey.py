@@ -107,7 +107,7 @@ import json, sys, time
 import numpy as np, pyarrow as pa, pyarrow.parquet as pq, torch
 from fill_speed import MODEL, short_texts
 import raycache
-from raycache.encoders.hf_text import resolve
+from raycache._encoders.hf_text import resolve
 from sentence_transformers import SentenceTransformer
 n, tmp = int(sys.argv[1]), sys.argv[2]
 texts = short_texts(n)
@@ -233,7 +233,7 @@ print(json.dumps({"whole": total, "import raycache": imported,
         - cum("data_parallel_trainer.py", "fit") - cum("train/plan.py", "prepare"),
     "Ray Train local mode around the loop": cum("data_parallel_trainer.py", "fit")
         - cum("train/run.py", "_train_loop"),
-    "load and check the share": cum("train/assemble.py", "holders"),
+    "load and check the share": cum("train/assemble.py", "data_sources"),
     "build head, optimizer (imports torch._dynamo)": cum("train/assemble.py", "build_team"),
     "10 epochs: training steps": cum("train/epoch.py", "train_epoch"),
     "10 epochs: validation": cum("train/epoch.py", "evaluate"),

@@ -8,7 +8,7 @@ import argparse
 import pyarrow as pa
 import torch
 
-from raycache.source.demo_data import stdlib_docs
+from raycache._source.demo_data import stdlib_docs
 
 
 def step(opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:

@@ -44,7 +44,7 @@ def cheap_rows(rows: int, classes: int) -> dict[str, np.ndarray]:
     import torch
     from cheap_encoder import IN, projection
 
-    from raycache.train.data.split import validation_mask
+    from raycache._train.data.split import validation_mask
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, classes, rows)
@@ -59,9 +59,9 @@ def cheap_rows(rows: int, classes: int) -> dict[str, np.ndarray]:
 def minilm_rows(store: str) -> dict[str, np.ndarray]:
     """The demo data through the shipped MiniLM (a fill, or a hit), read as a probe reads."""
     import raycache
-    from raycache.cache.store import Store
-    from raycache.probe.load import read
-    from raycache.probe.plan import load_config, targets
+    from raycache._cache.store import Store
+    from raycache._probe.load import read
+    from raycache._probe.plan import load_config, targets
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     docs = raycache.stdlib_docs(per_topic=150).to_pandas()
@@ -80,7 +80,7 @@ def minilm_rows(store: str) -> dict[str, np.ndarray]:
 def worker_torch(d: dict[str, np.ndarray]) -> dict:
     import torch
 
-    from raycache.probe.logreg import solve
+    from raycache._probe.logreg import solve
 
     x, y = torch.from_numpy(d["x"]), torch.from_numpy(d["y"])
     k = int(max(d["y"].max(), d["yv"].max()) + 1)
@@ -141,9 +141,9 @@ def logreg(name: str, d: dict[str, np.ndarray], folder: str) -> None:
 def knn(name: str, d: dict[str, np.ndarray], brute_queries: int) -> None:
     import torch
 
-    from raycache.core.threads import sized
-    from raycache.probe.config import KnnConfig
-    from raycache.probe.knn import QUERY_ROWS, _prepared, fit
+    from raycache._core.threads import sized
+    from raycache._probe.config import KnnConfig
+    from raycache._probe.knn import QUERY_ROWS, _prepared, fit
 
     class Spec:
         num_classes = int(max(d["y"].max(), d["yv"].max()) + 1)
@@ -207,7 +207,7 @@ def sweep(folder: str, rows: int, epochs: int) -> None:
     from sweep_speed import source
 
     import raycache
-    from raycache.train.sweep import members
+    from raycache._train.sweep import members
 
     root = Path(folder)
     (root / "src").mkdir()

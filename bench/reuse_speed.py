@@ -62,7 +62,7 @@ def main() -> None:
 
     from integrity_cost import copies  # marked copies: every row a distinct input
 
-    from raycache.source.demo_data import stdlib_docs
+    from raycache._source.demo_data import stdlib_docs
 
     table = copies(stdlib_docs(per_topic=1000), args.copies)
     table = table.slice(0, args.rows or table.num_rows)

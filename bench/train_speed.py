@@ -29,10 +29,10 @@ import pyarrow.parquet as pq
 import torch
 
 import raycache
-from raycache.demo import MODEL
-from raycache.encoders import ENCODERS
-from raycache.encoders.config import EncoderConfig
-from raycache.source.demo_data import stdlib_docs
+from raycache._demo import MODEL
+from raycache._encoders import ENCODERS
+from raycache._encoders.config import EncoderConfig
+from raycache._source.demo_data import stdlib_docs
 
 BATCH, LR, THREADS = 64, 0.01, 2
 

@@ -24,11 +24,11 @@ import torch
 from plain import docs, parser, step
 
 import raycache
-from raycache.demo import MODEL
-from raycache.encoders import ENCODERS
-from raycache.encoders.config import EncoderConfig
-from raycache.fill.augment import apply
-from raycache.heads.specs import HEADS
+from raycache._demo import MODEL
+from raycache._encoders import ENCODERS
+from raycache._encoders.config import EncoderConfig
+from raycache._fill.augment import apply
+from raycache._heads.specs import HEADS
 
 AUGMENT = [{"kind": "word_dropout", "p": 0.1}, {"kind": "word_swap", "swaps": 1},
            {"kind": "crop", "max_words": 64}]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # raycache from the working_dir
 
-from raycache.cli import main  # noqa: E402
+from raycache._cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(["train", *sys.argv[1:]]))

@@ -22,12 +22,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from raycache.cache.committed import Cache, ls, open_cache
-from raycache.cache.config import StoreConfig
-from raycache.cache.manifest import Manifest
-from raycache.core.notebook import quiet_widget_notices
-from raycache.encoders.config import EncoderConfig
-from raycache.errors import (
+from raycache._cache.committed import Cache, ls, open_cache
+from raycache._cache.config import StoreConfig
+from raycache._cache.manifest import Manifest
+from raycache._core.notebook import quiet_widget_notices
+from raycache._encoders.config import EncoderConfig
+from raycache._errors import (
     CacheNotFound,
     ConfigError,
     CorruptCache,
@@ -40,24 +40,24 @@ from raycache.errors import (
     SourceError,
     StoreError,
 )
-from raycache.fill.config import FillConfig
-from raycache.fill.run import FillResult, fill
-from raycache.heads.specs import HeadSpec
-from raycache.predict.config import PredictConfig
-from raycache.predict.run import PredictResult, predict_file
-from raycache.probe.config import ProbeConfig
-from raycache.probe.result import ProbeResult
-from raycache.probe.run import probe
-from raycache.source.config import SourceConfig
-from raycache.train.config import TrainConfig
-from raycache.train.run import TrainResult, train
-from raycache.train.runs import RunInfo, list_runs
-from raycache.train.runspec import RunSpec
-from raycache.upkeep.compact import compact
-from raycache.upkeep.du import Usage, du
-from raycache.upkeep.gc import GcResult, gc
-from raycache.upkeep.repair import repair
-from raycache.upkeep.verify import Report, verify
+from raycache._fill.config import FillConfig
+from raycache._fill.run import FillResult, fill
+from raycache._heads.specs import HeadSpec
+from raycache._predict.config import PredictConfig
+from raycache._predict.run import PredictResult, predict_file
+from raycache._probe.config import ProbeConfig
+from raycache._probe.result import ProbeResult
+from raycache._probe.run import probe
+from raycache._source.config import SourceConfig
+from raycache._train.config import TrainConfig
+from raycache._train.run import TrainResult, train
+from raycache._train.runs import RunInfo, list_runs
+from raycache._train.runspec import RunSpec
+from raycache._upkeep.compact import compact
+from raycache._upkeep.du import Usage, du
+from raycache._upkeep.gc import GcResult, gc
+from raycache._upkeep.repair import repair
+from raycache._upkeep.verify import Report, verify
 
 quiet_widget_notices()  # before anything imports Ray or tqdm.auto
 
@@ -111,9 +111,9 @@ __all__ = [
 ]
 
 
-_LAZY = {"Head": "raycache.heads.loaded", "load_head": "raycache.heads.loaded",
-         "retrieval_metrics": "raycache.train.objectives.retrieval",
-         "stdlib_docs": "raycache.source.demo_data"}
+_LAZY = {"Head": "raycache._heads.loaded", "load_head": "raycache._heads.loaded",
+         "retrieval_metrics": "raycache._train.objectives.retrieval",
+         "stdlib_docs": "raycache._source.demo_data"}
 """Names whose modules import torch: loaded on first use."""
 
 
@@ -126,6 +126,6 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from raycache.heads.loaded import Head, load_head
-    from raycache.source.demo_data import stdlib_docs
-    from raycache.train.objectives.retrieval import retrieval_metrics
+    from raycache._heads.loaded import Head, load_head
+    from raycache._source.demo_data import stdlib_docs
+    from raycache._train.objectives.retrieval import retrieval_metrics

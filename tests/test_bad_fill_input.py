@@ -12,7 +12,7 @@ import pytest
 from toy_encoders import WORDS, tiny_text_model
 
 import raycache
-from raycache.errors import ConfigError, SourceError, StoreUnavailable
+from raycache._errors import ConfigError, SourceError, StoreUnavailable
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -119,7 +119,7 @@ def test_null_keys_are_counted_and_named(tmp_path):
 @pytest.mark.ray
 def test_null_keys_are_counted_and_named_by_the_cluster_key_scan(ray_session, tmp_path,
                                                                 monkeypatch):
-    from raycache.fill import keys
+    from raycache._fill import keys
 
     monkeypatch.setattr(keys, "DRIVER_ROWS", 0)  # the large fill's group-by on Ray Data
     cfg = toy_fill(null_keyed(tmp_path), str(tmp_path / "store"), in_process=False,

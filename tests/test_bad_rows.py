@@ -10,9 +10,9 @@ import pytest
 import toy_encoders
 
 import raycache
-from raycache.cli import main
-from raycache.errors import ConfigError, EncoderError
-from raycache.upkeep.verify import verify
+from raycache._cli import main
+from raycache._errors import ConfigError, EncoderError
+from raycache._upkeep.verify import verify
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -153,7 +153,7 @@ def test_the_gpu_shaped_fill_skips_the_same_rows(tmp_path, source):
     import subprocess
     import sys
 
-    from raycache.compute.pool import GPU_ON_CPU
+    from raycache._compute.pool import GPU_ON_CPU
 
     keys = poisoned(source)
     cfg = nan_fill(str(source), str(tmp_path / "gpu"), in_process="auto", num_gpus=1,
@@ -174,7 +174,7 @@ def test_non_finite_embeddings_an_older_cache_holds_are_not_reused(tmp_path, sou
                                                                    monkeypatch):
     """Reuse by content takes embeddings from other caches of the store: ones that an older
     raycache committed with NaN are caught as they are taken, and named as reused."""
-    from raycache.fill import stages
+    from raycache._fill import stages
 
     store = str(tmp_path / "store")
     with monkeypatch.context() as m:
@@ -189,7 +189,7 @@ def test_non_finite_embeddings_an_older_cache_holds_are_not_reused(tmp_path, sou
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_bad_rows_finds_exactly_the_rows_with_nan_or_inf(dtype):
-    from raycache.fill.finite import bad_rows
+    from raycache._fill.finite import bad_rows
 
     rng = np.random.default_rng(0)
     emb = rng.normal(size=(50, 12)).astype(dtype)

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.errors import (
+from raycache._errors import (
     ConfigError,
     CorruptShard,
     DivergedError,
@@ -21,8 +21,8 @@ from raycache.errors import (
     RaycacheError,
     SourceError,
 )
-from raycache.train.plan import load_config
-from raycache.train.runs import list_runs
+from raycache._train.plan import load_config
+from raycache._train.runs import list_runs
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -114,9 +114,9 @@ def test_a_source_of_no_rows_commits_no_cache(tmp_path):
 
 def test_a_cache_of_no_rows_is_refused_before_training(tmp_path):
     """An empty cache as earlier versions committed it (trained, it raised KeyError)."""
-    from raycache.fill.commit import commit
-    from raycache.fill.plan import load_config as load_fill
-    from raycache.fill.plan import plan
+    from raycache._fill.commit import commit
+    from raycache._fill.plan import load_config as load_fill
+    from raycache._fill.plan import plan
 
     (tmp_path / "empty").mkdir()
     pq.write_table(separable(n=10).slice(0, 0), tmp_path / "empty" / "a.parquet")
@@ -189,7 +189,7 @@ def test_nan_embeddings_stop_the_run_at_the_batch_that_holds_them(tmp_path, monk
     cfg = toy_fill(str(tmp_path / "source"), str(tmp_path / "store"), in_process=True)
     with pytest.raises(EncoderError, match="gave non-finite outputs"):
         raycache.fill(cfg)
-    from raycache.fill import stages
+    from raycache._fill import stages
 
     monkeypatch.setattr(stages, "bad_rows", lambda emb: None)  # as an older raycache did
     raycache.fill(cfg)
@@ -218,7 +218,7 @@ def test_the_failure_policy_raises_deterministic_errors_and_retries_the_rest():
     from ray.train.v2._internal.execution.failure_handling import FailureDecision
     from ray.train.v2.api.exceptions import WorkerGroupError
 
-    from raycache.train.failures import FailFast
+    from raycache._train.failures import FailFast
 
     policy = FailFast(FailureConfig(max_failures=3))
     corrupt = WorkerGroupError("rank 1", {0: RuntimeError("peer"), 1: CorruptShard("bad")})

@@ -6,9 +6,9 @@ import pyarrow as pa
 import pytest
 import torch
 
-from raycache.encoders import ENCODERS
-from raycache.encoders.batching import Batching, by_length, encode_sorted, pad_ids
-from raycache.encoders.config import EncoderConfig
+from raycache._encoders import ENCODERS
+from raycache._encoders.batching import Batching, by_length, encode_sorted, pad_ids
+from raycache._encoders.config import EncoderConfig
 
 
 @pytest.mark.parametrize(("max_rows", "budget"), [(4, 64), (64, 100), (1, 1), (1000, 10_000)])

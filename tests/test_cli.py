@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from raycache.cli import main
+from raycache._cli import main
 from tests.conftest import toy_fill
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]

@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.cache.store import Store
-from raycache.fill.plan import load_config as load_fill
+from raycache._cache.store import Store
+from raycache._fill.plan import load_config as load_fill
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(180)
@@ -81,7 +81,7 @@ def test_exclusive_write_never_replaces_what_is_there(tmp_path):
 def test_a_commit_leaves_another_fills_temporary_shard_list_alone(tmp_path):
     """The committing fill clears old shard lists, but never another fill's half-written one
     (a `.tmp-` file that fill is about to rename: removing it broke that fill)."""
-    from raycache.fill.plan import plan
+    from raycache._fill.plan import plan
 
     (tmp_path / "src").mkdir()
     pq.write_table(separable(n=200), tmp_path / "src" / "a.parquet")

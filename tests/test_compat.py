@@ -18,10 +18,10 @@ import torch
 import toy_encoders
 
 import raycache
-from raycache.cache.committed import open_cache
-from raycache.cache.records import RowRange, ShardRecord
-from raycache.cache.vectors import pack
-from raycache.heads.loaded import load_head
+from raycache._cache.committed import open_cache
+from raycache._cache.records import RowRange, ShardRecord
+from raycache._cache.vectors import pack
+from raycache._heads.loaded import load_head
 from tests.conftest import separable, toy_fill
 
 ROWS, PER_SHARD, DIM = 300, 100, 16
@@ -31,9 +31,9 @@ ENCODER = {"name": "proj", "kind": "torch", "input": "features",
 
 
 def weights_digest() -> str:
-    from raycache.encoders import ENCODERS
-    from raycache.encoders.batching import Batching
-    from raycache.encoders.config import EncoderConfig
+    from raycache._encoders import ENCODERS
+    from raycache._encoders.batching import Batching
+    from raycache._encoders.config import EncoderConfig
 
     return ENCODERS["torch"].load(EncoderConfig(**ENCODER), "cpu", Batching()).weights_digest()
 
@@ -128,7 +128,7 @@ def test_old_manifests_open_and_read(old, version):
     np.testing.assert_allclose(np.stack(df["proj"].to_numpy()), emb, rtol=1e-6)
     assert m.encoder("proj").dim == DIM
     if version > 1:  # the older EncoderConfig, flat, fills in today's defaults
-        from raycache.encoders.config import EncoderConfig
+        from raycache._encoders.config import EncoderConfig
 
         cfg = EncoderConfig(**m.extra["encoder_configs"]["proj"])
         assert cfg.precision == "float32" and not cfg.trainable

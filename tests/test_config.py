@@ -2,9 +2,9 @@
 
 import pytest
 
-from raycache.errors import ConfigError
-from raycache.fill.plan import load_config as load_fill
-from raycache.train.plan import load_config as load_train
+from raycache._errors import ConfigError
+from raycache._fill.plan import load_config as load_fill
+from raycache._train.plan import load_config as load_train
 
 
 def fill_dict(**over):
@@ -67,7 +67,7 @@ def test_missing_yaml_file(tmp_path):
 
 
 def test_store_defaults_to_raycache_store_env(monkeypatch):
-    from raycache.cache.config import StoreConfig
+    from raycache._cache.config import StoreConfig
 
     monkeypatch.setenv("RAYCACHE_STORE", "s3://team-bucket/caches")
     assert load_fill(fill_dict()).store.uri == "s3://team-bucket/caches"

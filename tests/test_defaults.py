@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import raycache
-from raycache.core.config import load
-from raycache.errors import ConfigError
-from raycache.train.config import TrainConfig
-from raycache.train.runspec import Recipe
+from raycache._core.config import load
+from raycache._errors import ConfigError
+from raycache._train.config import TrainConfig
+from raycache._train.runspec import Recipe
 from tests.conftest import killed_after_epoch, toy_fill
 
 pytestmark = [pytest.mark.timeout(600)]
@@ -102,8 +102,8 @@ def test_a_solved_head_is_served_loaded_and_returned_as_any_head(store):
 
 
 def test_the_solver_is_chosen_from_the_run_and_the_settings_given():
-    from raycache.heads.specs import HeadSpec
-    from raycache.train.defaults import gradient_settings, resolve_solver
+    from raycache._heads.specs import HeadSpec
+    from raycache._train.defaults import gradient_settings, resolve_solver
 
     head = HeadSpec(head="linear", in_dim=8, num_classes=6, hidden=(), dropout=0.0,
                     encoders=("e",), label="label", cache="c", fingerprint="f" * 24)
@@ -193,9 +193,9 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(store):
 
 
 def test_auto_settings_resolve_per_head_and_sweeps_take_them_as_their_base():
-    from raycache.heads.specs import HeadSpec
-    from raycache.train.defaults import LINEAR_LR, LINEAR_STEP
-    from raycache.train.plan import sweep_members
+    from raycache._heads.specs import HeadSpec
+    from raycache._train.defaults import LINEAR_LR, LINEAR_STEP
+    from raycache._train.plan import sweep_members
 
     def recipe(rows=None, l1=None, **over):
         return Recipe.from_config(load(TrainConfig, {"cache": "c", **over}), rows, 0, l1)

@@ -5,9 +5,9 @@ import pyarrow as pa
 import pytest
 import torch
 
-from raycache.encoders import ENCODERS
-from raycache.encoders.config import EncoderConfig
-from raycache.errors import EncoderError
+from raycache._encoders import ENCODERS
+from raycache._encoders.config import EncoderConfig
+from raycache._errors import EncoderError
 
 SENTENCES = [
     "Return the cosine of x (measured in radians).",
@@ -107,7 +107,7 @@ def test_light_tokenizer_gives_transformers_token_ids(minilm_dir, max_length, lo
 
 
 def test_torch_rows_read_list_columns_whole_and_refuse_ragged_ones():
-    from raycache.encoders.torch_module import rows
+    from raycache._encoders.torch_module import rows
 
     cfg = EncoderConfig(name="proj", kind="torch", input="features")
     x = np.arange(60, dtype=np.float32).reshape(15, 4)

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.errors import ConfigError, EncoderError, SourceError
+from raycache._errors import ConfigError, EncoderError, SourceError
 from tests.conftest import separable, toy_fill
 
 
@@ -59,7 +59,7 @@ def test_factory_that_does_not_import(source, tmp_path):
 
 def test_trainable_encoder_of_a_family_that_cannot_train_is_refused(source, tmp_path,
                                                                       monkeypatch):
-    from raycache.encoders import ENCODERS
+    from raycache._encoders import ENCODERS
 
     monkeypatch.setitem(ENCODERS, "torch", ENCODERS["torch"]._replace(live=None))
     cfg = toy_fill(str(source), str(tmp_path / "store"))

@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.compute.pool import nodes, size_pool
-from raycache.errors import RaycacheError
-from raycache.fill.plan import load_config as load_fill
-from raycache.fill.plan import plan
-from raycache.fill.run import build_pipeline
-from raycache.source import files as sources
+from raycache._compute.pool import nodes, size_pool
+from raycache._errors import RaycacheError
+from raycache._fill.plan import load_config as load_fill
+from raycache._fill.plan import plan
+from raycache._fill.run import build_pipeline
+from raycache._source import files as sources
 from tests.conftest import separable, toy_fill
 from tests.faults import Driver, kill_matching, wait_for, when
 
@@ -115,7 +115,7 @@ def test_s3_server_stopped_mid_fill_fails_clearly_and_resumes(ray_session, sourc
 
     import s3fs
 
-    from raycache.errors import StoreError
+    from raycache._errors import StoreError
     from tests.conftest import free_port
 
     port = free_port()

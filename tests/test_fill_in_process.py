@@ -9,12 +9,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.compute.pool import size_pool
-from raycache.errors import ConfigError
-from raycache.fill.plan import load_config as load_fill
-from raycache.fill.plan import plan
-from raycache.fill.run import run_in_process
-from raycache.source import files as sources
+from raycache._compute.pool import size_pool
+from raycache._errors import ConfigError
+from raycache._fill.plan import load_config as load_fill
+from raycache._fill.plan import plan
+from raycache._fill.run import run_in_process
+from raycache._source import files as sources
 from tests.conftest import fill_in_fresh_process, separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

@@ -9,13 +9,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.compute.pool import Pool
-from raycache.encoders.batching import Batching
-from raycache.errors import ConfigError, EncoderError
-from raycache.fill.plan import load_config as load_fill
-from raycache.fill.plan import plan
-from raycache.fill.run import build_pipeline
-from raycache.source import files as sources
+from raycache._compute.pool import Pool
+from raycache._encoders.batching import Batching
+from raycache._errors import ConfigError, EncoderError
+from raycache._fill.plan import load_config as load_fill
+from raycache._fill.plan import plan
+from raycache._fill.run import build_pipeline
+from raycache._source import files as sources
 from tests.conftest import toy_fill
 
 
@@ -126,7 +126,7 @@ def test_a_cache_as_a_ray_dataset_has_its_embeddings_as_lists(ray_session, separ
 def test_a_block_out_of_source_order_is_sorted_and_cut_into_row_ranges():
     import importlib
 
-    shards = importlib.import_module("raycache.fill.shards")  # raycache.fill is also a function
+    shards = importlib.import_module("raycache._fill.shards")  # raycache.fill is also a function
     table = pa.table({"__block": ["b", "a", "a", "a", "b"], "__row": [0, 3, 0, 1, 1],
                       "__source": ["y", "x", "x", "x", "y"], "__source_rows": [2, 9, 9, 9, 2]})
     assert not shards._in_order(table)

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.errors import SourceError
-from raycache.fill.plan import load_config, plan
-from raycache.upkeep.verify import verify
+from raycache._errors import SourceError
+from raycache._fill.plan import load_config, plan
+from raycache._upkeep.verify import verify
 from tests.conftest import ROOT, TESTS, separable, toy_fill
 from tests.faults import Driver
 
@@ -41,7 +41,7 @@ def features_of(cache) -> dict[str, list[float]]:
 def test_a_file_replaced_after_it_was_read_fails_the_commit(separable_source, tmp_path):
     cfg = toy_fill(str(separable_source), str(tmp_path / "store"), in_process=True)
     before = plan(load_config(cfg)).fingerprint
-    run = sys.modules["raycache.fill.run"]
+    run = sys.modules["raycache._fill.run"]
     original = run.check_complete
 
     def then_replaced(*args, **kwargs):  # every row read and encoded, then a.parquet replaced
@@ -66,7 +66,7 @@ def test_a_file_replaced_after_it_was_read_fails_the_commit(separable_source, tm
 def test_a_file_replaced_before_it_was_read_stops_the_fill(separable_source, tmp_path):
     cfg = toy_fill(str(separable_source), str(tmp_path / "store"), in_process=True,
                    rows_per_shard=50)
-    shards = sys.modules["raycache.fill.shards"]
+    shards = sys.modules["raycache._fill.shards"]
     original = shards._write
     calls = []
 
@@ -91,7 +91,7 @@ def test_a_file_replaced_before_a_ray_read_task_reads_it_stops_the_fill(ray_sess
     """On Ray the read tasks check each file against its listed version: replaced after the
     plan, before the stages start, it fails the fill with the SourceError the task raised."""
     cfg = toy_fill(str(separable_source), str(tmp_path / "store"), in_process=False)
-    run = sys.modules["raycache.fill.run"]
+    run = sys.modules["raycache._fill.run"]
     original = run.resumable
 
     def then_replaced(p):
@@ -107,7 +107,7 @@ def test_a_file_replaced_before_a_ray_read_task_reads_it_stops_the_fill(ray_sess
 def test_a_file_removed_before_it_was_read_stops_the_fill(separable_source, tmp_path):
     cfg = toy_fill(str(separable_source), str(tmp_path / "store"), in_process=True,
                    rows_per_shard=50)
-    shards = sys.modules["raycache.fill.shards"]
+    shards = sys.modules["raycache._fill.shards"]
     original = shards._write
 
     def then_removed(*args, **kwargs):
@@ -133,7 +133,7 @@ def duplicated(tmp_path: Path) -> str:
 CRASH = """
 import json, os, signal
 import raycache
-from raycache.cache.store import Store
+from raycache._cache.store import Store
 
 original = Store.write_json
 
@@ -174,7 +174,7 @@ def test_resume_distrusts_a_record_whose_shard_has_other_bytes(separable_source,
     in place before their records) is not kept: its rows are encoded again."""
     cfg = toy_fill(str(separable_source), str(tmp_path / "store"), rows_per_shard=50,
                    in_process=True, reuse=False)
-    with mock.patch.object(sys.modules["raycache.fill.run"], "check_complete",
+    with mock.patch.object(sys.modules["raycache._fill.run"], "check_complete",
                            side_effect=RuntimeError("stopped before the commit")), \
             pytest.raises(RuntimeError):
         raycache.fill(cfg)
@@ -197,7 +197,7 @@ def test_an_s3_object_replaced_with_one_of_the_same_size_fails_the_commit(bucket
     text = "".join(json.dumps(r) + "\n" for r in rows)
     fs.pipe(f"{bucket}/data/a.jsonl", text.encode())
     cfg = toy_fill(f"{bucket}/data/", str(tmp_path / "store"), in_process=True)
-    run = sys.modules["raycache.fill.run"]
+    run = sys.modules["raycache._fill.run"]
     original = run.check_complete
     other = text.replace('"label": 0', '"label": 1')
     assert len(other) == len(text) and other != text
@@ -223,7 +223,7 @@ def test_a_fill_whose_shards_another_fill_deduplicated_and_committed_returns_tha
     cfg = toy_fill(duplicated(tmp_path), str(tmp_path / "store"), rows_per_shard=150,
                    in_process=True, reuse=False)
     cfg["source"]["duplicates"] = "last"
-    run = sys.modules["raycache.fill.run"]
+    run = sys.modules["raycache._fill.run"]
     original = run.scan_keys
     first = []
 

@@ -13,13 +13,13 @@ import pytest
 import torch
 
 import raycache
-from raycache.compute.pool import nodes, size_pool
-from raycache.encoders import ENCODERS
-from raycache.encoders.config import EncoderConfig
-from raycache.fill.plan import load_config as load_fill
-from raycache.fill.plan import plan
-from raycache.fill.run import build_pipeline
-from raycache.source import files as sources
+from raycache._compute.pool import nodes, size_pool
+from raycache._encoders import ENCODERS
+from raycache._encoders.config import EncoderConfig
+from raycache._fill.plan import load_config as load_fill
+from raycache._fill.plan import plan
+from raycache._fill.run import build_pipeline
+from raycache._source import files as sources
 from tests.conftest import separable, toy_fill
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]

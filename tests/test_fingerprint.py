@@ -6,10 +6,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from raycache.core.fingerprint import canonical, fingerprint
-from raycache.errors import FingerprintError
-from raycache.fill.plan import load_config as load_fill
-from raycache.fill.plan import plan
+from raycache._core.fingerprint import canonical, fingerprint
+from raycache._errors import FingerprintError
+from raycache._fill.plan import load_config as load_fill
+from raycache._fill.plan import plan
 from tests.conftest import toy_fill
 
 
@@ -86,8 +86,8 @@ def test_unstable_value_is_an_error_not_a_random_hash():
 
 
 def test_source_without_version_is_an_error(tmp_path, monkeypatch):
-    from raycache.source import files as sources
-    from raycache.source.config import SourceConfig
+    from raycache._source import files as sources
+    from raycache._source.config import SourceConfig
 
     path = tmp_path / "x.parquet"
     pq.write_table(__import__("pyarrow").table({"id": [1]}), path)

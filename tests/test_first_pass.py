@@ -1,7 +1,7 @@
 """pipeline overlap: true trains on the fill's shards as they land: the first step before the
 manifest exists, a result within the stated tolerance of fill-then-train, and a fill failing
 part-way stops the training with FillFailed and stays resumable. In local mode (no Ray cluster)
-and under DDP (two Ray Train workers sharing the landing shards through a Board actor)."""
+and under DDP (two Ray Train workers sharing the landing shards through a ShardFeed actor)."""
 
 import time
 from pathlib import Path
@@ -12,10 +12,10 @@ import toy_encoders
 import toy_heads
 
 import raycache
-from raycache.errors import ConfigError, FillFailed
-from raycache.pipeline import pipeline
-from raycache.train.data.landing import problems
-from raycache.train.plan import load_config as load_train
+from raycache._errors import ConfigError, FillFailed
+from raycache._pipeline import pipeline
+from raycache._train.data.overlap import problems
+from raycache._train.plan import load_config as load_train
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(180)

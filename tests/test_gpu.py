@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import raycache
-from raycache.encoders import ENCODERS
-from raycache.encoders.config import EncoderConfig
+from raycache._encoders import ENCODERS
+from raycache._encoders.config import EncoderConfig
 from tests.conftest import toy_fill
 
 pytestmark = [

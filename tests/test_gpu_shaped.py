@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from toy_encoders import projection
 
-from raycache.compute.pool import GPU_ON_CPU
+from raycache._compute.pool import GPU_ON_CPU
 from tests.conftest import separable, toy_fill
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -25,7 +25,7 @@ DRIVER = """
 import json, sys
 import ray
 import raycache
-from raycache.cache.committed import open_cache
+from raycache._cache.committed import open_cache
 ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
 for cfg in json.loads(sys.argv[1]):
     result = raycache.fill(cfg)
@@ -66,8 +66,8 @@ def test_the_gpu_shaped_fill_runs_on_logical_gpus_with_models_on_the_cpu(tmp_pat
 
 
 def test_the_switch_is_what_moves_a_gpu_pool_to_the_cpu(monkeypatch):
-    from raycache.compute.pool import Pool
-    from raycache.encoders.batching import Batching
+    from raycache._compute.pool import Pool
+    from raycache._encoders.batching import Batching
 
     pool = Pool(actors=1, cpus=1.0, gpus=0.5, threads=1, batching=Batching(), prepare_cpus=1.0,
                 prepare_actors=1)

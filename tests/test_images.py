@@ -14,10 +14,10 @@ import pyarrow as pa
 import pytest
 
 import raycache
-from raycache.compute.pool import GPU_ON_CPU
-from raycache.encoders import ENCODERS
-from raycache.encoders.config import EncoderConfig
-from raycache.errors import BadInput, ConfigError, EncoderError, SourceError
+from raycache._compute.pool import GPU_ON_CPU
+from raycache._encoders import ENCODERS
+from raycache._encoders.config import EncoderConfig
+from raycache._errors import BadInput, ConfigError, EncoderError, SourceError
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -197,7 +197,7 @@ def test_the_fingerprint_follows_weights_preprocessor_and_pooling(vit, tmp_path)
     assert changed["weights_digest"] == base["weights_digest"]
     with pytest.raises(ConfigError, match=r"pooling='lasttoken': expected auto or one of "
                                           r"\['cls', 'mean', 'pooler', 'projection'\]"):
-        raycache.core.config.load(EncoderConfig, image_encoder(vit, pooling="lasttoken"))
+        raycache._core.config.load(EncoderConfig, image_encoder(vit, pooling="lasttoken"))
     with pytest.raises(EncoderError, match="needs a CLIP-style folder"):
         describe(EncoderConfig(**image_encoder(vit, pooling="projection")))
 
@@ -205,8 +205,8 @@ def test_the_fingerprint_follows_weights_preprocessor_and_pooling(vit, tmp_path)
 def test_image_fills_cut_blocks_to_a_gigabyte_of_pixels(vit, tmp_path):
     import shutil
 
-    from raycache.fill.plan import load_config
-    from raycache.fill.run import block_rows
+    from raycache._fill.plan import load_config
+    from raycache._fill.run import block_rows
 
     big = tmp_path / "vit224"
     shutil.copytree(vit, big)

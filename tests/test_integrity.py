@@ -14,11 +14,11 @@ import pytest
 import torch
 
 import raycache
-from raycache.cache.committed import read_manifest
-from raycache.cache.vectors import unpack
-from raycache.cli import main
-from raycache.errors import CorruptShard
-from raycache.train.plan import load_config as load_train
+from raycache._cache.committed import read_manifest
+from raycache._cache.vectors import unpack
+from raycache._cli import main
+from raycache._errors import CorruptShard
+from raycache._train.plan import load_config as load_train
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(120)
@@ -72,10 +72,10 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
         assert f"raycache repair toy --store {cache.store.uri}" in msg and "sha256" in msg
     assert cache.read_table(limit=10).num_rows == 10  # shard 0 alone is sound
 
-    from raycache.train.data.in_memory import InMemory
-    from raycache.train.data.shares import load_share
-    from raycache.train.data.streamed import Streamed
-    from raycache.train.plan import prepare
+    from raycache._train.data.in_memory import InMemory
+    from raycache._train.data.share_reads import load_share
+    from raycache._train.data.streamed import Streamed
+    from raycache._train.plan import prepare
 
     _, spec = prepare(load_train({"cache": "toy", "store": {"uri": cache.store.uri},
                                          "num_workers": 0, "placement": "cpu"}))
@@ -89,9 +89,9 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
 
 
 def test_streamed_checks_each_shard_once_per_run(cache, monkeypatch):
-    from raycache.train.data import shares
-    from raycache.train.data.streamed import Streamed
-    from raycache.train.plan import prepare
+    from raycache._train.data import share_reads as shares
+    from raycache._train.data.streamed import Streamed
+    from raycache._train.plan import prepare
 
     _, spec = prepare(load_train({"cache": "toy", "store": {"uri": cache.store.uri},
                                          "num_workers": 0, "placement": "stream"}))

@@ -6,15 +6,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raycache.cache.store import Store
-from raycache.core.workdir import job_working_dir
-from raycache.errors import ConfigError, SourceError, StoreError
-from raycache.fill.plan import load_config as load_fill
-from raycache.pipeline import configs
-from raycache.probe.plan import load_config as load_probe
-from raycache.source.config import SourceConfig
-from raycache.source.files import list_files
-from raycache.train.plan import load_config as load_train
+from raycache._cache.store import Store
+from raycache._core.workdir import job_working_dir
+from raycache._errors import ConfigError, SourceError, StoreError
+from raycache._fill.plan import load_config as load_fill
+from raycache._pipeline import configs
+from raycache._probe.plan import load_config as load_probe
+from raycache._source.config import SourceConfig
+from raycache._source.files import list_files
+from raycache._train.plan import load_config as load_train
 
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
 YAMLS = sorted((JOBS / "configs").glob("*.yaml"))
@@ -49,7 +49,7 @@ def test_config_loads_and_checks(path):
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.name)
 def test_shipped_configs_use_the_grouped_spelling(path):
     """Old flat keys (`lr: 0.01`) still load, but what we ship shows the spelling of today."""
-    from raycache.train.config import FLAT, GROUPS
+    from raycache._train.config import FLAT, GROUPS
 
     data = yaml.safe_load(path.read_text())
     train = data.get("train", {} if path.stem.startswith(("fill", "probe")) else data)

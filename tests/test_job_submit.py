@@ -99,7 +99,7 @@ def run(cmd: list[str], head: dict, timeout: float = 300) -> subprocess.Complete
 
 def test_local_fill_and_train_jobs_as_the_readme_runs_them(head):
     data = Path(head["env"]["RAYCACHE_DATA"], "stdlib-docs.parquet")
-    made = run([sys.executable, "-m", "raycache.source.demo_data", str(data), "10"], head)
+    made = run([sys.executable, "-m", "raycache._source.demo_data", str(data), "10"], head)
     assert made.returncode == 0, made.out
 
     fill = run([*SUBMIT, "python", "jobs/fill.py", "--config", "jobs/configs/fill-local.yaml"],

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.cli import main
+from raycache._cli import main
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(240)

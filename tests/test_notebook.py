@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from raycache.source.demo_data import TOPICS
+from raycache._source.demo_data import TOPICS
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"

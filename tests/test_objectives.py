@@ -14,15 +14,15 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from raycache.cache.store import Store
-from raycache.errors import ConfigError
-from raycache.heads.specs import HeadSpec
-from raycache.train.config import GroupsConfig
-from raycache.train.objectives.groups import Groups
-from raycache.train.objectives.pairs import Pairs
-from raycache.train.objectives.retrieval import retrieval_metrics
-from raycache.train.plan import load_config as load_train
-from raycache.train.runspec import Recipe, RunSpec
+from raycache._cache.store import Store
+from raycache._errors import ConfigError
+from raycache._heads.specs import HeadSpec
+from raycache._train.config import GroupsConfig
+from raycache._train.objectives.groups import Groups
+from raycache._train.objectives.pairs import Pairs
+from raycache._train.objectives.retrieval import retrieval_metrics
+from raycache._train.plan import load_config as load_train
+from raycache._train.runspec import Recipe, RunSpec
 
 DIM, GROUPS, SIGNAL = 32, 8, 4
 
@@ -78,21 +78,21 @@ def run_spec(tmp_path, head="linear", normalize=False, out_dim=16, **over) -> Ru
 
 def fit(spec: RunSpec, epochs: int) -> tuple[list[float], dict, dict]:
     """(train loss per epoch, validation metrics before training, after training)."""
-    from raycache.train.assemble import build_parts
-    from raycache.train.epoch import SLOTS, evaluate, train_epoch
-    from raycache.train.team import Team
+    from raycache._train.assemble import build_parts
+    from raycache._train.epoch import SLOTS, evaluate, train_epoch
+    from raycache._train.worker_heads import WorkerHeads
 
     torch.manual_seed(0)
     parts = build_parts(spec, torch.device("cpu"), 600)
     train, val = Holder(*hidden_groups(600, 1)), Holder(*hidden_groups(300, 2))
 
     def validate():
-        return evaluate(Team.of(parts), val, torch.zeros(SLOTS, dtype=torch.float64))[0].compute()
+        return evaluate(WorkerHeads.of(parts), val, torch.zeros(SLOTS, dtype=torch.float64))[0].compute()
 
     before, losses = validate(), []
     for epoch in range(epochs):
         sums = torch.zeros(SLOTS, dtype=torch.float64)
-        train_epoch(Team.of(parts), train, seed=epoch, sums=sums)
+        train_epoch(WorkerHeads.of(parts), train, seed=epoch, sums=sums)
         losses.append(float(sums[0] / sums[2]))
     return losses, before, validate()
 
@@ -192,9 +192,9 @@ def test_retrieval_metrics_match_a_brute_force_computation_and_torchmetrics():
 
 
 def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
-    from raycache.train.assemble import build_parts
-    from raycache.train.epoch import SLOTS, evaluate, train_epoch
-    from raycache.train.team import Team
+    from raycache._train.assemble import build_parts
+    from raycache._train.epoch import SLOTS, evaluate, train_epoch
+    from raycache._train.worker_heads import WorkerHeads
 
     spec = run_spec(tmp_path, objective="classification", out_dim=GROUPS, lr=0.05)
     spec = dataclasses.replace(spec, head=dataclasses.replace(spec.head,
@@ -202,10 +202,10 @@ def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
     torch.manual_seed(0)
     parts = build_parts(spec, torch.device("cpu"), 600)
     for epoch in range(5):
-        train_epoch(Team.of(parts), Holder(*hidden_groups(600, 1)), epoch,
+        train_epoch(WorkerHeads.of(parts), Holder(*hidden_groups(600, 1)), epoch,
                     torch.zeros(SLOTS, dtype=torch.float64))
     sums = torch.zeros(SLOTS, dtype=torch.float64)
-    found = evaluate(Team.of(parts), Holder(*hidden_groups(300, 2)), sums)[0].compute()
+    found = evaluate(WorkerHeads.of(parts), Holder(*hidden_groups(300, 2)), sums)[0].compute()
     acc = float(sums[4] / sums[5])
     assert set(found) == {"val_f1", "val_top5_acc"}
     assert 0.5 < found["val_f1"] <= 1 and found["val_top5_acc"] >= acc > 0.5
@@ -214,7 +214,7 @@ def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
 def test_classification_metrics_equal_torchmetrics():
     from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 
-    from raycache.train.objectives.classification import ClassMetrics
+    from raycache._train.objectives.classification import ClassMetrics
 
     g = torch.Generator().manual_seed(3)
     for classes in (2, 5, 9):
@@ -237,7 +237,7 @@ def test_classification_metrics_equal_torchmetrics():
 
 
 def test_class_metrics_of_many_heads_at_once_equal_each_heads_own():
-    from raycache.train.objectives.classification import ClassMetrics
+    from raycache._train.objectives.classification import ClassMetrics
 
     g = torch.Generator().manual_seed(4)
     joint = ClassMetrics(5, (1, 3), torch.device("cpu"), members=3)
@@ -291,7 +291,7 @@ def _worker(rank: int, init: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     try:
-        from raycache.train.objectives.gather import lockstep
+        from raycache._train.objectives.gather import lockstep
 
         x, y = global_batch()
         mine = slice(0, 5) if rank == 0 else slice(5, 8)  # uneven, like an epoch's last batch
@@ -376,11 +376,11 @@ def test_recipe_carries_the_objective_into_the_digest_and_picks_the_monitor_mode
 
 def test_the_metrics_a_monitor_may_name_are_those_the_evaluators_report():
     """What the config check accepts (Family.metrics) is what each evaluator reports."""
-    from raycache.train.config import PairsConfig
-    from raycache.train.objectives import OBJECTIVES
-    from raycache.train.objectives.classification import ClassMetrics
-    from raycache.train.objectives.groups import Retrieval
-    from raycache.train.objectives.pairs import PairMetrics
+    from raycache._train.config import PairsConfig
+    from raycache._train.objectives import OBJECTIVES
+    from raycache._train.objectives.classification import ClassMetrics
+    from raycache._train.objectives.groups import Retrieval
+    from raycache._train.objectives.pairs import PairMetrics
 
     torch.manual_seed(0)
     cls = ClassMetrics(12, (1, 5, 10), torch.device("cpu"))

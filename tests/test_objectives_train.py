@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import raycache
-from raycache.errors import RaycacheError
-from raycache.heads.specs import HeadSpec
+from raycache._errors import RaycacheError
+from raycache._heads.specs import HeadSpec
 from tests.conftest import separable, toy_fill
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]

@@ -8,7 +8,7 @@ import raycache
 
 
 def test_import_is_light_and_exports_the_sdk():
-    code = ("import sys, raycache, raycache.fill.shards, raycache.source.files; "
+    code = ("import sys, raycache, raycache._fill.shards, raycache._source.files; "
             "print(sorted(m for m in ('torch', 'ray', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

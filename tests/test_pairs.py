@@ -14,13 +14,13 @@ import pytest
 import torch
 
 import raycache
-from raycache.cache.store import Store
-from raycache.errors import ConfigError
-from raycache.heads.specs import HeadSpec
-from raycache.train.objectives.pair_table import PairShare
-from raycache.train.objectives.pairs import Pairs
-from raycache.train.plan import load_config as load_train
-from raycache.train.runspec import Recipe, RunSpec
+from raycache._cache.store import Store
+from raycache._errors import ConfigError
+from raycache._heads.specs import HeadSpec
+from raycache._train.objectives.pair_table import PairShare
+from raycache._train.objectives.pairs import Pairs
+from raycache._train.plan import load_config as load_train
+from raycache._train.runspec import Recipe, RunSpec
 from tests.conftest import separable, toy_fill
 
 DIM, GROUPS, SIGNAL = 32, 8, 4
@@ -102,9 +102,9 @@ LEARNERS = [  # (pairs settings, table, the metric that must rise above 0.7, lr)
                          ids=[f"{p['loss']}-{t}" for p, t, _, _ in LEARNERS])
 def test_each_pair_loss_learns_what_a_random_projection_misses(tmp_path, pairs, target, metric,
                                                                lr):
-    from raycache.train.assemble import build_parts
-    from raycache.train.epoch import SLOTS, evaluate, train_epoch
-    from raycache.train.team import Team
+    from raycache._train.assemble import build_parts
+    from raycache._train.epoch import SLOTS, evaluate, train_epoch
+    from raycache._train.worker_heads import WorkerHeads
 
     torch.manual_seed(0)
     parts = build_parts(run_spec(tmp_path, pairs, lr=lr), torch.device("cpu"), 1200)
@@ -112,12 +112,12 @@ def test_each_pair_loss_learns_what_a_random_projection_misses(tmp_path, pairs, 
     val = pair_share(300, 600, 2, "positive" if target == "positive" else "label")
 
     def validate():
-        return evaluate(Team.of(parts), val, torch.zeros(SLOTS, dtype=torch.float64))[0].compute()
+        return evaluate(WorkerHeads.of(parts), val, torch.zeros(SLOTS, dtype=torch.float64))[0].compute()
 
     before, losses = validate(), []
     for epoch in range(8):
         sums = torch.zeros(SLOTS, dtype=torch.float64)
-        train_epoch(Team.of(parts), train, seed=epoch, sums=sums)
+        train_epoch(WorkerHeads.of(parts), train, seed=epoch, sums=sums)
         losses.append(float(sums[0] / sums[2]))
     after = validate()
     assert losses[-1] < losses[0], losses
@@ -133,7 +133,7 @@ def test_pair_metrics_equal_torchmetrics_and_a_brute_force_threshold():
     from torchmetrics.functional import pearson_corrcoef, spearman_corrcoef
     from torchmetrics.functional.classification import binary_auroc
 
-    from raycache.train.objectives.pair_metrics import best_accuracy, pearson, roc_auc, spearman
+    from raycache._train.objectives.pair_metrics import best_accuracy, pearson, roc_auc, spearman
 
     g = torch.Generator().manual_seed(5)
     label = torch.randint(0, 2, (300,), generator=g)

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import raycache
-from raycache.cli import main
-from raycache.compute.pool import Pool
-from raycache.encoders.batching import Batching
-from raycache.errors import ConfigError, EncoderError, RaycacheError
-from raycache.predict.run import PredictConfig, build_pipeline, in_process, plan, pool_for
-from raycache.source.files import plan_units
+from raycache._cli import main
+from raycache._compute.pool import Pool
+from raycache._encoders.batching import Batching
+from raycache._errors import ConfigError, EncoderError, RaycacheError
+from raycache._predict.run import PredictConfig, build_pipeline, in_process, plan, pool_for
+from raycache._source.files import plan_units
 from tests.conftest import separable, toy_fill
 
 

@@ -11,7 +11,7 @@ import pytest
 from sklearn.metrics import precision_recall_fscore_support
 
 import raycache
-from raycache.errors import ConfigError
+from raycache._errors import ConfigError
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -173,7 +173,7 @@ def test_bad_cache_encoder_or_label_is_named(stores):
 def test_the_command_line_probes_a_yaml_config_with_overrides(stores, tmp_path, capsys):
     import yaml
 
-    from raycache.cli import main
+    from raycache._cli import main
 
     path = tmp_path / "probe.yaml"
     path.write_text(yaml.safe_dump(config(stores, methods=["logreg", "knn"])))

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from raycache.probe.config import KnnConfig, LogregConfig
-from raycache.probe.knn import fit as knn_fit
-from raycache.probe.knn import neighbours
-from raycache.probe.logreg import fit as logreg_fit
-from raycache.probe.logreg import objective, solve
-from raycache.probe.metrics import confusion, per_class, scores
-from raycache.train.lbfgs import minimize
+from raycache._probe.config import KnnConfig, LogregConfig
+from raycache._probe.knn import fit as knn_fit
+from raycache._probe.knn import neighbours
+from raycache._probe.logreg import fit as logreg_fit
+from raycache._probe.logreg import objective, solve
+from raycache._probe.metrics import confusion, per_class, scores
+from raycache._train.lbfgs import minimize
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -94,7 +94,7 @@ def test_the_objective_gradient_is_the_autograd_gradient():
 def test_logreg_fit_gives_one_candidate_per_c_with_its_head_weights():
     import dataclasses
 
-    from raycache.heads.specs import HeadSpec, build_head
+    from raycache._heads.specs import HeadSpec, build_head
 
     x, y, xv, yv = blobs(n=400, d=6, k=3)
     spec = HeadSpec(head="mlp", in_dim=6, num_classes=3, hidden=(8,), dropout=0.1,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from raycache.source.demo_data import TOPICS
+from raycache._source.demo_data import TOPICS
 from tests.test_notebook import errors_of, execute, outputs, printed
 
 PROBE = Path(__file__).resolve().parents[1] / "examples" / "probe.ipynb"

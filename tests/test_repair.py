@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.cli import main
-from raycache.errors import RaycacheError
-from raycache.upkeep.verify import verify
+from raycache._cli import main
+from raycache._errors import RaycacheError
+from raycache._upkeep.verify import verify
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(120)

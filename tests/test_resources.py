@@ -3,10 +3,10 @@ before work starts, with the value, what the cluster has and the fix."""
 
 import pytest
 
-from raycache.compute.pool import READ_CPUS, size_pool
-from raycache.errors import ConfigError
-from raycache.fill.config import FillConfig
-from raycache.fill.plan import load_config as load_fill
+from raycache._compute.pool import READ_CPUS, size_pool
+from raycache._errors import ConfigError
+from raycache._fill.config import FillConfig
+from raycache._fill.plan import load_config as load_fill
 
 
 def cfg(**over) -> FillConfig:

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.cli import main
-from raycache.core.units import parse_duration, parse_size
-from raycache.errors import ConfigError
-from raycache.train.checkpoint import PREFIX, STATE
+from raycache._cli import main
+from raycache._core.units import parse_duration, parse_size
+from raycache._errors import ConfigError
+from raycache._train.checkpoint import PREFIX, STATE
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,9 +12,9 @@ import torch
 from toy_encoders import projection
 
 import raycache
-from raycache.cache.columns import hash_column
-from raycache.errors import RaycacheError
-from raycache.fill.reuse import input_hashes
+from raycache._cache.columns import hash_column
+from raycache._errors import RaycacheError
+from raycache._fill.reuse import input_hashes
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(120)
@@ -208,8 +208,8 @@ def test_input_hashes_from_flat_buffers_equal_the_per_row_definition(values, kin
 
 
 def test_lookup_finds_the_first_holder_of_each_hash_by_binary_search(tmp_path):
-    from raycache.cache.store import Store
-    from raycache.fill.reuse import Lookup, Source
+    from raycache._cache.store import Store
+    from raycache._fill.reuse import Lookup, Source
 
     store = Store(str(tmp_path))
     texts = [[f"row {i}" for i in range(0, 50)], [f"row {i}" for i in range(30, 90)]]
@@ -235,7 +235,7 @@ def test_lookup_finds_the_first_holder_of_each_hash_by_binary_search(tmp_path):
 def test_keys_checked_on_the_cluster_as_on_the_driver(ray_session, tmp_path, monkeypatch, keep):
     """A large fill on Ray checks its keys with Ray Data's group-by (forced here for a small
     one): the same error, the same rows kept and the same label counts as the driver's scan."""
-    from raycache.fill import keys
+    from raycache._fill import keys
 
     source = duplicated(tmp_path)
     cfgs = {}
@@ -263,7 +263,7 @@ def test_keys_checked_on_the_cluster_as_on_the_driver(ray_session, tmp_path, mon
 def test_the_reuse_index_searches_8_byte_prefixes_and_matches_whole_hashes(monkeypatch):
     import importlib
 
-    reuse = importlib.import_module("raycache.fill.reuse")  # raycache.fill is also a function
+    reuse = importlib.import_module("raycache._fill.reuse")  # raycache.fill is also a function
     rng = np.random.default_rng(0)
     first = rng.bytes(32)
     twin = first[:8] + rng.bytes(24)  # the same first 8 bytes, another hash

@@ -9,11 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.cache.config import StoreConfig
-from raycache.cache.store import Store
-from raycache.core.config import load
-from raycache.core.secrets import REDACTED, Secret, is_secret, merge, redact, reveal, seal, split
-from raycache.fill.plan import load_config as load_fill
+from raycache._cache.config import StoreConfig
+from raycache._cache.store import Store
+from raycache._core.config import load
+from raycache._core.secrets import REDACTED, Secret, is_secret, merge, redact, reveal, seal, split
+from raycache._fill.plan import load_config as load_fill
 from tests.conftest import separable, toy_fill
 
 KEY, SECRET, TOKEN = "AKIARAYCACHETESTKEY01", "raycache-secret-value-xyz", "raycache-token-abc"
@@ -122,7 +122,7 @@ def test_fill_and_train_with_credentials_write_none_of_them(s3_endpoint, bucket,
 
 def test_head_loads_with_the_callers_options(tmp_path):
     """load_head takes sealed or plain options (a local folder takes none)."""
-    from raycache.heads.loaded import load_head
+    from raycache._heads.loaded import load_head
 
     with pytest.raises(raycache.RaycacheError, match="not a head checkpoint"):
         load_head(str(Path(tmp_path)), **seal({"auto_mkdir": True}))

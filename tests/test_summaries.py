@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.cli import main
+from raycache._cli import main
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -139,7 +139,7 @@ def test_a_resumed_run_says_which_epochs_this_call_trained(store):
 
 
 def test_a_watched_console_keeps_one_progress_line_and_a_log_one_per_epoch(monkeypatch, capsys):
-    console = sys.modules["raycache.train.console"]
+    console = sys.modules["raycache._train.console"]
     lines = ["epoch 1/3  train_loss 1.2000", "epoch 2/3  loss 0.9", "epoch 3/3  loss 0.5"]
     monkeypatch.setattr(console, "live", lambda: True)  # a terminal or a notebook
     for i, line in enumerate(lines):

@@ -11,14 +11,14 @@ import pytest
 import torch
 
 import raycache
-from raycache.errors import ConfigError, RaycacheError
-from raycache.heads.specs import HeadSpec, build_head
-from raycache.train.config import TrainConfig
-from raycache.train.optim import build_optimizer
-from raycache.train.plan import load_config as load_train
-from raycache.train.sweep.members import Members
-from raycache.train.sweep.stack import Stack
-from raycache.train.sweep.stack_optim import BUFFERS, UPDATES
+from raycache._errors import ConfigError, RaycacheError
+from raycache._heads.specs import HeadSpec, build_head
+from raycache._train.config import TrainConfig
+from raycache._train.optim import build_optimizer
+from raycache._train.plan import load_config as load_train
+from raycache._train.sweep.members import Members
+from raycache._train.sweep.stack import Stack
+from raycache._train.sweep.stack_optim import BUFFERS, UPDATES
 from tests.conftest import killed_after_epoch, separable, toy_fill
 
 RESULT_KEYS = ("train_loss", "train_acc", "val_loss", "val_acc")
@@ -185,7 +185,7 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
 @pytest.mark.timeout(300)
 def test_a_sweep_of_linear_heads_trains_as_one_stack_and_each_ends_as_a_lone_run(store,
                                                                                 monkeypatch):
-    from raycache.train import assemble
+    from raycache._train import assemble
 
     built = []
     monkeypatch.setattr(assemble, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
@@ -254,7 +254,7 @@ def test_a_sweep_under_ddp_all_reduces_every_member(store):
 
 
 def test_no_sweep_is_a_single_head_run():
-    from raycache.train.sweep.grid import members
+    from raycache._train.sweep.grid import members
 
     assert members(TrainConfig(cache="c")) == []
     assert len(members(TrainConfig(cache="c", sweep={"lr": [0.1, 0.2], "dropout": [0.0]}))) == 2

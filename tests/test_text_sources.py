@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from raycache.source.config import SourceConfig
-from raycache.source.files import Span, list_files, plan_units
+from raycache._source.config import SourceConfig
+from raycache._source.files import Span, list_files, plan_units
 from tests.conftest import fill_in_fresh_process
 
 pytestmark = pytest.mark.timeout(240)

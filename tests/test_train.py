@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import raycache
-from raycache.cli import main
-from raycache.errors import ConfigError
+from raycache._cli import main
+from raycache._errors import ConfigError
 from tests.conftest import separable, toy_fill
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]

@@ -12,16 +12,16 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from raycache.cache.store import Store
-from raycache.core.config import load
-from raycache.errors import ConfigError
-from raycache.heads.specs import HEAD_CONFIG, HeadSpec, build_head
-from raycache.train import checkpoint as ckpt
-from raycache.train.config import LossConfig, TrainConfig
-from raycache.train.metrics_log import CURVES, METRICS, TENSORBOARD, write_artifacts
-from raycache.train.optim import OPTIMIZERS, SCHEDULES, Schedule, build_optimizer
-from raycache.train.plan import load_config as load_train
-from raycache.train.runspec import Recipe, RunSpec, digest
+from raycache._cache.store import Store
+from raycache._core.config import load
+from raycache._errors import ConfigError
+from raycache._heads.specs import HEAD_CONFIG, HeadSpec, build_head
+from raycache._train import checkpoint as ckpt
+from raycache._train.config import LossConfig, TrainConfig
+from raycache._train.metrics_log import CURVES, METRICS, TENSORBOARD, write_artifacts
+from raycache._train.optim import OPTIMIZERS, SCHEDULES, Schedule, build_optimizer
+from raycache._train.plan import load_config as load_train
+from raycache._train.runspec import Recipe, RunSpec, digest
 from tests.conftest import free_port
 
 HEAD = HeadSpec(head="linear", in_dim=4, num_classes=3, hidden=(), dropout=0.0,
@@ -171,9 +171,9 @@ class Fixed:
 
 
 def one_epoch(tmp_path, model=None, **over):
-    from raycache.train.assemble import build_parts
-    from raycache.train.epoch import SLOTS, train_epoch
-    from raycache.train.team import Team
+    from raycache._train.assemble import build_parts
+    from raycache._train.epoch import SLOTS, train_epoch
+    from raycache._train.worker_heads import WorkerHeads
 
     s = spec(tmp_path, optimizer="sgd", momentum=0.0, lr=0.5, **over)
     torch.manual_seed(0)
@@ -181,7 +181,7 @@ def one_epoch(tmp_path, model=None, **over):
     if model is not None:
         parts.model = model(parts.base)
     sums = torch.zeros(SLOTS, dtype=torch.float64)
-    train_epoch(Team.of(parts), Fixed(*data()), seed=0, sums=sums)
+    train_epoch(WorkerHeads.of(parts), Fixed(*data()), seed=0, sums=sums)
     return parts, sums
 
 
@@ -228,21 +228,21 @@ def test_gradient_clipping_bounds_the_update(tmp_path):
 def test_bf16_autocast_trains_on_cpu(tmp_path):
     parts, sums = one_epoch(tmp_path, batch_size=16, precision="bfloat16")
     assert sums[2] == 64 and torch.isfinite(sums[0])
-    from raycache.train.epoch import autocast
+    from raycache._train.epoch import autocast
 
     with autocast(parts):
         assert parts.base(torch.zeros(1, 4)).dtype == torch.bfloat16
 
 
 def test_fp16_on_a_cpu_worker_is_a_clear_error(tmp_path):
-    from raycache.train.assemble import build_parts
+    from raycache._train.assemble import build_parts
 
     with pytest.raises(RuntimeError, match="float16' needs a CUDA device.*bfloat16"):
         build_parts(spec(tmp_path, precision="float16", use_gpu=True), torch.device("cpu"), 64)
 
 
 def test_compile_falls_back_to_eager_with_a_message(monkeypatch, capsys):
-    from raycache.train.assemble import compile_or_eager
+    from raycache._train.assemble import compile_or_eager
 
     def broken(model):
         raise RuntimeError("no backend here")
@@ -258,7 +258,7 @@ def test_label_smoothing_and_class_weights_change_the_loss(tmp_path):
     plain = one_epoch(tmp_path, batch_size=64)[1][0]
     smooth = one_epoch(tmp_path, batch_size=64, label_smoothing=0.3)[1][0]
     assert smooth != plain
-    from raycache.train.plan import class_weights
+    from raycache._train.plan import class_weights
 
     cfg = TrainConfig(cache="c", loss=LossConfig(class_weights="balanced"))
     assert class_weights(cfg, np.array([30, 10, 20])) == pytest.approx((60 / 90, 2.0, 1.0))
@@ -267,9 +267,9 @@ def test_label_smoothing_and_class_weights_change_the_loss(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_empty_cache_every_and_fp16_on_gpu(tmp_path, monkeypatch):
-    from raycache.train.assemble import build_parts
-    from raycache.train.epoch import SLOTS, train_epoch
-    from raycache.train.team import Team
+    from raycache._train.assemble import build_parts
+    from raycache._train.epoch import SLOTS, train_epoch
+    from raycache._train.worker_heads import WorkerHeads
 
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
@@ -277,7 +277,7 @@ def test_empty_cache_every_and_fp16_on_gpu(tmp_path, monkeypatch):
                                  batch_size=8, use_gpu=True), use_gpu=True)
     parts = build_parts(s, torch.device("cuda"), 64)
     x, y = data()
-    train_epoch(Team.of(parts), Fixed(x.cuda(), y.cuda()), 0,
+    train_epoch(WorkerHeads.of(parts), Fixed(x.cuda(), y.cuda()), 0,
                 torch.zeros(SLOTS, dtype=torch.float64, device="cuda"))
     assert parts.scaler.is_enabled() and len(calls) == 4  # 8 steps, every 2nd
 
@@ -298,7 +298,7 @@ def test_checkpoint_folder_holds_the_whole_state_and_load_head_needs_no_ray(tmp_
     assert ckpt.read_state(store, found)["progress"] == {"epoch": 3}
     saved = json.loads(store.read_bytes(f"{found}/{HEAD_CONFIG}"))
     assert saved["head"]["encoder_configs"]["e"]["kind"] == "torch"
-    code = ("import sys; from raycache.heads.loaded import load_head; "
+    code = ("import sys; from raycache._heads.loaded import load_head; "
             f"h = load_head({found!r}); print(h.predict_embeddings([[0, 0, 0, 1]]).tolist()); "
             "assert not any(m == 'ray' or m.startswith('ray.') for m in sys.modules), 'ray'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -355,8 +355,8 @@ def write_shards(folder, sizes, seed) -> tuple[tuple[str, int], ...]:
 
 
 def test_streamed_share_sees_each_row_once_and_matches_the_in_memory_split(tmp_path):
-    from raycache.train.data.in_memory import InMemory
-    from raycache.train.data.streamed import Streamed
+    from raycache._train.data.in_memory import InMemory
+    from raycache._train.data.streamed import Streamed
 
     shards = write_shards(tmp_path, (50, 70, 30), seed=0)
     base = dataclasses.replace(spec(tmp_path), rows=150, shards=shards, num_workers=2,
@@ -375,7 +375,7 @@ def test_streamed_share_sees_each_row_once_and_matches_the_in_memory_split(tmp_p
 
 def test_streamed_share_reads_the_next_pass_ahead_with_the_same_rows_in_the_same_order(
         tmp_path):
-    from raycache.train.data.streamed import Streamed
+    from raycache._train.data.streamed import Streamed
 
     shards = write_shards(tmp_path, (40, 40, 40), seed=1)
     base = dataclasses.replace(spec(tmp_path), rows=120, shards=shards, prefetch_batches=2)
@@ -402,8 +402,8 @@ def test_streamed_share_reads_the_next_pass_ahead_with_the_same_rows_in_the_same
 
 
 def test_every_recipe_group_setting_is_part_of_the_digest_and_flat_keys_still_load(tmp_path):
-    from raycache.train.config import FLAT, GROUPS
-    from raycache.train.sweep.grid import KEYS
+    from raycache._train.config import FLAT, GROUPS
+    from raycache._train.sweep.grid import KEYS
 
     settings = dataclasses.asdict(recipe())
     for f in dataclasses.fields(Recipe):
@@ -427,15 +427,15 @@ def test_a_streamed_share_leaves_its_readers_cores_and_a_run_gives_them_back(tmp
     import pyarrow.parquet as pq
 
     import raycache
-    from raycache.train.assemble import holders
-    from raycache.train.data.streamed import READERS
+    from raycache._train.assemble import data_sources
+    from raycache._train.data.streamed import READERS
     from tests.conftest import separable, toy_fill
 
     before = torch.get_num_threads()
     torch.set_num_threads(READERS + 1)
     try:
         s = dataclasses.replace(spec(tmp_path), placement="stream", shards=(), rows=0)
-        holders(s, 0, torch.device("cpu"))
+        data_sources(s, 0, torch.device("cpu"))
         cores = min(READERS + 1, os.cpu_count() or 1)
         assert torch.get_num_threads() == max(1, cores - READERS)
 
@@ -457,7 +457,7 @@ def test_the_key_split_is_zlib_crc32_of_each_keys_text_whatever_its_length_or_ty
 
     import pyarrow as pa
 
-    from raycache.train.data.split import BUCKETS, validation_mask
+    from raycache._train.data.split import BUCKETS, validation_mask
 
     keys = [pa.array(np.arange(-1000, 20_000, 7, dtype=np.int64)),
             pa.array(["", "é", "日本語", "x" * 64, "y" * 65, "row-17"]),
@@ -472,8 +472,8 @@ def test_an_in_memory_share_gathers_each_sides_rows_in_order_from_every_shard(tm
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from raycache.train.data.in_memory import InMemory
-    from raycache.train.data.split import validation_mask
+    from raycache._train.data.in_memory import InMemory
+    from raycache._train.data.split import validation_mask
 
     rng = np.random.default_rng(1)
     shards, tables = [], []
@@ -507,8 +507,8 @@ def test_an_in_memory_share_gathers_each_sides_rows_in_order_from_every_shard(tm
 
 def test_a_streamed_validation_side_keeps_its_rows_from_the_first_training_pass(
         tmp_path, monkeypatch):
-    from raycache.train.data import streamed
-    from raycache.train.data.in_memory import InMemory
+    from raycache._train.data import streamed
+    from raycache._train.data.in_memory import InMemory
 
     shards = write_shards(tmp_path, (50, 70, 30), seed=2)
     base = dataclasses.replace(spec(tmp_path), rows=150, shards=shards, checks=())

@@ -9,10 +9,10 @@ import torch
 import toy_encoders
 
 import raycache
-from raycache.cache.columns import input_column
-from raycache.errors import ConfigError, RaycacheError
-from raycache.fill.plan import load_config as load_fill
-from raycache.train.plan import load_config as load_train
+from raycache._cache.columns import input_column
+from raycache._errors import ConfigError, RaycacheError
+from raycache._fill.plan import load_config as load_fill
+from raycache._train.plan import load_config as load_train
 from tests.conftest import separable, toy_fill
 
 LIVE = {"name": "live", "kind": "torch", "input": "features", "factory": "toy_encoders:small_mlp",
@@ -123,8 +123,8 @@ def test_trainable_hf_text_starts_where_the_frozen_one_is(minilm_dir):
     token ids a fill keeps (so training starts from the pre-trained model), with gradients."""
     import pyarrow as pa
 
-    from raycache.encoders import ENCODERS
-    from raycache.encoders.config import EncoderConfig
+    from raycache._encoders import ENCODERS
+    from raycache._encoders.config import EncoderConfig
 
     cfg = EncoderConfig(name="t", kind="hf-text", input="text", path=str(minilm_dir),
                         trainable=True)

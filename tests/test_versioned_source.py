@@ -10,10 +10,10 @@ import torch
 from toy_encoders import projection
 
 import raycache
-from raycache.errors import SourceError
-from raycache.fill.plan import load_config as load_fill
-from raycache.fill.plan import plan
-from raycache.fill.run import complete
+from raycache._errors import SourceError
+from raycache._fill.plan import load_config as load_fill
+from raycache._fill.plan import plan
+from raycache._fill.run import complete
 from tests.conftest import separable, toy_fill
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(300)]

@@ -14,12 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.cache.records import ShardEntry
-from raycache.cache.selection import decode, encode
-from raycache.cache.store import Store
-from raycache.cli import main
-from raycache.fill.versions import compaction
-from raycache.source import files as sources
+from raycache._cache.records import ShardEntry
+from raycache._cache.selection import decode, encode
+from raycache._cache.store import Store
+from raycache._cli import main
+from raycache._fill.versions import compaction
+from raycache._source import files as sources
 from tests.conftest import separable, toy_fill
 from tests.faults import Driver, wait_for
 

@@ -14,13 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache.cache.committed import open_cache
-from raycache.cache.selection import encode
-from raycache.cache.vectors import pack
-from raycache.cli import main
-from raycache.errors import DamagedCacheWarning
-from raycache.upkeep.strays import read_by_others, strays
-from raycache.upkeep.verify import verify
+from raycache._cache.committed import open_cache
+from raycache._cache.selection import encode
+from raycache._cache.vectors import pack
+from raycache._cli import main
+from raycache._errors import DamagedCacheWarning
+from raycache._upkeep.strays import read_by_others, strays
+from raycache._upkeep.verify import verify
 
 NAME, DIM, BLOCK = "ver", 4, "b" * 16
 FP = {1: "1" * 24, 2: "2" * 24, 3: "3" * 24}
@@ -275,8 +275,8 @@ def test_max_size_counts_what_removing_a_version_frees(store):
 def test_gc_keeps_every_shard_file_of_a_name_a_fill_writes_a_version_of(store):
     """A fill of a new version, still planning (a lease, no shard yet), may share any
     committed version's files: they stay while it runs; the rest of those versions goes."""
-    from raycache.cache.lease import Lease
-    from raycache.cache.store import Store
+    from raycache._cache.lease import Lease
+    from raycache._cache.store import Store
 
     shards = {p for p in files(store) if "/shards/" in p}
     with Lease(Store(str(store)), str(store / NAME / ("4" * 24))):

@@ -12,14 +12,14 @@ from conftest import separable, toy_fill
 from toy_encoders import WORDS, tiny_text_model
 
 import raycache
-from raycache.cache.columns import views_column
-from raycache.errors import ConfigError
-from raycache.fill.augment import AUGMENTS, crop, word_dropout, word_swap
-from raycache.fill.config import ViewsConfig
-from raycache.fill.plan import load_config as load_fill
-from raycache.fill.plan import plan
-from raycache.fill.reuse import input_hashes
-from raycache.fill.views import make
+from raycache._cache.columns import views_column
+from raycache._errors import ConfigError
+from raycache._fill.augment import AUGMENTS, crop, word_dropout, word_swap
+from raycache._fill.config import ViewsConfig
+from raycache._fill.plan import load_config as load_fill
+from raycache._fill.plan import plan
+from raycache._fill.reuse import input_hashes
+from raycache._fill.views import make
 
 TEXT_VIEWS = {"count": 3, "seed": 7, "augment": [{"kind": "word_dropout", "p": 0.3},
                                                  {"kind": "word_swap", "swaps": 1}]}
@@ -88,7 +88,7 @@ def test_text_views_differ_are_reproducible_and_are_the_encoder_on_augmented_tex
     other = np.stack(other.to_numpy(zero_copy_only=False)).reshape(views.shape)
     np.testing.assert_allclose(other, views, atol=1e-5)
     # each view is the encoder's output for that augmented text
-    from raycache.encoders import ENCODERS
+    from raycache._encoders import ENCODERS
 
     cfg = load_fill(text_fill(root, model, tmp_path / "c"))
     texts = pq.read_table(root / "text.parquet").sort_by("id").column("text").combine_chunks()

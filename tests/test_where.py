@@ -7,14 +7,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from raycache.compute import where
-from raycache.compute.where import AUTO_IN_PROCESS_ROWS, LOCAL_CORES, Cluster
-from raycache.fill.plan import load_config as load_fill
-from raycache.fill.run import in_process
-from raycache.predict.config import AUTO_IN_PROCESS_BYTES, PredictConfig
-from raycache.predict.run import in_process as predict_in_process
-from raycache.train.placement import AUTO_LOCAL_BYTES, resolve_workers
-from raycache.train.plan import load_config
+from raycache._compute import where
+from raycache._compute.where import AUTO_IN_PROCESS_ROWS, LOCAL_CORES, Cluster
+from raycache._fill.plan import load_config as load_fill
+from raycache._fill.run import in_process
+from raycache._predict.config import AUTO_IN_PROCESS_BYTES, PredictConfig
+from raycache._predict.run import in_process as predict_in_process
+from raycache._train.placement import AUTO_LOCAL_BYTES, resolve_workers
+from raycache._train.plan import load_config
 from tests.conftest import toy_fill
 
 pytestmark = pytest.mark.timeout(120)
@@ -92,7 +92,7 @@ def test_training_auto_trains_in_process_on_one_node(nothing_there, monkeypatch)
     rows = AUTO_LOCAL_BYTES // (384 * 4) * 3  # 1.5 GiB: DDP before, for no gain on one node
     workers, why = resolve_workers(cfg, head, rows)
     assert workers == 0 and why.startswith("one node with ") and "fit in memory" in why
-    monkeypatch.setattr(sys.modules["raycache.train.placement"], "_memory", lambda: 2 * 2**30)
+    monkeypatch.setattr(sys.modules["raycache._train.placement"], "_memory", lambda: 2 * 2**30)
     assert "are streamed: they do not fit in memory" in resolve_workers(cfg, head, rows)[1]
     cluster_of(monkeypatch, NODE)
     assert resolve_workers(cfg, head, rows) == (

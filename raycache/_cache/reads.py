@@ -1,0 +1,116 @@
+"""Checked reads: a shard read whole and checked against its manifest entry, in parallel
+and in order."""
+
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from raycache._cache.records import ShardEntry
+from raycache._cache.selection import select
+from raycache._cache.store import Store
+from raycache._cache.vectors import unpack
+from raycache._errors import CorruptShard
+
+__all__ = ["THREADS", "cache_label", "map_ordered", "mismatch", "parse", "read_bytes_checked",
+           "read_checked", "read_shard", "shard_path"]
+
+THREADS = 8
+"""Shards read (and hashed: hashlib releases the GIL) at once."""
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_ordered(fn: Callable[[T], R], items: Iterable[T], threads: int = THREADS) -> Iterator[R]:
+    """fn over items on a thread pool, results in order, at most `threads` under way (so a
+    caller that stops early, or holds what it gets, never has every shard in memory at once)."""
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="raycache-read") as pool:
+        ahead: deque[Future[R]] = deque()
+        for item in items:
+            if len(ahead) >= threads:
+                yield ahead.popleft().result()
+            ahead.append(pool.submit(fn, item))
+        while ahead:
+            yield ahead.popleft().result()
+
+
+def parse(source: Any, columns: list[str] | None = None, filesystem: Any = None) -> pa.Table:
+    """A shard's Parquet (a path, an open file or a buffer) as raycache reads shards: decoded on
+    this thread (shard readers run on pools of their own: Arrow's threads on top of them only
+    contend), its packed vectors unpacked (cache.vectors)."""
+    return unpack(pq.read_table(source, columns=columns, filesystem=filesystem,
+                                use_threads=False))
+
+
+def mismatch(blob: bytes, size: int, sha256: str) -> list[str]:
+    """What is wrong with a shard's bytes against the manifest's size and checksum."""
+    problems = []
+    if len(blob) != size:
+        how = "truncated" if len(blob) < size else "longer than written"
+        problems.append(f"{len(blob)} bytes, expected {size} ({how})")
+    digest = hashlib.sha256(blob).hexdigest()
+    if digest != sha256:
+        problems.append(f"sha256 {digest[:16]}, expected {sha256[:16]} (first 16 hex digits)")
+    return problems
+
+
+def _corrupt(store: Store, path: str, cache: str, problems: list[str]) -> CorruptShard:
+    name, uri = cache.split("/", 1)[0], store.url(path)
+    return CorruptShard(
+        f"shard {uri} of cache {cache} does not match its manifest entry: "
+        f"{'; '.join(problems)}. Re-encode it with `raycache repair {name} --store "
+        f"{store.uri}`; `raycache verify {name} --store {store.uri}` lists every bad shard",
+        uri, cache, tuple(problems))
+
+
+def read_bytes_checked(store: Store, path: str, size: int, sha256: str, cache: str) -> bytes:
+    """The object at `path` whole, its size and sha256 checked (CorruptShard on a mismatch)."""
+    try:
+        blob = store.read_bytes(path)
+    except FileNotFoundError:
+        raise _corrupt(store, path, cache, ["missing"]) from None
+    problems = mismatch(blob, size, sha256)
+    if problems:
+        raise _corrupt(store, path, cache, problems)
+    return blob
+
+
+def read_checked(store: Store, path: str, size: int, sha256: str, cache: str,
+                 columns: list[str] | None = None) -> pa.Table:
+    """The shard at `path` read whole (one read), its size and sha256 checked, then parsed from
+    memory; `cache` ("name/fingerprint") names it in the CorruptShard raised on a mismatch."""
+    blob = read_bytes_checked(store, path, size, sha256, cache)
+    try:
+        return parse(pa.BufferReader(blob), columns)
+    except pa.ArrowInvalid as exc:  # checksum matches: the writer wrote a bad file
+        raise _corrupt(store, path, cache, [f"not readable as Parquet ({exc})"]) from exc
+
+
+def cache_label(cache_dir: str) -> str:
+    """The "name/fingerprint" of a cache folder <store>/<name>/<fingerprint>."""
+    return "/".join(cache_dir.rstrip("/").rsplit("/", 2)[-2:])
+
+
+def shard_path(store: Store, cache_dir: str, entry: ShardEntry) -> str:
+    """Where a manifest entry's file is: in the cache folder, or in the older version's folder
+    it shares (entry.home)."""
+    return f"{store.path(entry.home) if entry.home else cache_dir}/{entry.path}"
+
+
+def read_shard(store: Store, cache_dir: str, entry: ShardEntry,
+               columns: list[str] | None = None, selected: bool = True) -> pa.Table:
+    """A manifest entry's shard, read whole and checked (CorruptShard on a mismatch), only the
+    rows its version keeps (all of the file's with `selected=False`)."""
+    table = read_checked(store, shard_path(store, cache_dir, entry), entry.bytes, entry.sha256,
+                         cache_label(cache_dir), columns)
+    return select(table, entry.keep, entry.file_rows) if selected else table
+
+

@@ -1,0 +1,155 @@
+"""Sizing the fill's encoder pool from the cluster, and refusing pools the cluster cannot hold."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from raycache._core.config import AUTO
+from raycache._encoders.batching import Batching
+from raycache._errors import ConfigError
+
+__all__ = ["LIGHT_CPUS", "READ_CPUS", "Pool", "PoolAsk", "local_pool", "nodes", "request",
+           "size_pool"]
+
+GPU_ON_CPU = "RAYCACHE_TEST_GPU_ON_CPU"
+"""Test-only switch: with it set (on a cluster that advertises logical GPUs, ray.init(num_gpus=
+...)), GPU-shaped actors are scheduled and sized as on GPUs but run their models on the CPU, so
+every GPU branch that does not need CUDA itself runs in CI. Never set it in production."""
+LIGHT_CPUS = 0.1
+"""Logical CPUs of each prepare and write task on CPU fills: light work next to encoding."""
+READ_CPUS = 1.0
+"""Logical CPUs of each read task: Ray Data's default, so the re-blocking into shard-sized
+blocks fuses into the read (it fuses only with stages of equal resources)."""
+RESERVE = 1.25
+"""Logical CPUs per node that the encoder actors leave for reading, preparing and writing."""
+MAX_CPU_THREADS = 4
+"""Torch threads per CPU actor under num_cpus: auto (a quarter of a node's CPUs, 1 to 4); a node
+gets several such actors."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The encoder actor pool of one fill, and what each actor asks of Ray."""
+
+    actors: int
+    cpus: float
+    """Logical CPUs per actor."""
+    gpus: float
+    threads: int
+    """Torch threads per actor."""
+    batching: Batching
+    prepare_cpus: float
+    """Logical CPUs of each prepare (tokenise) actor: a whole CPU where GPUs wait on it."""
+    prepare_actors: int
+    """Prepare actors at most (the pool grows with the queue): one on CPU fills, where
+    tokenising is ~1% of the work; the CPUs the encoders leave, where GPUs encode."""
+
+    @property
+    def device(self) -> str:
+        """Where the pool's models run: CUDA where it holds GPUs (the CPU under GPU_ON_CPU)."""
+        return "cuda" if self.gpus > 0 and not os.environ.get(GPU_ON_CPU) else "cpu"
+
+    def describe(self) -> str:
+        where = f"{self.gpus:g} GPU + {self.cpus:g} CPU" if self.gpus else f"{self.cpus:g} CPU"
+        return f"{self.actors} encoder actor(s), {where} and {self.threads} thread(s) each"
+
+
+def nodes() -> list[dict[str, float]]:
+    """The resources of each alive node of the connected Ray cluster."""
+    import ray
+
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+
+
+class PoolAsk(Protocol):
+    """What a stage asks of its model actor pool (FillConfig and PredictConfig both say it)."""
+
+    batch_size: int | str
+    token_budget: int | str
+    concurrency: int | str
+    num_gpus: float
+    num_cpus: float | str
+    autoscaling: bool
+
+
+def size_pool(cfg: PoolAsk, cluster: list[dict[str, float]], blocks: int | None = None
+              ) -> Pool:
+    """The pool for `cfg` on a cluster of `cluster` nodes, for `blocks` encoder calls of work
+    (auto never starts more actors than that); a ConfigError naming the value, what the
+    cluster has and the fix when it cannot be scheduled (unless cfg.autoscaling)."""
+    gpus = cfg.num_gpus
+    node_cpus = [n.get("CPU", 0.0) for n in cluster] or [0.0]
+    node_gpus = [n.get("GPU", 0.0) for n in cluster] or [0.0]
+    has = f"the cluster has {sum(node_cpus):g} CPUs and {sum(node_gpus):g} GPUs on " \
+          f"{len(cluster)} node(s)"
+    problems: list[str] = []
+    if gpus > 0:
+        cpus = 1.0 if cfg.num_cpus == AUTO else float(cfg.num_cpus)
+        per_node = [min(_fit(g, gpus), _fit(c - RESERVE, cpus))
+                    for c, g in zip(node_cpus, node_gpus, strict=True)]
+        if sum(node_gpus) == 0 and not cfg.autoscaling:
+            problems.append(
+                f"num_gpus={gpus:g}: {has}; set num_gpus: 0 to encode on CPUs, connect to a "
+                "cluster with GPUs, or set autoscaling: true where GPU nodes start on demand")
+        elif max(node_gpus) < min(gpus, 1) and not cfg.autoscaling:
+            problems.append(f"num_gpus={gpus:g}: no node has that many GPUs; {has}")
+    else:
+        if cfg.num_cpus == AUTO:  # a few threads per actor; logical CPUs share what is left
+            # one thread per actor on small nodes: an actor also prepares and writes its
+            # blocks (single-threaded work), which another actor's model overlaps
+            threads = max(1, min(MAX_CPU_THREADS, int(max(node_cpus)) // 4))
+            per_node = [max(1, int(c) // threads) if c >= 1 else 0 for c in node_cpus]
+            cpus = max(LIGHT_CPUS, min((c - RESERVE) / k for c, k in zip(node_cpus, per_node,
+                                                                          strict=True) if k))
+        else:
+            cpus = float(cfg.num_cpus)
+            threads = max(1, round(cpus))
+            per_node = [_fit(c - RESERVE, cpus) for c in node_cpus]
+    fits = sum(per_node)
+    actors = (max(1, min(fits, blocks or fits)) if cfg.concurrency == AUTO
+              else int(cfg.concurrency))
+    if not cfg.autoscaling and not problems and actors > fits:
+        problems.append(
+            f"concurrency={cfg.concurrency} encoder actors x {cpus:g} CPU"
+            + (f" + {gpus:g} GPU" if gpus else "")
+            + f" each: {has}, which hold {fits} such actor(s) with {RESERVE:g} CPU per node "
+            "left for reading, tokenising and writing. Lower concurrency or num_cpus"
+            + (" or num_gpus" if gpus else "") + ", or leave them at auto")
+    if problems:
+        raise ConfigError(problems)
+    if gpus > 0:
+        threads = max(1, round(cpus))
+    on_gpu = gpus > 0
+    batching = Batching(
+        max_rows=(4096 if on_gpu else 256) if cfg.batch_size == AUTO else int(cfg.batch_size),
+        token_budget=(65536 if on_gpu else 2048) if cfg.token_budget == AUTO
+        else int(cfg.token_budget),
+    )
+    spare = sum(node_cpus) - actors * cpus - READ_CPUS
+    prepare_actors = max(1, int(spare)) if on_gpu else 1
+    return Pool(actors, cpus, gpus, threads, batching, 1.0 if on_gpu else LIGHT_CPUS,
+                prepare_actors)
+
+
+def local_pool(cfg: PoolAsk) -> Pool:
+    """The pool of a job run in this process: one model with a torch thread per core here (or
+    num_cpus), its batches sized as on a CPU actor."""
+    cores = os.cpu_count() or 1
+    pool = size_pool(cfg, [{"CPU": float(cores)}], 1)
+    threads = cores if cfg.num_cpus == AUTO else max(1, round(float(cfg.num_cpus)))
+    return dataclasses.replace(pool, cpus=float(threads), threads=threads)
+
+
+def _fit(have: float, each: float) -> int:
+    """How many `each` fit in `have` (with a little slack for float sums)."""
+    return max(0, math.floor(have / each + 1e-9)) if each > 0 else 0
+
+
+def request(pool: Pool) -> dict[str, Any]:
+    """The bundles an autoscaling cluster is asked for, one per actor."""
+    bundle = {"CPU": pool.cpus, **({"GPU": pool.gpus} if pool.gpus else {})}
+    return {"bundles": [bundle] * pool.actors}

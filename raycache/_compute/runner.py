@@ -1,0 +1,219 @@
+"""The streaming stage runner of fill and predict: read units -> prepare -> a model actor pool ->
+the caller's sink, as a lazy Ray Data dataset or the same stage classes in this process."""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from raycache._compute.pool import LIGHT_CPUS, READ_CPUS, Pool
+from raycache._compute.prepare import Inputs, PrepareActor
+from raycache._errors import EncoderError
+from raycache._source import files as sources
+
+if TYPE_CHECKING:
+    from raycache._encoders.config import EncoderConfig
+
+__all__ = ["Job", "ModelChain", "Stage", "build", "progress_bar", "run", "run_local", "stream",
+           "where"]
+
+@dataclass
+class Stage:
+    """A stage's callable (a class: an actor pool; a function: tasks) and its keyword arguments;
+    `local` adds to them where the stage runs in this process."""
+
+    fn: Callable[..., Any]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    local: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    """What the runner streams: the units read, the prepare stage's encoders and kept columns,
+    the model (an actor class taking `pool`), and the sink after it (a task), if any."""
+
+    units: list[sources.Unit]
+    format: str
+    options: dict[str, Any]
+    rows: int
+    """Rows per model call (and per block of the re-blocked reads)."""
+    encoders: list[EncoderConfig]
+    keep: list[str]
+    model: Stage
+    inputs: Inputs | None = None
+    """The prepare stage's own inputs (see compute.prepare.Inputs); None: every row."""
+    sink: Stage | None = None
+    ordered: bool = False
+    """Output in input order (Ray Data's preserve_order)."""
+
+    @property
+    def columns(self) -> list[str]:
+        """Columns read: the kept ones and the encoders' inputs."""
+        return list(dict.fromkeys([*self.keep, *(e.input for e in self.encoders)]))
+
+
+def where(pool: Pool, local: bool, why: str = "") -> str:
+    """Where a job ran, and why, in words."""
+    said = f"in-process, {pool.threads} thread(s)" if local else pool.describe()
+    return f"{said} ({why})" if why else said
+
+
+def run(job: Job, pool: Pool, *, local: bool) -> Iterator[pa.Table]:
+    """The job's output batches (the sink's, else the model's), in this process or on Ray."""
+    return run_local(job, pool) if local else stream(build(job, pool))
+
+
+def run_local(job: Job, pool: Pool) -> Iterator[pa.Table]:
+    """The pipeline's stages called in this process, one model-call-sized piece at a time: the
+    same reads, prepare stage, model and sink, hence the same output, in order. Reading and
+    preparing the next piece, and the sink (a fill's shard writes), run in two threads beside
+    the model's (pyarrow, tokenizers, file writes and torch release the GIL), so the model's
+    threads wait on neither."""
+    import torch
+
+    threads = torch.get_num_threads()  # the model sets its own; the caller's come back after
+    try:
+        chain = ModelChain(job, pool, local=True)
+        with (ThreadPoolExecutor(1, thread_name_prefix="raycache-read") as reads,
+              ThreadPoolExecutor(1, thread_name_prefix="raycache-sink") as sinks):
+            done: deque[Future[pa.Table]] = deque()
+            for prepared in _ahead(reads, map(chain.prepare, _pieces(job))):
+                done.append(sinks.submit(chain.finish, chain.model(prepared)))
+                if len(done) > 1:  # one sink call in flight behind the model
+                    yield done.popleft().result()
+            while done:
+                yield done.popleft().result()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _pieces(job: Job) -> Iterator[pa.Table]:
+    """The job's rows in model-call-sized pieces, cut as Ray Data's re-blocking cuts them."""
+    held: list[pa.Table] = []  # pieces of units read in part (a resume, a new version)
+    for unit in job.units:
+        for piece in sources.read_unit(unit, job.format, job.options, job.rows, job.columns):
+            if not unit.done:
+                yield piece
+                continue
+            held.append(piece)
+            if sum(t.num_rows for t in held) >= job.rows:  # a block, as Ray Data cuts
+                yield pa.concat_tables(held)
+                held = []
+    if held:
+        yield pa.concat_tables(held)
+
+
+def _ahead(pool: ThreadPoolExecutor, items: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """`items`, the next one computed in `pool` while the caller works on this one."""
+    end = object()
+    future = pool.submit(next, items, end)
+    while (item := future.result()) is not end:
+        future = pool.submit(next, items, end)
+        yield item
+
+
+class ModelChain:
+    """prepare -> model -> sink as one callable: the stages as run in this process, and as one
+    actor per CPU-only pool on Ray (no object-store hop between them: on CPUs the three share
+    the same cores, so a hop costs more than it overlaps)."""
+
+    def __init__(self, job: Job, pool: Pool, local: bool = False):
+        self.prepare = PrepareActor(job.encoders, job.keep, job.inputs)
+        self.model = job.model.fn(pool=pool, **job.model.kwargs,
+                                  **(job.model.local if local else {}))
+        self.sink = job.sink
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        return self.finish(self.model(self.prepare(table)))
+
+    def finish(self, out: pa.Table) -> pa.Table:
+        """The sink's output for the model's (the model's own where there is no sink)."""
+        return self.sink.fn(out, **self.sink.kwargs) if self.sink else out
+
+
+def build(job: Job, pool: Pool) -> Any:
+    """The job as a lazy Ray Data dataset (nothing runs until consumed): read units -> prepare
+    (tokenise) on CPU actors -> model actor pool on GPUs -> sink tasks; on a CPU-only pool,
+    read units -> ModelChain actors (prepare, model and sink in one call per block)."""
+    import ray.data
+
+    ds = ray.data.from_items([{"unit": pickle.dumps(u)} for u in job.units],
+                             override_num_blocks=len(job.units))  # one read task per unit
+    ds = ds.map_batches(
+        sources.read_stage,
+        fn_kwargs=dict(fmt=job.format, options=job.options, rows=job.rows, columns=job.columns),
+        batch_size=1, num_cpus=READ_CPUS, batch_format="pyarrow",
+    ).repartition(target_num_rows_per_block=job.rows)  # blocks spread over the pool
+    if not pool.gpus:
+        ds = ds.map_batches(
+            ModelChain, fn_constructor_kwargs=dict(job=job, pool=pool),
+            batch_size=job.rows, compute=ray.data.ActorPoolStrategy(size=pool.actors),
+            num_cpus=pool.cpus, batch_format="pyarrow")
+    else:
+        ds = ds.map_batches(
+            PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
+                                                     inputs=job.inputs),
+            batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=pool.prepare_actors),
+        )
+        ds = ds.map_batches(
+            job.model.fn, fn_constructor_kwargs=dict(pool=pool, **job.model.kwargs),
+            batch_size=job.rows,  # one call per block; Ray Data needs it for GPU stages
+            compute=ray.data.ActorPoolStrategy(size=pool.actors),
+            num_cpus=pool.cpus, num_gpus=pool.gpus, batch_format="pyarrow",
+        )
+        if job.sink is not None:
+            ds = ds.map_batches(job.sink.fn, fn_kwargs=job.sink.kwargs, batch_size=None,
+                                num_cpus=LIGHT_CPUS, batch_format="pyarrow")
+    if job.ordered:
+        ds.context.execution_options.preserve_order = True
+    return ds
+
+
+def stream(ds: Any) -> Iterator[pa.Table]:
+    """A dataset's batches as its stages finish them; a stage's error re-raised as raycache's
+    own."""
+    from raycache._compute.cluster import unwrap
+
+    batches = ds.iter_batches(batch_size=None, batch_format="pyarrow")
+    del ds  # what a caller keeps of the error must not keep the execution, and its actors, alive
+    try:
+        yield from batches
+        return
+    except Exception as exc:  # Ray wraps stage errors in its own types
+        error = unwrap(exc)
+        if error is exc and _actor_died(exc):
+            error = EncoderError(
+                f"an actor of the model stage died ({type(exc).__name__}: "
+                f"{str(exc).strip().splitlines()[0][:300]}); what was written is kept: run the "
+                "same command again (a fill resumes from its recorded shards)")
+        error.add_note(f"(raised in a Ray Data stage: {type(exc).__name__})")
+    del batches
+    raise error  # outside the handler: no chain to Ray's traceback and the executor's frames
+
+
+def _actor_died(exc: BaseException) -> bool:
+    from ray.exceptions import RayActorError
+
+    seen: list[BaseException | None] = [exc, exc.__cause__, exc.__context__]
+    return any(isinstance(e, RayActorError) for e in seen)
+
+
+@contextlib.contextmanager
+def progress_bar(show: bool, total: int | None, desc: str) -> Iterator[Any]:
+    """A progress bar of rows (hidden unless `show`), closed on the way out."""
+    from tqdm.std import tqdm  # a text line in terminals and notebooks alike (no ipywidgets)
+
+    bar = tqdm(total=total, disable=not show, unit=" rows", desc=desc, dynamic_ncols=True,
+               smoothing=0.1)
+    try:
+        yield bar
+    finally:
+        bar.close()

@@ -1,0 +1,178 @@
+"""Config loading: dict or YAML -> dataclass, every problem in one ConfigError (knows no stage)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from raycache._core.env import expand_env
+from raycache._errors import ConfigError
+
+__all__ = ["AUTO", "is_name", "load", "non_finite", "parse_value", "positive", "positive_or_auto",
+           "read_yaml", "sweepable"]
+
+AUTO = "auto"
+
+
+def positive(cfg: Any, *names: str) -> list[str]:
+    return [f"{n}={getattr(cfg, n)}: must be >= 1" for n in names if getattr(cfg, n) < 1]
+
+
+def positive_or_auto(cfg: Any, *names: str) -> list[str]:
+    out = []
+    for n in names:
+        v = getattr(cfg, n)
+        if v != AUTO and (isinstance(v, str) or v < 1):
+            out.append(f"{n}={v!r}: expected a whole number >= 1, or 'auto'")
+    return out
+
+
+def non_finite(cfg: Any, where: str = "") -> list[str]:
+    """Every float setting of the config `cfg` (its nested configs' and lists' too) that is
+    NaN or infinite: YAML's .nan and .inf parse as floats, and would reach a library as is."""
+    out = []
+    for f in dataclasses.fields(cfg):
+        value, name = getattr(cfg, f.name), f"{where}{f.name}"
+        if dataclasses.is_dataclass(value):
+            out += non_finite(value, f"{name}.")
+            continue
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            default = f.default if isinstance(f.default, float) else None
+            fix = (f"e.g. {default:g} (its default)" if default is not None
+                   else "or leave it out" if f.default is None else "")
+            out.append(f"{name}={value}: expected a finite number, not NaN or infinity; "
+                       f"give a finite value{', ' + fix if fix else ''}")
+    return out
+
+
+def is_name(s: str) -> bool:
+    return bool(s) and all(c.isalnum() or c in "-_." for c in s) and not s.startswith(".")
+
+
+T = typing.TypeVar("T")
+
+
+def load(cls: type[T], data: dict[str, Any] | str | Path | T,
+         *checks: Callable[[T], list[str]]) -> T:
+    """Build and check a config from a dict, a YAML file path, or an instance: its own
+    `problems()` and each of `checks` (a stage's checks against its registries), every problem
+    in one ConfigError."""
+    if isinstance(data, cls):
+        obj = data
+    else:
+        if isinstance(data, str | Path):
+            path = Path(data)
+            if not path.is_file():
+                raise ConfigError([f"config file {str(path)!r} does not exist; check the path"])
+            data = read_yaml(path)
+        if hasattr(cls, "moved"):  # settings that moved since (e.g. flat keys into groups)
+            data = cls.moved(data)
+        problems: list[str] = []
+        obj = _build(cls, data, cls.__name__, problems)
+        if problems:
+            raise ConfigError(problems)
+    problems = obj.problems() if hasattr(obj, "problems") else []
+    for check in checks:
+        problems += check(obj)
+    if problems:
+        raise ConfigError(problems)
+    return obj
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file's contents ({} when empty), its ${NAME} and ${NAME:-default} taken from the
+    environment (raycache._core.env); a syntax error, or text that is not UTF-8, as a
+    ConfigError naming the file, the line and column, and the problem."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = "; ".join(str(x) for x in (exc.context, exc.problem) if x)
+        raise ConfigError([f"config file {str(path)!r}{where}: not valid YAML ({what}); fix "
+                           "the YAML there (indentation, a missing ':' or a quote)"]) from exc
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"config file {str(path)!r}: not readable as YAML ({exc}); save it "
+                           "as UTF-8 YAML text"]) from exc
+    return expand_env(data, path)
+
+
+def parse_value(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
+    """`value` checked against the type `tp` (a field's annotation), each problem appended."""
+    return _value(tp, value, where, problems)
+
+
+def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
+    if not isinstance(data, dict):
+        problems.append(f"{where}: expected a mapping, got {type(data).__name__} {data!r}")
+        return None
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in sorted(set(data) - set(fields)):
+        problems.append(f"{where}.{key}: unknown field; expected one of {sorted(fields)}")
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in data:
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if required:
+                problems.append(f"{where}.{name}: missing (required)")
+            continue
+        kwargs[name] = _value(hints[name], data[name], f"{where}.{name}", problems)
+    if problems:
+        return None
+    return cls(**kwargs)
+
+
+def _value(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            trial: list[str] = []
+            out = _value(arg, value, where, trial)
+            if not trial:
+                return out
+        problems.append(f"{where}={value!r}: expected {_type_name(tp)}")
+        return None
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, where, problems)
+    if origin is list:
+        if not isinstance(value, list):
+            problems.append(f"{where}={value!r}: expected a list")
+            return None
+        return [_value(args[0], v, f"{where}[{i}]", problems) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            problems.append(f"{where}={value!r}: expected a mapping")
+            return None
+        return dict(value)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is Any or (isinstance(value, tp) and not (tp is int and isinstance(value, bool))):
+        return value
+    problems.append(f"{where}={value!r}: expected {_type_name(tp)}, got {type(value).__name__}")
+    return None
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def sweepable(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
+              sweep: str) -> Any:
+    """A field a `sweep:` may vary, with what it takes (training's sweep.grid.KEYS)."""
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata={"sweep": sweep})
+    return dataclasses.field(default=default, metadata={"sweep": sweep})

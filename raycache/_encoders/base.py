@@ -1,0 +1,107 @@
+"""What every encoder family provides, and what all of them share: freezing, precision, batching."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from raycache._encoders.batching import Batching
+from raycache._encoders.config import EncoderConfig
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Batching", "Encoder", "Family", "autocast", "digest_files", "freeze", "to_device"]
+
+
+class Encoder(Protocol):
+    """A loaded, frozen encoder: a column of inputs in, an (n, dim) float32 array out."""
+
+    def prepare(self, values: pa.Array) -> pa.Array:
+        """The CPU work before the forward pass (tokenising, decoding); the fill runs it in its
+        own Ray Data stage, so a GPU actor receives ready inputs."""
+        ...
+
+    def forward(self, prepared: pa.Array) -> np.ndarray:
+        """Prepared inputs to embeddings, rows in input order."""
+        ...
+
+    def encode(self, values: pa.Array) -> np.ndarray:
+        """prepare then forward: raw inputs to embeddings."""
+        ...
+
+    def weights_digest(self) -> str:
+        """Digest of the weights actually loaded; must equal the described one."""
+        ...
+
+
+class Family(NamedTuple):
+    """An encoder family: `describe` is cheap and runs on the driver; `prepare` builds the CPU
+    stage's function (light: no model weights); `load` builds the frozen model in actors;
+    `live` and `rows`, where the family has them, train it (raycache._heads.joint)."""
+
+    describe: Callable[[EncoderConfig], dict[str, Any]]
+    """Stable description for the fingerprint: settings plus a `weights_digest`."""
+    load: Callable[..., Encoder]
+    """load(cfg, device, batching=Batching()) -> Encoder on "cpu" or "cuda"."""
+    prepare: Callable[[EncoderConfig], Callable[[pa.Array], pa.Array]]
+    """prepare(cfg) -> values -> model-ready inputs."""
+    live: Callable[[EncoderConfig], torch.nn.Module] | None = None
+    """live(cfg) -> the encoder as a trainable module: a tensor of `rows` in, (n, dim) out
+    (None: the family cannot be trained)."""
+    rows: Callable[[EncoderConfig, pa.Array], np.ndarray] | None = None
+    """rows(cfg, prepared) -> what the cache stored for a trainable encoder (its prepared inputs)
+    as one array of rows, the tensor its `live` module takes."""
+    input_bytes: Callable[[EncoderConfig], int] | None = None
+    """input_bytes(cfg) -> bytes of one row's prepared input, for a family whose inputs are
+    large (images): the fill cuts its blocks to hold few of them (None: small, as text)."""
+
+
+def freeze(module: torch.nn.Module) -> torch.nn.Module:
+    """Eval mode, no gradients: the only state in which an encoder's output is cacheable."""
+    module.eval()
+    for p in module.parameters():
+        p.requires_grad_(False)
+    return module
+
+
+def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
+    """Mixed-precision inference at `precision` (float32 runs as is)."""
+    import torch
+
+    if precision == "float32":
+        return contextlib.nullcontext()
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    return torch.autocast(device_type=kind, dtype=getattr(torch, precision))
+
+
+def to_device(array: np.ndarray, device: str) -> torch.Tensor:
+    """A host array on `device`; to a GPU through pinned memory with a non-blocking copy."""
+    import torch
+
+    t = torch.from_numpy(array)
+    if not device.startswith("cuda"):
+        return t
+    try:
+        t = t.pin_memory()
+    except RuntimeError:  # no pinned memory to be had (page-locked limit): a plain copy
+        return t.to(device)
+    return t.to(device, non_blocking=True)
+
+
+def digest_files(paths: Iterable[Path], root: Path) -> str:
+    """sha256 over (relative name, content) of each file, in sorted order."""
+    h = hashlib.sha256()
+    for p in sorted(paths):
+        h.update(str(p.relative_to(root)).encode() + b"\0")
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return h.hexdigest()

@@ -1,0 +1,320 @@
+"""Hugging Face transformers image encoders (ViT, DINOv2, ConvNeXt, CLIP/SigLIP): images decoded
+and preprocessed by the folder's image processor on CPU workers, pooled on the encoder actors."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from raycache._core.config import AUTO
+from raycache._core.secrets import reveal
+from raycache._encoders.base import Batching, Family, autocast, digest_files, freeze, to_device
+from raycache._encoders.config import EncoderConfig
+from raycache._encoders.models import model_folder
+from raycache._errors import BadInput, EncoderError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["HF_IMAGE", "HFImageEncoder", "Preprocess", "Settings", "describe", "input_bytes",
+           "pixels", "settings"]
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+PREPROCESSOR = "preprocessor_config.json"
+NO_CLS = {"convnext", "convnextv2", "siglip_vision_model", "siglip2_vision_model", "resnet"}
+"""Vision towers without a CLS token: pooling cls does not apply."""
+LINEAR_POOLER = {"vit", "deit"}
+"""Towers whose pooler is a trained linear layer, absent from many checkpoints: auto pools
+their CLS token where the weight files hold no pooler."""
+CHUNK = 256
+"""Images decoded and preprocessed per call of the image processor."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """An image encoder's settings with `auto` resolved from its folder: the model's own image
+    features (projection) for a CLIP-style folder, else its pooled output (or its CLS token
+    where a ViT checkpoint has no pooler weights); no normalisation."""
+
+    folder: Path
+    clip: bool
+    """A CLIP-style folder (vision and text towers): its image-feature projection applies."""
+    tower: str
+    """The vision tower's model_type."""
+    pooling: str
+    normalize: bool
+    channels: int
+    registers: int
+    """Register tokens after the CLS token (DINOv2 with registers), left out of mean pooling."""
+    dim: int | None
+
+
+def _weights(folder: Path, name: str) -> list[Path]:
+    found = [p for p in folder.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES]
+    if not found:
+        raise EncoderError(f"encoder {name!r}: no weight files in {str(folder)!r}")
+    return found
+
+
+def _has_pooler(weights: list[Path]) -> bool:
+    """Whether the weight files hold pooler weights (read from safetensors headers; a .bin
+    file is assumed to)."""
+    for p in weights:
+        if p.suffix != ".safetensors":
+            return True
+        with open(p, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if any(".pooler." in k or k.startswith("pooler.") for k in json.loads(f.read(size))):
+                return True
+    return False
+
+
+def settings(cfg: EncoderConfig) -> Settings:
+    folder = model_folder(cfg.path, cfg.name, "hf-image")
+    config = json.loads((folder / "config.json").read_text())
+    clip = "vision_config" in config and "text_config" in config
+    vision = config["vision_config"] if clip else config
+    tower = str(vision.get("model_type", config.get("model_type", "")))
+    pooling = cfg.pooling
+    if pooling == AUTO:
+        pooling = "projection" if clip else "pooler"
+        if tower in LINEAR_POOLER and not _has_pooler(_weights(folder, cfg.name)):
+            pooling = "cls"
+    where = f"encoder {cfg.name!r}: pooling={pooling!r}"
+    if pooling == "projection" and not clip:
+        raise EncoderError(f"{where} needs a CLIP-style folder (a CLIPModel or SiglipModel); "
+                           f"{str(folder)!r} holds a {tower!r} model. Use pooler, cls or mean")
+    if pooling == "cls" and tower in NO_CLS:
+        raise EncoderError(f"{where}: a {tower!r} model has no CLS token; use pooler or mean")
+    hidden = vision.get("hidden_size") or (vision.get("hidden_sizes") or [None])[-1]
+    return Settings(
+        folder, clip, tower, pooling, False if cfg.normalize == AUTO else bool(cfg.normalize),
+        int(vision.get("num_channels", 3)), int(vision.get("num_register_tokens", 0) or 0),
+        config.get("projection_dim") or hidden if pooling == "projection" else hidden)
+
+
+def describe(cfg: EncoderConfig) -> dict[str, Any]:
+    s = settings(cfg)
+    weights = _weights(s.folder, cfg.name)
+    processor = s.folder / PREPROCESSOR
+    if not processor.is_file():
+        raise EncoderError(f"encoder {cfg.name!r}: {str(s.folder)!r} has no {PREPROCESSOR}; "
+                           "hf-image needs the model's image processor beside its weights "
+                           "(save it with image_processor.save_pretrained(folder))")
+    return {
+        "kind": cfg.kind,
+        "input": cfg.input,
+        "pooling": s.pooling,
+        "normalize": s.normalize,
+        "dtype": cfg.dtype,
+        "precision": cfg.precision,
+        "dim": s.dim,
+        "weights_digest": digest_files(weights, s.folder),
+        "config_digest": digest_files([s.folder / "config.json"], s.folder),
+        "preprocessor_digest": digest_files([processor], s.folder),
+    }
+
+
+def input_bytes(cfg: EncoderConfig) -> int:
+    """Bytes of one row's prepared pixels, from the processor's output size (its crop, else its
+    resize; 224 pixels a side where it names neither as a fixed size)."""
+    s = settings(cfg)
+    path = s.folder / PREPROCESSOR
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    size = (config.get("crop_size") if config.get("do_center_crop") else None) \
+        or config.get("size") or {}
+    if isinstance(size, int):
+        size = {"height": size, "width": size}
+    side = size.get("shortest_edge") or size.get("longest_edge") or 224
+    return 4 * s.channels * int(size.get("height") or side) * int(size.get("width") or side)
+
+
+@functools.lru_cache(maxsize=8)
+def _processor(folder: str) -> Any:
+    """The folder's image processor (PIL backend where torchvision is missing), once per
+    process."""
+    from transformers import AutoImageProcessor
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the note that torchvision is missing, once per worker
+    try:
+        return AutoImageProcessor.from_pretrained(folder)
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+class Preprocess:
+    """The CPU stage of hf-image: encoded bytes, paths or fsspec URIs (or a Hugging Face Image
+    struct of bytes and path) to the processor's pixels, one (channels, height, width) array
+    per row as nested fixed-size lists of float32 (the shape is in the type)."""
+
+    def __init__(self, cfg: EncoderConfig):
+        try:
+            import PIL.Image  # noqa: F401
+        except ImportError as exc:
+            raise EncoderError(f"encoder {cfg.name!r}: hf-image decodes images with Pillow, "
+                               "which is not installed; pip install 'raycache[images]'") from exc
+        self.cfg, self.settings = cfg, settings(cfg)
+        self.processor = _processor(str(self.settings.folder))
+        self.mode = "RGB" if self.settings.channels == 3 else "L"
+
+    def __call__(self, values: pa.Array) -> pa.Array:
+        values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+        rows = values.to_pylist()
+        if not rows:
+            return pa.array([], _pixel_type(self._process([self._blank()]).shape[1:]))
+        parts = [self._process([self._decode(i + j, v) for j, v in enumerate(rows[i:i + CHUNK])])
+                 for i in range(0, len(rows), CHUNK)]
+        return nested(np.concatenate(parts) if len(parts) > 1 else parts[0])
+
+    def _process(self, images: list[Any]) -> np.ndarray:
+        out = self.processor(images=images, return_tensors="np")["pixel_values"]
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+    def _blank(self) -> Any:
+        from PIL import Image
+
+        return Image.new(self.mode, (32, 32))
+
+    def _decode(self, row: int, value: Any) -> Any:
+        """One image, fully decoded (a truncated file fails here) in the model's mode."""
+        from PIL import Image
+
+        raw = value
+        if isinstance(value, dict):  # a Hugging Face datasets Image {bytes, path}, an imagefolder's
+            value = value.get("bytes") or value.get("path")  # {path, size, version}
+        what = (f"{len(value)} bytes starting {bytes(value[:12])!r}"
+                if isinstance(value, bytes) else repr(value))
+        try:
+            if isinstance(value, bytes):
+                data = value
+            elif isinstance(value, str):
+                import fsspec
+
+                with fsspec.open(value, "rb", **reveal(self.cfg.options)) as f:
+                    data = f.read()
+            else:
+                raise TypeError(f"expected bytes or a path/URI string, got "
+                                f"{type(value).__name__}")
+            with Image.open(io.BytesIO(data)) as image:
+                image.load()
+                return image.convert(self.mode)
+        except Exception as exc:  # unreadable, missing, truncated, bad mode  # noqa: BLE001
+            raise BadInput(
+                f"encoder {self.cfg.name!r}: row {row} of this batch of column "
+                f"{self.cfg.input!r} ({what}) is not a readable image: {type(exc).__name__}: "
+                f"{exc}. Fix or drop that row in the source (hf-image takes encoded image bytes, "
+                "local paths or fsspec URIs)", value=raw, column=self.cfg.input) from exc
+
+
+def _pixel_type(shape: tuple[int, ...]) -> pa.DataType:
+    kind: pa.DataType = pa.float32()
+    for size in reversed(shape):
+        kind = pa.list_(pa.field("element", kind, nullable=False), size)
+    return kind
+
+
+def nested(array: np.ndarray) -> pa.FixedSizeListArray:
+    """An (n, *shape) float32 array as nested fixed-size lists (one level per dimension)."""
+    out: pa.Array = pa.array(array.reshape(-1), pa.float32())
+    for size in reversed(array.shape[1:]):
+        kind = pa.list_(pa.field("element", out.type, nullable=False), size)
+        out = pa.FixedSizeListArray.from_arrays(out, type=kind)
+    return out
+
+
+def pixels(prepared: pa.Array) -> np.ndarray:
+    """Preprocess's nested lists back to one (n, *shape) float32 array."""
+    values = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
+    shape, kind = [], values.type
+    while pa.types.is_fixed_size_list(kind):
+        shape.append(kind.list_size)
+        kind = kind.value_type
+    flat = values
+    for _ in shape:
+        flat = flat.flatten()
+    return flat.to_numpy(zero_copy_only=False).reshape(len(values), *shape)
+
+
+class HFImageEncoder:
+    """Pooled (or projected) image embeddings over batches of ready pixels."""
+
+    def __init__(self, cfg: EncoderConfig, device: str, batching: Batching | None = None):
+        from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # one progress bar per fill, the driver's
+        self.cfg, self.device, self.batching = cfg, device, batching or Batching()
+        self.settings = s = settings(cfg)
+        self._prepare: Preprocess | None = None
+        model, info = AutoModel.from_pretrained(s.folder, output_loading_info=True)
+        missing = sorted(k for k in info["missing_keys"]
+                         if s.pooling == "pooler" or "pooler" not in k)
+        if missing:
+            raise EncoderError(
+                f"encoder {cfg.name!r}: {str(s.folder)!r} lacks weights {missing[:4]} "
+                f"(pooling={s.pooling!r}); they would be random, so the embeddings could not be "
+                "cached. Use a complete checkpoint" + (", or pooling cls or mean"
+                                                       if "pooler" in str(missing) else ""))
+        self.model = freeze(model).to(device)
+        self.tower = self.model.vision_model if s.clip and s.pooling != "projection" \
+            else self.model
+
+    @property
+    def prepare(self) -> Preprocess:
+        if self._prepare is None:
+            self._prepare = Preprocess(self.cfg)
+        return self._prepare
+
+    def weights_digest(self) -> str:
+        return digest_files(_weights(self.settings.folder, self.cfg.name), self.settings.folder)
+
+    def encode(self, values: pa.Array) -> np.ndarray:
+        return self.forward(self.prepare(values))
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """A batch of pixels to its (rows, dim) embeddings, as Settings.pooling says."""
+        pooling = self.settings.pooling
+        if pooling == "projection":
+            out = self.model.get_image_features(pixel_values=x)
+            return getattr(out, "pooler_output", out)
+        out = self.tower(pixel_values=x)
+        if pooling == "pooler":
+            return out.pooler_output.reshape(len(x), -1)
+        hidden = out.last_hidden_state
+        if hidden.ndim == 4:  # a convolutional map (n, c, h, w): its mean over positions
+            return hidden.mean(dim=(2, 3))
+        if pooling == "cls":
+            return hidden[:, 0]
+        skip = 0 if self.settings.tower in NO_CLS else 1 + self.settings.registers
+        return hidden[:, skip:].mean(1)  # the patch tokens
+
+    def forward(self, prepared: pa.Array) -> np.ndarray:
+        import torch
+
+        x = pixels(prepared)
+        parts = []
+        with torch.inference_mode():
+            for i in range(0, len(x), self.batching.max_rows):
+                batch = to_device(np.array(x[i:i + self.batching.max_rows]), self.device)
+                with autocast(self.device, self.cfg.precision):
+                    emb = self.embed(batch)
+                emb = emb.float()
+                if self.settings.normalize:
+                    emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+                parts.append(emb.cpu().numpy())
+        return np.concatenate(parts) if parts else np.empty((0, self.settings.dim or 0),
+                                                            np.float32)
+
+
+HF_IMAGE = Family(describe=describe, load=HFImageEncoder, prepare=Preprocess,
+                  input_bytes=input_bytes)

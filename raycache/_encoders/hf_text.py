@@ -1,0 +1,209 @@
+"""Hugging Face transformers text encoders: a folder, package or hub model id, pooled and
+normalised as its sentence-transformers config says (else mean pooling and L2 norm)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from raycache._core.config import AUTO
+from raycache._encoders.base import Batching, Family, autocast, digest_files, freeze, to_device
+from raycache._encoders.batching import encode_sorted, pad_ids
+from raycache._encoders.config import EncoderConfig
+from raycache._encoders.models import model_folder
+from raycache._encoders.pooling import POOLINGS
+from raycache._encoders.st_folder import declared
+from raycache._errors import EncoderError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["HF_TEXT", "HFTextEncoder", "Settings", "Tokenize", "describe", "resolve", "rows",
+           "settings", "trainable"]
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+SKIP = {"README.md", ".gitattributes"}
+
+
+def resolve(path: str | None, name: str) -> Path:
+    """The model folder `path` names (raycache._encoders.models)."""
+    return model_folder(path, name)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """An encoder's settings with `auto` resolved from its folder: a sentence-transformers
+    folder's own pooling, Normalize and max_seq_length; else mean pooling, L2 norm, 256 tokens."""
+
+    folder: Path
+    pooling: str
+    normalize: bool
+    max_length: int
+    lowercase: bool
+
+
+def settings(cfg: EncoderConfig) -> Settings:
+    folder = resolve(cfg.path, cfg.name)
+    st = declared(folder, cfg.name)
+    plain = st.pooling is None  # not a sentence-transformers folder
+    return Settings(
+        folder,
+        st.pooling or "mean" if cfg.pooling == AUTO else cfg.pooling,
+        (True if plain else bool(st.normalize)) if cfg.normalize == AUTO else cfg.normalize,
+        (st.max_length or 256) if cfg.max_length == AUTO else int(cfg.max_length),
+        st.lowercase)
+
+
+def _files(cfg: EncoderConfig) -> tuple[Path, list[Path], list[Path]]:
+    """The model folder, its weight files and its other (config, tokenizer) files."""
+    folder = resolve(cfg.path, cfg.name)
+    files = [p for p in folder.rglob("*") if p.is_file() and p.name not in SKIP]
+    weights = [p for p in files if p.suffix in WEIGHT_SUFFIXES]
+    if not weights:
+        raise EncoderError(f"encoder {cfg.name!r}: no weight files in {str(folder)!r}")
+    return folder, weights, [p for p in files if p.suffix not in WEIGHT_SUFFIXES]
+
+
+def describe(cfg: EncoderConfig) -> dict[str, Any]:
+    folder, weights, others = _files(cfg)
+    hidden = json.loads((folder / "config.json").read_text()).get("hidden_size")
+    s = settings(cfg)
+    return {
+        "kind": cfg.kind,
+        "input": cfg.input,
+        "pooling": s.pooling,
+        "normalize": s.normalize,
+        "max_length": s.max_length,
+        **({"lowercase": True} if s.lowercase else {}),
+        "dtype": cfg.dtype,
+        "precision": cfg.precision,
+        "dim": hidden,
+        "weights_digest": "" if cfg.trainable else digest_files(weights, folder),
+        "config_digest": digest_files(others, folder),
+        **({"trainable": True} if cfg.trainable else {}),
+    }
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer(folder: str, max_length: int) -> Any:
+    """The folder's fast tokenizer (tokenizer.json, through the light `tokenizers` library: no
+    torch, no transformers import in the prepare actors), or transformers' AutoTokenizer for a
+    folder without one; once per process."""
+    path = Path(folder) / "tokenizer.json"
+    if path.is_file():
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(path))
+        tok.no_padding()
+        tok.enable_truncation(max_length)
+        return tok
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+class Tokenize:
+    """The CPU stage of hf-text: texts to token ids (truncated, special tokens added, unpadded)."""
+
+    def __init__(self, cfg: EncoderConfig):
+        self.cfg, self.settings = cfg, settings(cfg)
+        self.tokenizer = _tokenizer(str(self.settings.folder), self.settings.max_length)
+
+    def __call__(self, values: pa.Array) -> pa.Array:
+        texts = values.to_pylist()
+        bad = next((t for t in texts if not isinstance(t, str)), _OK)
+        if bad is not _OK:
+            raise EncoderError(
+                f"encoder {self.cfg.name!r}: column {self.cfg.input!r} holds {bad!r} "
+                f"({type(bad).__name__}); hf-text needs strings. Fill empty values in the source "
+                "or drop those rows"
+            )
+        if self.settings.lowercase:  # the folder's sentence_bert_config says do_lower_case
+            texts = [t.lower() for t in texts]
+        if hasattr(self.tokenizer, "encode_batch"):
+            ids = [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=True)]
+        else:
+            ids = self.tokenizer(texts, truncation=True, max_length=self.settings.max_length,
+                                 return_attention_mask=False,
+                                 return_token_type_ids=False)["input_ids"]
+        lengths = np.fromiter((len(row) for row in ids), np.int32, len(ids))
+        offsets = np.zeros(len(ids) + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(offsets[-1]))
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
+
+
+class HFTextEncoder:
+    """Pooled transformer embeddings (see Settings), over length-sorted batches of token ids."""
+
+    def __init__(self, cfg: EncoderConfig, device: str, batching: Batching | None = None):
+        from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # one progress bar per fill, the driver's
+        self.cfg, self.device, self.batching = cfg, device, batching or Batching()
+        self.prepare = Tokenize(cfg)
+        folder, self.pool = self.prepare.settings.folder, POOLINGS[self.prepare.settings.pooling]
+        self.pad_id = 0  # padded positions are masked out of attention and pooling
+        self.model = freeze(AutoModel.from_pretrained(folder)).to(device)
+
+    def weights_digest(self) -> str:
+        folder, weights, _ = _files(self.cfg)
+        return digest_files(weights, folder)
+
+    def encode(self, values: pa.Array) -> np.ndarray:
+        return self.forward(self.prepare(values))
+
+    def forward(self, prepared: pa.Array) -> np.ndarray:
+        import torch
+
+        ids = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
+        lengths = np.diff(ids.offsets.to_numpy())
+
+        def run(idx: np.ndarray) -> torch.Tensor:
+            matrix, lens = pad_ids(ids, idx, self.pad_id)
+            input_ids = to_device(matrix, self.device)
+            lens_t = to_device(lens.astype(np.int64), self.device)
+            mask = torch.arange(matrix.shape[1], device=input_ids.device)[None, :] < lens_t[:, None]
+            with autocast(self.device, self.cfg.precision):
+                hidden = self.model(input_ids=input_ids, attention_mask=mask.long())
+            pooled = self.pool(hidden.last_hidden_state.float(), mask)
+            if self.prepare.settings.normalize:
+                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+            return pooled
+
+        b = self.batching
+        with torch.inference_mode():
+            return encode_sorted(lengths, b.max_rows, b.token_budget, run)
+
+
+_OK = object()
+
+def rows(cfg: EncoderConfig, prepared: pa.Array) -> np.ndarray:
+    """Token ids (Tokenize's lists) as an (n, longest) int32 matrix padded with -1."""
+    ids = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
+    matrix, _ = pad_ids(ids, np.arange(len(ids)), -1)
+    return matrix.astype(np.int32)
+
+
+def trainable(cfg: EncoderConfig) -> torch.nn.Module:
+    """The model, trainable: `rows` of token ids in, pooled (n, hidden) out."""
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    from raycache._encoders.live import Pooled
+
+    hf_logging.disable_progress_bar()
+    s = settings(cfg)
+    return Pooled(AutoModel.from_pretrained(s.folder), POOLINGS[s.pooling], s.normalize)
+
+
+HF_TEXT = Family(describe=describe, load=HFTextEncoder, prepare=Tokenize, live=trainable,
+                 rows=rows)

@@ -1,0 +1,324 @@
+"""Versions that share storage: a new version of a cache refers to the rows of the newest
+earlier version that are still valid, in that version's shard files, and leaves only the rest
+to the fill: the rows that changed or are new to encode, and the kept rows of shards too sparse
+to share to copy (compaction).
+
+A row is still valid when its key, labels and every encoder input (by its sha256) are equal,
+under the same encoders, views and shard size (anything else is a new row, its embedding
+still reused by content). Files of the source that did not change (same URI, size and
+version) are not read: their rows' shards are referred to as they are. A changed or new file
+is read and hashed once and matched by key with the rows the older version took from the files
+that changed; a shard that keeps only part of its rows carries a row selection
+(raycache._cache.selection). Label counts follow without a scan of the kept rows."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from raycache._cache.columns import hash_column
+from raycache._cache.committed import scan
+from raycache._cache.manifest import Manifest
+from raycache._cache.reads import map_ordered, parse, shard_path
+from raycache._cache.records import RowRange, ShardEntry, ShardRecord, spans_by_block
+from raycache._cache.selection import decode
+from raycache._cache.store import SHARDS
+from raycache._fill.keys import counts_of, named, stats_of
+from raycache._fill.matching import (
+    CODE,
+    Old,
+    collides,
+    match,
+    read_new,
+    read_old,
+    rebuilt,
+    values,
+)
+from raycache._fill.plan import Plan
+from raycache._fill.reuse import Lookup, Reuse, Source, whole
+from raycache._source.files import Ranges, Span
+
+__all__ = ["MAX_SMALL_SHARDS", "Version", "base_of", "compaction", "copy_sparse", "plan_version",
+           "within"]
+
+MAX_SMALL_SHARDS = 16
+"""Shared shards under half of rows_per_shard that a version keeps before it compacts them."""
+
+
+@dataclass
+class Version:
+    """What a new version takes from an older one (`base`): the entries it shares, as its
+    shard list will name them, and what the fill still has to do."""
+
+    base: Manifest
+    carried: list[ShardEntry]
+    """Shared entries: `home` set, their `ranges` in the new source's rows."""
+    totals: dict[str, int]
+    """Rows of each source file the version did not read (unchanged: known from the base)."""
+    counts: dict[str, Counter]
+    """Each counted label column's count per value over the carried rows (None: nulls)."""
+    reuse: Reuse | None
+    """The embeddings of the rows it no longer shares (changed, compacted), by input hash."""
+    read_rows: int = 0
+    """Rows of changed or new source files read and hashed to match them."""
+    sparse: list[ShardEntry] = dataclasses.field(default_factory=list)
+    """Shared shards to write again in the version's folder (compaction), their kept rows
+    copied."""
+    files: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
+    """Each source file block's URI and rows (what a copied shard's ranges name)."""
+    stats: dict[str, Any] | None = None
+    """The version's label stats where they are known whole (a repair or a compaction of a
+    committed version: the same rows), else counted from `counts` and the new rows."""
+
+    @property
+    def rows(self) -> int:
+        return sum(e.rows for e in self.carried)
+
+    def covered(self, records: list[ShardRecord] = ()) -> dict[str, Ranges]:
+        """The new source's rows the carried entries hold (and `records`, a fill's own shards),
+        per file block, merged."""
+        return {b: _merged(*ab) for b, ab in spans_by_block(records, self.carried).items()}
+
+    def keeps(self, record: ShardRecord, covered: dict[str, Ranges]) -> bool:
+        """Whether a resumed shard record holds no row the carried entries hold (`covered`)."""
+        return not any(s.start < r.stop and r.start < s.stop
+                       for r in record.ranges for s in covered.get(r.block, ()))
+
+    def label_stats(self, new: dict[str, Counter]) -> dict[str, Any]:
+        """The version's label stats: the carried rows' counts and the new rows' (`new`, the
+        counts of the shards the fill wrote)."""
+        if self.stats is not None:
+            return self.stats
+        return {c: stats_of(counts + new.get(c, Counter())) for c, counts in self.counts.items()}
+
+
+def _merged(starts: np.ndarray, stops: np.ndarray) -> Ranges:
+    """Row spans as sorted, merged Spans."""
+    order = np.argsort(starts, kind="stable")
+    starts, stops = starts[order], np.maximum.accumulate(stops[order])
+    cut = np.ones(len(starts), bool)
+    cut[1:] = starts[1:] > stops[:-1]
+    first = np.flatnonzero(cut)
+    last = np.append(first[1:], len(starts)) - 1
+    return tuple(Span(a, b) for a, b in zip(starts[first].tolist(), stops[last].tolist(),
+                                            strict=True))
+
+
+def counted(p: Plan) -> list[str]:
+    """The label columns whose values the manifest counts (integers and names)."""
+    return [c for c in p.cfg.source.labels
+            if pa.types.is_integer(t := p.schema.field(c).type) or named(t)]
+
+
+def unfit(p: Plan, m: Manifest) -> str | None:
+    """Why the committed version `m` cannot lend rows to the plan's version (None: it can)."""
+    src, old = p.inputs["source"], m.inputs.get("source", {})
+    if m.format_version < 4:
+        return f"format {m.format_version} (shards before format 4 are not shared)"
+    if m.inputs.get("encoders") != p.inputs["encoders"]:
+        return "other encoders"
+    if m.inputs.get("views") != p.inputs.get("views"):
+        return "other views"
+    if m.inputs.get("rows_per_shard") != p.inputs["rows_per_shard"]:
+        return "another rows_per_shard"
+    for k in ("format", "key", "labels", "duplicates"):
+        if old.get(k) != src[k]:
+            return f"another source {k}"
+    if m.label_types != {c: str(p.schema.field(c).type) for c in p.cfg.source.labels}:
+        return "other label types"
+    for c in counted(p):
+        if counts_of(m.label_stats.get(c, {})) is None:
+            return f"label {c!r} not counted per value"
+    return None
+
+
+def base_of(p: Plan) -> Manifest | None:
+    """The newest committed version of the plan's cache that can lend it rows."""
+    caches, _ = scan(p.store, p.cfg.name)
+    for c in reversed(caches):
+        if c.fingerprint != p.fingerprint and unfit(p, c.manifest) is None:
+            return c.manifest
+    return None
+
+
+def plan_version(p: Plan) -> Version | None:
+    """What the plan's version shares with the newest fit earlier version; None where there
+    is none, or where only a whole fill can make the version: a file it names is gone, the
+    key's type changed, or a row to write has the key of a row it keeps (the whole fill then
+    applies source.duplicates)."""
+    base = base_of(p)
+    if base is None:
+        return None
+    own = f"{base.name}/{base.fingerprint}"
+    entries = [e if e.home else dataclasses.replace(e, home=own) for e in base.shards]
+    if _lost(p, entries):
+        return None
+    live = {id(e): _per_block(e) for e in entries}  # kept rows per file block
+    old_blocks = {b for e in entries for b in live[id(e)]}  # the files of its rows
+    unchanged = old_blocks & {f.block for f in p.files}
+    names = sorted(old_blocks | {f.block for f in p.files})
+    codes = {b: i for i, b in enumerate(names)}
+    totals: Counter = Counter()
+    for e in entries:
+        for block, rows in live[id(e)].items():
+            if block in unchanged:
+                totals[block] += rows
+    carried = [e for e in entries if unchanged.issuperset(live[id(e)])]
+    touched = [e for e in entries if not unchanged.issuperset(live[id(e)])]
+    labels = counted(p)
+    counts = {c: Counter(counts_of(base.label_stats[c])) for c in labels}
+    fresh = read_new(p, [f for f in p.files if f.block not in unchanged], codes)
+    old = read_old(p, touched, codes)
+    matched = match(p, old, fresh, np.array([codes[b] for b in unchanged], np.int32))
+    if matched is None:
+        return None
+    alive, code, row, kept, known = matched
+    gone = old.table.filter(pa.array(~alive)) if old else None
+    for c in labels:  # rows no longer valid leave the counts
+        if gone is not None:
+            counts[c].subtract(values(gone.column(c)))
+    carried += rebuilt(touched, old, alive, code, row, names)
+    key = fresh.column(p.cfg.source.key)
+    if collides(p, key.filter(pa.array(~kept)), key.filter(pa.array(kept)),
+                 key.filter(pa.array(~kept & ~known)), carried):
+        return None
+    carried, sparse = compaction(p, carried)
+    if sparse:  # their rows are copied into new shards of the version, counted there
+        for c, counted_values in _labels_of(p, sparse, labels).items():
+            counts[c].subtract(counted_values)
+    reuse = _gone(p, base, touched, old, alive) if p.cfg.reuse else None
+    rows = Counter(dict(totals))
+    if fresh.num_rows:
+        for code, n in enumerate(np.bincount(fresh.column(CODE).to_numpy())):
+            rows[names[code]] += int(n)
+    uris = {f.block: f.uri for f in p.files}
+    return Version(base, carried, dict(totals), counts, reuse, fresh.num_rows, sparse=sparse,
+                   files={b: (uris[b], rows[b]) for b in uris})
+
+
+def _per_block(e: ShardEntry) -> dict[str, int]:
+    """An entry's kept rows per source file block."""
+    blocks, which, starts, stops = e.live_runs
+    rows = np.bincount(which, weights=stops - starts, minlength=len(blocks))
+    return {b: int(n) for b, n in zip(blocks, rows, strict=True) if n}
+
+
+def _lost(p: Plan, entries: list[ShardEntry]) -> bool:
+    """Whether any shared file is missing or of another size (one listing per folder)."""
+    by_home: dict[str, list[ShardEntry]] = defaultdict(list)
+    for e in entries:
+        by_home[e.home].append(e)
+    for home, group in by_home.items():
+        folder = p.store.path(home)
+        there = {path[len(folder) + 1:]: size
+                 for path, (size, _) in p.store.files(f"{folder}/{SHARDS}").items()}
+        if any(there.get(e.path) != e.bytes for e in group):
+            return True
+    return False
+
+
+def compaction(p: Plan, carried: list[ShardEntry], budget: float | None = None
+               ) -> tuple[list[ShardEntry], list[ShardEntry]]:
+    """(entries kept as they are, entries to write again): those keeping less than
+    compact_below of their file's rows, the sparsest first, as many as `budget` (a share of
+    the version's rows; default the config's compact_budget, None: no budget) allows, and those
+    under half always; and the small ones once they outnumber MAX_SMALL_SHARDS beyond one a
+    source file."""
+    below = p.cfg.compact_below
+    if not below:
+        return carried, []
+    budget = p.cfg.compact_budget if budget is None else budget
+    rows = sum(e.rows for e in carried)
+    sparse, spent = [], 0
+    for e in sorted((e for e in carried if e.keep and e.rows < below * e.file_rows),
+                    key=lambda e: e.rows / e.file_rows):
+        if e.rows < 0.5 * e.file_rows or spent + e.rows <= budget * rows:
+            sparse.append(e)
+            spent += e.rows
+    small = [e for e in carried if e.rows < p.cfg.rows_per_shard // 2 and e not in sparse]
+    if len(small) > MAX_SMALL_SHARDS + len(p.files):  # each file may end in a small one
+        sparse += small
+    gone = {id(e) for e in sparse}
+    return [e for e in carried if id(e) not in gone], sparse
+
+
+def _labels_of(p: Plan, entries: list[ShardEntry], labels: list[str]) -> dict[str, Counter]:
+    """The counts of each label's values over the kept rows of `entries`."""
+    def read(e: ShardEntry) -> pa.Table:
+        with p.store.fs.open(shard_path(p.store, "", e), "rb") as f:
+            table = parse(f, labels)
+        return table.filter(pa.array(decode(e.keep, e.file_rows))) if e.keep else table
+
+    out = {c: Counter() for c in labels}
+    if labels:
+        for t in map_ordered(read, entries):
+            for c in labels:
+                out[c].update(values(t.column(c)))
+    return out
+
+
+def _gone(p: Plan, base: Manifest, touched: list[ShardEntry], old: Old | None,
+          alive: np.ndarray) -> Reuse | None:
+    """Reuse by content from the rows the version no longer keeps (an edited label's row
+    takes its embedding back), indexed from the hashes already read: no read, no sort of the
+    store's."""
+    if old is None or alive.all():
+        return None
+    gone = np.flatnonzero(~alive)
+    entry = np.searchsorted(old.bounds, gone, side="right").astype(np.int32) - 1
+    lookups = {}
+    for enc in p.cfg.encoders:
+        if enc.trainable:
+            continue
+        srcs = [Source(p.store.path(e.home), e.path, enc.name, hash_column(enc.input), whole(e))
+                for e in touched]
+        lookup = Lookup(srcs, base.encoder(enc.name).dim)
+        hashes = old.table.column(hash_column(enc.input)).take(pa.array(gone)).combine_chunks()
+        flat = np.frombuffer(hashes.buffers()[1], "S32", len(hashes) + hashes.offset
+                             )[hashes.offset:]
+        lookup.index(flat, entry, old.at[gone].astype(np.int32))
+        lookups[enc.name] = lookup
+    return Reuse(p.store, lookups) if lookups else None
+
+
+def within(p: Plan, m: Manifest, keep: list[ShardEntry], sparse: list[ShardEntry] = ()
+           ) -> Version:
+    """A committed version `m` made again in its own folder (a repair, a compaction): the
+    shared entries it `keep`s as they are, `sparse`'s kept rows copied, its rows and label
+    stats unchanged; the rest of its rows encoded again."""
+    rows: Counter = Counter()
+    for e in m.shards:
+        for r in e.live_ranges():
+            rows[r.block] += r.rows
+    return Version(m, keep, {}, {}, None, 0, stats=m.label_stats, sparse=list(sparse),
+                   files={f.block: (f.uri, rows[f.block]) for f in p.files})
+
+
+def copy_sparse(p: Plan, version: Version, done: list[ShardRecord]) -> list[ShardRecord]:
+    """Compaction: the sparse shared shards' kept rows copied into shards of the version's
+    folder, small ones gathered up to rows_per_shard a shard (a resumed fill's copies kept);
+    their records."""
+    from raycache._cache.store import shard_name
+    from raycache._fill.shards import copy_kept
+
+    have = {r.path for r in done}
+    dims = {e.name: e.dim for e in version.base.encoders if not e.trainable}
+    out, group = [], []
+    order = sorted(version.sparse, key=lambda e: min((r.block, r.start)
+                                                     for r in e.live_ranges()))
+    for e in [*order, None]:
+        if e is not None and (not group or sum(g.rows for g in group) + e.rows
+                              <= p.cfg.rows_per_shard):
+            group.append(e)
+            continue
+        ranges = tuple(RowRange(r.block, r.start, r.stop, *version.files[r.block])
+                       for g in group for r in g.live_ranges())
+        if shard_name(ranges) not in have:
+            out.append(copy_kept(p.store, p.dir, p.fingerprint, group, ranges, dims))
+        group = [e]
+    return out

@@ -1,0 +1,197 @@
+"""PREDICT: run a trained head (its frozen encoders live, then the head) over a file with Ray
+Data (read -> prepare -> an actor pool that loads the head once per actor), or for a small CPU
+job the same stages in this process, and write the outputs as one Parquet file, atomically."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from raycache._cache.store import Store
+from raycache._compute import runner, where
+from raycache._compute.pool import Pool
+from raycache._compute.runner import Job, Stage
+from raycache._core.config import AUTO, load
+from raycache._errors import ConfigError, RaycacheError
+from raycache._predict.config import AUTO_IN_PROCESS_BYTES, PredictConfig
+from raycache._source import files as sources
+from raycache._source.config import SourceConfig
+
+if TYPE_CHECKING:
+    from raycache._heads.loaded import Head
+
+__all__ = ["AUTO_IN_PROCESS_BYTES", "PredictConfig", "PredictPlan", "PredictResult",
+           "build_pipeline", "in_process", "job", "plan", "pool_for", "predict_file",
+           "run_in_process"]
+
+
+@dataclass
+class PredictPlan:
+    """Everything checked and decided on the driver before any work starts."""
+
+    cfg: PredictConfig
+    head: Head
+    format: str
+    files: list[sources.SourceFile]
+    keep: list[str]
+    schema: pa.Schema
+    """The output's schema: the kept columns, then the head's output columns."""
+    out: Store
+    """The output file, as a Store whose root is the file."""
+
+
+@dataclass
+class PredictResult:
+    """What a predict run wrote, and how long it took."""
+
+    output: str
+    rows: int
+    columns: list[str]
+    seconds: float
+    where: str
+    """Where it ran, in words."""
+
+    def summary(self) -> str:
+        rate = self.rows / self.seconds if self.seconds else 0.0
+        return (f"predict: {self.rows} rows -> {self.output} ({', '.join(self.columns)}), "
+                f"{self.seconds:.1f} s, {rate:.1f} rows/s, {self.where}")
+
+    def __repr__(self) -> str:
+        return f"PredictResult({self.summary()})"
+
+
+def plan(cfg: PredictConfig) -> PredictPlan:
+    """Load the head, check the input's columns and the output's place; no Ray, no encoding."""
+    from raycache._heads.loaded import load_head
+    from raycache._predict.stage import OUTPUTS, output_fields
+
+    head = load_head(cfg.checkpoint, **cfg.options)
+    encoders = head.encoder_configs()
+    fmt, files = sources.list_files(SourceConfig(cfg.input, cfg.format, options=cfg.options))
+    schema = sources.read_schema(files[0], fmt, cfg.options)
+    inputs = list(dict.fromkeys(e.input for e in encoders))
+    uri = files[0].uri
+    problems = [f"input column {c!r} (read by encoder {e.name!r} of the head) is not in "
+                f"{uri!r}; its columns are {schema.names}. Rename the column in the input, or "
+                "use a head trained on a cache of this column"
+                for e in encoders for c in [e.input] if c not in schema.names]
+    if cfg.keep is None:
+        keep = ([head.key] if head.key in schema.names
+                else [c for c in schema.names if c not in inputs])
+    else:
+        keep = list(dict.fromkeys(cfg.keep))
+        problems += [f"keep: column {c!r} is not in {uri!r}; its columns are {schema.names}"
+                     for c in keep if c not in schema.names]
+    fields = output_fields(head)
+    problems += [f"input column {c!r} has the name of an output column {list(OUTPUTS)}; leave "
+                 "it out of keep (--keep), or rename it in the input"
+                 for c in keep if c in {f.name for f in fields}]
+    out = Store(cfg.output, cfg.options)
+    if out.root in {Store(f.uri, cfg.options).root for f in files}:
+        problems.append(f"output {cfg.output!r} is one of the input files; write elsewhere")
+    elif out.is_dir(out.root):
+        problems.append(f"output {cfg.output!r} is a folder; give the path of a Parquet file "
+                        "to write, e.g. predictions.parquet")
+    elif out.exists(out.root) and not cfg.overwrite:
+        problems.append(f"output {cfg.output!r} exists; pass --overwrite (overwrite: true) to "
+                        "replace it, or choose another output")
+    if problems:
+        raise ConfigError(problems)
+    schema = pa.schema([schema.field(c) for c in keep] + fields)
+    return PredictPlan(cfg, head, fmt, files, keep, schema, out)
+
+
+def predict_file(config: PredictConfig | dict | str, *, progress: bool | None = None
+                 ) -> PredictResult:
+    """Run a trained head over an input file and write its outputs to a Parquet file
+    (`config`: a PredictConfig, a dict or a YAML path)."""
+    cfg = load(PredictConfig, config)
+    if progress is not None:
+        cfg = dataclasses.replace(cfg, progress=progress)
+    start = time.perf_counter()
+    p = plan(cfg)
+    units, _ = sources.plan_units(p.files, p.format, cfg.options, cfg.rows_per_batch)
+    rows = sum(u.rows or 0 for u in units) if p.format == "parquet" else None
+    local, why = in_process(cfg, rows, sum(f.size for f in p.files))
+    if local:
+        from raycache._compute.pool import local_pool
+
+        pool = local_pool(_resolved(cfg, 0.0))
+    else:
+        from raycache._compute.cluster import cluster_pool
+
+        pool = cluster_pool(cfg, None if rows is None else -(-rows // cfg.rows_per_batch),
+                            progress=cfg.progress, verbose=cfg.verbose, size=pool_for)
+    written = _write(p, runner.run(job(p, units), pool, local=local), rows)
+    return PredictResult(p.out.url(p.out.root), written, p.schema.names,
+                         time.perf_counter() - start, runner.where(pool, local, why))
+
+
+def in_process(cfg: PredictConfig, rows: int | None, size: int) -> tuple[bool, str]:
+    """Whether the job runs its stages in this process, and why (see PredictConfig.in_process
+    and raycache._compute.where); a JSONL or CSV input of unknown rows counts as small below
+    AUTO_IN_PROCESS_BYTES."""
+    if rows is None and size <= AUTO_IN_PROCESS_BYTES:
+        rows = 0
+    cpu = True if cfg.num_gpus == 0 else None if cfg.num_gpus == AUTO else False
+    return where.in_process(cfg.in_process, cpu=cpu, concurrency=cfg.concurrency, rows=rows)
+
+
+def pool_for(cfg: PredictConfig, cluster: list[dict[str, float]], blocks: int | None) -> Pool:
+    """The predict actor pool on a cluster of `cluster` nodes for `blocks` batches of work:
+    num_gpus auto is one GPU per actor where the cluster has GPUs, else CPU actors; sized and
+    checked by resources.size_pool, as a fill's encoder pool is."""
+    from raycache._compute.pool import size_pool
+
+    gpus = (float(any(n.get("GPU", 0) > 0 for n in cluster)) if cfg.num_gpus == AUTO
+            else float(cfg.num_gpus))
+    return size_pool(_resolved(cfg, gpus), cluster, blocks)
+
+
+def _resolved(cfg: PredictConfig, gpus: float) -> PredictConfig:
+    """cfg with num_gpus decided, for resources.size_pool (which reads fill's pool fields)."""
+    return dataclasses.replace(cfg, num_gpus=gpus)
+
+
+def job(p: PredictPlan, units: list[sources.Unit]) -> Job:
+    """The job for the stage runner, its output rows in input order: read units -> prepare
+    (tokenise) -> predict actor pool (the head, loaded once per actor)."""
+    from raycache._predict.stage import PredictActor
+
+    cfg = p.cfg
+    return Job(units, p.format, cfg.options, cfg.rows_per_batch, p.head.encoder_configs(), p.keep,
+               model=Stage(PredictActor, dict(checkpoint=cfg.checkpoint, options=cfg.options)),
+               ordered=True)
+
+
+def run_in_process(p: PredictPlan, units: list[sources.Unit], pool: Pool) -> Iterator[pa.Table]:
+    """The job's stages called in this process: the same outputs as on Ray."""
+    return runner.run_local(job(p, units), pool)
+
+
+def build_pipeline(p: PredictPlan, units: list[sources.Unit], pool: Pool) -> Any:
+    """The job as a lazy Ray Data dataset of output rows (nothing runs until consumed)."""
+    return runner.build(job(p, units), pool)
+
+
+def _write(p: PredictPlan, batches: Iterator[pa.Table], total: int | None) -> int:
+    """Stream the batches into the output file (whole, or nothing on an error); rows written."""
+    rows = 0
+    try:
+        with (runner.progress_bar(p.cfg.progress, total, "predict") as bar,
+              p.out.open_atomic(p.out.root) as f, pq.ParquetWriter(f, p.schema) as writer):
+            for batch in batches:
+                writer.write_table(batch.select(p.schema.names).cast(p.schema))
+                rows += batch.num_rows
+                bar.update(batch.num_rows)
+    except OSError as exc:  # what filesystems raise (s3fs and others map their errors to it)
+        raise RaycacheError(
+            f"writing {p.cfg.output!r} failed ({type(exc).__name__}: {exc}); nothing was "
+            "written there. Check that the output's folder is writable, then run again") from exc
+    return rows

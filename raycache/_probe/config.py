@@ -1,0 +1,129 @@
+"""ProbeConfig: which caches and encoders, which label, which methods and their grids, with its
+local checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from raycache._cache.config import StoreConfig
+from raycache._core.config import is_name, non_finite
+
+__all__ = ["DEFAULT_C", "SELECT", "HeadsConfig", "KnnConfig", "LogregConfig", "ProbeConfig"]
+
+DEFAULT_C = [1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]
+"""logreg's default grid of inverse L2 strengths (scikit-learn's C), one batched solve."""
+SELECT = ("val_acc", "macro_f1", "balanced_acc")
+"""Metrics that may pick a method's setting and the best row."""
+
+
+@dataclass(frozen=True)
+class LogregConfig:
+    """logreg: multinomial logistic regression, every C solved together by one full-batch
+    L-BFGS (minimising C * sum of cross-entropies + ||W||^2 / 2, bias not penalised: what C
+    means to scikit-learn's LogisticRegression)."""
+
+    C: list[float] = field(default_factory=lambda: list(DEFAULT_C))
+    """Inverse L2 strengths to try (at least one; the issue's protocol uses 8 or more)."""
+    max_iter: int = 500
+    """L-BFGS iterations at most (one iteration: a gradient of every C's loss)."""
+    tol: float = 1e-6
+    """Stop when the largest gradient entry (of the mean loss) falls below this."""
+
+    def problems(self) -> list[str]:
+        out = []
+        if not self.C or any(c <= 0 for c in self.C):
+            out.append(f"logreg.C={self.C}: expected a list of values > 0, e.g. "
+                       "[0.01, 0.1, 1, 10]")
+        if self.max_iter < 1:
+            out.append(f"logreg.max_iter={self.max_iter}: must be >= 1, e.g. 500")
+        if self.tol <= 0:
+            out.append(f"logreg.tol={self.tol}: must be > 0, e.g. 1e-6")
+        return out
+
+
+@dataclass(frozen=True)
+class KnnConfig:
+    """knn: each validation row's k nearest training rows vote, weighted by
+    exp(similarity / temperature) (DINOv2's kNN protocol), exact by blocked matrix products."""
+
+    k: list[int] = field(default_factory=lambda: [10, 20])
+    """Neighbour counts to try; one search serves all of them (the largest)."""
+    metric: str = "cosine"
+    """cosine (rows L2-normalised first) or dot."""
+    temperature: float = 0.07
+    """Votes weigh exp(similarity / temperature)."""
+    block_rows: int = 8192
+    """Training rows per matrix product (memory: queries x block_rows floats)."""
+
+    def problems(self) -> list[str]:
+        out = []
+        if not self.k or any(k < 1 for k in self.k):
+            out.append(f"knn.k={self.k}: expected a list of whole numbers >= 1, e.g. [10, 20]")
+        if self.metric not in ("cosine", "dot"):
+            out.append(f"knn.metric={self.metric!r}: expected 'cosine' or 'dot'")
+        if self.temperature <= 0:
+            out.append(f"knn.temperature={self.temperature}: must be > 0, e.g. 0.07")
+        if self.block_rows < 1:
+            out.append(f"knn.block_rows={self.block_rows}: must be >= 1, e.g. 8192")
+        return out
+
+
+@dataclass(frozen=True)
+class HeadsConfig:
+    """linear, mlp: heads trained by raycache's sweep (every member on the same batches, in
+    one run), the best member picked on validation."""
+
+    sweep: dict[str, list[Any]] = field(default_factory=dict)
+    """The sweep's grid (raycache._train.sweep.grid.KEYS); left out: the method's default."""
+    train: dict[str, Any] = field(default_factory=dict)
+    """Other TrainConfig settings of the run, e.g. {loop: {epochs: 30}, hidden: [512]}."""
+
+
+@dataclass
+class ProbeConfig:
+    caches: list[str]
+    """Committed caches to compare, each NAME or NAME/FINGERPRINT (newest fill when left out)."""
+    store: StoreConfig = field(default_factory=StoreConfig)
+    label: str | None = None
+    """Label column (class ids or names); each cache's first label when left out."""
+    encoders: list[str] | None = None
+    """Which embedding columns to probe, each on its own; every encoder of each cache when
+    left out (an encoder a cache lacks is skipped there, but each must be in one cache)."""
+    methods: list[str] = field(default_factory=lambda: ["logreg", "knn"])
+    """Keys of raycache.probe.METHODS: logreg, knn, linear, mlp."""
+    logreg: LogregConfig = field(default_factory=LogregConfig)
+    knn: KnnConfig = field(default_factory=KnnConfig)
+    linear: HeadsConfig = field(default_factory=HeadsConfig)
+    mlp: HeadsConfig = field(default_factory=HeadsConfig)
+    val_fraction: float = 0.2
+    """Share of rows held out by a hash of the key: the same split training uses for it."""
+    select: str = "val_acc"
+    """What picks each method's setting and the best row: val_acc, macro_f1, balanced_acc."""
+    device: str = "auto"
+    """Where logreg and knn compute: cpu, cuda, or auto (cuda where there is one)."""
+    name: str | None = None
+    """Report folder under the first cache's probes/; derived from the config when left out."""
+    report: bool = True
+    """Write the report (result.json, table.md, PNGs) and the best head under the store."""
+    progress: bool = True
+    """Print one line per (encoder, method) as it finishes."""
+
+    def problems(self) -> list[str]:
+        """Local checks; those that consult the METHODS registry are in probe.plan."""
+        out = [p for group in (self.logreg, self.knn) for p in group.problems()]
+        if not self.caches:
+            out.append("caches=[]: name at least one committed cache, e.g. [docs]")
+        if not 0.0 < self.val_fraction < 1.0:
+            out.append(f"val_fraction={self.val_fraction}: expected a value in (0, 1), e.g. 0.2")
+        if self.select not in SELECT:
+            out.append(f"select={self.select!r}: expected one of {SELECT}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            out.append(f"device={self.device!r}: expected 'auto', 'cpu' or 'cuda'")
+        if self.name is not None and not is_name(self.name):
+            out.append(f"name={self.name!r}: use letters, digits, '-', '_' or '.'")
+        if not self.methods:
+            out.append("methods=[]: name at least one, e.g. [logreg, knn]")
+        if len(set(self.methods)) != len(self.methods):
+            out.append(f"methods={self.methods}: a method is named twice")
+        return non_finite(self) + out

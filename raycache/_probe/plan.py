@@ -1,0 +1,84 @@
+"""A probe planned on the driver: the config checked against the METHODS registry, the train
+settings its sweep methods name, and the caches; each encoder to probe resolved to its cache,
+its head spec and the TrainConfig that names it (the checks training itself runs)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raycache._cache.committed import Cache, open_cache
+from raycache._cache.store import Store
+from raycache._core.config import load
+from raycache._errors import ConfigError
+from raycache._heads.specs import HeadSpec
+from raycache._probe.config import ProbeConfig
+from raycache._probe.heads import train_config
+
+__all__ = ["Target", "load_config", "problems", "targets"]
+
+
+@dataclass
+class Target:
+    """One encoder of one cache to probe."""
+
+    name: str
+    """As the table shows it: the column, or CACHE/COLUMN where several caches are probed."""
+    cache: Cache
+    column: str
+    spec: HeadSpec
+    label: str
+
+
+def problems(cfg: ProbeConfig) -> list[str]:
+    """The checks of `cfg` that consult the METHODS registry and the train settings."""
+    from raycache._probe import METHODS
+    from raycache._train.plan import load_config as load_train
+
+    out = [f"methods: {m!r} is unknown; expected some of {sorted(METHODS)}"
+           for m in cfg.methods if m not in METHODS]
+    for method in ("linear", "mlp"):
+        if method not in cfg.methods:
+            continue
+        try:
+            load_train(train_config(cfg, "CACHE", None, "ENCODER", method))
+        except ConfigError as exc:
+            out += [f"{method}: {p}" for p in exc.problems]
+    return out
+
+
+def load_config(data: ProbeConfig | dict[str, Any] | str | Path) -> ProbeConfig:
+    """A ProbeConfig from a dict, a YAML path or an instance, every problem in one
+    ConfigError."""
+    return load(ProbeConfig, data, problems)
+
+
+def targets(cfg: ProbeConfig, store: Store) -> list[Target]:
+    """Every (cache, encoder) to probe, checked as training checks them: the label, its
+    classes, the split leaving rows on both sides."""
+    from raycache._train.plan import check
+    from raycache._train.plan import load_config as load_train
+
+    caches = []
+    for item in cfg.caches:
+        name, _, fp = item.partition("/")
+        caches.append(open_cache(name, store, fp or None))
+    have = {c.name: [e.name for e in c.manifest.encoders] for c in caches}
+    missing = [e for e in cfg.encoders or [] if not any(e in v for v in have.values())]
+    if missing:
+        raise ConfigError([f"encoders: {missing} are in none of the caches; they hold {have}"])
+    if len({c.name for c in caches}) != len(caches):
+        raise ConfigError([f"caches={cfg.caches}: a cache is named twice"])
+    out = []
+    for cache in caches:
+        for column in have[cache.name]:
+            if cfg.encoders is not None and column not in cfg.encoders:
+                continue
+            tc = load_train(train_config(cfg, cache.name, cache.fingerprint, column))
+            tc = dataclasses.replace(tc, store=cfg.store)
+            _, spec, _ = check(tc, store, cache)
+            shown = f"{cache.name}/{column}" if len(caches) > 1 else column
+            out.append(Target(shown, cache, column, spec, spec.label))
+    return out

@@ -1,0 +1,124 @@
+"""What a probe returns: one Outcome per (encoder, method), and the ProbeResult over them (the
+table, per-class metrics, the best row and its head)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from raycache._cache.store import Store
+from raycache._probe.config import ProbeConfig
+from raycache._probe.data import Candidate
+from raycache._probe.metrics import per_class
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from raycache._heads.loaded import Head
+
+__all__ = ["COLUMNS", "Outcome", "ProbeResult", "setting_text"]
+
+COLUMNS = ["encoder", "method", "setting", "val_acc", "macro_f1", "balanced_acc", "train_rows",
+           "val_rows", "seconds"]
+"""The table's columns, in order."""
+
+
+@dataclass
+class Outcome:
+    """One (encoder, method): its selected setting, its scores and its confusion matrix."""
+
+    encoder: str
+    method: str
+    setting: dict[str, Any]
+    scores: dict[str, float]
+    confusion: np.ndarray
+    classes: list[str]
+    train_rows: int
+    val_rows: int
+    seconds: float
+    grid: list[dict[str, Any]] = field(default_factory=list)
+    """Every setting tried, with its scores."""
+    candidate: Candidate | None = field(default=None, repr=False)
+
+    def row(self) -> dict[str, Any]:
+        return {"encoder": self.encoder, "method": self.method, "setting": self.setting,
+                **self.scores, "train_rows": self.train_rows, "val_rows": self.val_rows,
+                "seconds": self.seconds}
+
+    def per_class(self) -> dict[str, dict[str, float]]:
+        return per_class(self.confusion, self.classes)
+
+
+@dataclass
+class ProbeResult:
+    config: ProbeConfig
+    outcomes: list[Outcome]
+    select: str
+    report: str | None = None
+    """URI of the report folder (result.json, table.md, PNGs), when written."""
+    checkpoint: str | None = None
+    """URI of the best head's checkpoint folder (load_head opens it): the best row's, or where
+    the best is no head (knn), the best head's."""
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """One row per (encoder, method), best first by `select`."""
+        import pandas as pd
+
+        frame = pd.DataFrame([o.row() for o in self.outcomes], columns=COLUMNS)
+        return frame.sort_values(self.select, ascending=False, kind="stable").reset_index(
+            drop=True)
+
+    @property
+    def best(self) -> dict[str, Any]:
+        """The winning row (by `select`; the first of equals in the order probed)."""
+        return self.best_outcome.row()
+
+    @property
+    def best_outcome(self) -> Outcome:
+        return max(self.outcomes, key=lambda o: o.scores[self.select])
+
+    @property
+    def per_class(self) -> pd.DataFrame:
+        """The best row's precision, recall, f1 and support, one row per class name."""
+        return self.per_class_of(self.best_outcome.encoder, self.best_outcome.method)
+
+    def per_class_of(self, encoder: str, method: str) -> pd.DataFrame:
+        import pandas as pd
+
+        found = [o for o in self.outcomes if (o.encoder, o.method) == (encoder, method)]
+        if not found:
+            raise KeyError(f"no row for encoder {encoder!r} and method {method!r}; the table "
+                           f"has {[(o.encoder, o.method) for o in self.outcomes]}")
+        frame = pd.DataFrame.from_dict(found[0].per_class(), orient="index")
+        frame.index.name = "class"
+        return frame
+
+    def load_head(self) -> Head:
+        """The best head, as a trained run's (predict, predict_embeddings)."""
+        from raycache._errors import RaycacheError
+        from raycache._heads.loaded import load_head
+
+        if self.checkpoint is None:
+            raise RaycacheError("this probe saved no head (report: false, or no method that "
+                                "trains one); set report: true and add logreg or linear")
+        return load_head(self.checkpoint, **Store.from_config(self.config.store)
+                         .fsspec_options())
+
+    def summary(self) -> str:
+        b = self.best
+        where = f"; report {self.report}" if self.report else ""
+        return (f"probe of {len({o.encoder for o in self.outcomes})} encoder(s) x "
+                f"{len({o.method for o in self.outcomes})} method(s): best {b['encoder']} "
+                f"{b['method']} {setting_text(b['setting'])}, {self.select} "
+                f"{b[self.select]:.4f}{where}")
+
+    def __repr__(self) -> str:
+        return f"ProbeResult({self.summary()})"
+
+
+def setting_text(setting: dict[str, Any]) -> str:
+    """A setting as "(k=v, ...)"."""
+    return "(" + ", ".join(f"{k}={v}" for k, v in setting.items()) + ")"

@@ -1,0 +1,85 @@
+"""A real labelled text dataset that ships with Python: stdlib docstrings, labelled by topic."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+TOPICS: dict[str, list[str]] = {
+    "math": ["math", "cmath", "statistics", "decimal", "fractions", "random", "numbers"],
+    "files": ["os", "os.path", "shutil", "pathlib", "glob", "tempfile", "filecmp", "stat"],
+    "network": ["socket", "ssl", "http.client", "urllib.request", "urllib.parse", "smtplib",
+                "ftplib", "email.message", "ipaddress", "http.cookies"],
+    "text": ["string", "re", "textwrap", "difflib", "unicodedata", "codecs", "html", "locale"],
+    "time": ["datetime", "time", "calendar", "zoneinfo", "sched"],
+    "concurrency": ["threading", "multiprocessing", "asyncio", "queue", "concurrent.futures",
+                    "subprocess", "signal"],
+}
+
+
+def _first_paragraphs(module_name: str) -> list[tuple[str, str]]:
+    module = importlib.import_module(module_name)
+    out = []
+    for name, obj in sorted(vars(module).items()):
+        if name.startswith("_"):
+            continue
+        members = [(name, obj)]
+        if inspect.isclass(obj):
+            members += [(f"{name}.{k}", v) for k, v in sorted(vars(obj).items())
+                        if not k.startswith("_")]
+        for qual, o in members:
+            if not (inspect.isroutine(o) or inspect.isclass(o)) or not o.__doc__:
+                continue
+            text = inspect.cleandoc(o.__doc__).split("\n\n")[0].replace("\n", " ").strip()
+            if len(text) >= 20:
+                out.append((f"{module_name}.{qual}", text))
+    return out
+
+
+def stdlib_docs(per_topic: int = 150) -> pa.Table:
+    """Up to per_topic docstring summaries per topic: columns id, text, label, topic."""
+    rows: dict[str, tuple[str, int, str]] = {}
+    seen: set[str] = set()
+    for label, (topic, modules) in enumerate(TOPICS.items()):
+        taken = 0
+        # round-robin over the topic's modules, so no one module fills the topic
+        for group in itertools.zip_longest(*(_first_paragraphs(m) for m in modules)):
+            for key, text in filter(None, group):
+                if taken >= per_topic or text in seen or key in rows:
+                    continue
+                seen.add(text)
+                rows[key] = (text, label, topic)
+                taken += 1
+    keys = sorted(rows)
+    return pa.table({
+        "id": keys,
+        "text": [rows[k][0] for k in keys],
+        "label": pa.array([rows[k][1] for k in keys], pa.int64()),
+        "topic": [rows[k][2] for k in keys],
+    })
+
+
+def write_stdlib_docs(path: str | Path, per_topic: int = 150) -> Path:
+    """Write the dataset as Parquet, leaving an identical file untouched (so caches still hit)."""
+    path = Path(path)
+    table = stdlib_docs(per_topic)
+    if path.exists() and pq.read_table(path).equals(table):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+    return path
+
+
+if __name__ == "__main__":  # python -m raycache._source.demo_data [PATH [PER_TOPIC]]
+    import sys
+
+    args = sys.argv[1:]
+    path = args[0] if args else "data/stdlib-docs.parquet"
+    print(write_stdlib_docs(path, int(args[1]) if len(args) > 1 else 150))

@@ -1,0 +1,398 @@
+"""Source files: listing with their versions, schema checks, and reading them in units."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
+
+from raycache._core.secrets import reveal
+from raycache._core.transient import is_transient
+from raycache._core.workdir import temporary_path_problem
+from raycache._errors import FingerprintError, RaycacheError, SourceError, StoreUnavailable
+from raycache._source.checks import check_columns, check_utf8
+from raycache._source.config import FILE_FORMATS, SourceConfig
+from raycache._source.file import SourceFile
+
+__all__ = ["META", "Ranges", "SourceFile", "Span", "Unit", "changes", "check_columns",
+           "check_unchanged", "list_files", "plan_units", "read_schema", "read_schemas",
+           "read_stage", "read_unit"]
+
+SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
+            ".ndjson": "jsonl", ".csv": "csv"}
+
+
+def list_files(cfg: SourceConfig) -> tuple[str, list[SourceFile]]:
+    """The format and every file of the source, sorted, each with size and mtime or ETag."""
+    paths = [cfg.path] if isinstance(cfg.path, str) else list(cfg.path)
+    files: dict[str, SourceFile] = {}
+    for path in paths:
+        try:
+            files.update(_listed(path, cfg))
+        except RaycacheError:
+            raise
+        except Exception as exc:  # each filesystem raises its own types (botocore's, ...)
+            if is_transient(exc):
+                raise _unavailable(path, exc) from exc
+            raise SourceError(
+                f"source path {path!r} cannot be listed ({type(exc).__name__}: {exc}); check "
+                "the path, and the endpoint and credentials in source.options (fsspec options, "
+                "as in store.options)"
+            ) from exc
+    if not files:
+        raise SourceError(f"source path {cfg.path!r} holds no files; point it at data files")
+    fmt = cfg.format or _infer_format(sorted(files))
+    return fmt, [files[k] for k in sorted(files)]
+
+
+def _listed(path: str, cfg: SourceConfig) -> dict[str, SourceFile]:
+    """The files of one source path (a file, folder or glob), by URI."""
+    fs, root = fsspec.core.url_to_fs(path, **reveal(cfg.options))
+    exists = _has_magic(root) or fs.exists(root)
+    found = (fs.glob(root) if _has_magic(root) else [root]) if exists else []
+    if not found and (problem := temporary_path_problem("source path", path, _SHIP)):
+        raise SourceError(problem)
+    if not found:
+        what = "matches no files" if _has_magic(root) else "does not exist"
+        raise SourceError(f"source path {path!r} {what}; check the path (a file, folder or glob)")
+    files = {}
+    for p in found:
+        infos = fs.find(p, detail=True).values() if fs.isdir(p) else [fs.info(p)]
+        for info in infos:
+            name = info["name"]
+            if name.rsplit("/", 1)[-1].startswith(("_", ".")):
+                continue
+            uri = fs.unstrip_protocol(name) if "://" in path else name
+            files[uri] = SourceFile(uri, int(info["size"]), _version(info, uri, cfg))
+    return _pinned(files, cfg) if "s3" in fs.protocol else files
+
+
+def _pinned(files: dict[str, SourceFile], cfg: SourceConfig) -> dict[str, SourceFile]:
+    """On S3, each file with the VersionId its bucket gives it (versioning on), its size and
+    ETag from the same answer; files of an unversioned bucket as they are."""
+    fs = fsspec.filesystem("s3", **{**reveal(cfg.options), "version_aware": True})
+
+    def pin(f: SourceFile) -> SourceFile:
+        fs.invalidate_cache(f.uri)
+        info = fs.info(f.uri)
+        vid = info.get("VersionId")
+        if not vid or vid == "null":  # unversioned (or written before versioning was on)
+            return f
+        return SourceFile(f.uri, int(info["size"]), _version(info, f.uri, cfg), str(vid))
+
+    with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
+        return dict(zip(files, pool.map(pin, files.values()), strict=True))
+
+
+_SHIP = ("give an absolute path or a URI (the shipped configs: export RAYCACHE_DATA where `ray "
+         "start` runs; jobs/README.md), or ship the file in the working_dir")
+
+
+def _has_magic(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
+def _version(info: dict[str, Any], uri: str, cfg: SourceConfig) -> str:
+    """What fingerprints the file's content: its modification time or ETag, else the
+    source.version the config names."""
+    version = _stamp(info, uri) or cfg.version
+    if version is None:
+        raise FingerprintError(
+            f"source file {uri!r} has no modification time or ETag to fingerprint; set "
+            "source.version to a name for this version of the data"
+        )
+    return version
+
+
+def _stamp(info: dict[str, Any], uri: str) -> str | None:
+    """The file's modification time or ETag as the store reports it; None when it has none."""
+    if "://" not in uri and info.get("mtime") is not None:
+        return str(os.stat(uri).st_mtime_ns)  # full precision, not fsspec's float seconds
+    for key in ("ETag", "etag", "mtime", "LastModified", "last_modified", "generation"):
+        if info.get(key) is not None:
+            value = info[key]
+            return str(value.isoformat() if hasattr(value, "isoformat") else value)
+    return None
+
+
+def changes(files: list[SourceFile], options: dict[str, Any]) -> list[str]:
+    """What changed in each of `files` since it was listed (its size, or its modification time
+    or ETag, read again from the store, past any listing cache): one line per changed file."""
+    def change(f: SourceFile) -> str | None:
+        if f.version_id:  # read by version: a newer one changes nothing; a removed one does
+            fs, path = fsspec.core.url_to_fs(f.uri, **{**reveal(options), "version_aware": True})
+            try:
+                fs.info(f"{path}?versionId={f.version_id}")
+            except FileNotFoundError:
+                return f"{f.uri!r}: its version {f.version_id} was removed"
+            return None
+        fs, path = fsspec.core.url_to_fs(f.uri, **reveal(options))
+        fs.invalidate_cache(path)
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            return f"{f.uri!r} was removed"
+        size, version = int(info["size"]), _stamp(info, f.uri)
+        if size != f.size:
+            return f"{f.uri!r} changed size ({f.size} -> {size} bytes)"
+        if version is not None and version != f.version:
+            return f"{f.uri!r} changed version (modification time or ETag {f.version} -> {version})"
+        return None
+
+    try:
+        if len(files) == 1:  # a read unit's own check: no pool to start
+            return [c for c in map(change, files) if c]
+        with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
+            return [c for c in pool.map(change, files) if c]
+    except Exception as exc:  # each filesystem raises its own types
+        if is_transient(exc):
+            raise _unavailable(files[0].uri if len(files) == 1 else "the source", exc) from exc
+        raise
+
+
+def _unavailable(what: str, exc: BaseException) -> StoreUnavailable:
+    """The error for a source whose object store kept failing after its retries."""
+    return StoreUnavailable(
+        f"source {what!r} could not be read: its object store kept failing after its retries "
+        f"({type(exc).__name__}: {exc}). The service, not the data: run again (a fill resumes "
+        "where it stopped); where it never answers, check the endpoint and credentials in "
+        "source.options")
+
+
+def check_unchanged(files: list[SourceFile], options: dict[str, Any], stopped: str) -> None:
+    """A SourceError when any of `files` changed since it was listed; `stopped` says what the
+    change stopped (e.g. "nothing was committed")."""
+    changed = changes(files, options)
+    if changed:
+        raise SourceError(
+            f"source file(s) changed since they were listed: {'; '.join(changed)}. Rows read "
+            f"before and after a change would mix two versions of the data, so {stopped}. Run "
+            "it again once the source stays still: a fill then makes a cache of the new contents"
+        )
+
+
+def _infer_format(uris: list[str]) -> str:
+    kinds = set()
+    for uri in uris:
+        suffix = "." + uri.rsplit(".", 1)[-1].lower() if "." in uri.rsplit("/", 1)[-1] else ""
+        if suffix not in SUFFIXES:
+            raise SourceError(
+                f"source file {uri!r}: cannot tell its format from the suffix; set source.format "
+                f"to one of {FILE_FORMATS}"
+            )
+        kinds.add(SUFFIXES[suffix])
+    if len(kinds) > 1:
+        raise SourceError(f"source mixes formats {sorted(kinds)}; point it at one format")
+    return kinds.pop()
+
+
+def read_schema(file: SourceFile, fmt: str, options: dict[str, Any]) -> pa.Schema:
+    """The schema of one file, read cheaply (a footer, or the first block)."""
+    with _reading(file, fmt), file.open(options) as f:
+        if fmt == "parquet":
+            return pq.read_schema(f)
+        reader = pjson.open_json(f) if fmt == "jsonl" else pcsv.open_csv(f)
+        return reader.schema
+
+
+def read_schemas(files: list[SourceFile], fmt: str, options: dict[str, Any]
+                 ) -> list[pa.Schema]:
+    """Every file's schema (read_schema), a few files at a time."""
+    with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
+        return list(pool.map(lambda f: read_schema(f, fmt, options), files))
+
+
+@contextlib.contextmanager
+def _reading(file: SourceFile, fmt: str) -> Iterator[None]:
+    """Errors of reading `file` as `fmt` (pyarrow's, a file gone) raised as SourceError."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise SourceError(
+            f"source file {file.uri!r} was removed after the source was listed; run again "
+            "once the source stays still"
+        ) from exc
+    except (pa.ArrowException, OSError) as exc:  # pyarrow raises OSError for corrupt data
+        if is_transient(exc):
+            raise _unavailable(file.uri, exc) from exc
+        if file.size == 0:
+            needs = {"csv": "a header row", "jsonl": "one row", "parquet": "a footer"}[fmt]
+            raise SourceError(
+                f"source file {file.uri!r} is empty (0 bytes), and a {fmt} file needs at least "
+                f"{needs}; remove it from the source, or write its rows"
+            ) from exc
+        form = " (one JSON object per line)" if fmt == "jsonl" else ""
+        raise SourceError(
+            f"source file {file.uri!r} cannot be read as {fmt} ({type(exc).__name__}: {exc}); "
+            f"check that it is a whole, readable {fmt} file{form} whose columns keep one type "
+            "in every row (set source.format where its suffix says otherwise), or remove it "
+            "from the source"
+        ) from exc
+
+
+@dataclass(frozen=True, order=True)
+class Span:
+    """Rows [start, stop) of one file."""
+
+    start: int
+    stop: int
+
+
+Ranges = tuple[Span, ...]
+"""Row spans of one file, sorted and disjoint."""
+META = ("__block", "__row", "__source", "__source_rows")
+"""Columns the read stage adds to every row: where it came from, so shards can say so."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The unit of read work: whole row groups of a Parquet file (each decoded once), or a whole
+    text file (its row count is known only once read), less the rows an earlier fill did."""
+
+    file: SourceFile
+    groups: tuple[int, ...] = ()
+    """Parquet row groups, in order; empty for a text file."""
+    start: int = 0
+    """First row of the unit in the file."""
+    rows: int | None = None
+    """Rows in the unit (a text file's, counted when planned; None where not counted)."""
+    done: Ranges = ()
+    """Rows of the unit already encoded, skipped when read."""
+
+    def todo(self) -> int | None:
+        if self.rows is None:
+            return None
+        end = self.start + self.rows
+        return self.rows - sum(min(s.stop, end) - max(s.start, self.start)
+                               for s in self.done if s.stop > self.start and s.start < end)
+
+
+def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows: int,
+               done: dict[str, Ranges] | None = None, key: str | None = None,
+               known: dict[str, int] | None = None) -> tuple[list[Unit], dict[str, int]]:
+    """Read units of about `rows` rows, aligned to Parquet row groups (a row group larger than
+    that is one unit, read in pieces), skipping units that `done` covers; and each file's row
+    count (a CSV or JSONL file is one unit, its rows counted by a streaming parse of its `key`
+    column: the progress total, the in-process choice and the completeness check need it).
+    A file whose row count is `known` and whose rows `done` covers is not opened at all."""
+    done = done or {}
+    units: list[Unit] = []
+    totals: dict[str, int] = {}
+    for f in files:
+        skip = done.get(f.block, ())
+        if f.block in (known or {}) and skip == (Span(0, known[f.block]),):
+            totals[f.block] = known[f.block]
+            continue
+        if fmt != "parquet":
+            totals[f.block] = count_rows(f, fmt, options, key)
+            unit = Unit(f, start=0, rows=totals[f.block], done=skip)
+            if unit.todo():
+                units.append(unit)
+            continue
+        with _reading(f, fmt), f.open(options) as fh:
+            meta = pq.ParquetFile(fh).metadata
+        totals[f.block] = meta.num_rows
+        groups: list[int] = []
+        start = first = 0
+        for i in range(meta.num_row_groups):
+            groups.append(i)
+            start += meta.row_group(i).num_rows
+            if start - first >= rows or i == meta.num_row_groups - 1:
+                unit = Unit(f, tuple(groups), first, start - first, skip)
+                if unit.todo():
+                    units.append(unit)
+                groups, first = [], start
+    return units, totals
+
+
+def count_rows(f: SourceFile, fmt: str, options: dict[str, Any], key: str | None = None) -> int:
+    """Rows of a CSV or JSONL file: a JSONL file's lines that hold something; a CSV file's rows
+    from a streaming parse of its `key` column as text (a quoted field may hold newlines)."""
+    with f.open(options) as fh:
+        if fmt == "jsonl":
+            return _json_lines(fh)
+        convert = pcsv.ConvertOptions(include_columns=[key] if key else [],
+                                      column_types={key: pa.string()} if key else {})
+        try:
+            return sum(batch.num_rows for batch in pcsv.open_csv(fh, convert_options=convert))
+        except pa.ArrowInvalid as exc:
+            raise SourceError(f"source file {f.uri!r} cannot be read as csv: {exc}; check the "
+                              "file (or set source.format)") from exc
+
+
+def _json_lines(fh: Any, chunk: int = 1 << 24) -> int:
+    """Lines holding more than whitespace: a JSONL file's rows."""
+    rows, tail = 0, b""
+    while block := fh.read(chunk):
+        lines = (tail + block).split(b"\n")
+        tail = lines.pop()
+        rows += sum(1 for line in lines if line.strip())
+    return rows + bool(tail.strip())
+
+
+def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: list[str]
+              ) -> Iterator[pa.Table]:
+    """The unit's rows not yet done, in pieces of at most `rows` rows, each with META columns.
+    A file changed since it was listed is a SourceError before any of it is read."""
+    check_unchanged([u.file], options, "the run stopped")
+    with _reading(u.file, fmt), u.file.open(options) as f:
+        if fmt == "parquet":
+            pf = pq.ParquetFile(f)
+            total, offset = pf.metadata.num_rows, u.start
+            for batch in pf.iter_batches(batch_size=rows, row_groups=list(u.groups),
+                                         columns=columns):
+                yield from _tagged(pa.Table.from_batches([batch]), u, offset, total, columns)
+                offset += batch.num_rows
+            return
+        table = pjson.read_json(f) if fmt == "jsonl" else pcsv.read_csv(f)
+    if fmt == "csv":
+        check_utf8(table, u.file.uri, columns)
+    for offset in range(0, table.num_rows, rows):
+        yield from _tagged(table.slice(offset, rows), u, offset, table.num_rows, columns)
+
+
+def _tagged(table: pa.Table, u: Unit, offset: int, total: int, columns: list[str]
+            ) -> Iterator[pa.Table]:
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        raise SourceError(
+            f"source file {u.file.uri!r} lacks columns {missing}; every file of a source needs "
+            "the key, label and input columns"
+        )
+    row = np.arange(offset, offset + table.num_rows, dtype=np.int64)
+    keep = np.ones(len(row), bool)
+    if u.done:  # spans sorted and disjoint: the last span starting at or before each row
+        starts = np.array([s.start for s in u.done], np.int64)
+        stops = np.array([s.stop for s in u.done], np.int64)
+        at = np.searchsorted(starts, row, side="right") - 1
+        keep = (at < 0) | (row >= stops[np.maximum(at, 0)])
+    if not keep.all():
+        table, row = table.filter(pa.array(keep)), row[keep]
+    n = len(row)
+    if n == 0:
+        return
+    out = table.select(columns)
+    for name, column in (("__block", pa.repeat(pa.scalar(u.file.block, pa.string()), n)),
+                         ("__row", pa.array(row)),
+                         ("__source", pa.repeat(pa.scalar(u.file.uri, pa.string()), n)),
+                         ("__source_rows", pa.array(np.full(n, total, np.int64)))):
+        out = out.append_column(name, column)
+    yield out
+
+
+def read_stage(batch: pa.Table, fmt: str, options: dict[str, Any], rows: int,
+               columns: list[str]) -> Iterator[pa.Table]:
+    """Ray Data stage: units in (pickled, one per row), row pieces out."""
+    for item in batch.column("unit").to_pylist():
+        yield from read_unit(pickle.loads(item), fmt, options, rows, columns)

@@ -1,0 +1,92 @@
+"""Which epoch each head keeps (best on `monitor`, early stopping), and a sweep's leader."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from raycache._errors import ConfigError
+from raycache._train.worker_heads import Parts, Progress, WorkerHeads
+
+__all__ = ["end_sweep_epoch", "saved_epoch", "serves_best", "score", "sweep_rows",
+           "track_best"]
+
+
+def track_best(parts: Parts, progress: Progress, metrics: dict[str, Any]) -> None:
+    """Best epoch on the monitored metric (its weights kept), and early stopping."""
+    r = parts.spec.recipe
+    value = metrics.get(r.evaluation.monitor)
+    if value is None:
+        raise ConfigError([f"evaluation.monitor={r.evaluation.monitor!r} is not a metric of "
+                           f"objective {r.objective!r}; expected one of "
+                           f"{sorted(k for k in metrics if k != 'placement')}"])
+    if progress.best is None or r.better(value, progress.best):
+        progress.best, progress.best_epoch, progress.bad_epochs = value, metrics["epoch"], 0
+        parts.best_weights = {k: v.detach().cpu().clone()
+                              for k, v in parts.base.state_dict().items()}
+    else:
+        progress.bad_epochs += 1
+        ev = r.evaluation
+        progress.stopped = (ev.early_stopping and progress.bad_epochs >= ev.patience
+                            and metrics["epoch"] >= r.loop.min_epochs)
+    parts.schedule.step_epoch(value, r.better)
+
+
+def serves_best(parts: Parts) -> bool:
+    """Whether the head's checkpoint serves its best epoch's weights (evaluation.weights)."""
+    return parts.spec.recipe.evaluation.weights == "best" and parts.best_weights is not None
+
+
+def saved_epoch(parts: Parts, progress: Progress) -> dict[str, Any]:
+    """The metrics of the epoch whose weights a head saves: its best (evaluation.weights:
+    best), else its last."""
+    epoch = progress.best_epoch if serves_best(parts) else progress.history[-1]["epoch"]
+    return next(m for m in progress.history if m["epoch"] == epoch)
+
+
+def score(team: WorkerHeads, i: int) -> float:
+    """Member i's value of the select metric, at the epoch whose weights it saves; a member
+    that diverged is never picked (its weights are not finite): the worst value."""
+    spec = team.spec
+    if team.progress[i].diverged or not team.progress[i].history:
+        return math.inf if spec.select_mode == "min" else -math.inf
+    metrics = saved_epoch(team.members[i], team.progress[i])
+    if spec.select not in metrics:
+        raise ConfigError([f"select={spec.select!r} is not a metric; expected one of "
+                           f"{sorted(k for k in metrics if k != 'placement')}"])
+    return metrics[spec.select]
+
+
+def end_sweep_epoch(team: WorkerHeads, latest: list[dict[str, Any]]) -> None:
+    """A sweep's run-level progress after an epoch: the leader by the select metric, whose
+    metrics this epoch are the run's; stopped when every member has stopped."""
+    spec, run = team.spec, team.run
+    scores = [score(team, i) for i in range(len(team.members))]
+    pick = max if spec.select_mode == "max" else min
+    team.leader = scores.index(pick(scores))
+    lead = saved_epoch(team.members[team.leader], team.progress[team.leader])
+    run.epoch += 1
+    run.history.append({**latest[team.leader], "member": team.leader,
+                        "active": sum(not p.stopped for p in team.progress),
+                        "diverged": sum(bool(p.diverged) for p in team.progress),
+                        "leader_best": scores[team.leader], "leader_epoch": lead["epoch"]})
+    run.best, run.best_epoch = scores[team.leader], lead["epoch"]
+    run.stopped = all(p.stopped for p in team.progress)
+
+
+def sweep_rows(team: WorkerHeads) -> list[dict[str, Any]]:
+    """One record per member: its settings, score, best epoch, last metrics and history."""
+    out = []
+    for i, (m, progress) in enumerate(zip(team.spec.sweep, team.progress, strict=True)):
+        value = score(team, i)
+        out.append({
+            "member": i, "settings": m.settings_dict(),
+            team.spec.select: value if math.isfinite(value) else None,
+            "epoch": saved_epoch(team.members[i], progress)["epoch"] if progress.history
+            else 0,
+            "selected": i == team.leader, "stopped": progress.stopped,
+            "diverged": progress.diverged, "epochs": len(progress.history),
+            "metrics": {k: v for k, v in (progress.history or [{}])[-1].items()
+                        if k != "placement"},
+            "history": progress.history})
+    return out

@@ -1,0 +1,175 @@
+"""One epoch of a team on a worker: training steps, validation, and the epoch's metrics from
+the per-head sums all-reduced across workers."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from raycache._train.objectives import Evaluator
+from raycache._train.objectives.gather import lockstep
+from raycache._train.runspec import RunSpec
+from raycache._train.worker_heads import Parts, WorkerHeads
+
+__all__ = ["FINITE", "SAVE_NOW", "SLOTS", "TRAIN_LOSS", "VAL_LOSS", "autocast", "epoch_metrics",
+           "epoch_seed", "evaluate", "train_epoch"]
+
+# Slots of the per-epoch sums all-reduced across workers (one row of them per head). FINITE
+# counts the batches before the training loss sum turned NaN or infinite (it never turns back):
+# the first bad batch, found with no sync in the loop.
+TRAIN_LOSS, TRAIN_HIT, TRAIN_N, VAL_LOSS, VAL_HIT, VAL_N, SAVE_NOW, FINITE = range(8)
+SLOTS = 8
+
+
+def autocast(parts: Parts) -> Any:
+    p = parts.spec.recipe.optim.precision
+    if p == "float32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if p == "bfloat16" else torch.float16
+    return torch.autocast(parts.device.type, dtype=dtype)
+
+
+def epoch_seed(spec: RunSpec, epoch: int, rank: int) -> int:
+    """Every epoch's randomness (shuffle, dropout) depends only on (seed, epoch, rank), so a
+    resumed run repeats exactly what an uninterrupted one would have done."""
+    return spec.recipe.loop.seed * 1_000_003 + epoch * 7_919 + rank
+
+
+def train_epoch(team: WorkerHeads, data: Any, seed: int, sums: torch.Tensor,
+                then: int | None = None) -> None:
+    """One pass over the training share: micro-batches, accumulation, clipping, stepping
+    (`then`: the next epoch's seed, so a streamed share can read ahead for it). Every head of
+    the team sees every batch; `sums` holds one row of slots per head."""
+    lead, sums = team.members[0], sums.view(-1, SLOTS)
+    r, model = lead.spec.recipe, team.runner()
+    model.train()
+    accum = r.optim.grad_accum
+    ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+    join = model.join() if ddp else contextlib.nullcontext()
+    micro = rows = 0
+    loss_sum, finite = sums[:, TRAIN_LOSS], sums[:, FINITE]  # views, taken once
+    batches = data.batches(r.loop.batch_size, seed=seed, then=then)
+    if any(p.objective.gathers for p in team.members):
+        batches = lockstep(batches, lead.device)  # every worker at every gathering step
+    with join:
+        for x, y in batches:
+            x, y = x.to(lead.device, non_blocking=True), y.to(lead.device, non_blocking=True)
+            micro += 1
+            last = micro % accum == 0
+            sync = contextlib.nullcontext() if (last or not ddp) else model.no_sync()
+            with sync:
+                with autocast(lead):
+                    outs = team.forward(x, training=True)
+                total, values, hits = losses(team, outs, y)
+                lead.scaler.scale(total / accum).backward()
+            loss_sum += values.double() * len(y)
+            sums[:, TRAIN_HIT] += hits
+            finite += loss_sum.isfinite()  # no sync: read once, after the epoch
+            rows += len(y)
+            if last:
+                step(team)
+    sums[:, TRAIN_N] += rows
+    if micro % accum:
+        step(team)  # the epoch's last, partial accumulation
+
+
+def losses(team: WorkerHeads, outs: Any, y: torch.Tensor
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(what to back-propagate, each head's loss [M], each head's hits [M]) of a batch."""
+    if team.stack is not None:
+        return team.stack.losses(outs.float(), y)
+    total, values, hits = None, [], []
+    for p, out in zip(team.members, outs, strict=True):
+        loss, value = p.objective.loss(out.float(), y)
+        total = loss if total is None else total + loss
+        values.append(value)
+        hits.append(p.objective.hits(out.detach().float(), y))
+    return total, torch.stack(values), torch.stack(hits)
+
+
+def step(team: WorkerHeads) -> None:
+    """An optimizer step of every head still training (a stopped head's gradients dropped)."""
+    lead = team.members[0]
+    if team.stack is not None:  # one step for every member: a stopped one's is a no-op
+        active = [not p.stopped for p in team.progress]
+        team.stack.step(active)
+        for parts, on in zip(team.members, active, strict=True):
+            if on:
+                parts.schedule.step_batch()
+    else:
+        step_each(team)
+    lead.scaler.update()
+    every = lead.spec.recipe.loop.empty_cache_every
+    if every and lead.device.type == "cuda" and lead.schedule.step_no % every == 0:
+        torch.cuda.empty_cache()
+
+
+def step_each(team: WorkerHeads) -> None:
+    """Each head's own optimizer step, one after another."""
+    lead = team.members[0]
+    for parts, progress in zip(team.members, team.progress, strict=True):
+        if progress.stopped:
+            parts.opt.zero_grad(set_to_none=True)
+            continue
+        r = parts.spec.recipe
+        if r.optim.grad_clip > 0:
+            lead.scaler.unscale_(parts.opt)
+            params = [p for group in parts.opt.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, r.optim.grad_clip)
+        lead.scaler.step(parts.opt)
+        parts.opt.zero_grad(set_to_none=True)
+        parts.schedule.step_batch()
+
+
+def evaluate(team: WorkerHeads, data: Any, sums: torch.Tensor) -> list[Evaluator]:
+    """Validation loss and hits into `sums`, one row each head; the objective's metrics fed
+    (computed later, when every worker is done, since computing them is a collective). One
+    Evaluator per head (a Stack: one for all its heads, whose compute_each gives each
+    head's)."""
+    lead, rows = team.members[0], sums.view(-1, SLOTS)
+    team.runner().eval()
+    metrics = ([lead.objective.evaluator(members=len(team.members))]
+               if team.stack is not None else [p.objective.evaluator() for p in team.members])
+    with torch.inference_mode():
+        for x, y in data.batches(lead.spec.recipe.loop.batch_size * 4, seed=None):
+            x, y = x.to(lead.device, non_blocking=True), y.to(lead.device, non_blocking=True)
+            with autocast(lead):
+                outs = team.forward(x, training=False)
+            if team.stack is not None:
+                outs = outs.float()
+                loss, hits = team.stack.eval_losses(outs, y), team.stack.hits(outs, y)
+                metrics[0].update(outs, y)
+            else:
+                values, counts = [], []
+                for p, out, evaluator in zip(team.members, outs, metrics, strict=True):
+                    out = out.float()
+                    values.append(p.objective.eval_loss(out, y))
+                    counts.append(p.objective.hits(out, y))
+                    evaluator.update(out, y)
+                loss, hits = torch.stack(values), torch.stack(counts)
+            rows[:, VAL_LOSS] += loss.double() * len(y)
+            rows[:, VAL_HIT] += hits
+            rows[:, VAL_N] += len(y)
+    return metrics
+
+
+def epoch_metrics(parts: Parts, s: list[float], epoch: int, seconds: float,
+                  extra: dict[str, float] | None = None) -> dict[str, Any]:
+    """The epoch's metrics: losses and accuracies from the summed slots, then the objective's
+    (which may refine val_acc, e.g. as precision@1 over every worker's validation rows)."""
+    return {
+        "epoch": epoch + 1,
+        "train_loss": s[TRAIN_LOSS] / max(s[TRAIN_N], 1),
+        "train_acc": s[TRAIN_HIT] / max(s[TRAIN_N], 1),
+        "val_loss": s[VAL_LOSS] / max(s[VAL_N], 1),
+        "val_acc": s[VAL_HIT] / max(s[VAL_N], 1),
+        "train_rows": int(s[TRAIN_N]),
+        "val_rows": int(s[VAL_N]),
+        "lr": parts.opt.param_groups[0]["lr"],
+        "epoch_seconds": seconds,
+        "rows_per_s": s[TRAIN_N] / max(seconds, 1e-9),
+        "placement": parts.spec.placement,
+        **(extra or {}),
+    }

@@ -1,0 +1,402 @@
+"""TRAIN: the Ray Train driver: check the config against the cache, build the RunSpec once, run
+the loop in-process (local mode) or on DDP workers, resume, and record the run."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from raycache._cache.committed import Cache
+from raycache._cache.store import Store
+from raycache._core.transient import is_transient
+from raycache._errors import (
+    ConfigError,
+    DivergedError,
+    RaycacheError,
+    StoreError,
+    StoreUnavailable,
+)
+from raycache._heads.specs import HEAD_CONFIG
+from raycache._train import checkpoint as ckpt
+from raycache._train.config import TrainConfig
+from raycache._train.console import number, settings_text
+from raycache._train.metrics_log import read_sweep
+from raycache._train.plan import check, cluster, prepare
+from raycache._train.plan import load_config as load_train
+from raycache._train.resources import check_local
+from raycache._train.runs import read_record, runs_dir, write_record
+from raycache._train.runspec import RunSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from raycache._heads.loaded import Head
+    from raycache._train.data.overlap import OverlapFill
+
+__all__ = ["TrainResult", "train"]
+
+
+@dataclass
+class TrainResult:
+    cache: Cache
+    spec: RunSpec
+    history: list[dict[str, Any]]
+    """One dict of metrics per epoch."""
+    checkpoint: str
+    """URI of the final checkpoint folder (head.pt, head.json, state.pt)."""
+    seconds: float
+    resumed_from: list[int] = field(default_factory=list)
+    """Epochs this run resumed from (empty for a run that never stopped)."""
+    sweep: list[dict[str, Any]] = field(default_factory=list)
+    """A sweep's members, one dict each: member, settings, the select metric's value, epoch
+    (whose weights count), selected, stopped, epochs, metrics (last epoch's) and history."""
+    monitored: dict[str, Any] = field(default_factory=dict)
+    """The monitored metric's best value and its epoch, e.g. {"val_acc": 0.93, "epoch": 4}
+    (a sweep: the select metric's, of the selected member)."""
+    weights: str = "last"
+    """Whose weights the checkpoint holds: the "best" epoch's (evaluation.weights: best, the
+    default) or the "last" epoch's."""
+    weights_epoch: int = 0
+    """The epoch whose head weights the checkpoint holds (what load_head and predict use)."""
+    first_epoch: int = 0
+    """Epochs the run had done before this call (a resumed run); this call trained the rest."""
+    finished_before: str = ""
+    """When the run had already finished before this call (its run.json's time): this call
+    trained nothing and returned that run. Empty when this call trained."""
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The last epoch's metrics."""
+        return self.history[-1] if self.history else {}
+
+    def served_metrics(self) -> dict[str, Any]:
+        """The metrics of the epoch whose weights the checkpoint holds (a sweep: the selected
+        member's)."""
+        history = self.best.get("history", self.history) if self.sweep else self.history
+        return next((m for m in history if m.get("epoch") == self.weights_epoch), self.metrics)
+
+    @property
+    def run_dir(self) -> str:
+        return self.cache.store.url(self.spec.run_dir)
+
+    def held_out(self, keys: Any) -> np.ndarray:
+        """Which of `keys` (a cache's key values: a list, or an Arrow or pandas column) this run
+        held out for validation, as a bool array: the same stable hash of the key training
+        used, so the rows to evaluate on without looking at training data."""
+        import numpy as np
+        import pyarrow as pa
+
+        from raycache._train.data.split import validation_mask
+
+        keys = keys if isinstance(keys, pa.Array | pa.ChunkedArray) else pa.array(list(keys))
+        fraction = self.spec.recipe.evaluation.val_fraction
+        return np.asarray(validation_mask(keys, fraction).to_pylist(), dtype=bool)
+
+    def load_head(self) -> Head:
+        """The trained head, ready to predict from raw inputs or embeddings."""
+        from raycache._heads.loaded import load_head
+
+        return load_head(self.checkpoint, **self.cache.store.fsspec_options())
+
+    def history_frame(self) -> pd.DataFrame:
+        """Metrics per epoch as a DataFrame (plot it with .plot(x="epoch"))."""
+        import pandas as pd
+
+        return pd.DataFrame(self.history)
+
+    @property
+    def best(self) -> dict[str, Any]:
+        """A sweep's selected member (its record, as in `sweep`); a single head's monitored
+        metric at its best epoch, e.g. {"val_acc": 0.93, "epoch": 4}."""
+        if self.sweep:
+            return next((row for row in self.sweep if row["selected"]), {})
+        return dict(self.monitored)
+
+    @property
+    def diverged(self) -> list[dict[str, Any]]:
+        """The sweep members that diverged and stopped alone: member, settings, and where."""
+        return [{"member": row["member"], "settings": row["settings"],
+                 "error": row["diverged"]} for row in self.sweep if row.get("diverged")]
+
+    def sweep_frame(self) -> pd.DataFrame:
+        """A sweep's members as a DataFrame: one row each, its settings as columns."""
+        import pandas as pd
+
+        return pd.DataFrame([{**row["settings"], **{k: v for k, v in row.items()
+                                                     if k not in ("settings", "history")}}
+                             for row in self.sweep])
+
+    def summary(self) -> str:
+        """What this call did, in one line or two: what it trained (or that the run had
+        already finished), the monitored metric, the run and its checkpoint."""
+        s, where = self.spec, f"{self.cache.name}/{self.cache.fingerprint[:12]}"
+        what = f"sweep of {len(self.sweep)} heads" if self.sweep else s.head.head
+        if self.finished_before:
+            return (f"train {what} on {where}: run {s.run_name} had already finished "
+                    f"({self.finished_before}, in {self.run_dir}); nothing was trained now. "
+                    f"It has {len(self.history)} epochs; {self._outcome()}; checkpoint "
+                    f"{self.checkpoint}.\nTo train a new run of this config, set resume: "
+                    "false (command line: --set resume=false), or give it another run_name")
+        workers = f"{s.num_workers} DDP workers" if s.num_workers else "in-process"
+        workers += f" ({s.why})" if s.why else ""
+        total, done = s.recipe.loop.epochs, len(self.history)
+        epochs = (f"trained epoch {done} of {total}" if done == self.first_epoch + 1 else
+                  f"trained epochs {self.first_epoch + 1}-{done} of {total}")
+        if done <= self.first_epoch:
+            epochs = f"trained no epoch (all {done} were done before)"
+        if self.first_epoch:
+            epochs += f" (resumed from epoch {self.first_epoch})"
+        if self.first_epoch < done < total:
+            epochs += ", stopped early"
+        solved = self.history[-1] if self.history else {}
+        if solved.get("solver") == "lbfgs" and not self.first_epoch:
+            epochs = (f"solved by L-BFGS (full batch, {solved['train_rows']:,} rows; L2 "
+                      f"C={solved['l2_C']:g} chosen on the validation rows, "
+                      f"{solved['lbfgs_iterations']} iterations)")
+        return (f"train {what} on {where}: {epochs}, {workers}, {self.seconds:.1f} s; "
+                f"{self._outcome()}; run {s.run_name}, checkpoint {self.checkpoint}")
+
+    def _outcome(self) -> str:
+        """The monitored metric's best (a sweep: the selected member's select metric), named,
+        and whose weights the checkpoint holds."""
+        s, best = self.spec, self.best
+        key = s.select if self.sweep else s.recipe.evaluation.monitor
+        shown, epoch = number(best.get(key)), best.get("epoch", "?")
+        if self.sweep:
+            gone = "".join(f"; member #{d['member']} {settings_text(d['settings'])} DIVERGED "
+                           "(stopped alone, lr 0; see the run's sweep records)"
+                           for d in self.diverged)
+            return (f"selected member #{best.get('member')} "
+                    f"{settings_text(best.get('settings', {}))}: {key} {shown} at epoch {epoch}"
+                    + gone)
+        if self.history and self.history[-1].get("solver") == "lbfgs":
+            return (f"val_loss {number(self.metrics.get('val_loss'))}, val_acc "
+                    f"{number(self.metrics.get('val_acc'))} (the checkpoint holds the solved "
+                    "head, epoch 1)")
+        held = (f"the checkpoint holds epoch {self.weights_epoch}'s weights" +
+                (", the last" if self.weights == "last" else ""))
+        last = ", ".join(f"{k} {number(self.metrics[k])}" for k in ("val_loss", "val_acc")
+                         if k in self.metrics)
+        return (f"last epoch {last}; " if last else "") + \
+            f"best {key} {shown} at epoch {epoch} (monitored; {held})"
+
+    def __repr__(self) -> str:
+        return f"TrainResult({self.summary()})"
+
+
+def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: float) -> Any:
+    from ray.train import (
+        CheckpointConfig,
+        FailureConfig,
+        LoggingConfig,
+        RunConfig,
+        ScalingConfig,
+    )
+
+    from raycache._train.failures import Trainer
+
+    if spec.num_workers:
+        resources = {"CPU": cpus_per_worker, **({"GPU": 1} if spec.use_gpu else {})}
+        scaling = ScalingConfig(num_workers=spec.num_workers, use_gpu=spec.use_gpu,
+                                resources_per_worker=resources)
+    else:
+        scaling = ScalingConfig(num_workers=0)
+    # Ray records the loop config and run config (its train state API, export events, the
+    # controller's arguments): DDP workers get the credentials through Ray's object store.
+    store = spec.store.for_workers() if spec.num_workers else spec.store
+    # Ray Train's preemption watcher serves ray.train.get_preemption_info, which the loop never
+    # calls; its actor would print Ray Core's constructor-arguments line in every run
+    # (ray-project/ray#53727). The driver's setting travels to the controller.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+    return Trainer(
+        _train_loop,
+        train_loop_config={"spec": dataclasses.replace(spec, store=store)},
+        scaling_config=scaling,
+        run_config=RunConfig(
+            name=spec.run_name,
+            storage_path=runs_dir(cache),
+            storage_filesystem=None if store.is_local else store.pyarrow_fs(),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+            failure_config=FailureConfig(max_failures=max_failures),
+            logging_config=LoggingConfig(log_level="WARNING"),  # no per-report INFO dumps
+        ),
+    )
+
+
+def _train_loop(config: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from raycache._train.loop import train_loop
+
+    _quiet_reports()
+    threads = torch.get_num_threads()  # a streamed share lowers them; in-process, restore them
+    try:
+        return train_loop(config)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _quiet_reports() -> None:
+    """No "Reporting training result N: TrainingReport(...)" dump per report: Ray Train 2.60
+    logs it at INFO under a logger named by its module's file path, outside "ray.train", so
+    neither LoggingConfig nor the "ray.train" logger's level keeps it out."""
+    import logging
+
+    from ray.train.v2._internal.execution import context
+
+    logging.getLogger(context.__file__).setLevel(logging.WARNING)
+
+
+def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
+          landing: OverlapFill | None = None) -> TrainResult:
+    """Train a head on a committed cache (config: a TrainConfig, a dict or a YAML path), or on
+    a fill under way (`landing`: epoch 1 reads its shards as they land; train.data.landing).
+    Running the same config again resumes its run (or returns it, when it has finished)."""
+    cfg = load_train(config)
+    if progress is not None:
+        cfg.progress = progress
+    start = time.perf_counter()
+    store = Store.from_config(cfg.store)
+    store.check_reachable()
+    if landing is None:
+        checked = check(cfg, store)  # bad input fails here, before Ray starts
+    else:
+        checked = check(cfg, store, landing.cache(), landing.column)
+
+    from raycache._train.console import quiet_ray_train
+
+    quiet_ray_train()
+    _quiet_reports()  # local mode reports in this process
+    cache, spec = prepare(cfg, checked, None if landing is None else
+                          len(landing.column(checked[0].manifest.key_column)),
+                          first_pass=landing is not None)
+    if spec.num_workers:  # local mode runs in this process: no Ray cluster to start or join
+        from raycache._compute.cluster import check_store_for_cluster
+
+        cluster(cfg)
+        check_store_for_cluster(cache.store)
+        _check_cluster(cfg, spec.num_workers)
+    else:
+        check_local(cfg.resources)
+    if landing is not None:
+        spec = landing.runspec(spec)
+    store = spec.store
+    record = read_record(store, spec.run_dir)
+    if record and record["status"] == "finished" and ckpt.latest(store, spec.run_dir):
+        return _result(cache, spec, start, {"resumed_from": []},
+                       finished_before=record.get("updated") or "?")
+    first_epoch = _epochs_done(store, spec.run_dir)
+    base = {**spec.record(), "started": (record or {}).get("started")}
+    base = {k: v for k, v in base.items() if v is not None}
+    write_record(store, spec.run_dir, base, "running")
+    try:
+        result = trainer(cache, spec, cfg.checkpoints.max_failures,
+                         cfg.resources.cpus_per_worker).fit()
+        if result.error is not None:
+            raise result.error
+    except Exception as exc:
+        error = _failed(exc, spec, base)
+        if error is exc:
+            raise
+        raise error from exc
+    if landing is not None:
+        cache = landing.result().cache  # committed: the first epoch's validation waited for it
+    out = _result(cache, spec, start, result.return_value or {}, first_epoch=first_epoch)
+    best = dict(out.monitored)
+    if out.sweep:
+        best = {spec.select: out.best[spec.select], "member": out.best["member"],
+                "settings": out.best["settings"], "epoch": out.best["epoch"]}
+    diverged = {"diverged": out.diverged} if out.diverged else {}
+    write_record(store, spec.run_dir, base, "finished", best=best, checkpoint=out.checkpoint,
+                 metrics={k: v for k, v in out.metrics.items() if k != "placement"},
+                 **diverged)
+    return out
+
+
+def _epochs_done(store: Store, run_dir: str) -> int:
+    """Epochs of the run's newest complete checkpoint (0: none): where a run resumes."""
+    path = ckpt.latest(store, run_dir)
+    if path is None:
+        return 0
+    return int(path.rsplit("/", 1)[-1].removeprefix(ckpt.PREFIX) or 0)
+
+
+def _check_cluster(cfg: TrainConfig, workers: int) -> None:
+    """The workers against the cluster's nodes (asked of an autoscaling one), before Ray Train
+    starts: a ConfigError rather than a wait without end."""
+    from raycache._compute.pool import nodes
+    from raycache._train import resources
+
+    found = resources.problems(cfg.resources, workers, nodes())
+    if found:
+        raise ConfigError(found)
+    if cfg.resources.autoscaling:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(**resources.request(cfg.resources, workers))
+
+
+def _failed(exc: Exception, spec: RunSpec, base: dict[str, Any]) -> RaycacheError:
+    """The error a failed run raises (a worker's raycache error as its own type), with the run
+    recorded as failed; what running it again does, said only where it is true."""
+    typed = next((e for e in getattr(exc, "worker_failures", {}).values()
+                  if isinstance(e, RaycacheError)), None)  # e.g. a worker's CorruptShard
+    error = typed or (exc if isinstance(exc, RaycacheError) else None)
+    store, again = spec.store, ""
+    try:
+        write_record(store, spec.run_dir, base, "failed", error=f"{type(exc).__name__}: {exc}",
+                     **({"resumable": False} if isinstance(error, DivergedError) else {}))
+        path = ckpt.latest(store, spec.run_dir)
+        again = (f"it resumes from its checkpoint {path.rsplit('/', 1)[-1]} when run again "
+                 "with the same config" if path else
+                 "it saved no checkpoint, so running it again starts over")
+    except Exception as store_exc:  # the store itself failed: say so, not "it resumes"
+        again = (f"the store {store.uri!r} failed too ({type(store_exc).__name__}: "
+                 f"{store_exc}); check that it is reachable and writable, then run again")
+    if error is None and is_transient(exc):  # the store's service, past its client's retries
+        return StoreUnavailable(f"training run {spec.run_name!r}: the store {store.uri!r} kept "
+                                f"failing after its retries ({type(exc).__name__}: {exc}); "
+                                f"{again}")
+    if type(error) in (StoreError, StoreUnavailable):  # what running again does
+        return type(error)(f"{error}; training run {spec.run_name!r}: {again}")
+    if error is not None:
+        return error
+    return RaycacheError(f"training run {spec.run_name!r} failed: {type(exc).__name__}: {exc}; "
+                         f"{again}")
+
+
+def _best(out: TrainResult, spec: RunSpec) -> float | None:
+    monitor = spec.recipe.evaluation.monitor
+    values = [m[monitor] for m in out.history if monitor in m]
+    if not values:
+        return None
+    return max(values) if spec.recipe.evaluation.mode == "max" else min(values)
+
+
+def _result(cache: Cache, spec: RunSpec, start: float, value: dict[str, Any],
+            **more: Any) -> TrainResult:
+    path = ckpt.latest(spec.store, spec.run_dir)
+    if path is None:
+        raise RaycacheError(f"run {spec.run_name!r} finished without a checkpoint in "
+                            f"{spec.store.url(spec.run_dir)}; see the worker logs")
+    saved = spec.store.read_json(f"{path}/{HEAD_CONFIG}")
+    history = value.get("history")
+    if history is None:
+        history = saved["history"]
+    sweep = value.get("sweep")
+    if sweep is None and spec.sweep:
+        sweep = read_sweep(spec.store, spec.run_dir)
+    return TrainResult(cache=cache, spec=spec, history=list(history),
+                       checkpoint=spec.store.url(path), seconds=time.perf_counter() - start,
+                       resumed_from=list(value.get("resumed_from", [])), sweep=list(sweep or []),
+                       monitored=dict(saved.get("best") or {}),
+                       weights=saved.get("weights", "last"),
+                       weights_epoch=int(saved.get("weights_epoch") or (
+                           (saved.get("best") or {}).get("epoch") if saved.get("weights")
+                           == "best" else 0) or len(history)), **more)
+
+

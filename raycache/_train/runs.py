@@ -1,0 +1,155 @@
+"""A cache's training runs: each run folder's run.json record, and listing runs with status."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from raycache._cache.committed import Cache
+from raycache._cache.store import RUNS, Store
+from raycache._errors import RaycacheError
+from raycache._heads.specs import HEAD_CONFIG
+from raycache._train.checkpoint import PREFIX, latest
+from raycache._train.console import number, settings_text
+
+__all__ = ["RECORD", "RESUMABLE", "RunInfo", "checkpoint_of", "list_runs", "read_record",
+           "runs_dir", "write_record"]
+
+RECORD = "run.json"
+RESUMABLE = ("resumable", "failed (resumable)")
+"""Statuses of runs that died with a checkpoint: running them again resumes."""
+UNREADABLE = "unreadable (run.json damaged)"
+
+
+def runs_dir(cache: Cache) -> str:
+    return cache.store.path(cache.name, cache.fingerprint, RUNS)
+
+
+def read_record(store: Store, run_dir: str) -> dict[str, Any] | None:
+    path = f"{run_dir}/{RECORD}"
+    return store.read_json(path) if store.exists(path) else None
+
+
+def write_record(store: Store, run_dir: str, record: dict[str, Any], status: str,
+                 **more: Any) -> dict[str, Any]:
+    """run.json with a status: running (with this driver's host and pid), finished or failed."""
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    out = {**record, **more, "status": status, "updated": now,
+           "host": socket.gethostname(), "pid": os.getpid()}
+    out.setdefault("started", now)
+    store.write_json(f"{run_dir}/{RECORD}", out)
+    return out
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    name: str
+    status: str
+    """finished, failed, running, resumable (interrupted with a checkpoint) or interrupted."""
+    epochs_done: int
+    epochs: int
+    best: dict[str, Any]
+    metrics: dict[str, Any]
+    updated: str
+    objective: str = ""
+    head: str = ""
+    """The head's family (mlp, linear, ...), or "sweep of N heads"."""
+    monitor: str = ""
+    """The metric the run monitors (a sweep: the one that selects its head)."""
+    checkpoint: str = ""
+    """The checkpoint `raycache predict --checkpoint` takes (the run's final one, else its
+    newest complete one); empty when the run has none yet."""
+
+    def line(self) -> str:
+        """Two lines: the run (status, epochs, objective/head, the monitored metric at the last
+        epoch and at its best) and the checkpoint `raycache predict --checkpoint` takes."""
+        key, best = self.monitor or "val_loss", self.best
+        at = f" at epoch {best['epoch']}" if "epoch" in best else ""
+        chosen = (f", head #{best['member']} {settings_text(best.get('settings', {}))}"
+                  if "member" in best else "")
+        return (f"{self.name:<28} {self.status:<10} {self.epochs_done:>4}/{self.epochs:<4} "
+                f"{self.objective or '-'}/{self.head or '-'}  {key} "
+                f"{number(self.metrics.get(key))} (best {number(best.get(key))}{at}{chosen})  "
+                f"{self.updated}\n{'':<4}checkpoint {self.checkpoint or '- (none yet)'}")
+
+
+def checkpoint_of(path: str, options: dict[str, Any] | None = None) -> str:
+    """The head checkpoint folder `path` names: itself when it holds head.json; a run folder's
+    final (else newest complete) checkpoint; anything else unchanged, for load_head to judge."""
+    folder = Store(path, options or {})
+    if folder.exists(folder.path(HEAD_CONFIG)):
+        return path
+    names = folder.listdir(folder.root) if folder.is_dir(folder.root) else []
+    if RECORD not in names and not any(n.startswith(PREFIX) for n in names):
+        return path
+    found = latest(folder, folder.root)
+    if found is None:
+        raise RaycacheError(
+            f"run folder {path!r} has no complete checkpoint yet (a {PREFIX}* folder with "
+            "state.pt): a run saves one at its end and every checkpoints.every epochs; let it "
+            "train (running its config again resumes it), or pass another run's folder")
+    return folder.url(found)
+
+
+def _alive(record: dict[str, Any]) -> bool:
+    if record.get("host") != socket.gethostname():
+        return True  # another machine's driver: trust the record
+    try:
+        os.kill(int(record["pid"]), 0)
+    except (ProcessLookupError, KeyError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def list_runs(cache: Cache) -> list[RunInfo]:
+    """Every run of a cache with its status and best metrics, oldest first."""
+    import json
+
+    store, root = cache.store, runs_dir(cache)
+    out = []
+    for name in store.listdir(root):
+        try:
+            record = read_record(store, f"{root}/{name}")
+        except ValueError:  # a damaged run.json: listed as such, never trusted (du, gc)
+            out.append(RunInfo(name, UNREADABLE, 0, 0, {}, {}, ""))
+            continue
+        if record is None:
+            continue
+        status = record["status"]
+        final = latest(store, f"{root}/{name}")
+        has_ckpt = final is not None
+        if status == "running" and not _alive(record):
+            status = RESUMABLE[0] if has_ckpt else "interrupted"
+        elif status == "failed" and has_ckpt and record.get("resumable", True):
+            status = RESUMABLE[1]
+        history = []
+        metrics_path = f"{root}/{name}/metrics.jsonl"
+        if store.exists(metrics_path):
+            with contextlib.suppress(ValueError):  # damaged: the run is listed without them
+                history = [json.loads(line)
+                           for line in store.read_bytes(metrics_path).splitlines()]
+        recipe = record.get("recipe", {})
+        sweep = record.get("sweep") or []
+        out.append(RunInfo(
+            name=name, status=status, epochs_done=len(history),
+            epochs=recipe_epochs(recipe), best=record.get("best", {}),
+            metrics=history[-1] if history else {}, updated=record.get("updated", ""),
+            objective=recipe.get("objective", ""),
+            head=(f"sweep of {len(sweep)} heads" if sweep
+                  else record.get("head", {}).get("head", "")),
+            monitor=record.get("select") or recipe.get("evaluation", {}).get("monitor", ""),
+            checkpoint=store.url(final) if final else "",
+        ))
+    return sorted(out, key=lambda r: r.updated)
+
+
+def recipe_epochs(recipe: dict[str, Any]) -> int:
+    """A run record's epochs: under its recipe's loop group, or flat (records written before
+    the config was grouped)."""
+    return recipe.get("loop", {}).get("epochs", recipe.get("epochs", 0))

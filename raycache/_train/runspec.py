@@ -1,0 +1,195 @@
+"""RunSpec: the typed, versioned, frozen contract between the training driver and its workers."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from raycache._cache.records import ShardEntry
+from raycache._cache.store import Store
+from raycache._heads.specs import HeadSpec
+from raycache._train.config import (
+    EvalConfig,
+    GroupsConfig,
+    LoopConfig,
+    LossConfig,
+    OptimConfig,
+    PairsConfig,
+    ScheduleConfig,
+    TrainConfig,
+)
+from raycache._train.defaults import resolve, resolve_lr
+
+__all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "digest", "keeps", "sweep_record"]
+
+RUN_SPEC_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to train: the objective and TrainConfig's RECIPE_GROUPS, the groups themselves, so
+    that every setting of theirs reaches the workers and the run digest."""
+
+    loop: LoopConfig = LoopConfig()
+    optim: OptimConfig = OptimConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    loss: LossConfig = LossConfig()
+    evaluation: EvalConfig = EvalConfig()
+    objective: str = "classification"
+    groups: GroupsConfig = GroupsConfig()
+    pairs: PairsConfig = PairsConfig()
+
+    @classmethod
+    def from_config(cls, cfg: TrainConfig, rows: int | None = None, workers: int = 0,
+                    l1: float | None = None) -> Recipe:
+        """The config's recipe groups as they are, but lists as tuples, `mode: auto` resolved
+        by the monitored metric, and the other auto settings by raycache._train.defaults for a
+        cache of `rows` (unknown: batch_size auto is its largest) trained on `workers`, whose
+        features' mean L1 norm is `l1`."""
+        cfg = resolve(cfg, rows, workers)
+        optim = dataclasses.replace(cfg.optim, lr=resolve_lr(cfg, l1))
+        loss, ev = cfg.loss, cfg.evaluation
+        if isinstance(loss.class_weights, list):
+            loss = dataclasses.replace(
+                loss, class_weights=tuple(float(w) for w in loss.class_weights))
+        mode = ev.mode if ev.mode != "auto" else "min" if ev.monitor.endswith("loss") else "max"
+        ev = dataclasses.replace(ev, mode=mode, metrics_k=tuple(ev.metrics_k))
+        return cls(loop=cfg.loop, optim=optim, schedule=cfg.schedule, loss=loss,
+                   evaluation=ev, objective=cfg.objective, groups=cfg.groups, pairs=cfg.pairs)
+
+    def better(self, new: float, old: float) -> bool:
+        """Whether `new` improves on `old` by more than min_delta, in this recipe's mode."""
+        if self.evaluation.mode == "max":
+            return new > old + self.evaluation.min_delta
+        return new < old - self.evaluation.min_delta
+
+
+@dataclass(frozen=True)
+class Member:
+    """One head of a sweep: the settings that set it apart, and its head and recipe."""
+
+    settings: tuple[tuple[str, Any], ...]
+    """(sweep key, value) pairs; list values as tuples."""
+    head: HeadSpec
+    recipe: Recipe
+
+    def settings_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.settings}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Built once on the driver (raycache._train.prepare), never mutated, sent to every worker."""
+
+    head: HeadSpec
+    recipe: Recipe
+    run_name: str
+    key: str
+    rows: int
+    placement: str
+    """stream, cpu or gpu (auto resolved on the driver)."""
+    num_workers: int
+    """0: Ray Train local mode (in the driver process); else DDP workers."""
+    use_gpu: bool
+    class_weights: tuple[float, ...] | None
+    """Per-class loss weights, resolved on the driver ("balanced" from the label counts)."""
+    store: Store
+    """Where the shards and the run folder are; never written into a checkpoint."""
+    shards: tuple[tuple[str, int], ...]
+    """(path, rows) of every shard, in manifest order."""
+    run_dir: str
+    """The run folder in the store's filesystem form: <cache>/runs/<run_name>."""
+    checkpoint_every: int
+    checkpoint_seconds: float
+    prefetch_batches: int
+    progress: bool
+    sweep: tuple[Member, ...] = ()
+    """A sweep's members, trained together on the same batches; empty for a single head."""
+    select: str = "val_loss"
+    """Sweep: the metric that picks the best member."""
+    select_mode: str = "min"
+    checks: tuple[tuple[int, str], ...] = ()
+    """(bytes, sha256) of every shard, in `shards` order, what a worker checks a shard against
+    on its first read in a run; empty: shards are read unchecked (TrainConfig.verify false)."""
+    landing: str = ""
+    """The id of a fill still under way on the driver, whose shards the first training pass
+    reads as they land (raycache._train.data.overlap; DDP workers ask its ShardFeed actor by that name);
+    empty: a committed cache."""
+    views: int = 0
+    """K: training draws one of each row's K cached views per epoch; 0 trains on clean rows."""
+    view_encoders: tuple[str, ...] = ()
+    """The head's encoders whose views columns it trains on (the rest give their clean rows)."""
+    keeps: tuple[tuple[str, int], ...] = ()
+    """(row selection, rows in the file) of every shard, in `shards` order, where a version
+    shares older versions' shards (raycache._cache.selection; "" keeps every row); empty:
+    every shard is read whole."""
+    why: str = ""
+    """Why it trains where it does (num_workers: auto's reason), for the summary."""
+    version: int = RUN_SPEC_VERSION
+
+    @functools.cached_property
+    def selections(self) -> dict[str, tuple[str, int]]:
+        """Shard path -> (row selection, rows in the file), for the shards read in part."""
+        if not self.keeps:
+            return {}
+        return {path: keep for (path, _), keep in zip(self.shards, self.keeps, strict=True)
+                if keep[0]}
+
+    @property
+    def world(self) -> int:
+        return max(self.num_workers, 1)
+
+    def members(self) -> list[RunSpec]:
+        """One spec per head trained: the sweep's members, or this run's one head."""
+        if not self.sweep:
+            return [self]
+        return [dataclasses.replace(self, head=m.head, recipe=m.recipe, sweep=())
+                for m in self.sweep]
+
+    def sweep_record(self) -> dict[str, Any]:
+        return sweep_record(self.sweep, self.select, self.select_mode)
+
+    def record(self) -> dict[str, Any]:
+        """What a run folder keeps about the run: everything but the store and its options."""
+        return {"version": self.version, "run_name": self.run_name,
+                "head": self.head.to_dict(), "recipe": dataclasses.asdict(self.recipe),
+                "placement": self.placement, "num_workers": self.num_workers,
+                "rows": self.rows, "digest": self.digest(), **self.sweep_record()}
+
+    def digest(self) -> str:
+        return digest(self.head, self.recipe, self.sweep_record(), self.views)
+
+
+def keeps(shards: Sequence[ShardEntry]) -> tuple[tuple[str, int], ...]:
+    """RunSpec.keeps of a manifest's shards: empty where every shard is read whole."""
+    if not any(s.keep for s in shards):
+        return ()
+    return tuple((s.keep, s.file_rows) for s in shards)
+
+
+def sweep_record(sweep: tuple[Member, ...], select: str, mode: str) -> dict[str, Any]:
+    """What a run record says of its sweep (empty for a single head)."""
+    if not sweep:
+        return {}
+    return {"sweep": [m.settings_dict() for m in sweep], "select": select, "select_mode": mode}
+
+
+def digest(head: HeadSpec, recipe: Recipe, sweep: dict[str, Any] | None = None,
+           views: int = 0) -> str:
+    """A hash of what decides a run's result: the head (with the cache's fill), the recipe, a
+    sweep's members and selection when there is one, and whether it trains on views."""
+    settings = dataclasses.asdict(recipe)
+    if recipe.objective != "pairs":  # a pairs table's settings matter to pairs runs only
+        settings.pop("pairs")
+    if recipe.optim.encoder_lr is None:  # nor encoder_lr without trainable encoders
+        settings["optim"].pop("encoder_lr")
+    if recipe.optim.solver in ("gradient", "auto"):  # runs trained by gradient keep their names
+        settings["optim"].pop("solver")
+    what = {"head": head.to_dict(), "recipe": settings, "version": RUN_SPEC_VERSION,
+            **(sweep or {}), **({"views": views} if views else {})}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()

@@ -1,0 +1,109 @@
+"""A team's training state in and out of checkpoints: what state.pt holds, restoring it on a
+worker, and saving it (with the head to keep) through Ray Train or into the run folder."""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+import ray.train
+import torch
+
+from raycache._train import checkpoint as ckpt
+from raycache._train.best_epoch import saved_epoch, serves_best, sweep_rows
+from raycache._train.metrics_log import write_metrics, write_sweep
+from raycache._train.worker_heads import Parts, Progress, WorkerHeads
+
+__all__ = ["KEEP_CHECKPOINTS", "load_member", "member_state", "restore", "save"]
+
+KEEP_CHECKPOINTS = 2
+
+
+def member_state(parts: Parts, progress: Progress) -> dict[str, Any]:
+    """One head's whole training state (what state.pt holds for it)."""
+    return {
+        "model": parts.base.state_dict(), "criterion": parts.objective.criterion.state_dict(),
+        "optimizer": parts.opt.state_dict(),
+        "schedule": parts.schedule.state_dict(), "scaler": parts.scaler.state_dict(),
+        "best_weights": parts.best_weights, "progress": vars(progress),
+    }
+
+
+def load_member(parts: Parts, state: dict[str, Any]) -> Progress:
+    """One head's training state back into its parts; its progress."""
+    parts.base.load_state_dict(state["model"])
+    if "criterion" in state:
+        parts.objective.criterion.load_state_dict(state["criterion"])
+    parts.opt.load_state_dict(state["optimizer"])
+    parts.schedule.load_state_dict(state["schedule"])
+    parts.scaler.load_state_dict(state["scaler"])
+    parts.best_weights = state["best_weights"]
+    return Progress(**state["progress"])
+
+
+def restore(team: WorkerHeads) -> None:
+    """Load the latest checkpoint of this run: Ray Train's (after a worker restart, or a driver
+    restart under DDP), else the newest complete one in the run folder (local mode)."""
+    given = ray.train.get_checkpoint()
+    state = None
+    if given is not None:
+        with given.as_directory() as d, open(f"{d}/{ckpt.STATE}", "rb") as f:
+            state = torch.load(f, map_location="cpu", weights_only=False)
+    else:
+        path = ckpt.latest(team.spec.store, team.spec.run_dir)
+        if path is not None:
+            state = ckpt.read_state(team.spec.store, path)
+    if state is None:
+        return
+    if team.spec.sweep:
+        team.progress = [load_member(p, s)
+                         for p, s in zip(team.members, state["members"], strict=True)]
+        team.run = Progress(**state["progress"])
+        team.leader = state["leader"]
+    else:
+        team.run = load_member(team.members[0], state)
+        team.progress = [team.run]
+    ckpt.set_rng_state(state["rng"])
+    team.run.resumed_from.append(team.run.epoch)
+
+
+def save(team: WorkerHeads, rank: int) -> None:
+    """Report to Ray Train with the whole state attached by rank 0 (local mode: write it to
+    the run folder here, since local mode keeps checkpoints in memory only). The head saved
+    is the one head's, or a sweep's leader's."""
+    spec, progress = team.spec, team.run
+    metrics = progress.history[-1]
+    name = ckpt.checkpoint_name(progress.epoch)
+    if rank != 0:
+        ray.train.report(metrics, checkpoint_dir_name=name)
+        return
+    states = [member_state(p, g) for p, g in zip(team.members, team.progress, strict=True)]
+    if spec.sweep:
+        state = {"members": states, "leader": team.leader, "progress": vars(progress)}
+    else:
+        state = states[0]
+    state["rng"] = ckpt.rng_state()
+    lead = team.members[team.leader]
+    use_best = serves_best(lead)
+    head_weights = lead.best_weights if use_best else lead.base.state_dict()
+    key = spec.select if spec.sweep else spec.recipe.evaluation.monitor
+    served = saved_epoch(lead, team.progress[team.leader])["epoch"]
+    info = {"metrics": metrics, "best": {key: progress.best, "epoch": progress.best_epoch},
+            "weights": "best" if use_best else "last", "weights_epoch": served,
+            "history": progress.history,
+            "key": spec.key}  # the cache's key column: what predict keeps by default
+    rows = sweep_rows(team) if spec.sweep else []
+    if rows:
+        info["sweep"] = [{k: v for k, v in row.items() if k != "history"} for row in rows]
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt.write_folder(tmp, lead.spec.head, head_weights, state, info)
+        if spec.num_workers == 0:
+            ckpt.upload(spec.store, tmp, f"{spec.run_dir}/{name}")
+            ckpt.prune(spec.store, spec.run_dir, KEEP_CHECKPOINTS)
+            ray.train.report(metrics)
+        else:
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
+                             checkpoint_dir_name=name)
+    write_metrics(spec.store, spec.run_dir, progress.history)
+    if rows:
+        write_sweep(spec.store, spec.run_dir, rows)

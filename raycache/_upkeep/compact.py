@@ -1,0 +1,49 @@
+"""raycache compact: a committed version's sparse or small shared shards written again in its
+own folder (their kept rows copied, nothing encoded), as a fill's compaction would, so reads
+stay at memory speed; the version's rows and fingerprint stay the same."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from raycache._cache.committed import open_cache
+from raycache._cache.store import Store
+from raycache._errors import RaycacheError
+from raycache._fill.plan import plan
+from raycache._fill.run import FillResult, complete
+from raycache._fill.versions import compaction, within
+from raycache._upkeep.repair import config_of, own_records
+
+__all__ = ["compact"]
+
+
+def compact(name: str, store: Store | str | None = None, fingerprint: str | None = None, *,
+            below: float | None = None, source_options: dict[str, Any] | None = None,
+            progress: bool = True) -> FillResult:
+    """Compact the cache `name` (its newest fill, or `fingerprint`): the shared shards that keep
+    less than `below` of their rows (default: the fill's compact_below, 0.9), and the small
+    ones once they outnumber the bound a fill keeps to. Their kept rows are copied into shards
+    of the cache's own folder (nothing is read from the source or encoded; the source is
+    still listed and must be unchanged, as for a repair: the fingerprint is checked); a cache
+    with nothing to compact is returned as a hit. The shards it stops reading stay
+    for the versions that still read them; gc removes them once none does."""
+    started = time.perf_counter(), time.time()
+    cache = open_cache(name, store, fingerprint)
+    cfg = config_of(cache, source_options or {}, progress, "auto")
+    if below is not None:
+        cfg = dataclasses.replace(cfg, compact_below=below)
+    p = plan(cfg)
+    if p.fingerprint != cache.fingerprint:
+        raise RaycacheError(
+            f"cannot compact {cache.name}/{cache.fingerprint}: its source or encoders changed "
+            f"since the fill (they now give fingerprint {p.fingerprint}). Fill the cache "
+            "again instead: the new version shares what is still valid, and compacts")
+    m = cache.manifest
+    keep, sparse = compaction(p, [e for e in m.shards if e.home], budget=1.0)
+    if not sparse:
+        return FillResult(cache, True, time.perf_counter() - started[0], 0)
+    version = within(p, m, keep, sparse)
+    return complete(p, own_records(cache, set()), replace=True, started=started,
+                    version=version)

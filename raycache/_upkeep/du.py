@@ -1,0 +1,175 @@
+"""What a store holds: each cache folder's bytes, rows, shards, state and runs (raycache du)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from raycache._cache.committed import Cache, read_manifest
+from raycache._cache.lease import LEASES
+from raycache._cache.manifest import Manifest, human_bytes
+from raycache._cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
+from raycache._errors import CorruptCache, DamagedCacheWarning, StoreError
+from raycache._train.runs import RECORD, RESUMABLE, list_runs
+from raycache._upkeep.refs import Refs, references
+
+__all__ = ["Usage", "du", "scan"]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One cache folder <store>/<name>/<fingerprint>: committed (a manifest) or unfinished."""
+
+    name: str
+    fingerprint: str
+    dir: str
+    """The folder, in the store's filesystem form."""
+    committed: bool
+    rows: int | None
+    """The manifest's rows; None for an unfinished fill."""
+    shards: int
+    bytes: int
+    """Every file under the folder: shards, manifest, progress records, runs."""
+    runs_bytes: int
+    """The part of `bytes` under runs/ (checkpoints, metrics of heads trained on it)."""
+    created: str
+    """The manifest's `created`; for an unfinished fill, when its newest file was written."""
+    newest: float
+    """Modification time of the newest file (seconds since the epoch)."""
+    live_runs: tuple[str, ...] = ()
+    """Runs in progress on it (status running, their driver alive)."""
+    resumable_runs: tuple[tuple[str, float], ...] = ()
+    """Runs on it that died with a checkpoint (they can resume): name, and when their record
+    was last written (seconds since the epoch)."""
+    leases: tuple[tuple[str, float], ...] = ()
+    """Fills that hold a lease on it (raycache._cache.lease): lease name, and when it was last
+    refreshed (seconds since the epoch); a stale one is listed too."""
+    damaged: str = ""
+    """Why its manifest cannot be read (empty when it can): not committed, not unfinished."""
+    corrupt: bool = False
+    """Damaged as in CorruptCache (gc --damaged removes it), not a manifest of a newer
+    format."""
+    lent_bytes: int = 0
+    """The part of `bytes` that other committed versions read (format 5 shares): shard files
+    that stay when this folder's own version goes."""
+    shared_bytes: int = 0
+    """Bytes of the shard files in other versions' folders that its manifest reads (counted
+    in those folders' `bytes`, not here)."""
+
+    @property
+    def own_bytes(self) -> int:
+        """The part of `bytes` no other version reads: what removing this folder frees."""
+        return self.bytes - self.lent_bytes
+
+    @property
+    def state(self) -> str:
+        """committed, damaged, shared (no manifest, shard files that other versions read) or
+        unfinished."""
+        if self.committed or self.damaged:
+            return "committed" if self.committed else "damaged"
+        return "shared" if self.lent_bytes else "unfinished"
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}/{self.fingerprint}"
+
+    @property
+    def created_ts(self) -> float:
+        return datetime.fromisoformat(self.created).timestamp()
+
+    def line(self) -> str:
+        state = self.state
+        rows = "-" if self.rows is None else str(self.rows)
+        live = f"  live runs: {', '.join(self.live_runs)}" if self.live_runs else ""
+        if self.resumable_runs:
+            live += f"  resumable runs: {', '.join(n for n, _ in self.resumable_runs)}"
+        return (f"{self.id:<40} {state:<10} {rows:>9} rows {self.shards:>5} shards "
+                f"{human_bytes(self.bytes):>10}  runs {human_bytes(self.runs_bytes):>10}  "
+                f"{self.created}{self._sharing()}{live}")
+
+    def _sharing(self) -> str:
+        """What it holds alone and shares, where it shares anything (format 5)."""
+        if not (self.lent_bytes or self.shared_bytes):
+            return ""
+        out = f"  {human_bytes(self.own_bytes)} own"
+        if self.lent_bytes:
+            out += f", {human_bytes(self.lent_bytes)} read by other versions too"
+        if self.shared_bytes:
+            out += f", {human_bytes(self.shared_bytes)} shared from other versions"
+        return out
+
+
+Found = tuple[Usage, Manifest | None, dict[str, int]]
+"""A folder's usage, its manifest (None: not committed) and its files' sizes (relative
+paths)."""
+
+
+def _folder(store: Store, name: str, fp: str) -> Found | None:
+    """The usage of one folder (before sharing is counted), or None where it is not a cache
+    (no manifest, shards or progress records: never raycache's to count or remove)."""
+    cache_dir = store.cache_dir(name, fp)
+    files = {p[len(cache_dir) + 1:]: info for p, info in store.files(cache_dir).items()}
+    if not any(rel == MANIFEST or rel.startswith((f"{SHARDS}/", f"{PROGRESS}/"))
+               for rel in files):
+        return None
+    newest = max(mtime for _, mtime in files.values())
+    runs_bytes = sum(size for rel, (size, _) in files.items() if rel.startswith(f"{RUNS}/"))
+    sizes = {rel: size for rel, (size, _) in files.items()}
+    total = sum(sizes.values())
+    leases = tuple((rel.rsplit("/", 1)[1], mtime) for rel, (_, mtime) in files.items()
+                   if rel.startswith(f"{LEASES}/"))
+    why, corrupt = "", False
+    try:
+        manifest = read_manifest(store, cache_dir) if MANIFEST in files else None
+    except StoreError as exc:  # damaged, or of a newer format: counted, never read
+        manifest, why, corrupt = None, str(exc), isinstance(exc, CorruptCache)
+        warnings.warn(why, DamagedCacheWarning, stacklevel=3)
+    if manifest is None:
+        shards = sum(rel.startswith(f"{SHARDS}/") and rel.endswith(".parquet") for rel in files)
+        when = datetime.fromtimestamp(newest, UTC).isoformat(timespec="seconds")
+        return (Usage(name, fp, cache_dir, False, None, shards, total, runs_bytes, when, newest,
+                      leases=leases, damaged=why, corrupt=corrupt), None, sizes)
+    live: tuple[str, ...] = ()
+    resumable: tuple[tuple[str, float], ...] = ()
+    if any(rel.startswith(f"{RUNS}/") and rel.endswith(f"/{RECORD}") for rel in files):
+        runs = list_runs(Cache(store, manifest))
+        live = tuple(r.name for r in runs if r.status == "running")
+        resumable = tuple((r.name, files[f"{RUNS}/{r.name}/{RECORD}"][1]) for r in runs
+                          if r.status in RESUMABLE)
+    return (Usage(name, fp, cache_dir, True, manifest.rows, manifest.shard_count, total,
+                  runs_bytes, manifest.created, newest, live, resumable, leases), manifest, sizes)
+
+
+def scan(store: Store) -> tuple[list[Usage], dict[str, Manifest]]:
+    """Every cache folder of a store (as du lists them) and the committed manifests, by id."""
+    store.check_folder()
+    found = [f for name in store.listdir(store.root) for fp in store.listdir(store.path(name))
+             if (f := _folder(store, name, fp)) is not None]
+    manifests = {u.id: m for u, m, _ in found if m is not None}
+    refs = references(manifests.values())
+    usages = [_with_sharing(u, m, sizes, refs) for u, m, sizes in found]
+    return sorted(usages, key=lambda u: (u.name, u.created_ts)), manifests
+
+
+def _with_sharing(u: Usage, manifest: Manifest | None, sizes: dict[str, int], refs: Refs) -> Usage:
+    """The usage with the bytes other versions read of it, and that it reads of theirs."""
+    lent = sum(sizes.get(path, 0) for path, readers in refs.get(u.id, {}).items()
+               if readers - {u.id})
+    shared = 0
+    if manifest is not None:
+        with contextlib.suppress(CorruptCache):  # no shard list: nothing known to share
+            shared = sum({(e.home, e.path): e.bytes for e in manifest.shards
+                          if e.home}.values())
+    return dataclasses.replace(u, lent_bytes=lent, shared_bytes=shared)
+
+
+def du(store: Store | str | None = None) -> list[Usage]:
+    """Every cache folder of a store, committed or unfinished, by name then age (oldest first),
+    with the bytes versions share (format 5)."""
+    from raycache._cache.config import default_store
+
+    store = store if isinstance(store, Store) else Store(store or default_store())
+    return scan(store)[0]

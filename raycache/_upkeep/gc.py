@@ -1,0 +1,366 @@
+"""Garbage collection of a store: unfinished fills and stray files past a grace period, and old
+fingerprints of each name by policy (keep-last, older-than, max-size), never what a live run
+reads, nor a shard file that a kept version shares (mark and sweep)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from raycache._cache.committed import Cache, read_manifest
+from raycache._cache.lease import LEASES, live
+from raycache._cache.manifest import human_bytes
+from raycache._cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
+from raycache._core.units import human_duration, parse_duration, parse_size
+from raycache._errors import ConfigError, CorruptCache, RaycacheError
+from raycache._upkeep.du import Usage, scan
+from raycache._upkeep.refs import Refs, references
+from raycache._upkeep.strays import strays
+
+__all__ = ["GcResult", "Removal", "Stray", "gc"]
+
+
+@dataclass(frozen=True)
+class Removal:
+    """A cache folder gc removes (or would), or keeps although a policy picked it, and why."""
+
+    usage: Usage
+    reason: str
+    held: dict[str, int] = field(default_factory=dict)
+    """Files of the folder that kept versions read (format 5 shares), relative to it -> bytes:
+    they stay, the rest of the folder goes."""
+    readers: str = ""
+    """Which versions read them, in words."""
+
+    @property
+    def freed(self) -> int:
+        """Bytes it removes: the folder's, less those of the files that stay."""
+        return self.usage.bytes - sum(self.held.values())
+
+    def line(self, verb: str) -> str:
+        u = self.usage
+        runs = f", {human_bytes(u.runs_bytes)} of runs" if u.runs_bytes else ""
+        out = f"{verb} {u.id}  {human_bytes(self.freed)}{runs}: {self.reason}"
+        if self.held:
+            out += (f"; {len(self.held)} shard file(s), {human_bytes(sum(self.held.values()))}, "
+                    f"stay: read by {self.readers}")
+        return out
+
+
+@dataclass(frozen=True)
+class Stray:
+    """A file in a kept committed cache's folder that its manifest does not name
+    (raycache._upkeep.strays), older than the grace period."""
+
+    usage: Usage
+    """The cache folder it is in."""
+    path: str
+    """Relative to the cache folder."""
+    bytes: int
+    age: float
+    """Seconds since it was last written."""
+
+    def line(self, verb: str) -> str:
+        return (f"{verb} {self.usage.id}/{self.path}  {human_bytes(self.bytes)}: stray (not in the "
+                f"manifest), written {human_duration(self.age)} ago")
+
+
+@dataclass
+class GcResult:
+    """What gc removed (delete=True) or would remove (a dry run), and what it kept and why."""
+
+    removed: list[Removal] = field(default_factory=list)
+    kept: list[Removal] = field(default_factory=list)
+    deleted: bool = False
+    strays: list[Stray] = field(default_factory=list)
+    """Stray files of the committed caches it keeps."""
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.freed for r in self.removed) + sum(s.bytes for s in self.strays)
+
+    def lines(self) -> list[str]:
+        verb = "removed" if self.deleted else "would remove"
+        out = ([r.line(verb) for r in self.removed] + [s.line(verb) for s in self.strays]
+               + [r.line("keep") for r in self.kept])
+        what = f"{len(self.removed)} cache folder(s)"
+        if self.strays:
+            what += f" and {len(self.strays)} stray file(s)"
+        if self.deleted:
+            out.append(f"removed {what}, {human_bytes(self.bytes)} ({self.bytes} bytes)")
+        else:
+            out.append(f"dry run: would remove {what}, {human_bytes(self.bytes)} "
+                       f"({self.bytes} bytes); pass --delete (delete=True) to remove them")
+        return out
+
+
+def _order(u: Usage) -> tuple[float, float, str]:
+    """Oldest first: by the manifest's `created` (seconds), then by the newest file (ties:
+    fills committed within a second), then by fingerprint, so every policy sees one order."""
+    return u.created_ts, u.newest, u.fingerprint
+
+
+def _picked(committed: list[Usage], now: float, keep_last: int | None,
+            older_than: float | None) -> dict[str, str]:
+    """Committed folders picked by keep-last and older-than: id -> why."""
+    picked: dict[str, list[str]] = defaultdict(list)
+    by_name: dict[str, list[Usage]] = defaultdict(list)
+    for u in committed:
+        by_name[u.name].append(u)
+    for group in by_name.values():
+        for i, u in enumerate(sorted(group, key=_order)[::-1]):
+            if keep_last is not None and i >= keep_last:
+                picked[u.id].append(f"not among the newest {keep_last} of {u.name!r}")
+            age = now - u.created_ts
+            if older_than is not None and age > older_than:
+                picked[u.id].append(f"created {human_duration(age)} ago, older than "
+                                    f"{human_duration(older_than)}")
+    return {k: "; ".join(v) for k, v in picked.items()}
+
+
+def _leased(u: Usage, now: float) -> str | None:
+    """Why a fill in progress protects the folder (a lease refreshed lately), or None."""
+    held = live(u.leases, now)
+    return f"a fill is writing it (lease {', '.join(held)})" if held else None
+
+
+def _protected(u: Usage, newest: dict[str, str], include_newest: bool, now: float,
+               grace_s: float | None) -> str | None:
+    if leased := _leased(u, now):
+        return leased
+    if u.live_runs:
+        return f"run(s) in progress read it: {', '.join(u.live_runs)}"
+    waiting = [f"{name} (last written {human_duration(now - when)} ago)"
+               for name, when in u.resumable_runs if grace_s is None or now - when <= grace_s]
+    if waiting:
+        return (f"run(s) that died with a checkpoint read it and can resume: "
+                f"{', '.join(waiting)}; resume them, or pass a --grace (grace=...) shorter "
+                f"than that to let it go")
+    if newest.get(u.name) == u.id and not include_newest:
+        return (f"the newest committed fingerprint of {u.name!r}; pass --include-newest "
+                "(include_newest=True) to remove it")
+    return None
+
+
+def gc(store: Store | str | None = None, keep_last: int | None = None,
+       older_than: str | float | None = None, max_size: str | int | None = None,
+       grace: str | float | None = "24h", delete: bool = False, include_newest: bool = False,
+       now: float | None = None, damaged: bool = False) -> GcResult:
+    """Remove (delete=True) or list (a dry run, the default) what the policies pick:
+    - unfinished fills (no manifest) whose newest file is older than `grace` (None: none);
+    - committed fingerprints beyond the newest `keep_last` of each name;
+    - committed fingerprints `created` more than `older_than` ago ("7d", "24h", seconds);
+    - the oldest committed fingerprints until the store's caches fit in `max_size` ("50GB");
+    - in the committed caches it keeps, stray files (not named by the manifest) older than
+      `grace` (None: none);
+    - with `damaged`, caches whose manifest or shard list cannot be read (CorruptCache); else
+      they are kept and listed, and a manifest of a newer format is never removed.
+    Never a folder a live fill writes (its lease, raycache._cache.lease, whatever the grace),
+    nor a cache a run in progress reads, nor one a run that died with a checkpoint reads
+    while its record is younger than `grace` (it can still resume), nor the newest committed
+    fingerprint of a name unless include_newest. A cache's runs (checkpoints of heads) go
+    with it.
+    Versions share storage (format 5): the shard files that a kept version reads in another
+    folder stay there while the rest of that folder goes (the manifest first), and so does
+    every shard file of a name that a fill is writing a version of, or that has a kept
+    manifest of a newer format (what they read is not known). Bytes count only what goes."""
+    problems = []
+    if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int)
+                                  or keep_last < 0):
+        problems.append(f"keep_last={keep_last!r}: expected a whole number >= 0, e.g. 3")
+    grace_s = _parsed(parse_duration, grace, "grace", problems)
+    older_s = _parsed(parse_duration, older_than, "older_than", problems)
+    limit = _parsed(parse_size, max_size, "max_size", problems)
+    if problems:
+        raise ConfigError(problems)
+    store = store if isinstance(store, Store) else Store(store or _default())
+    now = time.time() if now is None else now
+    found, manifests = scan(store)
+    committed = [u for u in found if u.committed]
+    newest = {u.name: u.id for u in sorted(committed, key=_order)}
+    result = GcResult(deleted=delete)
+    for u in found:
+        leased = _leased(u, now)
+        if u.damaged:
+            why = (f"its manifest {store.url(f'{u.dir}/{MANIFEST}')} cannot be read" if u.corrupt
+                   else u.damaged)
+            _damaged(u, why, u.corrupt, damaged, leased, result)
+        elif not u.committed and grace_s is not None and now - u.newest > grace_s:
+            if leased:
+                result.kept.append(Removal(u, f"unfinished fill: {leased}"))
+            else:
+                result.removed.append(Removal(u, f"unfinished fill, newest file written "
+                                                 f"{human_duration(now - u.newest)} ago"))
+    picked = _picked(committed, now, keep_last, older_s)
+
+    def protected(u: Usage) -> str | None:
+        return _protected(u, newest, include_newest, now, grace_s)
+
+    if limit is not None:
+        doomed = {u.id for u in committed if u.id in picked and protected(u) is None}
+        left = (sum(u.bytes for u in found) - sum(r.usage.own_bytes for r in result.removed)
+                - sum(u.own_bytes for u in committed if u.id in doomed))
+        for u in sorted(committed, key=_order):
+            if left <= limit:
+                break
+            if u.id not in doomed:
+                picked[u.id] = f"oldest while the store's caches exceed {human_bytes(limit)}"
+                left -= 0 if protected(u) else u.own_bytes
+    for u in committed:
+        if u.id in picked:
+            why = protected(u)
+            target = result.kept if why else result.removed
+            target.append(Removal(u, why or picked[u.id]))
+    going = {r.usage.id for r in result.removed}
+    refs = references(m for k, m in manifests.items() if k not in going)
+    for u in committed:
+        if u.id not in going and not _leased(u, now):  # a repair's new shards are no strays
+            _find_strays(store, u, now, grace_s, result, damaged and not u.live_runs,
+                         set(refs.get(u.id, ())))
+    _hold(store, result, refs, _unknown(store, found, going, now))
+    if delete:
+        for r in result.removed:
+            _remove(store, r)
+        for s in result.strays:
+            store.rm(f"{s.usage.dir}/{s.path}")
+    return result
+
+
+def _damaged(u: Usage, why: str, corrupt: bool, remove: bool, leased: str | None,
+             result: GcResult) -> None:
+    """A cache whose manifest or shard list cannot be read: removed when it is corrupt (not of
+    a newer format), asked (`remove`) and no fill holds it; else kept, with why."""
+    if corrupt and remove and not leased:
+        result.removed.append(Removal(u, f"damaged: {why}"))
+    elif corrupt:
+        result.kept.append(Removal(u, f"damaged: {why}; "
+                                      f"{leased or 'pass --damaged to remove it'}"))
+    else:
+        result.kept.append(Removal(u, f"not read: {why}"))
+
+
+def _unknown(store: Store, found: list[Usage], going: set[str], now: float) -> dict[str, str]:
+    """Names whose shard files stay wherever gc removes, as what may read them is not known:
+    a kept manifest of a newer format (not read), or a fill writing a new version (it may
+    share the files of any committed one) -> why, in words."""
+    out = {}
+    for u in found:
+        if u.damaged and not u.corrupt and u.id not in going:
+            out[u.name] = f"{u.id} (of a newer format: it may share them)"
+        elif not u.committed and not u.damaged and _leased(u, now):
+            out[u.name] = f"the fill writing {u.id} (it may share them)"
+    seen = {u.id for u in found}
+    for name in store.listdir(store.root):  # a fill not yet past its plan: a lease alone
+        for fp in store.listdir(store.path(name)):
+            if f"{name}/{fp}" not in seen and _lease_only(store, name, fp, now):
+                out[name] = f"the fill writing {name}/{fp} (it may share them)"
+    return out
+
+
+def _lease_only(store: Store, name: str, fp: str, now: float) -> bool:
+    """Whether a folder that is no cache (yet) holds a live lease: a fill planning."""
+    folder = f"{store.cache_dir(name, fp)}/{LEASES}"
+    return bool(live([(p.rsplit("/", 1)[-1], when)
+                      for p, (_, when) in store.files(folder).items()], now))
+
+
+def _hold(store: Store, result: GcResult, refs: Refs, unknown: dict[str, str]) -> None:
+    """Mark, in each removal, the files that kept versions read (`refs`, and every shard file
+    of a name in `unknown`): they stay. A folder whose every file stays is not removed."""
+    out = []
+    for r in result.removed:
+        u = r.usage
+        read = refs.get(u.id, {})
+        if not read and u.name not in unknown:
+            out.append(r)
+            continue
+        sizes = {p[len(u.dir) + 1:]: size for p, (size, _) in store.files(u.dir).items()}
+        held = {rel: size for rel, size in sizes.items()
+                if rel in read or (u.name in unknown and rel.startswith(f"{SHARDS}/"))}
+        if not held:
+            out.append(r)
+        elif len(held) < len(sizes):
+            readers = sorted({v for rel in held for v in read.get(rel, ())})
+            if u.name in unknown:
+                readers.append(unknown[u.name])
+            out.append(dataclasses.replace(r, held=held, readers=", ".join(readers)))
+    result.removed = out
+
+
+def _find_strays(store: Store, u: Usage, now: float, grace_s: float | None, result: GcResult,
+                 remove_damaged: bool, referenced: set[str]) -> None:
+    """Add a kept committed cache's stray files older than the grace to `result.strays` (none
+    with no grace; files that other kept versions read, `referenced`, are none); a cache whose
+    shard list cannot be read is removed (`remove_damaged`) or kept as it is, with the
+    reason."""
+    try:
+        manifest = read_manifest(store, u.dir)
+        if manifest is None:  # removed meanwhile
+            return
+        found = strays(Cache(store, manifest), referenced)
+    except CorruptCache as exc:
+        _damaged(u, f"{exc.uri} cannot be read", True, remove_damaged, None, result)
+        return
+    except RaycacheError as exc:
+        result.kept.append(Removal(u, f"stray files not looked for: {exc}"))
+        return
+    if grace_s is None:
+        return
+    result.strays += [Stray(u, rel, size, now - mtime) for rel, (size, mtime) in found.items()
+                      if now - mtime > grace_s]
+
+
+def _parsed(parse: Callable[[Any, str], float], value: Any, what: str, problems: list[str]
+            ) -> Any:
+    """parse(value) (None stays None); a problem is added to `problems`, not raised, so every
+    bad value is named at once."""
+    if value is None:
+        return None
+    try:
+        return parse(value, what)
+    except ConfigError as exc:
+        problems += exc.problems
+        return None
+
+
+def _remove(store: Store, r: Removal) -> None:
+    """The manifest first, so readers stop seeing a committed cache before its shards go; then
+    every file but those kept versions read (r.held)."""
+    u = r.usage
+    if u.committed or u.damaged:
+        with contextlib.suppress(FileNotFoundError):
+            store.rm(f"{u.dir}/{MANIFEST}")
+    if not r.held:
+        store.rm(u.dir)
+        return
+    _remove_but(store, u.dir, "", set(r.held))
+
+
+ORDER = {RUNS: 0, SHARDS: 1, PROGRESS: 3}
+"""What goes first where a folder is removed but for some files: runs, then shards, the shard
+list and other files, progress records last."""
+
+
+def _remove_but(store: Store, folder: str, rel: str, held: set[str]) -> None:
+    """Everything under `folder`/`rel` but the files `held` (relative to `folder`)."""
+    base = f"{folder}/{rel}" if rel else folder
+    for name in sorted(store.listdir(base), key=lambda n: (ORDER.get(n, 2), n)):
+        path = f"{rel}/{name}" if rel else name
+        if path in held:
+            continue
+        if any(h.startswith(f"{path}/") for h in held):
+            _remove_but(store, folder, path, held)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                store.rm(f"{folder}/{path}")
+
+
+def _default() -> str:
+    from raycache._cache.config import default_store
+
+    return default_store()

@@ -1,0 +1,83 @@
+"""Repair: re-encode only a committed cache's bad or missing shards from its unchanged source,
+and commit a corrected manifest."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from raycache._cache.committed import Cache, open_cache
+from raycache._cache.config import StoreConfig
+from raycache._cache.store import Store
+from raycache._encoders.config import EncoderConfig
+from raycache._errors import RaycacheError
+from raycache._fill.config import FillConfig, ViewsConfig
+from raycache._fill.plan import plan
+from raycache._fill.retry import own_records
+from raycache._fill.run import FillResult, complete
+from raycache._fill.versions import within
+from raycache._source.config import SourceConfig
+from raycache._upkeep.refs import label
+
+__all__ = ["config_of", "own_records", "repair"]
+
+
+def repair(name: str, store: Store | str | None = None, fingerprint: str | None = None, *,
+           source_options: dict[str, Any] | None = None, progress: bool = True,
+           in_process: bool | str = "auto") -> FillResult:
+    """Verify the cache `name` (its newest fill, or `fingerprint`) and re-encode the shards that
+    fail (all of them where its shard list cannot be read: which rows each holds is not known
+    without it); a cache that passes is left as it is (returned as a hit); the result's summary
+    says repair. The source must be the one the cache was filled from, unchanged;
+    `source_options` are its fsspec options, and `in_process` is the fill's setting of that
+    name. A version that shares older versions' shards (format 5) keeps the good ones as they
+    are; the rows of a bad or missing one are encoded again into its own folder."""
+    from raycache._upkeep.verify import verify
+
+    started = time.perf_counter(), time.time()  # the verify counts in the repair's time
+    cache = open_cache(name, store, fingerprint)
+    report = verify(cache)
+    if report.ok:
+        return FillResult(cache, True, time.perf_counter() - started[0], 0, repair=True)
+    p = plan(config_of(cache, source_options or {}, progress, in_process))
+    if p.fingerprint != cache.fingerprint:
+        raise RaycacheError(
+            f"cannot repair {cache.name}/{cache.fingerprint}: its source or encoders changed "
+            f"since the fill (they now give fingerprint {p.fingerprint}). Fill the cache again "
+            "instead; content reuse encodes only what changed"
+        )
+    if cache.manifest.shard_list.get("path") in report.bad:  # a damaged shard list
+        return complete(p, [], replace=True)
+    bad = set(report.bad)
+    for path in bad - set(report.shared):  # never reused, never adopted: re-encoded instead
+        with contextlib.suppress(FileNotFoundError):
+            cache.store.rm(f"{cache.dir}/{path}")
+    shared = [e for e in cache.manifest.shards if e.home and label(e) not in bad]
+    version = within(p, cache.manifest, shared) if any(e.home for e in cache.manifest.shards) \
+        else None  # a bad shared file stays (other versions may read it): its rows are
+    return complete(p, own_records(cache, bad), replace=True, started=started,  # encoded anew
+                    version=version)
+
+
+def config_of(cache: Cache, source_options: dict[str, Any], progress: bool,
+            in_process: bool | str) -> FillConfig:
+    """The fill config a manifest was committed from (store and source options apart, which
+    are never recorded)."""
+    m = cache.manifest
+    source = m.inputs["source"]
+    encoders = [EncoderConfig(**c) for c in m.extra["encoder_configs"].values()]
+    return FillConfig(
+        name=m.name,
+        source=SourceConfig(path=[f["uri"] for f in source["files"]], format=source["format"],
+                            key=source["key"], labels=list(source["labels"]),
+                            options=source_options,
+                            duplicates=source.get("duplicates", "error")),
+        encoders=encoders,
+        store=StoreConfig(uri=cache.store.uri, options=cache.store.options,
+                          shared=cache.store.shared, timeout_s=cache.store.timeout_s),
+        rows_per_shard=m.inputs["rows_per_shard"],
+        views=ViewsConfig(**m.inputs["views"]) if m.inputs.get("views") else None,
+        in_process=in_process,
+        progress=progress,
+    )

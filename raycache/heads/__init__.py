@@ -1,6 +1,0 @@
-"""HEADS: what trains on cached embeddings: head specs and the HEADS registry, their modules,
-trainable encoders beside them, and a loaded head (no Ray)."""
-
-from raycache.heads.specs import HEADS, HeadSpec, build_head
-
-__all__ = ["HEADS", "HeadSpec", "build_head"]
