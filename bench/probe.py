@@ -144,9 +144,9 @@ def logreg(name: str, d: dict[str, np.ndarray], folder: str) -> None:
 def knn(name: str, d: dict[str, np.ndarray], brute_queries: int) -> None:
     import torch
 
+    from raycache._core.threads import sized
     from raycache._probe.config import KnnConfig
     from raycache._probe.knn import QUERY_ROWS, _prepared, fit
-    from raycache._probe.threads import sized
 
     class Spec:
         num_classes = int(max(d["y"].max(), d["yv"].max()) + 1)

@@ -1,7 +1,9 @@
 """The training defaults: a run with none of its settings given reaches a logistic regression's
-accuracy, stops on a plateau or at its cap, serves its best epoch's weights and names them,
-and resumes to where an uninterrupted run ends."""
+accuracy (a linear classifier solved by L-BFGS, served and returned as any head; the solver
+chosen from the run and the settings given), stops on a plateau or at its cap, serves its best
+epoch's weights and names them, and resumes to where an uninterrupted run ends."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import torch
 
 import raycache
 from raycache._core.config import load
+from raycache._errors import ConfigError
 from raycache._train.config import TrainConfig
 from raycache._train.runspec import Recipe
 from tests.conftest import killed_after_epoch, toy_fill
@@ -63,18 +66,74 @@ def logreg_accuracy(run) -> float:
 
 def test_the_defaults_reach_a_logistic_regressions_accuracy(store):
     run = train(store)
+    assert run.spec.recipe.optim.solver == "lbfgs" and len(run.history) == 1
     reference = logreg_accuracy(run)
     got = run.served_metrics()["val_acc"]
     assert got >= reference - 0.005, (got, reference)
-    assert run.spec.recipe.loop.epochs == 50 and len(run.history) < 50  # auto: it stopped
+    assert "solved by L-BFGS" in run.summary() and f"C={run.metrics['l2_C']:g}" in run.summary()
     former = train(store, **FORMER)
+    assert former.spec.recipe.optim.solver == "gradient"  # its settings are the gradient path's
     assert former.metrics["val_acc"] < reference - 0.02  # what the old defaults reached
+    epochs = train(store, optim={"solver": "gradient"})  # epochs: auto, lr: auto
+    assert epochs.spec.recipe.loop.epochs == 50 and len(epochs.history) < 50  # it stopped
+    assert epochs.served_metrics()["val_acc"] >= reference - 0.01
     mlp = train(store, head="mlp")
-    assert mlp.served_metrics()["val_acc"] >= got - 0.005
+    assert mlp.spec.recipe.optim.solver == "gradient"
+    assert mlp.served_metrics()["val_acc"] >= got - 0.005, (mlp.served_metrics(), got)
+
+
+def test_a_solved_head_is_served_loaded_and_returned_as_any_head(store):
+    run = train(store, run_name="solved")
+    folder = Path(run.checkpoint)
+    assert json.loads((folder / "head.json").read_text())["head"]["head"] == "linear"
+    t = run.cache.read_table(columns=["id", "proj", "label"])
+    val = run.held_out(t.column("id"))
+    x = np.stack(t.column("proj").to_numpy(zero_copy_only=False))[val]
+    head = run.load_head()
+    accuracy = float((head.predict_ids(x) == t.column("label").to_numpy()[val]).mean())
+    assert accuracy == pytest.approx(run.served_metrics()["val_acc"], abs=1e-9)
+    weights = torch.load(folder / "head.pt")
+    assert set(weights) == {"1.weight", "1.bias"}  # a plain linear head on the raw features
+    again = train(store, run_name="solved")  # finished: returned, not solved again
+    assert again.finished_before and again.checkpoint == run.checkpoint
+    other = train(store, run_name="solved-again")  # the solve is deterministic
+    for k, v in torch.load(Path(other.checkpoint) / "head.pt").items():
+        assert torch.equal(v, weights[k])
+
+
+def test_the_solver_is_chosen_from_the_run_and_the_settings_given():
+    from raycache._heads.specs import HeadSpec
+    from raycache._train.defaults import gradient_settings, resolve_solver
+
+    head = HeadSpec(head="linear", in_dim=8, num_classes=6, hidden=(), dropout=0.0,
+                    encoders=("e",), label="label", cache="c", fingerprint="f" * 24)
+
+    def solver(over=None, rows=2000, workers=0, placement="cpu", views=0, first=False, h=head):
+        cfg = load(TrainConfig, {"cache": "c", **(over or {})})
+        recipe = Recipe.from_config(cfg, rows, workers, 10.0)
+        out = resolve_solver(cfg, recipe, h, rows, workers, placement, views, first)
+        return out.optim.solver, out.loop.epochs
+
+    assert solver() == ("lbfgs", 1)  # fits in memory, nothing of the gradient path given
+    for given in ({"optim": {"lr": 0.01}}, {"optim": {"optimizer": "sgd"}},
+                  {"loop": {"epochs": 7}}, {"loop": {"batch_size": 64}},
+                  {"schedule": {"kind": "cosine"}}, {"optim": {"solver": "gradient"}}):
+        assert solver(given)[0] == "gradient", given
+    assert gradient_settings(load(TrainConfig, {"cache": "c", "optim": {"lr": 0.01}})) == [
+        "optim.lr"]
+    assert solver(workers=2)[0] == solver(placement="stream")[0] == "gradient"
+    assert solver(views=2)[0] == solver(first=True)[0] == "gradient"
+    assert solver({"sweep": {"optim.lr": [0.01, 0.1]}})[0] == "gradient"
+    assert solver(rows=10**9)[0] == "gradient"  # its working memory would not fit
+    mlp = dataclasses.replace(head, head="mlp", hidden=(16,))
+    assert solver({"head": "mlp"}, h=mlp)[0] == "gradient"
+    assert solver({"optim": {"solver": "lbfgs", "lr": 0.01}}) == ("lbfgs", 1)
+    with pytest.raises(ConfigError, match="solver=lbfgs: it runs in one process"):
+        solver({"optim": {"solver": "lbfgs"}}, workers=2)
 
 
 def test_auto_epochs_stop_on_a_plateau_and_at_the_cap(store):
-    run = train(store, run_name="plateau")
+    run = train(store, run_name="plateau", optim={"solver": "gradient"})
     ev, loop = run.spec.recipe.evaluation, run.spec.recipe.loop
     losses = [m["val_loss"] for m in run.history]
     best = losses.index(min(losses)) + 1
@@ -118,8 +177,9 @@ def test_the_best_epochs_weights_are_served_and_named(store):
 
 
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(store):
-    whole = train(store, run_name="whole")
-    config = {"run_name": "cut", "checkpoints": {"every": 1, "max_failures": 0}}
+    whole = train(store, run_name="whole", optim={"solver": "gradient"})
+    config = {"run_name": "cut", "checkpoints": {"every": 1, "max_failures": 0},
+              "optim": {"solver": "gradient"}}
     with killed_after_epoch(3), pytest.raises(Exception, match="killed after epoch 3"):
         train(store, **config)
     resumed = train(store, **config)

@@ -11,10 +11,10 @@ import torch
 from raycache._probe.config import KnnConfig, LogregConfig
 from raycache._probe.knn import fit as knn_fit
 from raycache._probe.knn import neighbours
-from raycache._probe.lbfgs import minimize
 from raycache._probe.logreg import fit as logreg_fit
 from raycache._probe.logreg import objective, solve
 from raycache._probe.metrics import confusion, per_class, scores
+from raycache._train.lbfgs import minimize
 
 pytestmark = pytest.mark.timeout(120)
 

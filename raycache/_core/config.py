@@ -17,7 +17,7 @@ from raycache._core.env import expand_env
 from raycache._errors import ConfigError
 
 __all__ = ["AUTO", "at", "is_name", "load", "non_finite", "parse_value", "positive",
-           "positive_or_auto", "read_yaml", "walk_problems"]
+           "positive_or_auto", "read_yaml", "sweepable", "walk_problems"]
 
 AUTO = "auto"
 
@@ -198,3 +198,11 @@ def _value(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
 
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def sweepable(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
+              sweep: str) -> Any:
+    """A field a `sweep:` may vary, with what it takes (training's sweep.grid.KEYS)."""
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata={"sweep": sweep})
+    return dataclasses.field(default=default, metadata={"sweep": sweep})

@@ -60,7 +60,7 @@ def votes(sims: Any, labels: Any, k: int, classes: int, temperature: float) -> A
 
 def fit(data: Features, cfg: Any, device: str) -> list[Candidate]:
     """One candidate per k, all from one search."""
-    from raycache._probe.threads import sized
+    from raycache._core.threads import sized
 
     queries = min(len(data.x_val), QUERY_ROWS)
     block = min(len(data.x_train), cfg.knn.block_rows)

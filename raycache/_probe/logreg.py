@@ -1,11 +1,6 @@
 """logreg: multinomial logistic regression over a grid of L2 strengths, every C solved at once
-(raycache._probe.lbfgs: one batched L-BFGS, each C with its own history and steps).
-
-Each C's objective is scikit-learn's, C * sum_i CE_i + ||W||^2 / 2 (bias not penalised),
-divided by C * n (the same minimiser; a mean loss keeps float32 well scaled). The C values'
-weights are stacked as a batch dimension, W [G, D, K]: one matrix product gives every C's
-logits, one more every C's gradient.
-"""
+by training's batched L-BFGS (raycache._train.logreg, which a default linear head shares), each
+C a candidate with its validation predictions and its linear head."""
 
 from __future__ import annotations
 
@@ -15,50 +10,9 @@ from typing import Any
 import numpy as np
 
 from raycache._probe.data import Candidate, Features
+from raycache._train.logreg import objective, solve
 
 __all__ = ["fit", "objective", "solve"]
-
-
-def objective(x: Any, y: Any, classes: int, cs: list[float]) -> Any:
-    """params [G, D*K + K] -> (each C's loss [G], its gradient [G, D*K + K]), analytic."""
-    import torch
-
-    n, d = x.shape
-    g, k = len(cs), classes
-    inv = torch.tensor([1.0 / (c * n) for c in cs], dtype=x.dtype, device=x.device)
-    rows = torch.arange(n, device=x.device)
-
-    def f(params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        w = params[:, : d * k].view(g, d, k)
-        b = params[:, d * k:]
-        logits = (x @ w.permute(1, 0, 2).reshape(d, g * k)).view(n, g, k) + b
-        lse = torch.logsumexp(logits, -1)  # [n, g]
-        loss = (lse - logits[rows, :, y]).mean(0) + 0.5 * inv * w.pow(2).sum((1, 2))
-        p = torch.softmax(logits, -1)
-        p[rows, :, y] -= 1.0
-        p /= n
-        gw = (x.T @ p.view(n, g * k)).view(d, g, k).permute(1, 0, 2) + inv[:, None, None] * w
-        return loss, torch.cat([gw.reshape(g, d * k), p.sum(0)], 1)
-
-    return f
-
-
-def solve(x: Any, y: Any, classes: int, cs: list[float], max_iter: int = 500,
-          tol: float = 1e-6) -> tuple[Any, Any, Any]:
-    """(W [G, D, K], b [G, K], iterations [G]) minimising each C's objective on rows `x`
-    [n, D] (a float tensor) with class ids `y` [n]."""
-    import torch
-
-    from raycache._probe.lbfgs import minimize
-    from raycache._probe.threads import sized
-
-    n, d = x.shape
-    g = len(cs)
-    start = torch.zeros(g, d * classes + classes, dtype=x.dtype, device=x.device)
-    with sized(4 * n * d * g * classes, x.device.type):
-        out = minimize(objective(x, y, classes, cs), start, max_iter, tol, ftol=0.0)
-    w = out.params[:, : d * classes].view(g, d, classes)
-    return w, out.params[:, d * classes:], out.iterations
 
 
 def fit(data: Features, cfg: Any, device: str) -> list[Candidate]:

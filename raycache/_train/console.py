@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 __all__ = ["epoch_text", "live", "number", "quiet_ray_train", "say", "say_progress",
-           "settings_text"]
+           "settings_text", "solved_outcome", "solved_text"]
 
 SHOWN = ("train_loss", "train_acc", "val_loss", "val_acc")
 """Metrics every epoch line shows; the monitored one is added when it is another."""
@@ -79,3 +79,20 @@ def number(value: Any) -> str:
 def settings_text(settings: dict[str, Any]) -> str:
     """A sweep member's settings as `lr=0.01 hidden=[64]`."""
     return " ".join(f"{k}={v}" for k, v in settings.items())
+
+
+def solved_text(history: list[dict[str, Any]], first_epoch: int) -> str | None:
+    """How a head solved by L-BFGS was trained, for the summary; None for one trained by epochs
+    (or a solved run returned, not run now)."""
+    solved = history[-1] if history else {}
+    if solved.get("solver") != "lbfgs" or first_epoch:
+        return None
+    return (f"solved by L-BFGS (full batch, {solved['train_rows']:,} rows; L2 "
+            f"C={solved['l2_C']:g} chosen on the validation rows, "
+            f"{solved['lbfgs_iterations']} iterations)")
+
+
+def solved_outcome(metrics: dict[str, Any]) -> str:
+    """A solved head's metrics, for the summary."""
+    return (f"val_loss {number(metrics.get('val_loss'))}, val_acc "
+            f"{number(metrics.get('val_acc'))} (the checkpoint holds the solved head, epoch 1)")

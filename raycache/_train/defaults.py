@@ -1,7 +1,8 @@
-"""The training settings left `auto`, decided from the run: the learning rate per head family
-(a linear classifier's from the size of its features), the batch size from the rows, and
-`epochs: auto` (early stopping on a plateau, between a minimum and a cap). bench/defaults.py is
-the evidence (README, "Defaults that learn well")."""
+"""The training settings left `auto`, decided from the run: the solver (a linear classifier
+solved full batch by L-BFGS where it can be), the learning rate per head family (a linear
+classifier's from the size of its features), the batch size from the rows, and `epochs: auto`
+(early stopping on a plateau, between a minimum and a cap). bench/defaults.py is the evidence
+(bench/README.md, "defaults.py")."""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from raycache._core.config import AUTO
-from raycache._train.config import TrainConfig
+from raycache._errors import ConfigError
+from raycache._train.config import ScheduleConfig, TrainConfig
 
 if TYPE_CHECKING:
     from raycache._cache.committed import Cache
+    from raycache._heads.specs import HeadSpec
+    from raycache._train.runspec import Recipe
 
-__all__ = ["BATCH_RANGE", "BATCH_STEPS", "DEFAULT_LR", "LINEAR_STEP", "LINEAR_LR", "LR",
-           "SAMPLE_ROWS", "feature_l1", "resolve", "resolve_lr"]
+__all__ = ["BATCH_RANGE", "BATCH_STEPS", "DEFAULT_LR", "GRADIENT_SETTINGS", "LINEAR_STEP",
+           "LINEAR_LR", "LR", "SAMPLE_ROWS", "SOLVE_BYTES", "feature_l1", "gradient_settings",
+           "resolve", "resolve_lr", "resolve_solver"]
 
 LR: dict[tuple[str, str], float] = {("classification", "mlp"): 3e-3}
 """(objective, head family) -> AdamW's peak learning rate; the others take DEFAULT_LR, and a
@@ -85,3 +90,79 @@ def resolve(cfg: TrainConfig, rows: int | None, workers: int) -> TrainConfig:
     if ev.early_stopping == AUTO:
         ev = dataclasses.replace(ev, early_stopping=auto)
     return dataclasses.replace(cfg, loop=loop, evaluation=ev)
+
+
+GRADIENT_SETTINGS = (
+    *(f"optim.{k}" for k in ("lr", "optimizer", "weight_decay", "grad_accum", "grad_clip",
+                              "precision")),
+    *(f"loop.{k}" for k in ("epochs", "min_epochs", "max_epochs", "batch_size", "compile")),
+    *(f"schedule.{f.name}" for f in dataclasses.fields(ScheduleConfig)),
+    "loss.label_smoothing", "dropout")
+"""Settings of the gradient path: any of them given (away from its default) keeps solver:
+auto on the gradient path."""
+SOLVE_BYTES = 4 << 30
+"""solver: auto solves by L-BFGS only where its working memory (a standardised copy of the
+training rows and every L2 strength's logits) is under this, beside the rows themselves."""
+
+
+def gradient_settings(cfg: TrainConfig) -> list[str]:
+    """The settings of the gradient path `cfg` gives (those away from their defaults)."""
+    out = []
+    for name in GRADIENT_SETTINGS:
+        group, _, key = name.rpartition(".")
+        holder = getattr(cfg, group) if group else cfg
+        f = next(f for f in dataclasses.fields(holder) if f.name == key)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if getattr(holder, key) != default:
+            out.append(name)
+    return out
+
+
+def blockers(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int, placement: str,
+             views: int, first_pass: bool) -> list[str]:
+    """Why this run cannot be solved by L-BFGS (empty: it can)."""
+    from raycache._train.logreg import GRID
+
+    out = []
+    if (cfg.objective, head.head) != ("classification", "linear"):
+        out.append(f"it solves a linear classifier only (this run: head {head.head!r}, "
+                   f"objective {cfg.objective!r})")
+    if head.trainable:
+        out.append(f"the trainable encoders {list(head.trainable)} train by gradient")
+    if workers:
+        out.append(f"it runs in one process, and this run has {workers} DDP workers")
+    if placement == "stream":
+        out.append("it needs the rows in memory, and this run streams them")
+    if views:
+        out.append("a cache's views are drawn per epoch, and it has no epochs")
+    if cfg.sweep:
+        out.append("a sweep's heads train together by gradient")
+    if first_pass:
+        out.append("it needs every row, and this run trains on a fill as it lands")
+    need = rows * (1 - cfg.evaluation.val_fraction) * (
+        head.in_dim + 2 * len(GRID) * max(head.num_classes, 1)) * 4
+    if need > SOLVE_BYTES:
+        out.append(f"its solve would need {need / 2**30:.1f} GiB beside the rows (at most "
+                   f"{SOLVE_BYTES >> 30} GiB)")
+    return out
+
+
+def resolve_solver(cfg: TrainConfig, recipe: Recipe, head: HeadSpec, rows: int, workers: int,
+                   placement: str, views: int, first_pass: bool = False) -> Recipe:
+    """`recipe` with optim.solver decided: lbfgs (one epoch: the solve) or gradient. auto
+    takes lbfgs where nothing blocks it and no gradient setting is given; lbfgs where it
+    cannot be is a ConfigError that says why."""
+    want = cfg.optim.solver
+    if want != "gradient":
+        found = blockers(cfg, head, rows, workers, placement, views, first_pass)
+        if want == "lbfgs" and found:
+            raise ConfigError([f"optim.solver=lbfgs: {why}" for why in found] +
+                              ["set optim.solver: gradient (or auto) to train this run by "
+                               "epochs"])
+        if want == "lbfgs" or not (found or gradient_settings(cfg)):
+            loop = dataclasses.replace(recipe.loop, epochs=1, min_epochs=1, max_epochs=1)
+            ev = dataclasses.replace(recipe.evaluation, early_stopping=False)
+            optim = dataclasses.replace(recipe.optim, solver="lbfgs")
+            return dataclasses.replace(recipe, loop=loop, evaluation=ev, optim=optim)
+    return dataclasses.replace(recipe, optim=dataclasses.replace(recipe.optim,
+                                                                 solver="gradient"))

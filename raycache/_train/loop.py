@@ -1,7 +1,8 @@
 """train_loop, what Ray Train runs on each worker (in the driver in local mode): assemble,
 resume, then epochs of training and validation, metrics all-reduced, logged by rank 0, and
-reported to Ray Train only with a checkpoint. A sweep's heads (a WorkerHeads) train on the same
-batches in the same pass, each with its own optimizer, schedule and early stopping."""
+reported to Ray Train only with a checkpoint (a head solved by L-BFGS: one epoch, the solve).
+A sweep's heads (a WorkerHeads) train on the same batches in the same pass, each with its own
+optimizer, schedule and early stopping."""
 
 from __future__ import annotations
 
@@ -49,6 +50,14 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     wrap(team)
     epochs, last_save, started = spec.recipe.loop.epochs, time.monotonic(), time.monotonic()
     first = team.run.epoch
+    if spec.recipe.optim.solver == "lbfgs" and not team.run.epoch:  # one epoch: the solve
+        from raycache._train.solved import solve_head
+
+        rows, extras, seconds = solve_head(team, train_data, val_data)
+        record(team, 0, rows, extras, seconds, time.monotonic() - started)
+        if rank == 0 and spec.progress:
+            say_progress(progress_line(team, seconds), final=True)
+        save(team, rank)
     while team.run.epoch < epochs and not team.run.stopped:
         epoch, t0 = team.run.epoch, time.perf_counter()
         torch.manual_seed(epoch_seed(spec, epoch, rank))

@@ -21,7 +21,7 @@ from raycache._errors import ConfigError
 from raycache._heads import HEADS
 from raycache._heads.specs import HeadSpec
 from raycache._train.config import TrainConfig
-from raycache._train.defaults import feature_l1
+from raycache._train.defaults import feature_l1, resolve_solver
 from raycache._train.objectives import OBJECTIVES
 from raycache._train.placement import cluster, resolve_placement, resolve_workers
 from raycache._train.runs import read_record, runs_dir
@@ -319,11 +319,12 @@ def run_name(cfg: TrainConfig, head: HeadSpec, recipe: Recipe,
     return name if cfg.resume else f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S%f}"
 
 
-def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = None
-            ) -> tuple[Cache, RunSpec]:
+def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = None,
+            first_pass: bool = False) -> tuple[Cache, RunSpec]:
     """Everything checked and resolved, and the RunSpec built (Ray is joined only where an auto
     choice needs the cluster; `checked` is check()'s result when the caller already ran it;
-    `rows`, the cache's rows where its manifest does not list them yet)."""
+    `rows`, the cache's rows where its manifest does not list them yet; `first_pass`: the run
+    trains on a fill as it lands)."""
     if checked is None:
         store = Store.from_config(cfg.store)
         store.check_reachable()
@@ -338,10 +339,12 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
     sweep = sweep_members(cfg, head, rows, workers, l1)
     views, view_encoders = resolve_views(cfg, cache, head)
     held = rows * (1 + views)  # in memory, a row with views takes K + 1 rows of features
+    placement = resolve_placement(cfg, head, held, workers)
+    recipe = resolve_solver(cfg, recipe, head, rows, workers, placement, views, first_pass)
     name = run_name(cfg, head, recipe, sweep_record(sweep, select, select_mode), views)
     spec = RunSpec(
         head=head, recipe=recipe, run_name=name, key=cache.manifest.key_column, rows=rows,
-        placement=resolve_placement(cfg, head, held, workers), num_workers=workers,
+        placement=placement, num_workers=workers,
         use_gpu=cfg.resources.use_gpu, class_weights=class_weights(cfg, counts), store=store,
         shards=tuple((p, s.rows) for p, s in zip(cache.shard_paths(), cache.manifest.shards,
                                                   strict=True)),

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from raycache._cache.committed import Cache
@@ -22,169 +21,19 @@ from raycache._errors import (
 from raycache._heads.specs import HEAD_CONFIG
 from raycache._train import checkpoint as ckpt
 from raycache._train.config import TrainConfig
-from raycache._train.console import number, settings_text
 from raycache._train.metrics_log import read_sweep
 from raycache._train.plan import check, cluster, prepare
 from raycache._train.plan import load_config as load_train
 from raycache._train.resources import check_local
+from raycache._train.result import TrainResult
 from raycache._train.runs import read_record, runs_dir, write_record
 from raycache._train.runspec import RunSpec
 
 if TYPE_CHECKING:
-    import numpy as np
-    import pandas as pd
 
-    from raycache._heads.loaded import Head
     from raycache._train.data.overlap import OverlapFill
 
 __all__ = ["TrainResult", "train"]
-
-
-@dataclass
-class TrainResult:
-    """What a training run did: its history, checkpoint, best epoch and sweep.
-
-    Example:
-        ```python
-        print(raycache.train({"cache": "docs", "head": "mlp"}).summary())
-        ```
-    """
-    cache: Cache
-    """The committed cache it trained on."""
-    spec: RunSpec
-    """What the run did: head, recipe, workers, placement, run folder."""
-    history: list[dict[str, Any]]
-    """One dict of metrics per epoch."""
-    checkpoint: str
-    """URI of the final checkpoint folder (head.pt, head.json, state.pt)."""
-    seconds: float
-    """Wall time of the call."""
-    resumed_from: list[int] = field(default_factory=list)
-    """Epochs this run resumed from (empty for a run that never stopped)."""
-    sweep: list[dict[str, Any]] = field(default_factory=list)
-    """A sweep's members, one dict each: member, settings, the select metric's value, epoch
-    (whose weights count), selected, stopped, epochs, metrics (last epoch's) and history."""
-    monitored: dict[str, Any] = field(default_factory=dict)
-    """The monitored metric's best value and its epoch, e.g. {"val_acc": 0.93, "epoch": 4}
-    (a sweep: the select metric's, of the selected member)."""
-    weights: str = "last"
-    """Whose weights the checkpoint holds: the "best" epoch's (the default) or the "last"'s."""
-    weights_epoch: int = 0
-    """The epoch whose head weights the checkpoint holds (what load_head and predict use)."""
-    first_epoch: int = 0
-    """Epochs the run had done before this call (a resumed run); this call trained the rest."""
-    finished_before: str = ""
-    """When it had finished before this call (run.json's time; nothing trained now); else ""."""
-
-    @property
-    def metrics(self) -> dict[str, Any]:
-        """The last epoch's metrics."""
-        return self.history[-1] if self.history else {}
-
-    def served_metrics(self) -> dict[str, Any]:
-        """The metrics of the epoch whose weights the checkpoint holds (a sweep: the selected
-        member's)."""
-        history = self.best.get("history", self.history) if self.sweep else self.history
-        return next((m for m in history if m.get("epoch") == self.weights_epoch), self.metrics)
-
-    @property
-    def run_dir(self) -> str:
-        return self.cache.store.url(self.spec.run_dir)
-
-    def held_out(self, keys: Any) -> np.ndarray:
-        """Which of `keys` (a cache's key values: a list, or an Arrow or pandas column) this run
-        held out for validation, as a bool array: the same stable hash of the key training
-        used, so the rows to evaluate on without looking at training data."""
-        import numpy as np
-        import pyarrow as pa
-
-        from raycache._train.data.split import validation_mask
-
-        keys = keys if isinstance(keys, pa.Array | pa.ChunkedArray) else pa.array(list(keys))
-        fraction = self.spec.recipe.evaluation.val_fraction
-        return np.asarray(validation_mask(keys, fraction).to_pylist(), dtype=bool)
-
-    def load_head(self) -> Head:
-        """The trained head, ready to predict from raw inputs or embeddings."""
-        from raycache._heads.loaded import load_head
-
-        return load_head(self.checkpoint, **self.cache.store.fsspec_options())
-
-    def history_frame(self) -> pd.DataFrame:
-        """Metrics per epoch as a DataFrame (plot it with .plot(x="epoch"))."""
-        import pandas as pd
-
-        return pd.DataFrame(self.history)
-
-    @property
-    def best(self) -> dict[str, Any]:
-        """A sweep's selected member (its record, as in `sweep`); a single head's monitored
-        metric at its best epoch, e.g. {"val_acc": 0.93, "epoch": 4}."""
-        if self.sweep:
-            return next((row for row in self.sweep if row["selected"]), {})
-        return dict(self.monitored)
-
-    @property
-    def diverged(self) -> list[dict[str, Any]]:
-        """The sweep members that diverged and stopped alone: member, settings, and where."""
-        return [{"member": row["member"], "settings": row["settings"],
-                 "error": row["diverged"]} for row in self.sweep if row.get("diverged")]
-
-    def sweep_frame(self) -> pd.DataFrame:
-        """A sweep's members as a DataFrame: one row each, its settings as columns."""
-        import pandas as pd
-
-        return pd.DataFrame([{**row["settings"], **{k: v for k, v in row.items()
-                                                     if k not in ("settings", "history")}}
-                             for row in self.sweep])
-
-    def summary(self) -> str:
-        """What this call did, in one line or two: what it trained (or that the run had
-        already finished), the monitored metric, the run and its checkpoint."""
-        s, where = self.spec, f"{self.cache.name}/{self.cache.fingerprint[:12]}"
-        what = f"sweep of {len(self.sweep)} heads" if self.sweep else s.head.head
-        if self.finished_before:
-            return (f"train {what} on {where}: run {s.run_name} had already finished "
-                    f"({self.finished_before}, in {self.run_dir}); nothing was trained now. "
-                    f"It has {len(self.history)} epochs; {self._outcome()}; checkpoint "
-                    f"{self.checkpoint}.\nTo train a new run of this config, set resume: "
-                    "false (command line: --set resume=false), or give it another run_name")
-        workers = f"{s.num_workers} DDP workers" if s.num_workers else "in-process"
-        workers += f" ({s.why})" if s.why else ""
-        total, done = s.recipe.loop.epochs, len(self.history)
-        epochs = (f"trained epoch {done} of {total}" if done == self.first_epoch + 1 else
-                  f"trained epochs {self.first_epoch + 1}-{done} of {total}")
-        if done <= self.first_epoch:
-            epochs = f"trained no epoch (all {done} were done before)"
-        if self.first_epoch:
-            epochs += f" (resumed from epoch {self.first_epoch})"
-        if self.first_epoch < done < total:
-            epochs += ", stopped early"
-        return (f"train {what} on {where}: {epochs}, {workers}, {self.seconds:.1f} s; "
-                f"{self._outcome()}; run {s.run_name}, checkpoint {self.checkpoint}")
-
-    def _outcome(self) -> str:
-        """The monitored metric's best (a sweep: the selected member's select metric), named,
-        and whose weights the checkpoint holds."""
-        s, best = self.spec, self.best
-        key = s.select if self.sweep else s.recipe.evaluation.monitor
-        shown, epoch = number(best.get(key)), best.get("epoch", "?")
-        if self.sweep:
-            gone = "".join(f"; member #{d['member']} {settings_text(d['settings'])} DIVERGED "
-                           "(stopped alone, lr 0; see the run's sweep records)"
-                           for d in self.diverged)
-            return (f"selected member #{best.get('member')} "
-                    f"{settings_text(best.get('settings', {}))}: {key} {shown} at epoch {epoch}"
-                    + gone)
-        held = (f"the checkpoint holds epoch {self.weights_epoch}'s weights" +
-                (", the last" if self.weights == "last" else ""))
-        last = ", ".join(f"{k} {number(self.metrics[k])}" for k in ("val_loss", "val_acc")
-                         if k in self.metrics)
-        return (f"last epoch {last}; " if last else "") + \
-            f"best {key} {shown} at epoch {epoch} (monitored; {held})"
-
-    def __repr__(self) -> str:
-        return f"TrainResult({self.summary()})"
 
 
 def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: float) -> Any:
@@ -291,7 +140,8 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     quiet_ray_train()
     _quiet_reports()  # local mode reports in this process
     cache, spec = prepare(cfg, checked, None if landing is None else
-                          len(landing.column(checked[0].manifest.key_column)))
+                          len(landing.column(checked[0].manifest.key_column)),
+                          first_pass=landing is not None)
     if spec.num_workers:  # local mode runs in this process: no Ray cluster to start or join
         from raycache._compute.cluster import check_store_for_cluster
 

@@ -241,6 +241,8 @@ def digest(head: HeadSpec, recipe: Recipe, sweep: dict[str, Any] | None = None,
         settings.pop("pairs")
     if recipe.optim.encoder_lr is None:  # nor encoder_lr without trainable encoders
         settings["optim"].pop("encoder_lr")
+    if recipe.optim.solver in ("gradient", "auto"):  # runs trained by gradient keep their names
+        settings["optim"].pop("solver")
     what = {"head": head.to_dict(), "recipe": settings, "version": RUN_SPEC_VERSION,
             **(sweep or {}), **({"views": views} if views else {})}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()

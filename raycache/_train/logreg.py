@@ -1,0 +1,75 @@
+"""Multinomial logistic regression over a grid of L2 strengths, every C solved at once
+(raycache._train.lbfgs: one batched L-BFGS, each C with its own history and steps): the probe's
+`logreg` and a linear classifier's full-batch solve (raycache._train.solved).
+
+Each C's objective is scikit-learn's, C * sum_i w_i CE_i + ||W||^2 / 2 (bias not penalised),
+divided by C * n (the same minimiser; a mean loss keeps float32 well scaled); w_i is the
+row's class weight (torch's CrossEntropyLoss `weight`, scaled to a mean of 1 over the rows),
+1 without weights. The C values' weights are stacked as a batch dimension, W [G, D, K]: one
+matrix product gives every C's logits, one more every C's gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["GRID", "MAX_ITER", "TOL", "objective", "solve"]
+
+GRID = (0.1, 1.0, 10.0)
+"""A linear head's inverse L2 strengths (scikit-learn's C) on its standardised features,
+solved at once; its validation rows choose one (raycache._train.solved)."""
+MAX_ITER = 100
+TOL = 1e-4
+"""L-BFGS's iteration cap and gradient tolerance: scikit-learn's LogisticRegression defaults."""
+
+
+def objective(x: Any, y: Any, classes: int, cs: list[float], weights: Any = None) -> Any:
+    """params [G, D*K + K] -> (each C's loss [G], its gradient [G, D*K + K]), analytic;
+    `weights`: one per class (None: all 1)."""
+    import torch
+
+    n, d = x.shape
+    g, k = len(cs), classes
+    inv = torch.tensor([1.0 / (c * n) for c in cs], dtype=x.dtype, device=x.device)
+    rows = torch.arange(n, device=x.device)
+    scale = None
+    if weights is not None:  # each row's weight over the rows' mean weight
+        per_row = torch.as_tensor(weights, dtype=x.dtype, device=x.device)[y]
+        scale = per_row / per_row.mean()
+
+    def f(params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w = params[:, : d * k].view(g, d, k)
+        b = params[:, d * k:]
+        logits = (x @ w.permute(1, 0, 2).reshape(d, g * k)).view(n, g, k) + b
+        lse = torch.logsumexp(logits, -1)  # [n, g]
+        ce = lse - logits[rows, :, y]
+        if scale is not None:
+            ce = ce * scale[:, None]
+        loss = ce.mean(0) + 0.5 * inv * w.pow(2).sum((1, 2))
+        p = (logits - lse[..., None]).exp_()  # the softmax (torch's is slow over few classes)
+        p[rows, :, y] -= 1.0
+        p /= n
+        if scale is not None:
+            p *= scale[:, None, None]
+        gw = (x.T @ p.view(n, g * k)).view(d, g, k).permute(1, 0, 2) + inv[:, None, None] * w
+        return loss, torch.cat([gw.reshape(g, d * k), p.sum(0)], 1)
+
+    return f
+
+
+def solve(x: Any, y: Any, classes: int, cs: list[float], max_iter: int = 500,
+          tol: float = 1e-6, weights: Any = None) -> tuple[Any, Any, Any]:
+    """(W [G, D, K], b [G, K], iterations [G]) minimising each C's objective on rows `x`
+    [n, D] (a float tensor) with class ids `y` [n] (`weights`: one per class, or None)."""
+    import torch
+
+    from raycache._core.threads import sized
+    from raycache._train.lbfgs import minimize
+
+    n, d = x.shape
+    g = len(cs)
+    start = torch.zeros(g, d * classes + classes, dtype=x.dtype, device=x.device)
+    with sized(4 * n * d * g * classes, x.device.type):
+        out = minimize(objective(x, y, classes, cs, weights), start, max_iter, tol, ftol=0.0)
+    w = out.params[:, : d * classes].view(g, d, classes)
+    return w, out.params[:, d * classes:], out.iterations
