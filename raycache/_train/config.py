@@ -39,6 +39,7 @@ class OptimConfig:
     """Peak learning rate of the cache's trainable encoders (their own parameter group, on the
     same schedule); lr when left out. Pre-trained encoders usually want 10-100x less."""
     weight_decay: float = sweepable(0.0, sweep="e.g. [0.0, 0.01]")
+    """Weight decay (decoupled for adamw, L2 for the others); 0 turns it off."""
     optimizer: str = "adamw"
     """adamw, adam, sgd, rmsprop or adagrad (raycache._train.optim.OPTIMIZERS)."""
     momentum: float = sweepable(0.9, sweep="sgd and rmsprop momentum, e.g. [0.0, 0.9]")
@@ -136,10 +137,12 @@ class LoopConfig:
     min_epochs: int = 5
     """epochs: auto: epochs before early stopping may stop the run."""
     max_epochs: int = 50
+    """epochs: auto: epochs at most."""
     batch_size: int | str = AUTO
     """Rows per step on each worker (one micro-batch when grad_accum > 1); auto: about 50
     steps an epoch, from 32 to 256 rows (raycache._train.defaults)."""
     seed: int = 0
+    """Seeds the head's initial weights, the batches' order and the views drawn."""
     compile: bool = False
     """torch.compile the head (falls back to eager, with a message, where it cannot compile)."""
     empty_cache_every: int = 0
@@ -170,7 +173,9 @@ class EvalConfig:
     """The weights the checkpoint serves (load_head, predict): best (the best epoch's on
     `monitor`) or last (the last epoch's); the last state is kept for resuming either way."""
     patience: int = 5
+    """Early stopping: epochs without an improvement of `monitor` before the run stops."""
     min_delta: float = 0.0
+    """The least change of `monitor` that counts as an improvement; 0: any."""
     val_fraction: float = 0.2
     """Share of rows held out for validation, chosen by a hash of the key (stable across runs)."""
     metrics_k: list[int] = field(default_factory=lambda: [1, 5, 10])
@@ -248,10 +253,23 @@ class CheckpointConfig:
 
 @dataclass
 class TrainConfig:
-    """A training run: the cache and columns, the head, the objective, groups of settings."""
+    """A training run: the cache and columns, the head, the objective, groups of settings.
+
+    `raycache.train` takes this, or the same as a dict or a YAML file; a flat key of a group
+    (`lr: 0.01`, written before the groups) still loads into its group.
+
+    Example:
+        ```python
+        cfg = raycache.TrainConfig(cache="docs", head="mlp", hidden=[512])
+        cfg.optim = dataclasses.replace(cfg.optim, lr=3e-3)
+        run = raycache.train(cfg)   # or {"cache": "docs", "optim": {"lr": 3e-3}, ...}
+        ```
+    """
+
     cache: str
     """Name of a committed cache in the store."""
     store: StoreConfig = field(default_factory=StoreConfig)
+    """The store that holds the cache ($RAYCACHE_STORE, else .raycache/store)."""
     fingerprint: str | None = None
     """Which fill of the cache; the newest committed one when left out."""
     encoders: list[str] | None = None
@@ -277,13 +295,21 @@ class TrainConfig:
                                   sweep="hidden widths per head, e.g. [[256], [512]]")
     """mlp, stacked, skip: hidden layer widths."""
     dropout: float = sweepable(0.0, sweep="e.g. [0.0, 0.1]")
+    """Dropout rate of the head's layers (a linear head: on its input)."""
     loop: LoopConfig = field(default_factory=LoopConfig)
+    """Epochs, batches, seed."""
     optim: OptimConfig = field(default_factory=OptimConfig)
+    """The optimizer, learning rate, accumulation, clipping, precision."""
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    """The learning-rate schedule and its warmup."""
     loss: LossConfig = field(default_factory=LossConfig)
+    """The loss's settings: label smoothing, class weights, the similarity distance."""
     evaluation: EvalConfig = field(default_factory=EvalConfig)
+    """Validation rows, the monitored metric, early stopping, the weights served."""
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    """Workers, GPUs and where each keeps its share of the rows."""
     checkpoints: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """How often the run saves, and how often Ray Train restarts it."""
     views: bool | str = "auto"
     """A cache filled with views: draw one view per training row per epoch (seeded by the
     epoch's seed and the row's key, so reruns and resumes repeat it); validation uses the
@@ -310,13 +336,38 @@ class TrainConfig:
 
     @staticmethod
     def moved(data: dict[str, Any]) -> dict[str, Any]:
-        """`data` with each flat key of a grouped setting (`lr: 0.01`) moved into its group
-        (`optim: {lr: 0.01}`), so configs written before the groups keep working."""
+        """A config dict with each flat key of a grouped setting moved into its group.
+
+        Configs written before the groups (`lr: 0.01`) keep working: `optim: {lr: 0.01}`.
+
+        Args:
+            data: A TrainConfig as a dict (flat, dotted or grouped keys).
+
+        Returns:
+            The same settings, every grouped one under its group.
+
+        Example:
+            ```python
+            raycache.TrainConfig.moved({"cache": "docs", "lr": 0.01})
+            # {"cache": "docs", "optim": {"lr": 0.01}}
+            ```
+        """
         return regroup(data)
 
     def problems(self) -> list[str]:
-        """Local checks; those that consult the head, optimizer, schedule and objective
-        registries, and the sweep, are in train.plan."""
+        """Local checks (the groups' own: the loader walks them); those that consult the head, optimizer,
+        schedule and objective registries, and the sweep, are in train.plan.
+
+        Returns:
+            One line per problem, naming the field by its path (`optim.lr=...`), the value and
+            what is expected; empty when there is none.
+
+        Example:
+            ```python
+            raycache.TrainConfig(cache="docs", dropout=1.5).problems()
+            # ["dropout=1.5: expected a value in [0, 1), e.g. 0.1"]
+            ```
+        """
         out = []  # the groups' own checks: the loader walks them (core.config.walk_problems)
         if self.views not in (True, False, AUTO):
             out.append(f"views={self.views!r}: expected true, false or 'auto'")

@@ -61,19 +61,35 @@ class TrainResult:
         return self.history[-1] if self.history else {}
 
     def served_metrics(self) -> dict[str, Any]:
-        """The metrics of the epoch whose weights the checkpoint holds (a sweep: the selected
-        member's)."""
+        """The metrics of the epoch whose weights the checkpoint holds.
+
+        Returns:
+            That epoch's metrics (a sweep: the selected member's); the last epoch's when the
+            history lacks it.
+        """
         history = self.best.get("history", self.history) if self.sweep else self.history
         return next((m for m in history if m.get("epoch") == self.weights_epoch), self.metrics)
 
     @property
     def run_dir(self) -> str:
+        """The run folder, as a URI: run.json, metrics.jsonl, checkpoint_* folders."""
         return self.cache.store.url(self.spec.run_dir)
 
     def held_out(self, keys: Any) -> np.ndarray:
-        """Which of `keys` (a cache's key values: a list, or an Arrow or pandas column) this run
-        held out for validation, as a bool array: the same stable hash of the key training
-        used, so the rows to evaluate on without looking at training data."""
+        """Which of `keys` this run held out for validation (the same hash of the key).
+
+        Args:
+            keys: A cache's key values: a list, or an Arrow or pandas column.
+
+        Returns:
+            One bool per key, True where held out: rows to evaluate on unseen by training.
+
+        Example:
+            ```python
+            df = run.cache.to_pandas()
+            unseen = df[run.held_out(df["id"])]
+            ```
+        """
         import numpy as np
         import pyarrow as pa
 
@@ -84,13 +100,24 @@ class TrainResult:
         return np.asarray(validation_mask(keys, fraction).to_pylist(), dtype=bool)
 
     def load_head(self) -> Head:
-        """The trained head, ready to predict from raw inputs or embeddings."""
+        """The trained head, ready to predict from raw inputs or embeddings.
+
+        Returns:
+            The head from `checkpoint`, on the CPU.
+
+        Raises:
+            RaycacheError: The checkpoint is unreadable.
+        """
         from raycache._heads.loaded import load_head
 
         return load_head(self.checkpoint, **self.cache.store.fsspec_options())
 
     def history_frame(self) -> pd.DataFrame:
-        """Metrics per epoch as a DataFrame (plot it with .plot(x="epoch"))."""
+        """Metrics per epoch as a DataFrame (plot it with .plot(x="epoch")).
+
+        Returns:
+            One row per epoch, one column per metric.
+        """
         import pandas as pd
 
         return pd.DataFrame(self.history)
@@ -110,7 +137,12 @@ class TrainResult:
                  "error": row["diverged"]} for row in self.sweep if row.get("diverged")]
 
     def sweep_frame(self) -> pd.DataFrame:
-        """A sweep's members as a DataFrame: one row each, its settings as columns."""
+        """A sweep's members as a DataFrame: one row each, its settings as columns.
+
+        Returns:
+            The members' settings, select metric, epoch, selected and stopped; empty for a
+            single head.
+        """
         import pandas as pd
 
         return pd.DataFrame([{**row["settings"], **{k: v for k, v in row.items()
@@ -118,8 +150,12 @@ class TrainResult:
                              for row in self.sweep])
 
     def summary(self) -> str:
-        """What this call did, in one line or two: what it trained (or that the run had
-        already finished), the monitored metric, the run and its checkpoint."""
+        """What this call did, in one line or two.
+
+        Returns:
+            What it trained (or that the run had already finished), the monitored metric, the
+            run and its checkpoint.
+        """
         s, where = self.spec, f"{self.cache.name}/{self.cache.fingerprint[:12]}"
         what = f"sweep of {len(self.sweep)} heads" if self.sweep else s.head.head
         if self.finished_before:
