@@ -30,7 +30,14 @@ SOLVERS = ("auto", "gradient", "lbfgs")
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """optim: the optimizer and how each step is taken."""
+    """optim: the optimizer and how each step is taken.
+
+    Example:
+        ```python
+        optim = raycache.OptimConfig(lr=3e-3, weight_decay=0.01, grad_clip=1.0)
+        cfg = raycache.TrainConfig(cache="docs", optim=optim)
+        ```
+    """
 
     lr: float | str = sweepable(AUTO, sweep="peak learning rate, e.g. [1e-3, 3e-3]")
     """Peak learning rate (after warmup); auto: the head family's, scaled by batch size
@@ -60,6 +67,12 @@ class OptimConfig:
     no views or sweep) and no setting of the gradient path is given (raycache._train.defaults)."""
 
     def problems(self) -> list[str]:
+        """Local checks of this group's settings.
+
+        Returns:
+            One line per problem, naming the field, the value and what is expected;
+            empty when there is none.
+        """
         out = positive(self, "grad_accum")
         if self.lr != AUTO and (isinstance(self.lr, str) or self.lr <= 0):
             out.append(f"lr={self.lr!r}: must be > 0, e.g. 1e-3, or 'auto'")
@@ -83,7 +96,14 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    """schedule: the learning rate over the run."""
+    """schedule: the learning rate over the run.
+
+    Example:
+        ```python
+        schedule = raycache.ScheduleConfig(kind="cosine", warmup_steps=100)
+        cfg = raycache.TrainConfig(cache="docs", schedule=schedule)
+        ```
+    """
 
     kind: str = field(default="constant", metadata={"flat": "schedule"})
     """constant, cosine, linear, one-cycle, step or plateau (reduce-on-plateau)."""
@@ -97,6 +117,12 @@ class ScheduleConfig:
     """plateau: epochs without improvement of `monitor` before the LR drops."""
 
     def problems(self) -> list[str]:
+        """Local checks of this group's settings.
+
+        Returns:
+            One line per problem, naming the field, the value and what is expected;
+            empty when there is none.
+        """
         out = positive(self, "step_epochs", "plateau_patience")
         if self.warmup_steps < 0:
             out.append(f"warmup_steps={self.warmup_steps}: must be >= 0")
@@ -107,7 +133,14 @@ class ScheduleConfig:
 
 @dataclass(frozen=True)
 class LossConfig:
-    """loss: settings of the objective's loss shared by objectives."""
+    """loss: settings of the objective's loss shared by objectives.
+
+    Example:
+        ```python
+        loss = raycache.LossConfig(class_weights="balanced", label_smoothing=0.1)
+        cfg = raycache.TrainConfig(cache="docs", loss=loss)
+        ```
+    """
 
     label_smoothing: float = sweepable(0.0, sweep="classification, e.g. [0.0, 0.1]")
     """Cross-entropy label smoothing, in [0, 1)."""
@@ -117,6 +150,12 @@ class LossConfig:
     """Similarity objectives: cosine, dot, euclidean or manhattan (losses, miners, retrieval)."""
 
     def problems(self) -> list[str]:
+        """Local checks of this group's settings.
+
+        Returns:
+            One line per problem, naming the field, the value and what is expected;
+            empty when there is none.
+        """
         out = []
         if not 0.0 <= self.label_smoothing < 1.0:
             out.append(f"label_smoothing={self.label_smoothing}: expected a value in [0, 1)")
@@ -130,7 +169,13 @@ class LossConfig:
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """loop: epochs, batches and the randomness of the training loop."""
+    """loop: epochs, batches and the randomness of the training loop.
+
+    Example:
+        ```python
+        cfg = raycache.TrainConfig(cache="docs", loop=raycache.LoopConfig(epochs=20))
+        ```
+    """
 
     epochs: int | str = AUTO
     """auto: until `monitor` stops improving (early stopping), from min_epochs to max_epochs."""
@@ -149,6 +194,12 @@ class LoopConfig:
     """GPU: torch.cuda.empty_cache() every N optimizer steps; 0 never."""
 
     def problems(self) -> list[str]:
+        """Local checks of this group's settings.
+
+        Returns:
+            One line per problem, naming the field, the value and what is expected;
+            empty when there is none.
+        """
         out = positive_or_auto(self, "epochs", "batch_size") + positive(self, "min_epochs")
         if self.max_epochs < self.min_epochs:
             out.append(f"max_epochs={self.max_epochs}: must be >= min_epochs "
@@ -160,7 +211,14 @@ class LoopConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """evaluation: the validation rows, their metrics, the best epoch and early stopping."""
+    """evaluation: the validation rows, their metrics, the best epoch and early stopping.
+
+    Example:
+        ```python
+        evaluation = raycache.EvalConfig(monitor="val_acc", patience=3)
+        cfg = raycache.TrainConfig(cache="docs", evaluation=evaluation)
+        ```
+    """
 
     monitor: str = "val_loss"
     """Metric that picks the best epoch (and drives early stopping and the plateau schedule)."""
@@ -183,6 +241,12 @@ class EvalConfig:
     k over the validation rows (groups)."""
 
     def problems(self) -> list[str]:
+        """Local checks of this group's settings.
+
+        Returns:
+            One line per problem, naming the field, the value and what is expected;
+            empty when there is none.
+        """
         out = positive(self, "patience")
         if not 0.0 < self.val_fraction < 1.0:
             out.append(f"val_fraction={self.val_fraction}: expected a value in (0, 1), e.g. 0.2")
@@ -203,7 +267,14 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class ResourcesConfig:
-    """resources: the workers, and where each keeps its share of the rows."""
+    """resources: the workers, and where each keeps its share of the rows.
+
+    Example:
+        ```python
+        resources = raycache.ResourcesConfig(num_workers=4, use_gpu=True)
+        cfg = raycache.TrainConfig(cache="docs", resources=resources)
+        ```
+    """
 
     num_workers: int | str = "auto"
     """DDP workers; 0 trains in the driver process (Ray Train local mode); auto: 0 on one node,
@@ -221,6 +292,12 @@ class ResourcesConfig:
     and wait for them, instead of refusing workers the cluster cannot hold now."""
 
     def problems(self) -> list[str]:
+        """Local checks of this group's settings.
+
+        Returns:
+            One line per problem, naming the field, the value and what is expected;
+            empty when there is none.
+        """
         out = positive(self, "prefetch_batches")
         if self.placement not in PLACEMENTS:
             out.append(f"placement={self.placement!r}: expected one of {PLACEMENTS}")
@@ -237,7 +314,14 @@ class ResourcesConfig:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    """checkpoints: how often the run saves, and how often Ray Train restarts it."""
+    """checkpoints: how often the run saves, and how often Ray Train restarts it.
+
+    Example:
+        ```python
+        checkpoints = raycache.CheckpointConfig(every=5, max_failures=1)
+        cfg = raycache.TrainConfig(cache="docs", checkpoints=checkpoints)
+        ```
+    """
 
     every: int = field(default=0, metadata={"flat": "checkpoint_every"})
     """Epochs between checkpoints; 0 saves only after the last epoch (and on `seconds`)."""
@@ -247,6 +331,12 @@ class CheckpointConfig:
     """Times Ray Train restarts a failed worker group, resuming from the last checkpoint."""
 
     def problems(self) -> list[str]:
+        """Local checks of this group's settings.
+
+        Returns:
+            One line per problem, naming the field, the value and what is expected;
+            empty when there is none.
+        """
         return [f"{name}={getattr(self, name)}: must be >= 0"
                 for name in ("every", "seconds", "max_failures") if getattr(self, name) < 0]
 

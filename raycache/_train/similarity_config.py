@@ -13,7 +13,14 @@ __all__ = ["GroupsConfig", "PairsConfig"]
 @dataclass(frozen=True)
 class GroupsConfig:
     """objective: groups: similarity learning where the label column names each row's group
-    (rows of a group are similar, rows of different groups are not)."""
+    (rows of a group are similar, rows of different groups are not).
+
+    Example:
+        ```python
+        run = raycache.train({"cache": "faces", "objective": "groups",
+                              "groups": {"loss": "infonce", "scale": 20}})
+        ```
+    """
 
     loss: str = sweepable("triplet", sweep="objective groups: losses, e.g. [triplet, infonce]")
     """contrastive, triplet, infonce (alias mnr: multiple-negatives ranking), arcface, cosface
@@ -36,7 +43,14 @@ class GroupsConfig:
 class PairsConfig:
     """objective: pairs: similarity learned from a table of pairs of cache keys, each with a
     score (a graded similarity, e.g. STS in [0, 1]) or a 0/1 label (Quaterion's
-    SimilarityPairSample; sentence-transformers' pair losses)."""
+    SimilarityPairSample; sentence-transformers' pair losses).
+
+    Example:
+        ```python
+        run = raycache.train({"cache": "sentences", "objective": "pairs",
+                              "pairs": {"path": "pairs.parquet", "loss": "mnr"}})
+        ```
+    """
 
     path: str | None = None
     """The pairs table: a Parquet or JSONL (or CSV) file, folder or glob, local or any fsspec
