@@ -242,6 +242,7 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
 
     cfg = p.cfg
     start, start_wall = started or (time.perf_counter(), time.time())
+    cluster = where.look_ahead()  # beside the version's plan
     if version is None and cfg.share and not replace:
         version = plan_version(p)
     covered = done_ranges(done)
@@ -262,10 +263,9 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
     todo = sum(u.todo() or 0 for u in units)
     block = block_rows(cfg, todo)
     blocks = None if todo is None else -(-todo // block)
-    local, why = in_process(cfg, todo)
+    local, why = in_process(cfg, todo, cluster)
     if local:
-        found = where.look()
-        where.check_store(p.store, len(found.nodes) if found else 1)
+        where.check_store(p.store, len(found.nodes) if (found := cluster()) else 1)
         pool = local_pool(cfg)
     else:
         from raycache._compute.cluster import cluster_pool
@@ -350,10 +350,10 @@ def block_rows(cfg: FillConfig, todo: int | None) -> int:
     return max(1, rows // shard) * shard
 
 
-def in_process(cfg: FillConfig, todo: int | None) -> tuple[bool, str]:
+def in_process(cfg: FillConfig, todo: int | None, ask: Any = None) -> tuple[bool, str]:
     """Whether the fill encodes its `todo` rows in this process, and why (_compute.where)."""
     return where.in_process(cfg.in_process, cpu=cfg.num_gpus == 0, concurrency=cfg.concurrency,
-                            rows=todo)
+                            rows=todo, ask=ask)
 
 
 def _reuse(p: Plan, version: Version | None = None, store: bool = False
