@@ -6,6 +6,7 @@ import functools
 import inspect
 import math
 import sys
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -82,21 +83,26 @@ def eager(opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
     """`opt`, whose step runs the optimizer's own update with gradients off (unless it is
     differentiable), as torch's step does, but without the wrapper that imports torch._dynamo
     to mark graph breaks around it; torch's own step where step hooks are registered."""
-    step = inspect.unwrap(type(opt).step)
-    if step is type(opt).step or step.__name__ != "step":
-        return opt  # another torch: its own step
-
-    def eager_step(closure: Callable[[], Any] | None = None) -> Any:
-        hooks = (opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
-                 or torch_optim._global_optimizer_pre_hooks
-                 or torch_optim._global_optimizer_post_hooks)
-        if _dynamo_loaded() or hooks:
-            return type(opt).step(opt, closure)
-        with torch.set_grad_enabled(opt.defaults.get("differentiable", False)):
-            return step(opt, closure)
-
-    opt.step = eager_step
+    if _update(type(opt)) is not None:
+        opt.step = types.MethodType(_eager_step, opt)  # a copy of opt steps the copy
     return opt
+
+
+@functools.cache
+def _update(cls: type) -> Callable[..., Any] | None:
+    """The optimizer class's step under torch's wrappers (None: another torch, no wrapper)."""
+    step = inspect.unwrap(cls.step)
+    return None if step is cls.step or step.__name__ != "step" else step
+
+
+def _eager_step(opt: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
+    hooks = (opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
+             or torch_optim._global_optimizer_pre_hooks
+             or torch_optim._global_optimizer_post_hooks)
+    if _dynamo_loaded() or hooks:
+        return type(opt).step(opt, closure)
+    with torch.set_grad_enabled(opt.defaults.get("differentiable", False)):
+        return _update(type(opt))(opt, closure)
 
 
 # Multipliers of the peak LR at optimizer step `t` of `total` (after warmup), per schedule.
