@@ -20,10 +20,10 @@ pytestmark = pytest.mark.timeout(300)
 STEPS = """
 import json, sys
 import torch
-from raycache.core.config import load
-from raycache.train.config import TrainConfig
-from raycache.train.optim import FUSED, OPTIMIZERS, build_optimizer
-from raycache.train.runspec import Recipe
+from raycache._core.config import load
+from raycache._train.config import TrainConfig
+from raycache._train.optim import FUSED, OPTIMIZERS, build_optimizer
+from raycache._train.runspec import Recipe
 
 def recipe(name):
     return Recipe.from_config(load(TrainConfig, {"cache": "c", "optimizer": name, "lr": 0.05,
