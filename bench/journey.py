@@ -218,6 +218,8 @@ import cProfile, json, pstats, sys, time
 start = time.perf_counter()
 import raycache
 imported = time.perf_counter() - start
+import torch
+torch_s = time.perf_counter() - start - imported
 profile = cProfile.Profile()
 profile.enable()
 raycache.train({"cache": "minilm", "store": {"uri": sys.argv[1]}, "head": "linear",
@@ -227,18 +229,16 @@ total = time.perf_counter() - start
 stats = pstats.Stats(profile).stats
 def cum(module, name):
     return sum(v[3] for (f, _, n), v in stats.items() if f.endswith(module) and n == name)
-print(json.dumps({"whole": total, "import raycache": imported,
+parts = {"import raycache": imported, "import torch": torch_s,
     "config, cache hit, run plan": cum("train/plan.py", "prepare"),
-    "the rest of train(): config load, imports on first use": cum("train/run.py", "train")
-        - cum("data_parallel_trainer.py", "fit") - cum("train/plan.py", "prepare"),
-    "Ray Train local mode around the loop": cum("data_parallel_trainer.py", "fit")
-        - cum("train/run.py", "_train_loop"),
     "load and check the share": cum("train/assemble.py", "data_sources"),
-    "build head, optimizer (imports torch._dynamo)": cum("train/assemble.py", "build_team"),
+    "build head, optimizer": cum("train/assemble.py", "build_team"),
     "10 epochs: training steps": cum("train/epoch.py", "train_epoch"),
     "10 epochs: validation": cum("train/epoch.py", "evaluate"),
-    "checkpoint": cum("train/state.py", "save"),
-    "TensorBoard, curves.png, metrics": cum("train/metrics_log.py", "write_artifacts")}))
+    "checkpoints (each epoch's best, the last)": cum("train/state.py", "save"),
+    "TensorBoard, curves.png, metrics": cum("train/metrics_log.py", "write_artifacts")}
+parts["the rest: the loop's modules, store checks, run records"] = total - sum(parts.values())
+print(json.dumps({"whole": total, **parts}))
 """
 
 

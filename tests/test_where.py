@@ -119,3 +119,24 @@ def test_a_named_cluster_is_looked_up_in_its_gcs(ray_session, monkeypatch):
     assert [n["CPU"] for n in found.nodes] == [4.0]  # the session's one node, 4 CPUs
     monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")  # Ray Client: not asked
     assert where.look() == Cluster((), "ray://head:10001")
+
+
+def test_a_named_clusters_look_up_runs_ahead_on_a_thread_and_answers_the_same(nothing_there,
+                                                                              monkeypatch):
+    """A fill starts the GCS look-up (importing Ray's client: ~0.5 s) beside its plan."""
+    import threading
+
+    assert where.look_ahead() is where.look  # nothing named: nothing to start
+    asked = []
+
+    def gcs(address):
+        asked.append(threading.current_thread().name)
+        return (NODE,)
+
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    monkeypatch.setattr(where, "_gcs_nodes", gcs)
+    answer = where.look_ahead()
+    assert answer() == answer() == Cluster((NODE,), "10.0.0.1:6379")
+    assert len(asked) == 1 and asked[0].startswith("raycache-where"), asked
+    assert in_process(fill_cfg(), MILLION, answer) == (
+        True, "a Ray cluster of one node (2 CPUs): actors would share its cores")

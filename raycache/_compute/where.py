@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,6 +64,19 @@ def look() -> Cluster | None:
     return Cluster(_gcs_nodes(address), address)
 
 
+def look_ahead() -> Callable[[], Cluster | None]:
+    """look(), started now on a thread where it is slow (RAY_ADDRESS named, this process not
+    connected: importing Ray's GCS client takes about half a second), so that it runs beside a
+    fill's plan; call what it returns for the answer, the same each time."""
+    ray = sys.modules.get("ray")
+    if not os.environ.get("RAY_ADDRESS") or (ray is not None and ray.is_initialized()):
+        return look
+    pool = ThreadPoolExecutor(1, thread_name_prefix="raycache-where")
+    answer = pool.submit(look)
+    pool.shutdown(wait=False)
+    return answer.result
+
+
 def _cuda() -> bool:
     import torch
 
@@ -81,7 +96,8 @@ def _gcs_nodes(address: str) -> tuple[dict[str, float], ...]:
 
 
 def in_process(setting: bool | str, *, cpu: bool | None, concurrency: int | str,
-               rows: int | None, cores: int | None = None) -> tuple[bool, str]:
+               rows: int | None, cores: int | None = None,
+               ask: Callable[[], Cluster | None] | None = None) -> tuple[bool, str]:
     """Whether a job runs its stages in this process, and why, in words. `setting` unless auto;
     auto runs a CPU job with no actor pool asked for here when:
     - no cluster is running here or named, on a machine of at most LOCAL_CORES cores (more: up
@@ -90,7 +106,7 @@ def in_process(setting: bool | str, *, cpu: bool | None, concurrency: int | str,
       after seconds of start-up;
     - the job has at most AUTO_IN_PROCESS_ROWS rows (an incremental fill's few changed rows).
     GPU jobs keep their actors: one model per GPU (`cpu` None: a GPU job where the cluster
-    has GPUs)."""
+    has GPUs). `ask`: how the cluster is looked at (look, or look_ahead's answer)."""
     if setting != AUTO:
         return bool(setting), f"in_process: {str(bool(setting)).lower()}"
     if cpu is False:
@@ -99,7 +115,7 @@ def in_process(setting: bool | str, *, cpu: bool | None, concurrency: int | str,
         return False, f"concurrency: {concurrency}"
     cores = cores or os.cpu_count() or 1
     small = rows is not None and rows <= AUTO_IN_PROCESS_ROWS
-    cluster = look()
+    cluster = (ask or look)()
     if cpu is None and (_cuda() if cluster is None else cluster.gpus or not cluster.nodes):
         return False, "GPU actors" if cluster is None or cluster.gpus else "a Ray cluster"
     if cluster is None:

@@ -28,6 +28,9 @@ CODE = "__vcode"
 """A fresh row's source file, as a small integer (its index in the version's block names)."""
 ROW = "__vrow"
 """Its row in that file."""
+READERS = 2
+"""Source units read and hashed at once: hashing holds the GIL (rows are under hashlib's 2 KiB),
+so more threads than a read beside the hashing only hold more units in memory."""
 
 
 def validity_columns(p: Plan) -> list[str]:
@@ -43,10 +46,11 @@ def read_new(p: Plan, files: list[sources.SourceFile], codes: dict[str, int]) ->
     src = p.cfg.source
     inputs = list(dict.fromkeys(e.input for e in p.cfg.encoders))
     read = list(dict.fromkeys([src.key, *src.labels, *inputs]))
-    parts = []
     units, _ = sources.plan_units(files, p.format, src.options, 1 << 20, None, src.key) \
         if files else ([], {})
-    for u in units:
+
+    def hashed(u: sources.Unit) -> list[pa.Table]:
+        parts = []
         for t in sources.read_unit(u, p.format, src.options, 1 << 20, read):
             out = t.select(list(dict.fromkeys([src.key, *src.labels])))
             for i in inputs:
@@ -54,6 +58,10 @@ def read_new(p: Plan, files: list[sources.SourceFile], codes: dict[str, int]) ->
             code = np.full(t.num_rows, codes[u.file.block], np.int32)
             parts.append(out.append_column(CODE, pa.array(code))
                          .append_column(ROW, t.column("__row")))
+        return parts
+
+    # on threads: a unit's read and decode (no GIL) beside another's row hashes (GIL held)
+    parts = [t for done in map_ordered(hashed, units, READERS) for t in done]
     if not parts:
         return pa.table({src.key: pa.array([], p.schema.field(src.key).type),
                          CODE: pa.array([], pa.int32()), ROW: pa.array([], pa.int64())})

@@ -242,6 +242,7 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
 
     cfg = p.cfg
     start, start_wall = started or (time.perf_counter(), time.time())
+    cluster = where.look_ahead()  # beside the version's plan
     if version is None and cfg.share and not replace:
         version = plan_version(p)
     covered = done_ranges(done)
@@ -259,10 +260,9 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
     if not sum(totals.values()):
         _no_rows(p)  # before any work
     todo = sum(u.todo() or 0 for u in units)
-    local, why = in_process(cfg, todo)
+    local, why = in_process(cfg, todo, cluster)
     if local:
-        found = where.look()
-        where.check_store(p.store, len(found.nodes) if found else 1)
+        where.check_store(p.store, len(found.nodes) if (found := cluster()) else 1)
         pool = local_pool(cfg.pool)
     else:  # the block size follows the GPUs an actor gets, and the pool's size the blocks
         from raycache._compute.cluster import cluster_pool
@@ -349,11 +349,11 @@ def block_rows(cfg: FillConfig, todo: int | None, gpus: float) -> int:
     return max(1, rows // shard) * shard
 
 
-def in_process(cfg: FillConfig, todo: int | None) -> tuple[bool, str]:
+def in_process(cfg: FillConfig, todo: int | None, ask: Any = None) -> tuple[bool, str]:
     """Whether the fill encodes its `todo` rows in this process, and why (_compute.where)."""
     gpus = cfg.pool.num_gpus
     return where.in_process(cfg.in_process, cpu=None if gpus == AUTO else gpus == 0,
-                            concurrency=cfg.pool.concurrency, rows=todo)
+                            concurrency=cfg.pool.concurrency, rows=todo, ask=ask)
 
 
 def _reuse(p: Plan, version: Version | None = None, store: bool = False

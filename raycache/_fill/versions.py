@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,8 +173,10 @@ def plan_version(p: Plan) -> Version | None:
     touched = [e for e in entries if not unchanged.issuperset(live[id(e)])]
     labels = counted(p)
     counts = {c: Counter(counts_of(base.label_stats[c])) for c in labels}
-    fresh = read_new(p, [f for f in p.files if f.block not in unchanged], codes)
-    old = read_old(p, touched, codes)
+    with ThreadPoolExecutor(1) as pool:  # the older shards read while the new rows hash
+        reading = pool.submit(read_old, p, touched, codes)
+        fresh = read_new(p, [f for f in p.files if f.block not in unchanged], codes)
+        old = reading.result()
     matched = match(p, old, fresh, np.array([codes[b] for b in unchanged], np.int32))
     if matched is None:
         return None

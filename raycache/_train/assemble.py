@@ -6,8 +6,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import ray.train
-import ray.train.torch
 import torch
 
 from raycache._heads.joint import build_model, param_groups
@@ -93,6 +91,8 @@ def wrap(team: WorkerHeads) -> None:
     if not spec.sweep:
         parts = team.members[0]
         if spec.world > 1:  # a pre-trained encoder may hold parameters the model never uses
+            import ray.train.torch
+
             unused = {"find_unused_parameters": True} if spec.head.trainable else None
             parts.model = ray.train.torch.prepare_model(parts.model, move_to_device=False,
                                                         parallel_strategy_kwargs=unused)
@@ -107,6 +107,8 @@ def wrap(team: WorkerHeads) -> None:
     team.heads = team.model = (team.stack.module if team.stack is not None
                                else Members([p.model for p in team.members]))
     if spec.world > 1:
+        import ray.train.torch
+
         team.model = ray.train.torch.prepare_model(team.model, move_to_device=False)
     if spec.recipe.loop.compile:
         team.model = compile_or_eager(team.model, spec.head.in_dim, team.members[0].device)

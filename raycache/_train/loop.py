@@ -1,4 +1,4 @@
-"""train_loop, what Ray Train runs on each worker (in the driver in local mode): assemble,
+"""train_loop, what Ray Train runs on each DDP worker (or the driver calls, in-process): assemble,
 resume, then epochs of training and validation, metrics all-reduced, logged by rank 0, and
 reported to Ray Train only with a checkpoint (a head solved by L-BFGS: one epoch, the solve).
 A sweep's heads (a WorkerHeads) train on the same batches in the same pass, each with its own
@@ -9,8 +9,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import ray.train
-import ray.train.torch
 import torch
 import torch.distributed as dist
 
@@ -41,9 +39,11 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     it resumed, and a sweep's per-member records."""
     spec: RunSpec = config["spec"]
     quiet_ray_train()
-    rank = ray.train.get_context().get_world_rank()
-    device = (ray.train.torch.get_device() if spec.num_workers else
-              torch.device("cuda" if spec.use_gpu else "cpu"))
+    rank, device = 0, torch.device("cuda" if spec.use_gpu else "cpu")
+    if spec.num_workers:  # on a Ray Train worker (in-process, Ray Train is never imported)
+        import ray.train.torch
+
+        rank, device = ray.train.get_context().get_world_rank(), ray.train.torch.get_device()
     train_data, val_data = data_sources(spec, rank, device)
     team = build_team(spec, device, len(train_data) or None)
     restore(team)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+import sys
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+import torch.optim.optimizer as torch_optim
 
-__all__ = ["FUSED", "OPTIMIZERS", "SCHEDULES", "Schedule", "build_optimizer"]
+__all__ = ["FUSED", "OPTIMIZERS", "SCHEDULES", "Schedule", "build_optimizer", "eager"]
 
 Params = Iterable[torch.nn.Parameter]
 
@@ -37,7 +42,67 @@ def build_optimizer(params: Params, recipe: Any, fused: bool = False) -> torch.o
                          f"{recipe.optim.momentum}); "
                          "set momentum: 0.9, or nesterov: false")
     options = {"fused": True} if fused and recipe.optim.optimizer in FUSED else {}
-    return OPTIMIZERS[recipe.optim.optimizer](params, recipe.optim, **options)
+    _without_dynamo()
+    return eager(OPTIMIZERS[recipe.optim.optimizer](params, recipe.optim, **options))
+
+
+# torch's optimizers import torch._dynamo (about 1 s here, more than torch itself) in their
+# constructor and at every step, only to keep dynamo from tracing them in a compiled region;
+# raycache never compiles an optimizer. While nothing else has imported torch._dynamo (then
+# nothing can be tracing), they run without it; once something has (torch.compile), torch's own
+# paths run. tests/test_warm_start.py pins the steps bit for bit to torch's.
+_DISABLED = ("add_param_group", "zero_grad", "state_dict", "load_state_dict")
+"""torch.optim.Optimizer's methods under torch._disable_dynamo, which imports torch._dynamo at
+the first call and caches its disabled function as the wrapped function's __dynamo_disable."""
+
+
+def _dynamo_loaded() -> bool:
+    return "torch._dynamo" in sys.modules
+
+
+@functools.cache
+def _without_dynamo() -> None:
+    """Give _DISABLED the function torch would cache, deferring to torch's own once dynamo is
+    loaded."""
+    for name in _DISABLED:
+        outer = getattr(torch.optim.Optimizer, name)
+        fn = getattr(outer, "__wrapped__", None)
+        if fn is None or getattr(fn, "__dynamo_disable", None) is not None:
+            continue  # another torch, or it ran already: torch's own path
+
+        def until_dynamo(*args: Any, _fn: Any = fn, _outer: Any = outer, **kwargs: Any) -> Any:
+            if _dynamo_loaded():
+                del _fn.__dynamo_disable  # torch's wrapper caches its disabled function
+                return _outer(*args, **kwargs)
+            return _fn(*args, **kwargs)
+
+        fn.__dynamo_disable = until_dynamo
+
+
+def eager(opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """`opt`, whose step runs the optimizer's own update with gradients off (unless it is
+    differentiable), as torch's step does, but without the wrapper that imports torch._dynamo
+    to mark graph breaks around it; torch's own step where step hooks are registered."""
+    if _update(type(opt)) is not None:
+        opt.step = types.MethodType(_eager_step, opt)  # a copy of opt steps the copy
+    return opt
+
+
+@functools.cache
+def _update(cls: type) -> Callable[..., Any] | None:
+    """The optimizer class's step under torch's wrappers (None: another torch, no wrapper)."""
+    step = inspect.unwrap(cls.step)
+    return None if step is cls.step or step.__name__ != "step" else step
+
+
+def _eager_step(opt: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
+    hooks = (opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
+             or torch_optim._global_optimizer_pre_hooks
+             or torch_optim._global_optimizer_post_hooks)
+    if _dynamo_loaded() or hooks:
+        return type(opt).step(opt, closure)
+    with torch.set_grad_enabled(opt.defaults.get("differentiable", False)):
+        return _update(type(opt))(opt, closure)
 
 
 # Multipliers of the peak LR at optimizer step `t` of `total` (after warmup), per schedule.

@@ -1,5 +1,6 @@
-"""TRAIN: the Ray Train driver: check the config against the cache, build the RunSpec once, run
-the loop in-process (local mode) or on DDP workers, resume, and record the run."""
+"""TRAIN: the driver: check the config against the cache, build the RunSpec once, run the loop
+in this process (no Ray Train: nothing of it is needed there) or on Ray Train's DDP workers,
+resume, and record the run."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from raycache._errors import (
 from raycache._heads.specs import HEAD_CONFIG
 from raycache._train import checkpoint as ckpt
 from raycache._train.config import TrainConfig
+from raycache._train.console import quiet_ray_train
 from raycache._train.metrics_log import read_sweep
 from raycache._train.plan import check, cluster, prepare
 from raycache._train.plan import load_config as load_train
@@ -47,15 +49,13 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
 
     from raycache._train.failures import Trainer
 
-    if spec.num_workers:
-        resources = {"CPU": cpus_per_worker, **({"GPU": 1} if spec.use_gpu else {})}
-        scaling = ScalingConfig(num_workers=spec.num_workers, use_gpu=spec.use_gpu,
-                                resources_per_worker=resources)
-    else:
-        scaling = ScalingConfig(num_workers=0)
+    quiet_ray_train()  # the driver's Ray Train logs
+    resources = {"CPU": cpus_per_worker, **({"GPU": 1} if spec.use_gpu else {})}
+    scaling = ScalingConfig(num_workers=spec.num_workers, use_gpu=spec.use_gpu,
+                            resources_per_worker=resources)
     # Ray records the loop config and run config (its train state API, export events, the
     # controller's arguments): DDP workers get the credentials through Ray's object store.
-    store = spec.store.for_workers() if spec.num_workers else spec.store
+    store = spec.store.for_workers()
     # Ray Train's preemption watcher serves ray.train.get_preemption_info, which the loop never
     # calls; its actor would print Ray Core's constructor-arguments line in every run
     # (ray-project/ray#53727). The driver's setting travels to the controller.
@@ -80,7 +80,8 @@ def _train_loop(config: dict[str, Any]) -> dict[str, Any]:
 
     from raycache._train.loop import train_loop
 
-    _quiet_reports()
+    if config["spec"].num_workers:  # on a Ray Train worker
+        _quiet_reports()
     threads = torch.get_num_threads()  # a streamed share lowers them; in-process, restore them
     try:
         return train_loop(config)
@@ -135,10 +136,6 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     else:
         checked = check(cfg, store, landing.cache(), landing.column)
 
-    from raycache._train.console import quiet_ray_train
-
-    quiet_ray_train()
-    _quiet_reports()  # local mode reports in this process
     cache, spec = prepare(cfg, checked, None if landing is None else
                           len(landing.column(checked[0].manifest.key_column)),
                           first_pass=landing is not None)
@@ -162,10 +159,14 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     base = {k: v for k, v in base.items() if v is not None}
     write_record(store, spec.run_dir, base, "running")
     try:
-        result = trainer(cache, spec, cfg.checkpoints.max_failures,
-                         cfg.resources.cpus_per_worker).fit()
-        if result.error is not None:
-            raise result.error
+        if not spec.num_workers:  # as Ray Train's local mode did, without importing it (~1 s)
+            value = _train_loop({"spec": spec}) or {}
+        else:
+            result = trainer(cache, spec, cfg.checkpoints.max_failures,
+                             cfg.resources.cpus_per_worker).fit()
+            if result.error is not None:
+                raise result.error
+            value = result.return_value or {}
     except Exception as exc:
         error = _failed(exc, spec, base)
         if error is exc:
@@ -173,7 +174,7 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         raise error from exc
     if landing is not None:
         cache = landing.result().cache  # committed: the first epoch's validation waited for it
-    out = _result(cache, spec, start, result.return_value or {}, first_epoch=first_epoch)
+    out = _result(cache, spec, start, value, first_epoch=first_epoch)
     best = dict(out.monitored)
     if out.sweep:
         best = {spec.select: out.best[spec.select], "member": out.best["member"],

@@ -6,7 +6,6 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-import ray.train
 import torch
 
 from raycache._train import checkpoint as ckpt
@@ -43,8 +42,12 @@ def load_member(parts: Parts, state: dict[str, Any]) -> Progress:
 
 def restore(team: WorkerHeads) -> None:
     """Load the latest checkpoint of this run: Ray Train's (after a worker restart, or a driver
-    restart under DDP), else the newest complete one in the run folder (local mode)."""
-    given = ray.train.get_checkpoint()
+    restart under DDP), else the newest complete one in the run folder (in-process)."""
+    given = None
+    if team.spec.num_workers:
+        import ray.train
+
+        given = ray.train.get_checkpoint()
     state = None
     if given is not None:
         with given.as_directory() as d, open(f"{d}/{ckpt.STATE}", "rb") as f:
@@ -68,13 +71,14 @@ def restore(team: WorkerHeads) -> None:
 
 
 def save(team: WorkerHeads, rank: int) -> None:
-    """Report to Ray Train with the whole state attached by rank 0 (local mode: write it to
-    the run folder here, since local mode keeps checkpoints in memory only). The head saved
-    is the one head's, or a sweep's leader's."""
+    """Report to Ray Train with the whole state attached by rank 0 (in-process: write it to
+    the run folder here). The head saved is the one head's, or a sweep's leader's."""
     spec, progress = team.spec, team.run
     metrics = progress.history[-1]
     name = ckpt.checkpoint_name(progress.epoch)
     if rank != 0:
+        import ray.train
+
         ray.train.report(metrics, checkpoint_dir_name=name)
         return
     states = [member_state(p, g) for p, g in zip(team.members, team.progress, strict=True)]
@@ -100,8 +104,9 @@ def save(team: WorkerHeads, rank: int) -> None:
         if spec.num_workers == 0:
             ckpt.upload(spec.store, tmp, f"{spec.run_dir}/{name}")
             ckpt.prune(spec.store, spec.run_dir, KEEP_CHECKPOINTS)
-            ray.train.report(metrics)
         else:
+            import ray.train
+
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
                              checkpoint_dir_name=name)
     write_metrics(spec.store, spec.run_dir, progress.history)
