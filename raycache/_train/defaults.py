@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,7 +19,6 @@ from raycache._train.config import ScheduleConfig, TrainConfig
 if TYPE_CHECKING:
     from raycache._cache.committed import Cache
     from raycache._heads.specs import HeadSpec
-    from raycache._train.runspec import Recipe
 
 __all__ = ["BATCH_RANGE", "BATCH_STEPS", "DEFAULT_LR", "GRADIENT_SETTINGS", "LINEAR_STEP",
            "LINEAR_LR", "LR", "SAMPLE_ROWS", "SOLVE_BYTES", "feature_l1", "gradient_settings",
@@ -147,8 +146,8 @@ def blockers(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int, placemen
     return out
 
 
-def resolve_solver(cfg: TrainConfig, recipe: Recipe, head: HeadSpec, rows: int, workers: int,
-                   placement: str, views: int, first_pass: bool = False) -> Recipe:
+def resolve_solver(cfg: TrainConfig, recipe: Any, head: HeadSpec, rows: int, workers: int,
+                   placement: str, views: int, first_pass: bool = False) -> Any:
     """`recipe` with optim.solver decided: lbfgs (one epoch: the solve) or gradient. auto
     takes lbfgs where nothing blocks it and no gradient setting is given; lbfgs where it
     cannot be is a ConfigError that says why."""
