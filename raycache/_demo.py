@@ -45,7 +45,7 @@ def run(store: str = ".raycache/store", data: str = ".raycache/data/stdlib-docs.
     print(trained.summary())
     encode_s = filled.cache.manifest.fill_seconds
     n = trained.spec.num_workers
-    where = f"{n} DDP workers" if n else "in-process (Ray Train local mode)"
+    where = f"{n} DDP workers" if n else "in-process (in this process, no Ray)"
     live_s = epochs * encode_s + trained.seconds
     figures = {
         "val_acc": trained.metrics["val_acc"],

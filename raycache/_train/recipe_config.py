@@ -266,7 +266,7 @@ class ResourcesConfig:
     """
 
     num_workers: int | str = "auto"
-    """DDP workers; 0 trains in the driver process (Ray Train local mode); auto: 0 on one node,
+    """DDP workers; 0 trains in the driver process (no Ray); auto: 0 on one node,
     else one per node, or one per GPU (use_gpu, a cache over 512 MiB): see resolve_workers."""
     cpus_per_worker: float = 0.5
     """Fractional CPUs leave room for Ray Data's read tasks on small machines."""

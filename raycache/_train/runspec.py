@@ -118,7 +118,7 @@ class RunSpec:
     placement: str
     """stream, cpu or gpu (auto resolved on the driver)."""
     num_workers: int
-    """0: Ray Train local mode (in the driver process); else DDP workers."""
+    """0: in the driver process, without Ray Train; else DDP workers."""
     use_gpu: bool
     """One GPU per worker."""
     class_weights: tuple[float, ...] | None
