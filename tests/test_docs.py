@@ -55,6 +55,11 @@ def test_block_parser_reads_code_and_reasons(tmp_path):
     assert blocks(page) == [(2, "x = 1\n", None), (6, "y = 2\n", "needs S3")]
 
 
+@pytest.fixture(scope="module")
+def docs_folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("docs")
+
+
 def test_every_block_not_run_says_why():
     for page in PAGES:
         for line, _, reason in blocks(page):
@@ -64,17 +69,17 @@ def test_every_block_not_run_says_why():
 @pytest.mark.parametrize("page", [p for p in PAGES if any(r is None for *_, r in blocks(p))],
                          ids=lambda p: str(p.relative_to(ROOT)))
 @pytest.mark.timeout(900)
-def test_python_blocks_run(page, tmp_path):
-    """A page's blocks run in order in one fresh interpreter, in an empty folder (the local
-    store there)."""
+def test_python_blocks_run(page, docs_folder):
+    """A page's blocks run in order in one fresh interpreter, in a folder the pages share (as
+    a reader's would be: the demo cache one page fills is a hit for the next)."""
     runnable = [(line, code) for line, code, reason in blocks(page) if reason is None]
-    spec = tmp_path / "blocks.json"
+    spec = docs_folder / f"blocks-{page.stem}.json"
     spec.write_text(json.dumps(runnable))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAYCACHE_STORE": str(tmp_path / "store"),
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAYCACHE_STORE": str(docs_folder / "store"),
            "RAY_ADDRESS": ""}
     done = subprocess.run([sys.executable, "-c", RUNNER, str(spec),
                            str(page.relative_to(ROOT))],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=850)
+                          cwd=docs_folder, env=env, capture_output=True, text=True, timeout=850)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 
