@@ -140,6 +140,7 @@ def main() -> None:
     parser.add_argument("--uneven-rows", type=int, default=2000)
     parser.add_argument("--gpu-rows", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=32, help="raw loop rows per batch (CPU)")
+    parser.add_argument("--gpu-only", action="store_true", help="skip the CPU sets")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import ray
@@ -156,6 +157,8 @@ def main() -> None:
             "uneven": uneven_texts(args.uneven_rows)}
     with tempfile.TemporaryDirectory() as tmp:
         for name, texts in sets.items():
+            if args.gpu_only:
+                break
             raw_s = raw_loop(texts, "cpu", threads, args.batch)
             report(name, len(texts), raw_s, fill_once(texts, Path(tmp), name))
         if torch.cuda.is_available():

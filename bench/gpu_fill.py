@@ -71,7 +71,8 @@ def main() -> None:
         for placement in ("gpu", "stream"):
             run = raycache.train({"cache": "b", "store": {"uri": store}, "epochs": args.epochs,
                                   "batch_size": 1024, "num_workers": 1, "use_gpu": True,
-                                  "cpus_per_worker": 2, "placement": placement}, progress=False)
+                                  "cpus_per_worker": 2, "placement": placement,
+                                  "resume": False}, progress=False)
             times[placement] = sum(m["epoch_seconds"] for m in run.history)
     print(f"\nrows={args.rows} device={torch.cuda.get_device_name()}")
     print(f"fill, 1 GPU actor (Ray Data, incl. actor start)  {fill_s:7.2f} s "

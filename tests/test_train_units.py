@@ -185,6 +185,21 @@ def one_epoch(tmp_path, model=None, **over):
     return parts, sums
 
 
+def test_heads_step_fused_on_a_gpu_and_in_a_sweep_per_tensor_alone_on_a_cpu(tmp_path):
+    import dataclasses
+
+    from raycache._train.assemble import build_parts, fused_for
+    from raycache._train.runspec import Member
+
+    lone = spec(tmp_path)
+    swept = dataclasses.replace(lone, sweep=tuple(
+        Member((("lr", lr),), lone.head, lone.recipe) for lr in (0.1, 0.01)))
+    assert fused_for(lone, torch.device("cuda")) and fused_for(swept, torch.device("cpu"))
+    assert not fused_for(lone, torch.device("cpu"))
+    opt = build_parts(lone, torch.device("cpu"), 64, fused=True).opt
+    assert opt.param_groups[0]["fused"]
+
+
 def test_gradient_accumulation_equals_the_larger_batch(tmp_path):
     big, _ = one_epoch(tmp_path, batch_size=32)
     accum, sums = one_epoch(tmp_path, batch_size=16, grad_accum=2)

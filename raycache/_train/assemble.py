@@ -19,8 +19,8 @@ from raycache._train.sweep.members import Members
 from raycache._train.sweep.stack import Stack, stackable
 from raycache._train.worker_heads import Parts, Progress, Trained, WorkerHeads
 
-__all__ = ["build_parts", "build_team", "compile_or_eager", "data_sources", "steps_per_epoch",
-           "wrap"]
+__all__ = ["build_parts", "build_team", "compile_or_eager", "data_sources", "fused_for",
+           "steps_per_epoch", "wrap"]
 
 
 def data_sources(spec: RunSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
@@ -49,7 +49,8 @@ def steps_per_epoch(spec: RunSpec, train_rows: int | None) -> int:
 
 def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None,
                 fused: bool = False) -> Parts:
-    """One head's parts (`fused`: its optimizer's fused implementation, for a sweep)."""
+    """One head's parts (`fused`: its optimizer's fused implementation, for a sweep's many
+    small heads and on a GPU, where the per-tensor one costs a kernel launch per tensor op)."""
     r = spec.recipe
     base = build_model(spec.head).to(device)
     objective = OBJECTIVES[r.objective].build(spec, device)
@@ -64,13 +65,20 @@ def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None,
                  objective, device)
 
 
+def fused_for(spec: RunSpec, device: torch.device) -> bool:
+    """Whether the heads step with their optimizer's fused implementation: a sweep's many small
+    heads, and any head on a GPU, where each kernel launch of the per-tensor implementation
+    costs more than a small head's arithmetic."""
+    return bool(spec.sweep) or device.type == "cuda"
+
+
 def build_team(spec: RunSpec, device: torch.device, train_rows: int | None) -> WorkerHeads:
     """Each head's parts, seeded alike: a sweep's member starts from the weights a lone run of
     its settings would start from."""
     members = []
     for member in spec.members():
         torch.manual_seed(spec.recipe.loop.seed)
-        members.append(build_parts(member, device, train_rows, fused=bool(spec.sweep)))
+        members.append(build_parts(member, device, train_rows, fused=fused_for(spec, device)))
     progress = [Progress() for _ in members]
     run = progress[0] if not spec.sweep else Progress()
     team = WorkerHeads(spec, members, progress, run)
