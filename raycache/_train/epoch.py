@@ -63,8 +63,8 @@ def train_epoch(team: WorkerHeads, data: Any, seed: int, sums: torch.Tensor,
                 with autocast(lead):
                     outs = team.forward(x, training=True)
                 total, values, hits = losses(team, outs, y)
-                lead.scaler.scale(total / accum).backward()
-            loss_sum += values.double() * len(y)
+                lead.scaler.scale(total / accum if accum > 1 else total).backward()
+            loss_sum.add_(values, alpha=len(y))  # one kernel: on a GPU each launch counts
             sums[:, TRAIN_HIT] += hits
             finite += loss_sum.isfinite()  # no sync: read once, after the epoch
             rows += len(y)
@@ -80,6 +80,10 @@ def losses(team: WorkerHeads, outs: Any, y: torch.Tensor
     """(what to back-propagate, each head's loss [M], each head's hits [M]) of a batch."""
     if team.stack is not None:
         return team.stack.losses(outs.float(), y)
+    if len(team.members) == 1:  # views, where stacking would copy
+        p = team.members[0]
+        loss, value = p.objective.loss(outs[0].float(), y)
+        return loss, value.reshape(1), p.objective.hits(outs[0].detach().float(), y).reshape(1)
     total, values, hits = None, [], []
     for p, out in zip(team.members, outs, strict=True):
         loss, value = p.objective.loss(out.float(), y)
