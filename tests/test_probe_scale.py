@@ -177,9 +177,11 @@ def test_on_ray_the_table_equals_the_one_in_this_process(ray_session, store, cap
         drop = {"iterations"}  # float rounding of the summed gradient may stop a step apart
         assert [{k: v for k, v in g.items() if k not in drop} for g in a.grid] == \
             [{k: v for k, v in g.items() if k not in drop} for g in b.grid]
-        if a.method == "logreg":
+        if a.method == "logreg":  # float32 L-BFGS stops where rounding stops its steps: the
+            # two sums (one product, or three shares' added) agree to ~0.1% of the weights
             for name, w in a.candidate.weights.items():
-                assert torch.allclose(w, b.candidate.weights[name], rtol=1e-3, atol=1e-4)
+                gap = (w - b.candidate.weights[name]).abs().max()
+                assert gap <= 5e-3 * w.abs().max(), (a.encoder, name, float(gap))
     plain = ["seconds", "setting"]
     assert here.table.drop(columns=plain).equals(there.table.drop(columns=plain))
     assert [{k: v for k, v in s.items() if k != "iterations"} for s in here.table.setting] == \
@@ -217,3 +219,18 @@ def test_the_workers_predictions_are_the_ones_made_in_this_process(ray_session, 
                     assert np.array_equal(g, w), (shared.encoder, method, int((g != w).sum()))
     finally:
         group.close()
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(120)
+def test_a_damaged_shard_a_worker_reads_is_named_as_itself(ray_session, tmp_path):
+    (tmp_path / "source").mkdir()
+    pq.write_table(separable(n=400, seed=7), tmp_path / "source" / "a.parquet")
+    uri = str(tmp_path / "store")
+    raycache.fill(toy_fill(str(tmp_path / "source"), uri, in_process=True, name="hurt"))
+    shard = sorted((tmp_path / "store").rglob("*.parquet"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # the same size, another sha256
+    shard.write_bytes(bytes(data))
+    with pytest.raises(raycache.CorruptShard, match=shard.name):
+        raycache.probe(config(uri, caches=["hurt"], methods=["knn"], num_workers=2))

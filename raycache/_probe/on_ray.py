@@ -57,15 +57,22 @@ class Workers:
 
         parts = ray.get([getattr(a, method).remote(*args) for a in self.actors])
         if isinstance(parts[0], tuple):  # several results: each summed
-            return tuple(sum(p[i] for p in parts[1:]) + parts[0][i]
-                         for i in range(len(parts[0])))
-        return sum(parts[1:], parts[0])
+            return tuple(total([p[i] for p in parts]) for i in range(len(parts[0])))
+        return total(parts)
 
     def close(self) -> None:
         import ray
 
         for a in self.actors:
             ray.kill(a)
+
+
+def total(parts: list[Any]) -> Any:
+    """parts[0] + parts[1] + ..., in that order (the same sum every run)."""
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + p
+    return out
 
 
 def check(count: int, cpus: float, nodes: list[dict[str, float]], training: bool) -> None:
@@ -144,9 +151,9 @@ def knn(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
     confs = ray.get([a.knn_confusion.remote(data.column, [tops[w][r] for w in range(world)],
                                             list(s.k), data.spec.num_classes, s.temperature)
                      for r, a in enumerate(actors)])
-    total = sum(confs[1:], confs[0])
+    summed = total(confs)
     return [Candidate({"k": k, "metric": s.metric, "T": s.temperature}, None,
-                      confusion=total[i]) for i, k in enumerate(s.k)]
+                      confusion=summed[i]) for i, k in enumerate(s.k)]
 
 
 def heads(data: Shared, cfg: ProbeConfig, method: str) -> list[Candidate]:
@@ -171,21 +178,35 @@ ON_RAY = {
 """Each METHODS entry's Ray form: (Shared, ProbeConfig) -> Candidates."""
 
 
+def own_errors(fn: Any, *args: Any) -> Any:
+    """fn(*args), a worker's raycache error (a CorruptShard, say) raised as its own type rather
+    than Ray's wrapper of it."""
+    from raycache._compute.cluster import unwrap
+
+    try:
+        return fn(*args)
+    except Exception as exc:
+        error = unwrap(exc)
+        if error is exc:
+            raise
+        raise error from exc
+
+
 def run(cfg: ProbeConfig, found: list[Target], workers: int
         ) -> Iterator[tuple[Shared, str, list[Candidate], float]]:
     """(encoder's shares, method, candidates, seconds) for every method on every target, one
     cache's shares held by the workers at a time."""
     group = Workers(workers, cfg.cpus_per_worker, cfg.progress,
                     training=any(m in HEAD_METHODS for m in cfg.methods))
+    by_cache: dict[str, list[Target]] = {}
+    for t in found:
+        by_cache.setdefault(t.cache.name, []).append(t)
     try:
-        by_cache: dict[str, list[Target]] = {}
-        for t in found:
-            by_cache.setdefault(t.cache.name, []).append(t)
         for targets in by_cache.values():
-            for data in group.load(cfg, targets):
+            for data in own_errors(group.load, cfg, targets):
                 for method in cfg.methods:
                     start = time.perf_counter()
-                    candidates = ON_RAY[method](data, cfg)
+                    candidates = own_errors(ON_RAY[method], data, cfg)
                     yield data, method, candidates, time.perf_counter() - start
     finally:
         group.close()
