@@ -320,7 +320,7 @@ def on_ray(folder: str, rows: int, workers: int, methods: list[str], val_fractio
     cfg = {"caches": ["bench-ray"], "store": {"uri": store}, "methods": methods,
            "progress": False, "report": False, "val_fraction": val_fraction,
            "logreg": {"C": GRID, "max_iter": int(max_iter), "tol": tol}, "knn": {"k": [10, 20]},
-           "linear": {"train": {"loop": {"epochs": 2}}}}
+           "linear": {"train": {"loop": {"epochs": 2}, "resume": False}}}  # each trains
     start = time.perf_counter()
     connect(progress=False)
     up = time.perf_counter() - start
