@@ -99,6 +99,27 @@ def test_per_class_metrics_come_from_summed_confusion_counts():
     assert np.array_equal(a.confusion, b.confusion)
 
 
+def test_the_shares_data_terms_and_one_penalty_are_the_whole_objective():
+    """What logreg on Ray minimises: each worker's data term over its rows (divided by every
+    share's rows together), summed, and one L2 penalty; and with class weights, the gradient
+    of the objective is still its autograd gradient."""
+    from raycache._train.logreg import data_term, objective, penalty
+
+    gen = torch.Generator().manual_seed(3)
+    x, y = torch.randn(90, 5, generator=gen, dtype=torch.float64), torch.arange(90) % 3
+    cs = [0.1, 10.0]
+    p = torch.randn(2, 5 * 3 + 3, generator=gen, dtype=torch.float64)
+    whole = objective(x, y, 3, cs)(p)
+    parts = [data_term(x[lo:hi], y[lo:hi], 3, 2, 90)(p) for lo, hi in ((0, 20), (20, 90))]
+    more = penalty(p, 5, 3, cs, 90)
+    assert torch.allclose(parts[0][0] + parts[1][0] + more[0], whole[0], atol=1e-12)
+    assert torch.allclose(parts[0][1] + parts[1][1] + more[1], whole[1], atol=1e-12)
+    weighted = objective(x, y, 3, cs, weights=[1.0, 2.0, 0.5])
+    q = p.clone().requires_grad_(True)
+    weighted(q)[0].sum().backward()
+    assert torch.allclose(weighted(p)[1], q.grad, atol=1e-10)
+
+
 def test_merged_top_k_of_shares_is_the_global_top_k():
     gen = torch.Generator().manual_seed(0)
     bank = torch.nn.functional.normalize(torch.randn(500, 12, generator=gen), dim=1)
