@@ -65,7 +65,7 @@ class Shared:
     val_rows: int
     """Validation rows of every share together."""
     workers: Any = field(default=None, repr=False)
-    """The raycache._probe.workers.Workers that hold the shares."""
+    """The raycache._probe.on_ray.Workers that hold the shares."""
 
     @property
     def classes(self) -> list[str]:

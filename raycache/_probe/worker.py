@@ -20,7 +20,7 @@ __all__ = ["ShareWorker"]
 
 class ShareWorker:
     """One share of the rows, every encoder of the cache held as (x_train, y_train, x_val,
-    y_val); run as a Ray actor (raycache._probe.workers starts them)."""
+    y_val); run as a Ray actor (raycache._probe.on_ray.Workers starts them)."""
 
     def __init__(self) -> None:
         self.rows: dict[str, tuple[np.ndarray, ...]] = {}
