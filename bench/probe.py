@@ -7,6 +7,10 @@
 - knn: raycache's exact search (k 10 and 20, cosine, T 0.07) against one blocked matrix
   product pass of the same shapes and blocks (the floor: the products alone), and its
   predictions against a brute-force float64 search (every similarity, sorted).
+- ray (`--ray N`): raycache.probe on a cache of `--ray-rows` rows (384-d, filled from
+  class-clustered rows), in this process (num_workers: 0) and on N Ray workers that each hold
+  a share (num_workers: N), the same methods (`--ray-methods`), wall of each and their ratio,
+  Ray's start-up apart; and whether the two tables are equal.
 - sweep: a 64-member linear+MLP sweep (train/sweep/stack.py: a block per shape, one step per
   block) against one linear head and one MLP head, same epochs and batches, in-process
   (`--sweep-rows`, `--sweep-epochs`; `--sweep-bf16`, `--sweep-before` add variants).
@@ -146,7 +150,7 @@ def knn(name: str, d: dict[str, np.ndarray], brute_queries: int) -> None:
 
     from raycache._core.threads import sized
     from raycache._probe.config import KnnConfig
-    from raycache._probe.knn import QUERY_ROWS, _prepared, fit
+    from raycache._probe.knn import QUERY_ROWS, fit, prepared
 
     class Spec:
         num_classes = int(max(d["y"].max(), d["yv"].max()) + 1)
@@ -159,9 +163,9 @@ def knn(name: str, d: dict[str, np.ndarray], brute_queries: int) -> None:
     def floor() -> None:  # the same products, on the threads the search would use
         flops = 2 * min(len(d["xv"]), QUERY_ROWS) * min(len(d["x"]), block) * d["x"].shape[1]
         with sized(flops):
-            bank = _prepared(d["x"], "cosine", "cpu")
+            bank = prepared(d["x"], "cosine", "cpu")
             for s in range(0, len(d["xv"]), QUERY_ROWS):
-                q = _prepared(d["xv"][s: s + QUERY_ROWS], "cosine", "cpu")
+                q = prepared(d["xv"][s: s + QUERY_ROWS], "cosine", "cpu")
                 for b in range(0, len(bank), block):
                     torch.mm(q, bank[b: b + block].T)
 
@@ -295,6 +299,52 @@ def sweep(folder: str, rows: int, epochs: int, before: bool, bf16: bool) -> None
               f"{old / one:.1f}x; stacking {old / many:.2f}x faster")
 
 
+def on_ray(folder: str, rows: int, workers: int, methods: list[str], val_fraction: float,
+           max_iter: int = 500, tol: float = 1e-6) -> None:
+    """raycache.probe of one cache in this process and on `workers` Ray workers: walls, ratio,
+    and the tables compared (knn's confusion counts equal, logreg's scores equal)."""
+    from sweep_speed import source
+
+    import raycache
+    from raycache._compute.cluster import connect
+
+    root = Path(folder)
+    (root / "src").mkdir()
+    source(root / "src", rows)
+    store = str(root / "store")
+    raycache.fill({"name": "bench-ray", "store": {"uri": store}, "progress": False,
+                   "source": {"path": str(root / "src"), "key": "id", "labels": ["label"]},
+                   "encoders": [{"name": "emb", "kind": "torch", "input": "features",
+                                 "factory": "torch.nn:Identity"}],
+                   "rows_per_shard": max(1000, rows // 16), "in_process": True})
+    cfg = {"caches": ["bench-ray"], "store": {"uri": store}, "methods": methods,
+           "progress": False, "report": False, "val_fraction": val_fraction,
+           "logreg": {"C": GRID, "max_iter": int(max_iter), "tol": tol}, "knn": {"k": [10, 20]},
+           "linear": {"train": {"loop": {"epochs": 2}, "resume": False}}}  # each trains
+    start = time.perf_counter()
+    connect(progress=False)
+    up = time.perf_counter() - start
+    print(f"[ray] {rows:,} rows x 384, val_fraction {val_fraction}, methods {methods} (logreg "
+          f"max_iter {int(max_iter)}, tol {tol:g}); Ray "
+          f"started in {up:.1f} s (not counted)", flush=True)
+    walls, results = {}, {}
+    for label, n in (("here", 0), ("ray", workers)):
+        start = time.perf_counter()
+        results[label] = raycache.probe({**cfg, "num_workers": n})
+        walls[label] = time.perf_counter() - start
+        per = ", ".join(f"{o.method} {o.seconds:.1f} s" for o in results[label].outcomes)
+        print(f"  {results[label].where}: {walls[label]:.1f} s ({per})", flush=True)
+    here, ray_ = results["here"], results["ray"]
+    print(f"  Ray path / in-process wall: **{walls['ray'] / walls['here']:.2f}x** with "
+          f"{workers} workers")
+    for a, b in zip(here.outcomes, ray_.outcomes, strict=True):
+        moved = int(np.abs(a.confusion - b.confusion).sum()) // 2
+        print(f"  {a.method}: val_acc {a.scores['val_acc']:.4f} here, {b.scores['val_acc']:.4f} "
+              f"on Ray ({a.setting} / {b.setting}); confusion counts equal: "
+              f"{bool((a.confusion == b.confusion).all())} (at most {moved} of "
+              f"{a.val_rows:,} rows predicted otherwise)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, default=20_000,
@@ -311,6 +361,15 @@ def main() -> None:
                    help="also time the sweep unstacked, as before MLP members stacked")
     p.add_argument("--sweep-bf16", action="store_true",
                    help="also time the sweep under bfloat16 autocast (optim.precision)")
+    p.add_argument("--ray", type=int, default=0, metavar="N",
+                   help="also probe a cache in this process and on N Ray workers")
+    p.add_argument("--ray-rows", type=int, default=200_000)
+    p.add_argument("--ray-methods", nargs="*", default=["logreg", "knn"])
+    p.add_argument("--ray-val-fraction", type=float, default=0.05,
+                   help="the Ray measure's validation share (knn's queries: its cost)")
+    p.add_argument("--ray-logreg", nargs=2, type=float, default=[500, 1e-6],
+                   metavar=("MAX_ITER", "TOL"), help="the Ray measure's logreg (the probe's "
+                   "defaults: 500 1e-6)")
     p.add_argument("--store", default=None, help="store for the MiniLM fill (default: a temp)")
     p.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
@@ -329,6 +388,10 @@ def main() -> None:
                 logreg("cheap", cheap_rows(args.rows, args.classes), tmp)
             if "knn" not in args.skip:
                 knn("cheap", cheap_rows(args.knn_rows, args.classes), args.brute_queries)
+        if args.ray:
+            os.mkdir(f"{tmp}/ray")
+            on_ray(f"{tmp}/ray", args.ray_rows, args.ray, args.ray_methods,
+                   args.ray_val_fraction, *args.ray_logreg)
         if "sweep" not in args.skip:
             os.mkdir(f"{tmp}/sweep")
             sweep(f"{tmp}/sweep", args.sweep_rows, args.sweep_epochs, args.sweep_before,

@@ -162,7 +162,15 @@ class ProbeConfig:
     select: str = "val_acc"
     """What picks each method's setting and the best row: val_acc, macro_f1, balanced_acc."""
     device: str = "auto"
-    """Where logreg and knn compute: cpu, cuda, or auto (cuda where there is one)."""
+    """Where logreg and knn compute in this process: cpu, cuda, or auto (cuda where there is
+    one); Ray workers compute on their CPUs."""
+    num_workers: int | str = "auto"
+    """Ray workers that each hold a share of the rows (logreg summed over them, knn searched
+    per share and merged, linear and mlp as DDP workers); 0 runs in this process; auto: 0 where
+    the features take under a quarter of this machine's available memory, else enough workers
+    for them (raycache._probe.placement)."""
+    cpus_per_worker: float = 0.5
+    """CPUs Ray reserves per worker: fractional ones leave room for Ray's own tasks."""
     name: str | None = None
     """Report folder under the first cache's probes/; derived from the config when left out."""
     report: bool = True
@@ -192,6 +200,13 @@ class ProbeConfig:
             out.append(f"select={self.select!r}: expected one of {SELECT}")
         if self.device not in ("auto", "cpu", "cuda"):
             out.append(f"device={self.device!r}: expected 'auto', 'cpu' or 'cuda'")
+        if not (self.num_workers == "auto" or (isinstance(self.num_workers, int)
+                                               and not isinstance(self.num_workers, bool)
+                                               and self.num_workers >= 0)):
+            out.append(f"num_workers={self.num_workers!r}: expected 'auto', 0 (in this "
+                       "process) or a number of Ray workers, e.g. 4")
+        if self.cpus_per_worker <= 0:
+            out.append(f"cpus_per_worker={self.cpus_per_worker}: must be > 0, e.g. 0.5")
         if self.name is not None and not is_name(self.name):
             out.append(f"name={self.name!r}: use letters, digits, '-', '_' or '.'")
         if not self.methods:

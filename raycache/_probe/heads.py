@@ -1,5 +1,6 @@
 """linear, mlp: heads trained by raycache's own sweep (every member on the same batches, one
-run in this process), its selected member scored on the probe's validation rows."""
+run in this process or on DDP workers), its selected member scored on the probe's validation
+rows."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 from raycache._probe.data import Candidate, Features
 
 if TYPE_CHECKING:
+    from raycache._cache.committed import Cache
+    from raycache._heads.loaded import Head
     from raycache._probe.config import ProbeConfig
 
-__all__ = ["SWEEPS", "fit_linear", "fit_mlp", "fit_sweep", "train_config"]
+__all__ = ["SWEEPS", "fit_linear", "fit_mlp", "fit_sweep", "run_sweep", "train_config"]
 
 
 SWEEPS = {"linear": {"head": ["linear"], "optim.lr": [1e-3, 3e-3, 1e-2, 3e-2]},
@@ -20,13 +23,17 @@ SWEEPS = {"linear": {"head": ["linear"], "optim.lr": [1e-3, 3e-3, 1e-2, 3e-2]},
 
 
 def train_config(cfg: ProbeConfig, cache: str, fingerprint: str | None, column: str,
-                 method: str | None = None) -> dict[str, Any]:
+                 method: str | None = None, workers: int = 0) -> dict[str, Any]:
     """The TrainConfig (as a dict, without the store) that trains `method`'s heads on one
-    encoder, with the probe's label and split; no method: the one check() runs."""
+    encoder, with the probe's label and split, in this process or on `workers` DDP workers;
+    no method: the one check() runs."""
+    resources: dict[str, Any] = {"num_workers": workers}
+    if workers:
+        resources["cpus_per_worker"] = cfg.cpus_per_worker
     out: dict[str, Any] = {"cache": cache, "fingerprint": fingerprint, "encoders": [column],
                            "label": cfg.label, "progress": False,
                            "evaluation": {"val_fraction": cfg.val_fraction},
-                           "resources": {"num_workers": 0}}
+                           "resources": resources}
     if method is None:
         return out
     heads = getattr(cfg, method)
@@ -43,19 +50,27 @@ def fit_sweep(data: Features, cfg: Any, device: str, method: str) -> list[Candid
     """One candidate: the sweep's selected member (its settings, validation predictions and
     checkpoint). The run is an ordinary run of the cache (`raycache runs` lists it), so
     probing again with the same settings returns it without training."""
+    checkpoint, head, setting = run_sweep(data.cache, data.spec.encoders[0], cfg, method)
+    pred = head.predict_ids(data.x_val) if len(data.x_val) else data.y_val[:0]
+    return [Candidate(setting, pred, head.spec, checkpoint=checkpoint)]
+
+
+def run_sweep(cache: Cache, column: str, cfg: Any, method: str, workers: int = 0
+              ) -> tuple[str, Head, dict[str, Any]]:
+    """Train `method`'s sweep on one encoder (in this process, or on `workers` DDP workers):
+    (the checkpoint of its selected member, that head loaded, its settings and epochs)."""
     from raycache._heads.loaded import load_head
     from raycache._train.plan import load_config as load_train
     from raycache._train.run import train
 
-    m = data.cache.manifest
-    tc = load_train(train_config(cfg, m.name, m.fingerprint, data.spec.encoders[0], method))
+    m = cache.manifest
+    tc = load_train(train_config(cfg, m.name, m.fingerprint, column, method, workers))
     tc = dataclasses.replace(tc, store=cfg.store)
     run = train(tc, progress=False)
-    head = load_head(run.checkpoint, **data.cache.store.fsspec_options())
-    pred = head.predict_ids(data.x_val) if len(data.x_val) else data.y_val[:0]
+    head = load_head(run.checkpoint, **cache.store.fsspec_options())
     setting = dict(run.best.get("settings", {}))
     setting["epochs"] = len(run.history)
-    return [Candidate(setting, pred, head.spec, checkpoint=run.checkpoint)]
+    return run.checkpoint, head, setting
 
 
 def fit_linear(data: Features, cfg: Any, device: str) -> list[Candidate]:

@@ -3,7 +3,9 @@
 
 One pass keeps each query's best max(k) similarities so far: a block's products [q, B], their
 top max(k), merged with the running top max(k). Every k of the grid reads its first k of the
-same neighbours. Queries go in chunks too, so memory stays queries_chunk x block_rows.
+same neighbours. Queries go in chunks too, so memory stays queries_chunk x block_rows. On Ray,
+each worker searches its share of the training rows, and the shares' best max(k) are merged
+(`merge`) before the same votes (`predict`).
 """
 
 from __future__ import annotations
@@ -14,16 +16,20 @@ import numpy as np
 
 from raycache._probe.data import Candidate, Features
 
-__all__ = ["QUERY_ROWS", "fit", "neighbours", "votes"]
+__all__ = ["QUERY_ROWS", "fit", "merge", "neighbours", "predict", "prepared", "votes"]
 
 QUERY_ROWS = 8192
 """Queries per chunk of the search."""
 
 
-def _prepared(x: np.ndarray, metric: str, device: str) -> Any:
+def prepared(x: np.ndarray, metric: str, device: str) -> Any:
+    """Rows as a float32 tensor on `device`, L2-normalised for cosine."""
     import torch
 
-    t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(device)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if not x.flags.writeable:  # rows from Ray's object store: read-only, so copied
+        x = x.copy()
+    t = torch.from_numpy(x).to(device)
     return torch.nn.functional.normalize(t, dim=1) if metric == "cosine" else t
 
 
@@ -41,10 +47,30 @@ def neighbours(queries: Any, bank: Any, k: int, block_rows: int = 8192
         s, i = sims.topk(min(k, sims.shape[1]), dim=1)
         best_s = torch.cat([best_s, s], 1)
         best_i = torch.cat([best_i, i + start], 1)
-        if best_s.shape[1] > k:
-            best_s, pick = best_s.topk(k, dim=1)
+        if start:  # merged with the blocks before: best first again (all of them, where <= k)
+            best_s, pick = best_s.topk(min(k, best_s.shape[1]), dim=1)
             best_i = best_i.gather(1, pick)
     return best_s, best_i
+
+
+def merge(parts: list[tuple[Any, Any]], k: int) -> tuple[Any, Any]:
+    """(similarities [q, k], labels [q, k]), best first, of the k most similar among several
+    searches' (similarities, labels) of the same queries (each a share of the training rows,
+    best first): the top k of the shares' top k's is the top k of all."""
+    import torch
+
+    sims = torch.cat([p[0] for p in parts], 1)
+    labels = torch.cat([p[1] for p in parts], 1)
+    sims, pick = sims.topk(min(k, sims.shape[1]), dim=1)
+    return sims, labels.gather(1, pick)
+
+
+def predict(sims: Any, labels: Any, ks: list[int], classes: int, temperature: float
+            ) -> dict[int, np.ndarray]:
+    """Each k's predicted class per query, from its neighbours' (similarities, labels), best
+    first: the votes of `votes`, shifted by the best similarity (never an overflow of exp)."""
+    sims = sims - sims[:, :1]
+    return {k: votes(sims, labels, k, classes, temperature).cpu().numpy() for k in ks}
 
 
 def votes(sims: Any, labels: Any, k: int, classes: int, temperature: float) -> Any:
@@ -72,18 +98,16 @@ def _fit(data: Features, cfg: Any, device: str) -> list[Candidate]:
     import torch
 
     settings = cfg.knn
-    bank = _prepared(data.x_train, settings.metric, device)
+    bank = prepared(data.x_train, settings.metric, device)
     y = torch.from_numpy(data.y_train).to(device)
     kmax = max(settings.k)
     preds: dict[int, list[np.ndarray]] = {k: [] for k in settings.k}
     for start in range(0, len(data.x_val), QUERY_ROWS):
-        q = _prepared(data.x_val[start: start + QUERY_ROWS], settings.metric, device)
+        q = prepared(data.x_val[start: start + QUERY_ROWS], settings.metric, device)
         sims, ids = neighbours(q, bank, kmax, settings.block_rows)
-        sims = sims - sims[:, :1]  # the same votes, never an overflow of exp
-        labels = y[ids]
+        found = predict(sims, y[ids], settings.k, data.spec.num_classes, settings.temperature)
         for k in settings.k:
-            preds[k].append(votes(sims, labels, k, data.spec.num_classes,
-                                  settings.temperature).cpu().numpy())
+            preds[k].append(found[k])
     empty = np.zeros(0, np.int64)
     return [Candidate({"k": k, "metric": settings.metric, "T": settings.temperature},
                       np.concatenate(preds[k]) if preds[k] else empty)

@@ -85,6 +85,8 @@ class ProbeResult:
     checkpoint: str | None = None
     """URI of the best head's checkpoint folder (load_head opens it): the best row's, or where
     the best is no head (knn), the best head's."""
+    where: str = ""
+    """Where it ran and why: in this process, or on Ray with N workers (num_workers)."""
 
     @property
     def table(self) -> pd.DataFrame:
@@ -166,17 +168,19 @@ class ProbeResult:
                          .fsspec_options())
 
     def summary(self) -> str:
-        """The probe in one line: how many encoders and methods, the best row, the report.
+        """The probe in one line: how many encoders and methods, where it ran, the best row,
+        the report.
 
         Returns:
             The line.
         """
         b = self.best
-        where = f"; report {self.report}" if self.report else ""
+        report = f"; report {self.report}" if self.report else ""
+        ran = f" ({self.where.split(':')[0]})" if self.where else ""
         return (f"probe of {len({o.encoder for o in self.outcomes})} encoder(s) x "
-                f"{len({o.method for o in self.outcomes})} method(s): best {b['encoder']} "
+                f"{len({o.method for o in self.outcomes})} method(s){ran}: best {b['encoder']} "
                 f"{b['method']} {setting_text(b['setting'])}, {self.select} "
-                f"{b[self.select]:.4f}{where}")
+                f"{b[self.select]:.4f}{report}")
 
     def __repr__(self) -> str:
         return f"ProbeResult({self.summary()})"

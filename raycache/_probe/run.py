@@ -4,13 +4,15 @@ table, per-class metrics and the best row, and the report saved under the store.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from raycache._cache.store import Store
 from raycache._probe.config import ProbeConfig
-from raycache._probe.data import Candidate, Features
+from raycache._probe.data import Candidate, Features, Shared
 from raycache._probe.metrics import confusion, scores
-from raycache._probe.plan import load_config, targets
+from raycache._probe.placement import resolve
+from raycache._probe.plan import Target, load_config, targets
 from raycache._probe.result import Outcome, ProbeResult, setting_text
 
 __all__ = ["Outcome", "ProbeResult", "probe"]
@@ -29,28 +31,31 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def score(data: Features, method: str, candidates: list[Candidate], select: str,
+def score(data: Features | Shared, method: str, candidates: list[Candidate], select: str,
           seconds: float) -> Outcome:
-    """The candidate that `select` picks (the first of equals), with every setting's scores."""
+    """The candidate that `select` picks (the first of equals), with every setting's scores
+    (from its confusion counts: the workers' summed, or those of its predictions here)."""
     k = data.spec.num_classes
     grid, best, best_conf = [], None, None
     for c in candidates:
-        conf = confusion(data.y_val, c.pred, k)
+        conf = c.confusion if c.confusion is not None else confusion(data.y_val, c.pred, k)
         s = scores(conf)
         grid.append({**c.setting, **s})
         if best is None or s[select] > scores(best_conf)[select]:
             best, best_conf = c, conf
     assert best is not None and best_conf is not None
     return Outcome(data.encoder, method, best.setting, scores(best_conf), best_conf,
-                   data.classes, len(data.y_train), len(data.y_val), seconds, grid, best)
+                   data.classes, data.train_rows, data.val_rows, seconds, grid, best)
 
 
 def probe(config: ProbeConfig | dict | str | Path, *, progress: bool | None = None
           ) -> ProbeResult:
     """Compare encoders: run each method on each encoder of the caches, on one label.
 
-    Every encoder gets the same key split as training; logreg and knn run in this process,
-    linear and mlp train a sweep. The report and best head are saved under the first cache.
+    Every encoder gets the same key split as training; logreg and knn run in this process
+    where the features fit its memory (or num_workers: 0), else on Ray workers that each hold a
+    share of the rows, with the same results; linear and mlp train a sweep (on as many DDP
+    workers). The report and best head are saved under the first cache.
 
     Args:
         config: A ProbeConfig, a dict of its fields, or a YAML file's path.
@@ -61,7 +66,8 @@ def probe(config: ProbeConfig | dict | str | Path, *, progress: bool | None = No
 
     Raises:
         ConfigError: Every problem of the config, or of it against the caches (encoders,
-            label), in one message; device cuda on a machine without one.
+            label), in one message; device cuda on a machine without one; more workers than
+            the Ray cluster holds.
         CacheNotFound: A cache it names is not in the store.
         CorruptShard: A shard does not match its manifest.
         StoreError: The store cannot be reached (StoreUnavailable: after its retries).
@@ -73,8 +79,6 @@ def probe(config: ProbeConfig | dict | str | Path, *, progress: bool | None = No
         print(result.summary())
         ```
     """
-    from raycache._probe import METHODS
-
     cfg = load_config(config)
     if progress is not None:
         cfg.progress = progress
@@ -82,23 +86,43 @@ def probe(config: ProbeConfig | dict | str | Path, *, progress: bool | None = No
     store.check_reachable()
     found = targets(cfg, store)  # bad input fails here, before any read
     device = resolve_device(cfg.device)
-    from raycache._probe.load import read
-
+    workers, why = resolve(cfg, found)
+    where = f"on Ray, {workers} workers" if workers else "in this process"
+    if cfg.progress:
+        print(f"probe {where}: {why}", flush=True)
     outcomes = []
-    for data in read(found, cfg.val_fraction):
-        for method in cfg.methods:
-            start = time.perf_counter()
-            candidates = METHODS[method](data, cfg, device)
-            out = score(data, method, candidates, cfg.select, time.perf_counter() - start)
-            outcomes.append(out)
-            if cfg.progress:
-                print(f"probe {out.encoder} {method} {setting_text(out.setting)}: "
-                      + ", ".join(f"{k} {v:.4f}" for k, v in out.scores.items())
-                      + f" ({out.seconds:.1f} s)", flush=True)
-    result = ProbeResult(cfg, outcomes, cfg.select)
+    for data, method, candidates, seconds in (_on_ray(cfg, found, workers) if workers
+                                              else _here(cfg, found, device)):
+        out = score(data, method, candidates, cfg.select, seconds)
+        outcomes.append(out)
+        if cfg.progress:
+            print(f"probe {out.encoder} {method} {setting_text(out.setting)}: "
+                  + ", ".join(f"{k} {v:.4f}" for k, v in out.scores.items())
+                  + f" ({out.seconds:.1f} s)", flush=True)
+    result = ProbeResult(cfg, outcomes, cfg.select, where=f"{where}: {why}")
     if cfg.report:
         from raycache._probe.report import write
 
         caches = list({t.cache.name: t.cache for t in found}.values())
         result.report, result.checkpoint = write(result, caches)
     return result
+
+
+def _here(cfg: ProbeConfig, found: list[Target], device: str
+          ) -> Iterator[tuple[Features, str, list[Candidate], float]]:
+    """Every method on every target's features, read into this process."""
+    from raycache._probe import METHODS
+    from raycache._probe.load import read
+
+    for data in read(found, cfg.val_fraction):
+        for method in cfg.methods:
+            start = time.perf_counter()
+            candidates = METHODS[method](data, cfg, device)
+            yield data, method, candidates, time.perf_counter() - start
+
+
+def _on_ray(cfg: ProbeConfig, found: list[Target], workers: int
+            ) -> Iterator[tuple[Shared, str, list[Candidate], float]]:
+    from raycache._probe.on_ray import run
+
+    yield from run(cfg, found, workers)

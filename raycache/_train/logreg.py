@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GRID", "MAX_ITER", "TOL", "objective", "solve"]
+__all__ = ["GRID", "MAX_ITER", "TOL", "data_term", "objective", "penalty", "solve"]
 
 GRID = (0.1, 1.0, 10.0)
 """A linear head's inverse L2 strengths (scikit-learn's C) on its standardised features,
@@ -25,36 +25,66 @@ TOL = 1e-4
 
 def objective(x: Any, y: Any, classes: int, cs: list[float], weights: Any = None) -> Any:
     """params [G, D*K + K] -> (each C's loss [G], its gradient [G, D*K + K]), analytic;
-    `weights`: one per class (None: all 1)."""
+    `weights`: one per class (None: all 1). The data term plus the L2 penalty: a share of
+    the rows on each of several workers sums its data_term, and one penalty is added."""
     import torch
 
-    n, d = x.shape
-    g, k = len(cs), classes
-    inv = torch.tensor([1.0 / (c * n) for c in cs], dtype=x.dtype, device=x.device)
-    rows = torch.arange(n, device=x.device)
+    n = x.shape[0]
     scale = None
     if weights is not None:  # each row's weight over the rows' mean weight
         per_row = torch.as_tensor(weights, dtype=x.dtype, device=x.device)[y]
         scale = per_row / per_row.mean()
+    data = data_term(x, y, classes, len(cs), n, scale)
+
+    def f(params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loss, grad = data(params)
+        more, more_grad = penalty(params, x.shape[1], classes, cs, n)
+        return loss + more, grad + more_grad
+
+    return f
+
+
+def data_term(x: Any, y: Any, classes: int, groups: int, rows: int, scale: Any = None) -> Any:
+    """params [G, D*K + K] -> (the cross-entropy of these rows `x` [n, D] summed and divided by
+    `rows`, the rows of every share together [G]; its gradient [G, D*K + K]); `scale`: each
+    row's weight, or None."""
+    import torch
+
+    n, d = x.shape
+    g, k = groups, classes
+    at = torch.arange(n, device=x.device)
 
     def f(params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         w = params[:, : d * k].view(g, d, k)
         b = params[:, d * k:]
         logits = (x @ w.permute(1, 0, 2).reshape(d, g * k)).view(n, g, k) + b
         lse = torch.logsumexp(logits, -1)  # [n, g]
-        ce = lse - logits[rows, :, y]
+        ce = lse - logits[at, :, y]
         if scale is not None:
             ce = ce * scale[:, None]
-        loss = ce.mean(0) + 0.5 * inv * w.pow(2).sum((1, 2))
+        loss = ce.sum(0) / rows
         p = (logits - lse[..., None]).exp_()  # the softmax (torch's is slow over few classes)
-        p[rows, :, y] -= 1.0
-        p /= n
+        p[at, :, y] -= 1.0
+        p /= rows
         if scale is not None:
             p *= scale[:, None, None]
-        gw = (x.T @ p.view(n, g * k)).view(d, g, k).permute(1, 0, 2) + inv[:, None, None] * w
+        gw = (x.T @ p.view(n, g * k)).view(d, g, k).permute(1, 0, 2)
         return loss, torch.cat([gw.reshape(g, d * k), p.sum(0)], 1)
 
     return f
+
+
+def penalty(params: Any, dim: int, classes: int, cs: list[float], rows: int) -> tuple[Any, Any]:
+    """(each C's ||W||^2 / (2 C rows) [G], its gradient [G, D*K + K]): the bias not penalised."""
+    import torch
+
+    g, d, k = len(cs), dim, classes
+    inv = torch.tensor([1.0 / (c * rows) for c in cs], dtype=params.dtype,
+                       device=params.device)
+    w = params[:, : d * k].view(g, d, k)
+    grad = torch.cat([(inv[:, None, None] * w).reshape(g, d * k),
+                      torch.zeros(g, k, dtype=params.dtype, device=params.device)], 1)
+    return 0.5 * inv * w.pow(2).sum((1, 2)), grad
 
 
 def solve(x: Any, y: Any, classes: int, cs: list[float], max_iter: int = 500,
