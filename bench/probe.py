@@ -239,12 +239,14 @@ def floor(steps: int, timed_steps: int = 40) -> float:
     return (time.perf_counter() - start) / timed_steps * steps
 
 
-def sweep(folder: str, rows: int, epochs: int, before: bool, bf16: bool) -> None:
+def sweep(folder: str, rows: int, epochs: int, before: bool, bf16: bool,
+          gpu: bool = False) -> None:
     """One linear head, one MLP head ([512]) and a 64-member linear+MLP sweep (all stacked),
     same epochs and batches, in one process: wall, and the epochs' own seconds (training and
     validation, without the run's fixed costs); `bf16`: the sweep again under bfloat16
     autocast; `before`: the sweep again as before MLP members stacked (no stack: each
-    member its own optimizer step)."""
+    member its own optimizer step); `gpu`: every run in this process on the GPU, the
+    products' floor not measured."""
     from sweep_speed import source
 
     import raycache
@@ -262,6 +264,8 @@ def sweep(folder: str, rows: int, epochs: int, before: bool, bf16: bool) -> None
             "loop": {"epochs": epochs, "batch_size": 256}, "resume": False,
             "optim": {"lr": 1e-3}, "resources": {"num_workers": 0, "placement": "cpu"},
             "checkpoints": {"seconds": 0}}
+    if gpu:
+        base["resources"] = {"num_workers": 0, "placement": "gpu", "use_gpu": True}
 
     def timed(cfg: dict) -> tuple[float, float]:
         start = time.perf_counter()
@@ -269,7 +273,8 @@ def sweep(folder: str, rows: int, epochs: int, before: bool, bf16: bool) -> None
         return time.perf_counter() - start, sum(m["epoch_seconds"] for m in run.history)
 
     timed({**base, "loop": {"epochs": 1, "batch_size": 256}})  # warm-up
-    print(f"[sweep] {rows:,} rows x 384, {epochs} epochs, batch 256, in-process", flush=True)
+    print(f"[sweep] {rows:,} rows x 384, {epochs} epochs, batch 256, in-process"
+          + (" on the GPU" if gpu else ""), flush=True)
     one, one_e = timed(base)
     mlp, mlp_e = timed({**base, "head": "mlp", "hidden": [512]})
     print(f"  one linear head {one:.1f} s (epochs {one_e:.1f} s); one MLP [512] {mlp:.1f} s "
@@ -278,6 +283,8 @@ def sweep(folder: str, rows: int, epochs: int, before: bool, bf16: bool) -> None
     print(f"  64 members stacked (32 linear + 2 x 16 MLP) {many:.1f} s (epochs {many_e:.1f} s): "
           f"**{many / one:.1f}x** one linear head's wall (target <= 2x), {many / mlp:.1f}x "
           f"one MLP's; epochs {many_e / one_e:.1f}x / {many_e / mlp_e:.1f}x", flush=True)
+    if gpu:
+        return
     steps = epochs * -(-int(rows * 0.8) // 256)
     products = floor(steps)
     print(f"  the products alone ({steps} steps, forward and backward of the 64 members) "
@@ -359,6 +366,8 @@ def main() -> None:
     p.add_argument("--sweep-epochs", type=int, default=3)
     p.add_argument("--sweep-before", action="store_true",
                    help="also time the sweep unstacked, as before MLP members stacked")
+    p.add_argument("--sweep-gpu", action="store_true",
+                   help="the sweep's runs on the GPU (in this process)")
     p.add_argument("--sweep-bf16", action="store_true",
                    help="also time the sweep under bfloat16 autocast (optim.precision)")
     p.add_argument("--ray", type=int, default=0, metavar="N",
@@ -395,7 +404,7 @@ def main() -> None:
         if "sweep" not in args.skip:
             os.mkdir(f"{tmp}/sweep")
             sweep(f"{tmp}/sweep", args.sweep_rows, args.sweep_epochs, args.sweep_before,
-                  args.sweep_bf16)
+                  args.sweep_bf16, args.sweep_gpu)
         if "minilm" not in args.skip:
             d = minilm_rows(args.store or f"{tmp}/store")
             if "logreg" not in args.skip:
