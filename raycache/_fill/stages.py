@@ -3,7 +3,6 @@ stage (an actor on GPUs; on CPUs, part of the runner's ModelChain)."""
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -14,12 +13,12 @@ import pyarrow.compute as pc
 
 from raycache._cache.columns import hash_column, input_column, views_column
 from raycache._compute.actor import start_actor
-from raycache._compute.kept import kept
 from raycache._compute.prepare import Prepare, prepared
 from raycache._encoders.config import EncoderConfig
-from raycache._errors import BadInput, EncoderError
+from raycache._errors import BadInput
 from raycache._fill.config import FillConfig, ViewsConfig
 from raycache._fill.finite import BAD, SKIP, bad_rows, cause, mark, non_finite_error, stored
+from raycache._fill.loads import kept_encoder, load_encoder
 from raycache._fill.reuse import Reuse, input_hashes, need_column
 from raycache._fill.shards import STARTED
 from raycache._fill.views import make, prepared_views, view_encoders
@@ -128,30 +127,10 @@ class EncodeActor:
         `lazy` (in-process) at the first batch with rows to encode, so a fill that reuses every
         row loads none."""
         if self._encoders is None:
-            self._encoders = {e.name: self._load(e) if self.lazy else
-                              kept("encoder", self._key(e), functools.partial(self._load, e))
+            load = load_encoder if self.lazy else kept_encoder
+            self._encoders = {e.name: load(e, self.digests[e.name], self.pool)
                               for e in self.frozen}
         return self._encoders
-
-    def _key(self, e: EncoderConfig) -> tuple[str, ...]:
-        """What an encoder loaded in a Ray worker process is kept under there, for the next
-        fill's tasks: its settings, its weights' digest, where and how it runs."""
-        return (repr(e), self.digests[e.name], self.pool.device, repr(self.pool.batching))
-
-    def _load(self, e: EncoderConfig) -> Encoder:
-        """Encoder `e` loaded, its weights checked against the fingerprint's."""
-        from raycache._encoders import ENCODERS
-
-        loaded = ENCODERS[e.kind].load(e, self.pool.device, self.pool.batching)
-        digest = loaded.weights_digest()
-        if digest != self.digests[e.name]:
-            raise EncoderError(
-                f"encoder {e.name!r} loaded weights {digest[:12]} in a fill actor, but "
-                f"the fingerprint was computed from {self.digests[e.name][:12]}: its "
-                "weights differ between loads (random initialisation?). Load fixed "
-                "weights, or seed the factory, so every actor encodes with the same model"
-            )
-        return loaded
 
     def __call__(self, table: pa.Table) -> pa.Table:
         started = time.time()
