@@ -8,6 +8,10 @@ Every side runs as a fresh process, timed whole (imports included), as a user's 
               (`ray start --head`, RAY_ADDRESS set, as under `ray job submit`)
   changed     with the cluster running: the same source with 1% of its rows changed, filled as a
               new version of the N-row cache (the fill call's seconds, and its encoded rows)
+  first       with the cluster running: fresh drivers fill 100k rows of the cheap encoder, or
+              600 short texts with the shipped MiniLM, each twice (new stores), forced onto Ray
+              (in_process: false); the seconds from the end of each fill's plan to its first
+              encoder call
   warm        `raycache train` from the shell on a ~5k-row cache already filled: 10 epochs of a
               linear head, the whole process
   minilm      an in-process fill of short texts with the shipped MiniLM (rows/s after start-up)
@@ -15,23 +19,27 @@ Every side runs as a fresh process, timed whole (imports included), as a user's 
 
     python bench/journey.py                    # 1,000,000 rows
     python bench/journey.py --rows 200000 --skip cluster
+    python bench/journey.py --skip local cluster warm minilm    # the first encoder call only
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PORT = 6391  # not Ray's default: a cluster the user runs is left alone
 RAY = str(Path(sys.executable).with_name("ray"))
 
 FILL_AND_TRAIN = """
@@ -129,6 +137,36 @@ print(json.dumps({"st": st_rate, "fill": fill.encode_rows_per_second, "whole": f
                   "pool": fill.pool, "threads": threads}))
 """
 
+FIRST = """
+import json, sys, time
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+import raycache
+from raycache._fill import run
+from fill_speed import MODEL, short_texts
+from scale import fill_config
+kind, src, tmp = sys.argv[1:]
+if kind == "minilm":
+    src = tmp + "/first-texts.parquet"
+    pq.write_table(pa.table({"id": np.arange(600), "text": short_texts(600),
+                             "label": np.arange(600) % 7}), src)
+cfg = fill_config("first", src, "")
+if kind == "minilm":
+    cfg["encoders"] = [{"name": "minilm", "kind": "hf-text", "input": "text", "path": MODEL}]
+planned, plan = [], run.plan
+def timed(cfg):  # the end of the plan: encoder digests, the source listed
+    p = plan(cfg)
+    planned.append(time.time())
+    return p
+run.plan = timed
+out = []
+for i in range(2):
+    start = time.time()
+    fill = raycache.fill({**cfg, "store": {"uri": f"{tmp}/first-{kind}-{time.time()}"},
+                          "in_process": False})
+    out.append(start + fill.startup_seconds - planned[-1])
+print(json.dumps({"after_plan": out, "pool": fill.pool}))
+"""
+
 
 def python(script: str, *args: str, env: dict[str, str] | None = None) -> tuple[float, dict]:
     """A fresh process running `script`: its wall seconds and the JSON it printed last."""
@@ -169,7 +207,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--minilm-rows", type=int, default=3000)
     p.add_argument("--skip", nargs="*", default=[],
-                   choices=["local", "cluster", "warm", "minilm"])
+                   choices=["local", "cluster", "first", "warm", "minilm"])
     args = p.parse_args()
     sys.path.insert(0, str(HERE))
     from scale import make_source
@@ -181,26 +219,13 @@ def main() -> None:
         make_source(tmp / "src", args.rows)
         if "local" not in args.skip:
             journey(tmp, "no cluster", environ())
-        if "cluster" not in args.skip:
-            address = f"127.0.0.1:{PORT}"
-            subprocess.run([RAY, "start", "--head", f"--port={PORT}", "--num-cpus=2",
-                            "--node-ip-address=127.0.0.1", "--include-dashboard=false",
-                            "--disable-usage-stats", f"--temp-dir={tempfile.mkdtemp(dir='/tmp')}"],
-                           env=environ(), check=True, capture_output=True)
-            try:
-                env = environ(RAY_ADDRESS=address)
-                journey(tmp, "running cluster", env)
-                make_source(tmp / "changed", args.rows, changed=0.01)
-                for f in (tmp / "changed").iterdir():  # the user's files edited in place
-                    os.replace(f, tmp / "src" / f.name)
-                wall, out = python(CHANGED, str(tmp / "src"), str(tmp / "store-running cluster"),
-                                   env=env)
-                print(f"changed 1%, running cluster: fill call {out['fill_call_s']:.2f} s "
-                      f"(target <= 1.5 s; first encoder call at {out['startup']:.2f} s), process "
-                      f"{wall:.1f} s; encoded {out['encoded']:,}, "
-                      f"shared {out['shared']:,}; {out['pool']}")
-            finally:
-                subprocess.run([RAY, "stop", "--force"], env=environ(), capture_output=True)
+        if "cluster" not in args.skip or "first" not in args.skip:
+            with running_cluster() as env:
+                if "first" not in args.skip:
+                    first(tmp, env)
+                if "cluster" not in args.skip:
+                    journey(tmp, "running cluster", env)
+                    changed(tmp, args.rows, env)
         if "minilm" not in args.skip or "warm" not in args.skip:
             wall, out = python(MINILM, str(args.minilm_rows), str(tmp), env=environ())
             if "minilm" not in args.skip:
@@ -212,6 +237,63 @@ def main() -> None:
             warm(tmp)
             phases(tmp)
 
+
+@contextlib.contextmanager
+def running_cluster() -> Iterator[dict[str, str]]:
+    """A one-node cluster (`ray start --head`, 2 CPUs, token auth), the drivers' environment
+    naming it; stopped at the end, its own processes only (`ray stop` would stop every Ray on
+    the machine, other users' too)."""
+    temp = tempfile.mkdtemp(prefix="rcj", dir="/tmp")  # short: Ray's socket paths have a limit
+    with socket.socket() as free:  # not Ray's default port: a cluster the user runs is left alone
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    subprocess.run([RAY, "start", "--head", f"--port={port}", "--num-cpus=2",
+                    "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+                    "--disable-usage-stats", f"--temp-dir={temp}"],
+                   env=environ(), check=True, capture_output=True)
+    try:
+        yield environ(RAY_ADDRESS=f"127.0.0.1:{port}")
+    finally:
+        import psutil
+
+        ours = [p for p in psutil.process_iter(["cmdline"])
+                if temp in " ".join(p.info["cmdline"] or [])]
+        ours += [c for p in ours for c in p.children(recursive=True)]  # the raylet's workers
+        for p in ours:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(ours, timeout=30)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def changed(tmp: Path, rows: int, env: dict[str, str]) -> None:
+    """The 1%-changed source filled as a new version of the N-row cache."""
+    from scale import make_source
+
+    make_source(tmp / "changed", rows, changed=0.01)
+    for f in (tmp / "changed").iterdir():  # the user's files edited in place
+        os.replace(f, tmp / "src" / f.name)
+    wall, out = python(CHANGED, str(tmp / "src"), str(tmp / "store-running cluster"), env=env)
+    print(f"changed 1%, running cluster: fill call {out['fill_call_s']:.2f} s "
+          f"(target <= 1.5 s; first encoder call at {out['startup']:.2f} s), process "
+          f"{wall:.1f} s; encoded {out['encoded']:,}, "
+          f"shared {out['shared']:,}; {out['pool']}")
+
+
+def first(tmp: Path, env: dict[str, str]) -> None:
+    """Seconds from the end of a fill's plan to its first encoder call, on the running cluster:
+    a fresh driver's first fill and its second (a new store, the same encoder), two drivers
+    for each encoder, one after the other."""
+    from scale import make_source
+
+    make_source(tmp / "first-src", 100_000)
+    for kind in ("cheap", "minilm", "cheap", "minilm"):
+        load = os.getloadavg()[0]
+        _, out = python(FIRST, kind, str(tmp / "first-src"), str(tmp), env=env)
+        first_s, second_s = out["after_plan"]
+        print(f"first encoder call after the plan, running cluster, {kind}: first fill "
+              f"{first_s:.2f} s, second fill {second_s:.2f} s (a fresh driver; {out['pool']}; "
+              f"load {load:.1f})")
 
 PHASES = """
 import cProfile, json, pstats, sys, time

@@ -1,5 +1,5 @@
 """A real 2-node Ray cluster on 127.0.0.1 (`ray start`), jobs sent with the real `ray job submit`,
-a moto S3 store shared by every node: fill actors and train workers land on different nodes."""
+a moto S3 store shared by every node: fill tasks and train workers land on different nodes."""
 
 from __future__ import annotations
 
@@ -118,6 +118,11 @@ def submit(cluster: dict, config: Path, job: str) -> subprocess.CompletedProcess
         cwd=ROOT, env=cluster["env"], capture_output=True, text=True, timeout=900)
 
 
+def task_nodes(cluster: dict, name_part: str) -> set[str]:
+    tasks = ray_list("tasks", cluster["api"], cluster["env"], "--detail", "--limit", "10000")
+    return {t["node_id"] for t in tasks if name_part in t["name"] and t.get("node_id")}
+
+
 def actor_nodes(cluster: dict, class_part: str) -> set[str]:
     actors = ray_list("actors", cluster["api"], cluster["env"], "--detail", "--limit", "1000")
     return {a["node_id"] for a in actors if class_part in a["class_name"]}
@@ -140,7 +145,7 @@ def test_jobs_on_two_nodes_share_one_s3_store(cluster, bucket, tmp_path):
     committed = json.loads(fs.cat(manifest))
     listed = json.loads(fs.cat(manifest.rsplit("/", 1)[0] + "/" + committed["shard_list"]["path"]))
     assert sum(s["rows"] for s in listed) == committed["totals"]["rows"] == 400
-    assert len(actor_nodes(cluster, "ModelChain")) == 2  # CPU encoder actors, one a node
+    assert len(task_nodes(cluster, "chain_task")) == 2  # CPU encoder tasks, on both nodes
 
     (tmp_path / "train.yaml").write_text(yaml.safe_dump({
         "cache": "toy", "store": {"uri": store}, "epochs": 4, "lr": 0.05, "batch_size": 32,

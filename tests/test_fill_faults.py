@@ -1,5 +1,5 @@
 """Faults during a fill, with real processes killed: the driver's process group and an encoder
-actor; and the state a writer killed between its shard and its record leaves.
+task's worker; and the state a writer killed between its shard and its record leaves.
 Each ends with a re-run that commits a complete, duplicate-free cache and encodes only what
 was missing."""
 
@@ -68,17 +68,18 @@ def test_driver_killed_mid_fill_resumes_at_the_shard(ray_session, source, tmp_pa
     check_complete(result, resumed_at_least=50 * min(left, 3))
 
 
-def test_encoder_actor_killed_mid_fill(ray_session, source, tmp_path):
+def test_encoder_worker_killed_mid_fill(ray_session, source, tmp_path):
     store = str(tmp_path / "store")
-    # on CPUs the encoder runs in the ModelChain actor (prepare, encode, write)
-    killer = when(lambda: len(records(store)) >= 2, lambda: kill_matching("ModelChain"))
+    # on CPUs the encoder runs in chain_task tasks (prepare, encode, write): the worker process
+    # running one is killed, with the stages and the model it kept
+    killer = when(lambda: len(records(store)) >= 2, lambda: kill_matching("chain_task"))
     try:
         result = raycache.fill(slow_fill(source, store))
     except RaycacheError:  # Ray gave up on the actor: the fill failed clearly, nothing committed
         assert not list(Path(store).rglob("manifest.json"))
         result = raycache.fill(slow_fill(source, store))
     killer.join(timeout=60)
-    assert killer.result, "no encoder actor was found to kill"
+    assert killer.result, "no encoder task's worker was found to kill"
     check_complete(result, resumed_at_least=0)
 
 

@@ -121,6 +121,8 @@ def test_unseeded_factory_is_refused(ray_session, separable_source, tmp_path):
     cfg["encoders"][0]["factory"] = "toy_encoders:unseeded"
     with pytest.raises(Exception, match="weights differ between loads"):
         raycache.fill(cfg)
+    with pytest.raises(raycache.EncoderError, match="weights differ between loads"):
+        raycache.fill({**cfg, "in_process": False})  # in Ray Data tasks: the same error
     assert not list((tmp_path / "store").rglob("manifest.json"))
 
 

@@ -181,7 +181,7 @@ def test_ray_data_path_equals_in_process(ray_session, heads, tmp_path):
                                     "in_process": False})
     local = raycache.predict_file({**base, "output": str(tmp_path / "l.parquet"),
                                    "in_process": True})
-    assert "actor" in on_ray.where and local.where.startswith("in-process")
+    assert "task(s)" in on_ray.where and local.where.startswith("in-process")  # CPU: tasks
     r, loc = pq.read_table(tmp_path / "r.parquet"), pq.read_table(tmp_path / "l.parquet")
     assert r.num_rows == loc.num_rows == 100
     assert r.column("id").to_pylist() == heads["rows"].column("id").to_pylist()

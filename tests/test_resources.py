@@ -91,3 +91,15 @@ def test_pool_settings_load_flat_or_grouped_and_say_where_they_are():
     assert flat.pool == grouped.pool and flat.pool.num_gpus == 0.5
     with pytest.raises(ConfigError, match=r"pool\.block_rows=0: expected a whole number"):
         cfg(pool={"block_rows": 0})
+
+
+def test_cpu_pools_run_as_tasks_and_gpu_pools_keep_their_actors():
+    """The model stage's shape on described clusters: tasks on CPU nodes (no actor pool to
+    start), actors where GPUs encode (one model held on each GPU share)."""
+    cpu_nodes = [{"CPU": 16.0}, {"CPU": 16.0}, {"CPU": 16.0}]
+    for pool in (size_pool(ask(), cpu_nodes), size_pool(ask(concurrency=4), cpu_nodes),
+                 size_pool(ask(num_gpus=0), [{"CPU": 16.0, "GPU": 1.0}] * 2)):
+        assert pool.tasks and pool.describe().startswith(f"{pool.actors} encoder task(s)")
+    for pool in (size_pool(ask(), [{"CPU": 16.0, "GPU": 2.0}, {"CPU": 16.0}]),
+                 size_pool(ask(num_gpus=0.5), [{"CPU": 8.0, "GPU": 1.0}])):
+        assert not pool.tasks and "encoder actor(s)" in pool.describe()

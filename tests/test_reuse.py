@@ -171,7 +171,7 @@ def test_reuse_in_the_ray_data_pipeline(ray_session, first, tmp_path):
     shutil.copy(tmp_path / "v1" / "a.parquet", tmp_path / "v2" / "b.parquet")
     result = raycache.fill({**cfg, "source": {**cfg["source"], "path": str(tmp_path / "v2")},
                             "in_process": False})
-    assert "encoder actor" in result.pool
+    assert "encoder task" in result.pool
     assert (result.encoded_rows, result.reused_rows) == (0, 600)
     new, was = embeddings(result.cache), embeddings(old)
     assert all(np.array_equal(new[k], was[k]) for k in new)
@@ -251,7 +251,7 @@ def test_keys_checked_on_the_cluster_as_on_the_driver(ray_session, tmp_path, mon
                 raycache.fill(cfg)
         return
     results = {w: raycache.fill(cfg) for w, cfg in cfgs.items()}
-    assert "encoder actor" in results["cluster"].pool  # the fill ran on Ray
+    assert "encoder task" in results["cluster"].pool  # the fill ran on Ray
     here, there = results["driver"].cache, results["cluster"].cache
     assert there.manifest.rows == here.manifest.rows == 298
     assert there.manifest.label_stats == here.manifest.label_stats

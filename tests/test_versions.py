@@ -340,7 +340,7 @@ def test_a_version_on_the_ray_data_pipeline(ray_session, source, tmp_path):
         d["label"][1] = (d["label"][1] + 1) % 3  # its embedding reused
     rewrite(source / "c.parquet", edit)
     v2 = raycache.fill(cfg)
-    assert "encoder actor" in v2.pool
+    assert "encoder task" in v2.pool  # on Ray
     assert (v2.encoded_rows, v2.reused_rows, v2.shared_rows) == (10, 1, 589)
     assert_same_rows(v2.cache, whole(cfg))
 

@@ -38,7 +38,8 @@ gets several such actors."""
 
 @dataclass(frozen=True)
 class Pool:
-    """The encoder actor pool of one fill, and what each actor asks of Ray."""
+    """The encoder pool of one fill (actors on GPUs, tasks on CPUs), and what each asks of
+    Ray."""
 
     actors: int
     cpus: float
@@ -60,12 +61,23 @@ class Pool:
         return min(self.prepare_actors, PREPARE_PER_GPU * self.actors) if self.gpus else 1
 
     @property
+    def tasks(self) -> bool:
+        """Whether the model runs as Ray Data tasks, not actors: on CPUs, where a task starts
+        in a worker process that Ray keeps (the model kept there between blocks, see
+        _compute.kept) and an actor pool costs seconds before its first call; GPU pools keep
+        their actors, one model held on each GPU share."""
+        return not self.gpus
+
+    @property
     def device(self) -> str:
         """Where the pool's models run: CUDA where it holds GPUs (the CPU under GPU_ON_CPU)."""
         return "cuda" if self.gpus > 0 and not os.environ.get(GPU_ON_CPU) else "cpu"
 
     def describe(self) -> str:
-        where = f"{self.gpus:g} GPU + {self.cpus:g} CPU" if self.gpus else f"{self.cpus:g} CPU"
+        if self.tasks:
+            return (f"{self.actors} encoder task(s) at a time, {self.cpus:g} CPU and "
+                    f"{self.threads} thread(s) each")
+        where = f"{self.gpus:g} GPU + {self.cpus:g} CPU"
         return f"{self.actors} encoder actor(s), {where} and {self.threads} thread(s) each"
 
 

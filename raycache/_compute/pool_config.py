@@ -27,9 +27,9 @@ class PoolConfig:
     """
 
     concurrency: int | str = AUTO
-    """Model actors in the pool (auto: every GPU / num_gpus where there are GPUs, else the CPU
-    nodes' cores in actors of a quarter of a node's cores, 1 to 4 threads; never more actors
-    than blocks of work)."""
+    """Model actors in the pool, or on CPUs (where the model runs as Ray Data tasks) tasks at a
+    time (auto: every GPU / num_gpus where there are GPUs, else the CPU nodes' cores in actors
+    of a quarter of a node's cores, 1 to 4 threads; never more actors than blocks of work)."""
     num_gpus: float | str = AUTO
     """GPUs per actor (auto: 1 where the cluster, or with no cluster this machine, has GPUs,
     else 0: CPU actors; 0.25 puts four actors on a GPU)."""

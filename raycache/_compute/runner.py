@@ -1,5 +1,6 @@
-"""The streaming stage runner of fill and predict: read units -> prepare -> a model actor pool ->
-the caller's sink, as a lazy Ray Data dataset or the same stage classes in this process."""
+"""The streaming stage runner of fill and predict: read units -> prepare -> the model (a pool of
+tasks on CPUs, of actors on GPUs) -> the caller's sink, as a lazy Ray Data dataset or the same
+stage classes in this process."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from raycache._compute.actor import set_threads
+from raycache._compute.kept import kept
 from raycache._compute.pool import LIGHT_CPUS, READ_CPUS, Pool
 from raycache._compute.prepare import Inputs, PrepareActor
 from raycache._errors import EncoderError
@@ -21,8 +24,9 @@ from raycache._source import files as sources
 if TYPE_CHECKING:
     from raycache._encoders.config import EncoderConfig
 
-__all__ = ["Job", "ModelChain", "Stage", "build", "progress_bar", "run", "run_local", "stream",
-           "where"]
+__all__ = ["Job", "ModelChain", "Shipped", "Stage", "build", "chain_task", "progress_bar", "run",
+           "run_local", "stream", "where"]
+
 
 @dataclass
 class Stage:
@@ -121,8 +125,8 @@ def _ahead(pool: ThreadPoolExecutor, items: Iterator[pa.Table]) -> Iterator[pa.T
 
 class ModelChain:
     """prepare -> model -> sink as one callable: the stages as run in this process, and as one
-    actor per CPU-only pool on Ray (no object-store hop between them: on CPUs the three share
-    the same cores, so a hop costs more than it overlaps)."""
+    task per block of a CPU-only pool on Ray (no object-store hop between them: on CPUs the
+    three share the same cores, so a hop costs more than it overlaps)."""
 
     def __init__(self, job: Job, pool: Pool, local: bool = False):
         self.prepare = PrepareActor(job.encoders, job.keep, job.inputs)
@@ -138,10 +142,32 @@ class ModelChain:
         return self.sink.fn(out, **self.sink.kwargs) if self.sink else out
 
 
+@dataclass(frozen=True)
+class Shipped:
+    """A job put in Ray's object store once by the driver: a task fetches it only where its
+    worker process has not built the job's stages yet."""
+
+    ref: Any
+    """The job's ray.ObjectRef (inside this holder Ray passes it as it is, unfetched)."""
+
+
+def chain_task(table: pa.Table, job: Shipped, pool: Pool) -> pa.Table:
+    """Ray Data task of a CPU pool: one block through prepare, model and sink, with the job's
+    ModelChain that this worker process built for an earlier block (built now, the job fetched
+    once, where there is none): no actor to start, each model loaded once a process."""
+    import ray
+
+    chain = kept("chain", job.ref.hex(), lambda: ModelChain(ray.get(job.ref), pool))
+    set_threads(pool)  # another job's stages in this process may have set others
+    return chain(table)
+
+
 def build(job: Job, pool: Pool) -> Any:
     """The job as a lazy Ray Data dataset (nothing runs until consumed): read units -> prepare
     (tokenise) on CPU actors -> model actor pool on GPUs -> sink tasks; on a CPU-only pool,
-    read units -> ModelChain actors (prepare, model and sink in one call per block)."""
+    read units -> chain_task tasks (prepare, model and sink in one call per block, the stages
+    kept by each worker process between blocks)."""
+    import ray
     import ray.data
 
     ds = ray.data.from_items([{"unit": pickle.dumps(u)} for u in job.units],
@@ -151,10 +177,10 @@ def build(job: Job, pool: Pool) -> Any:
         fn_kwargs=dict(fmt=job.format, options=job.options, rows=job.rows, columns=job.columns),
         batch_size=1, num_cpus=READ_CPUS, batch_format="pyarrow",
     ).repartition(target_num_rows_per_block=job.rows)  # blocks spread over the pool
-    if not pool.gpus:
+    if pool.tasks:
         ds = ds.map_batches(
-            ModelChain, fn_constructor_kwargs=dict(job=job, pool=pool),
-            batch_size=job.rows, compute=ray.data.ActorPoolStrategy(size=pool.actors),
+            chain_task, fn_kwargs=dict(job=Shipped(ray.put(job)), pool=pool),
+            batch_size=job.rows, compute=ray.data.TaskPoolStrategy(size=pool.actors),
             num_cpus=pool.cpus, batch_format="pyarrow")
     else:
         ds = ds.map_batches(

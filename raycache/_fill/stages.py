@@ -1,5 +1,5 @@
 """The fill's own stages for the runner: its prepare inputs (reuse, views), and the encoder
-actor (on GPUs where asked)."""
+stage (an actor on GPUs; on CPUs, part of the runner's ModelChain)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from raycache._cache.columns import hash_column, input_column, views_column
 from raycache._compute.actor import start_actor
 from raycache._compute.prepare import Prepare, prepared
 from raycache._encoders.config import EncoderConfig
-from raycache._errors import BadInput, EncoderError
+from raycache._errors import BadInput
 from raycache._fill.config import FillConfig, ViewsConfig
 from raycache._fill.finite import BAD, SKIP, bad_rows, cause, mark, non_finite_error, stored
+from raycache._fill.loads import kept_encoder, load_encoder
 from raycache._fill.reuse import Reuse, input_hashes, need_column
 from raycache._fill.shards import STARTED
 from raycache._fill.views import make, prepared_views, view_encoders
@@ -107,13 +108,14 @@ class FillPrepare:
 
 
 class EncodeActor:
-    """Ray Data actor: loads each frozen encoder once (checking its weights), then turns each
-    batch of prepared inputs into one embedding column per encoder (trainable encoders are
-    neither loaded nor run)."""
+    """Ray Data actor (or a stage of a CPU pool's tasks): loads each frozen encoder once (checking
+    its weights; in a Ray worker process, once for every fill's tasks there, _compute.kept), then
+    turns each batch of prepared inputs into one embedding column per encoder (trainable encoders
+    are neither loaded nor run)."""
 
     def __init__(self, cfg: FillConfig, pool: Pool, digests: dict[str, str], lazy: bool = False):
         start_actor(pool, "encoder")
-        self.cfg, self.pool, self.digests = cfg, pool, digests
+        self.cfg, self.pool, self.digests, self.lazy = cfg, pool, digests, lazy
         self.frozen = [e for e in cfg.encoders if not e.trainable]
         self._encoders: dict[str, Encoder] | None = None
         if not lazy:  # in an actor pool, a model that fails to load fails the actor's start
@@ -125,20 +127,9 @@ class EncodeActor:
         `lazy` (in-process) at the first batch with rows to encode, so a fill that reuses every
         row loads none."""
         if self._encoders is None:
-            from raycache._encoders import ENCODERS
-
-            loaded = {e.name: ENCODERS[e.kind].load(e, self.pool.device, self.pool.batching)
-                      for e in self.frozen}
-            for e in self.frozen:
-                digest = loaded[e.name].weights_digest()
-                if digest != self.digests[e.name]:
-                    raise EncoderError(
-                        f"encoder {e.name!r} loaded weights {digest[:12]} in a fill actor, but "
-                        f"the fingerprint was computed from {self.digests[e.name][:12]}: its "
-                        "weights differ between loads (random initialisation?). Load fixed "
-                        "weights, or seed the factory, so every actor encodes with the same model"
-                    )
-            self._encoders = loaded
+            load = load_encoder if self.lazy else kept_encoder
+            self._encoders = {e.name: load(e, self.digests[e.name], self.pool)
+                              for e in self.frozen}
         return self._encoders
 
     def __call__(self, table: pa.Table) -> pa.Table:
