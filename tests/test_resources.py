@@ -42,14 +42,6 @@ def test_fractional_gpus_put_several_actors_on_one_gpu():
     assert pool.batching.max_rows == 4096 and pool.prepare_actors >= 8
 
 
-def test_tokenising_actors_start_with_the_gpu_pool_not_one_by_one():
-    one_gpu = size_pool(ask(num_gpus=1), [{"CPU": 16.0, "GPU": 1.0}])
-    assert (one_gpu.actors, one_gpu.prepare_min) == (1, 4) and one_gpu.prepare_actors >= 4
-    small = size_pool(ask(num_gpus=1), [{"CPU": 4.0, "GPU": 1.0}])  # 4 - 1 - 1 spare CPUs
-    assert small.prepare_min == small.prepare_actors == 2
-    assert size_pool(ask(), [{"CPU": 16.0}]).prepare_min == 1  # CPU pools prepare in-actor
-
-
 def test_gpus_asked_of_a_cluster_without_gpus_is_refused():
     with pytest.raises(ConfigError) as err:
         size_pool(ask(num_gpus=1), [{"CPU": 2.0}])

@@ -13,8 +13,8 @@ from raycache._core.config import AUTO
 from raycache._encoders.batching import Batching
 from raycache._errors import ConfigError
 
-__all__ = ["LIGHT_CPUS", "PREPARE_PER_GPU", "READ_CPUS", "Pool", "gpus_for", "local_pool",
-           "nodes", "request", "size_pool"]
+__all__ = ["LIGHT_CPUS", "READ_CPUS", "Pool", "gpus_for", "local_pool", "nodes", "request",
+           "size_pool"]
 
 GPU_ON_CPU = "RAYCACHE_TEST_GPU_ON_CPU"
 """Test-only switch: with it set (on a cluster that advertises logical GPUs, ray.init(num_gpus=
@@ -27,10 +27,6 @@ READ_CPUS = 1.0
 blocks fuses into the read (it fuses only with stages of equal resources)."""
 RESERVE = 1.25
 """Logical CPUs per node that the encoder actors leave for reading, preparing and writing."""
-PREPARE_PER_GPU = 4
-"""Prepare actors started with each GPU actor: a fast tokenizer process gives ~32k short rows/s,
-and one H100 encodes MiniLM at ~100k rows/s. Started with the pool, not grown from one: Ray
-Data adds actors a few seconds apart, longer than a fill of a few blocks runs."""
 MAX_CPU_THREADS = 4
 """Torch threads per CPU actor under num_cpus: auto (a quarter of a node's CPUs, 1 to 4); a node
 gets several such actors."""
@@ -53,12 +49,6 @@ class Pool:
     prepare_actors: int
     """Prepare actors at most (the pool grows with the queue): one on CPU fills, where
     tokenising is ~1% of the work; the CPUs the encoders leave, where GPUs encode."""
-
-    @property
-    def prepare_min(self) -> int:
-        """Prepare actors started with the pool: PREPARE_PER_GPU per GPU actor where GPUs
-        encode (at most prepare_actors); one on CPU fills."""
-        return min(self.prepare_actors, PREPARE_PER_GPU * self.actors) if self.gpus else 1
 
     @property
     def tasks(self) -> bool:

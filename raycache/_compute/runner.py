@@ -187,8 +187,7 @@ def build(job: Job, pool: Pool) -> Any:
             PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
                                                      inputs=job.inputs),
             batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(min_size=pool.prepare_min,
-                                               max_size=pool.prepare_actors),
+            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=pool.prepare_actors),
         )
         ds = ds.map_batches(
             job.model.fn, fn_constructor_kwargs=dict(pool=pool, **job.model.kwargs),
