@@ -117,6 +117,7 @@ def test_a_named_cluster_is_looked_up_in_its_gcs(ray_session, monkeypatch):
     found = where.look()
     assert found is not None and found.address == address
     assert [n["CPU"] for n in found.nodes] == [4.0]  # the session's one node, 4 CPUs
+    assert where.look(apart=True) == found  # asked from a child process: the same
     monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")  # Ray Client: not asked
     assert where.look() == Cluster((), "ray://head:10001")
 
@@ -129,7 +130,8 @@ def test_a_named_clusters_look_up_runs_ahead_on_a_thread_and_answers_the_same(no
     assert where.look_ahead() is where.look  # nothing named: nothing to start
     asked = []
 
-    def gcs(address):
+    def gcs(address, apart=False):
+        assert apart  # from a child process: the plan keeps this one's GIL
         asked.append(threading.current_thread().name)
         return (NODE,)
 

@@ -3,7 +3,9 @@ is connected to or RAY_ADDRESS names (looked up in its GCS, without joining it).
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -49,11 +51,13 @@ class Cluster:
         return f"a Ray cluster of {many} ({self.cpus:g} CPUs{gpus})"
 
 
-def look() -> Cluster | None:
+def look(apart: bool = False) -> Cluster | None:
     """The cluster this process is connected to, or the one RAY_ADDRESS names (asked through
-    its GCS in milliseconds: joining takes a second or more); None where there is none. A
-    cluster that cannot be asked (a Ray Client address, an unreachable head) reads as one of
-    unknown size: (no nodes) decisions then leave the job to Ray, as they always did."""
+    its GCS in milliseconds: joining takes a second or more; `apart`: from a child process, so
+    that importing Ray's client takes neither this process's GIL nor its memory); None where
+    there is none. A cluster that cannot be asked (a Ray Client address, an unreachable head)
+    reads as one of unknown size: (no nodes) decisions then leave the job to Ray, as they
+    always did."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         alive = tuple(dict(n["Resources"]) for n in ray.nodes() if n.get("Alive"))
@@ -61,20 +65,30 @@ def look() -> Cluster | None:
     address = os.environ.get("RAY_ADDRESS", "")
     if not address:
         return None
-    return Cluster(_gcs_nodes(address), address)
+    return Cluster(_gcs_nodes(address, apart), address)
 
 
-def look_ahead() -> Callable[[], Cluster | None]:
+def look_ahead(ray_likely: bool = False) -> Callable[[], Cluster | None]:
     """look(), started now on a thread where it is slow (RAY_ADDRESS named, this process not
-    connected: importing Ray's GCS client takes about half a second), so that it runs beside a
-    fill's plan; call what it returns for the answer, the same each time."""
+    connected), so that it runs beside a fill's plan; call what it returns for the answer, the
+    same each time. The GCS is asked from a child process (the plan's row hashing holds this
+    one's GIL); Ray itself is imported on the thread only where the job will likely join the
+    cluster (`ray_likely`, or a cluster that auto sends large jobs to)."""
     ray = sys.modules.get("ray")
     if not os.environ.get("RAY_ADDRESS") or (ray is not None and ray.is_initialized()):
         return look
     pool = ThreadPoolExecutor(1, thread_name_prefix="raycache-where")
-    answer = pool.submit(look)
+    answer = pool.submit(_ahead, ray_likely)
     pool.shutdown(wait=False)
     return answer.result
+
+
+def _ahead(ray_likely: bool) -> Cluster | None:
+    found = look(apart=True)
+    nodes = found.nodes if found else ()
+    if ray_likely or len(nodes) != 1 or nodes[0].get("GPU") or found.cpus > LOCAL_CORES:
+        import ray  # noqa: F401 (the job will join it: imported here, beside the plan)
+    return found
 
 
 def _cuda() -> bool:
@@ -83,10 +97,21 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _gcs_nodes(address: str) -> tuple[dict[str, float], ...]:
+_ASK_GCS = ("import json, sys\n"
+            "from ray._raylet import GcsClient\n"
+            "info = GcsClient(address=sys.argv[1]).get_all_node_info(timeout=5)\n"
+            "print(json.dumps([dict(n.resources_total) for n in info.values()"
+            " if n.state == 0]))\n")  # 0: ALIVE
+
+
+def _gcs_nodes(address: str, apart: bool = False) -> tuple[dict[str, float], ...]:
     if "://" in address or address == "auto":
         return ()
     try:
+        if apart:
+            done = subprocess.run([sys.executable, "-c", _ASK_GCS, address], timeout=30,
+                                  capture_output=True, text=True, check=True)
+            return tuple(json.loads(done.stdout.strip().splitlines()[-1]))
         from ray._raylet import GcsClient
 
         info = GcsClient(address=address).get_all_node_info(timeout=5)

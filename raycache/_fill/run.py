@@ -242,7 +242,7 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
 
     cfg = p.cfg
     start, start_wall = started or (time.perf_counter(), time.time())
-    cluster = where.look_ahead()  # beside the version's plan
+    cluster = where.look_ahead(cfg.in_process is False)  # beside the version's plan
     if version is None and cfg.share and not replace:
         version = plan_version(p)
     covered = done_ranges(done)
