@@ -256,8 +256,9 @@ def running_cluster() -> Iterator[dict[str, str]]:
     finally:
         import psutil
 
-        ours = [p for p in psutil.process_iter(["cmdline"])
-                if temp in " ".join(p.info["cmdline"] or [])]
+        ours = [p for p in psutil.process_iter(["cmdline"])  # the client server: by its port
+                if temp in (line := " ".join(p.info["cmdline"] or [])) or f":{port} " in line
+                or line.endswith(f":{port}")]
         ours += [c for p in ours for c in p.children(recursive=True)]  # the raylet's workers
         for p in ours:
             with contextlib.suppress(psutil.Error):
