@@ -45,6 +45,15 @@ def kill_matching(pattern: str, sig: int = signal.SIGKILL, limit: int = 1,
     return killed
 
 
+def kill_once_running(pattern: str, timeout: float = 60.0) -> list[int]:
+    """kill_matching(pattern), tried until a process matches or `timeout` passes: a Ray task's
+    worker holds the task's name in its command line only while it runs the task (between
+    tasks it reads ray::IDLE)."""
+    killed: list[int] = []
+    wait_for(lambda: bool(killed.extend(kill_matching(pattern)) or killed), timeout)
+    return killed
+
+
 def when(predicate: Callable[[], bool], action: Callable[[], object],
          timeout: float = 300.0) -> threading.Thread:
     """In a background thread: wait for predicate, then run action once (its result is kept

@@ -18,7 +18,7 @@ from raycache._fill.plan import plan
 from raycache._fill.run import build_pipeline
 from raycache._source import files as sources
 from tests.conftest import separable, toy_fill
-from tests.faults import Driver, kill_matching, wait_for, when
+from tests.faults import Driver, kill_once_running, wait_for, when
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -72,7 +72,7 @@ def test_encoder_worker_killed_mid_fill(ray_session, source, tmp_path):
     store = str(tmp_path / "store")
     # on CPUs the encoder runs in chain_task tasks (prepare, encode, write): the worker process
     # running one is killed, with the stages and the model it kept
-    killer = when(lambda: len(records(store)) >= 2, lambda: kill_matching("chain_task"))
+    killer = when(lambda: len(records(store)) >= 2, lambda: kill_once_running("chain_task"))
     try:
         result = raycache.fill(slow_fill(source, store))
     except RaycacheError:  # Ray gave up on the actor: the fill failed clearly, nothing committed
