@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test docs lint bench clean
+.PHONY: demo test docs lint bench clean gpu-bundle
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ docs: $(DOCS_STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/cache_vs_live.py
+
+# What a GPU machine with no network lacks, in .gpu/ (ignored), for bench/gpu/run.py there.
+gpu-bundle: $(STAMP)
+	PYTHON=$(BIN)/python bash bench/gpu/bundle.sh
 
 clean:
 	rm -rf $(VENV) .raycache site

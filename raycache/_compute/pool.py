@@ -13,8 +13,8 @@ from raycache._core.config import AUTO
 from raycache._encoders.batching import Batching
 from raycache._errors import ConfigError
 
-__all__ = ["LIGHT_CPUS", "READ_CPUS", "Pool", "gpus_for", "local_pool", "nodes", "request",
-           "size_pool"]
+__all__ = ["LIGHT_CPUS", "READ_CPUS", "WRITERS_PER_ACTOR", "Pool", "gpus_for",
+           "local_pool", "nodes", "request", "size_pool"]
 
 GPU_ON_CPU = "RAYCACHE_TEST_GPU_ON_CPU"
 """Test-only switch: with it set (on a cluster that advertises logical GPUs, ray.init(num_gpus=
@@ -23,8 +23,10 @@ every GPU branch that does not need CUDA itself runs in CI. Never set it in prod
 LIGHT_CPUS = 0.1
 """Logical CPUs of each prepare and write task on CPU fills: light work next to encoding."""
 READ_CPUS = 1.0
-"""Logical CPUs of each read task: Ray Data's default, so the re-blocking into shard-sized
-blocks fuses into the read (it fuses only with stages of equal resources)."""
+"""Logical CPUs of each read task: Ray Data's default, so the re-blocking into blocks fuses
+into the read (it fuses only with stages of equal resources)."""
+WRITERS_PER_ACTOR = 2
+"""Write actors per model actor of a GPU pool: a shard written while the next one encodes."""
 RESERVE = 1.25
 """Logical CPUs per node that the encoder actors leave for reading, preparing and writing."""
 MAX_CPU_THREADS = 4
@@ -47,8 +49,12 @@ class Pool:
     prepare_cpus: float
     """Logical CPUs of each prepare (tokenise) actor: a whole CPU where GPUs wait on it."""
     prepare_actors: int
-    """Prepare actors at most (the pool grows with the queue): one on CPU fills, where
-    tokenising is ~1% of the work; the CPUs the encoders leave, where GPUs encode."""
+    """Prepare (tokenising) actors: one on CPU fills, where tokenising is ~1% of the work and
+    runs inside each encoder task; on GPU pools, one per CPU that the encoders, the reads and
+    the writers leave, all started with the pool (a GPU encodes short texts faster than ten
+    cores tokenise them)."""
+    writers: int = 1
+    """Write actors of a GPU pool, started with it (no worker process started per shard)."""
 
     @property
     def tasks(self) -> bool:
@@ -132,10 +138,17 @@ def size_pool(cfg: PoolConfig, cluster: list[dict[str, float]], blocks: int | No
         token_budget=(65536 if on_gpu else 2048) if cfg.token_budget == AUTO
         else int(cfg.token_budget),
     )
-    spare = sum(node_cpus) - actors * cpus - READ_CPUS
-    prepare_actors = max(1, int(spare)) if on_gpu else 1
-    return Pool(actors, cpus, gpus, threads, batching, 1.0 if on_gpu else LIGHT_CPUS,
-                prepare_actors)
+    if not on_gpu:
+        return Pool(actors, cpus, gpus, threads, batching, LIGHT_CPUS, 1)
+    # What the encoders and a read task leave (>= the reserve's 0.25 a node): writers first,
+    # fewer where they would leave no whole CPU to tokenise; then one tokenising actor a CPU,
+    # or one on the fraction left (every actor of the pipeline is started, so all must fit)
+    left = sum(node_cpus) - actors * cpus - READ_CPUS
+    writers = max(1, min(WRITERS_PER_ACTOR * actors, int((left - 1.0) / LIGHT_CPUS + 1e-9)))
+    spare = left - writers * LIGHT_CPUS
+    if spare >= 1.0:
+        return Pool(actors, cpus, gpus, threads, batching, 1.0, _fit(spare, 1.0), writers)
+    return Pool(actors, cpus, gpus, threads, batching, math.floor(spare * 100) / 100, 1, writers)
 
 
 def local_pool(cfg: PoolConfig) -> Pool:

@@ -24,8 +24,14 @@ from raycache._source import files as sources
 if TYPE_CHECKING:
     from raycache._encoders.config import EncoderConfig
 
-__all__ = ["Job", "ModelChain", "Shipped", "Stage", "build", "chain_task", "progress_bar", "run",
-           "run_local", "stream", "where"]
+__all__ = ["FEED_MIN_ROWS", "ONE_THREAD", "Job", "ModelChain", "Shipped", "SinkActor", "Stage",
+           "build", "chain_task", "feed", "feed_rows", "progress_bar", "run", "run_local",
+           "stream", "where"]
+
+FEED_MIN_ROWS = 1024
+"""Rows per block into a GPU pool's tokenising actors at least."""
+ONE_THREAD = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+"""The environment of a GPU pool's tokenising actors: one of them a core, each one thread."""
 
 
 @dataclass
@@ -163,44 +169,79 @@ def chain_task(table: pa.Table, job: Shipped, pool: Pool) -> pa.Table:
 
 
 def build(job: Job, pool: Pool) -> Any:
-    """The job as a lazy Ray Data dataset (nothing runs until consumed): read units -> prepare
-    (tokenise) on CPU actors -> model actor pool on GPUs -> sink tasks; on a CPU-only pool,
+    """The job as a lazy Ray Data dataset (nothing runs until consumed). On a CPU-only pool,
     read units -> chain_task tasks (prepare, model and sink in one call per block, the stages
-    kept by each worker process between blocks)."""
+    kept by each worker process between blocks). On GPUs, `feed`: reads cut into small blocks
+    -> a tokenising actor pool at full size -> the model actors, one call per block of
+    job.rows -> write actors started with the pool."""
     import ray
     import ray.data
 
     ds = ray.data.from_items([{"unit": pickle.dumps(u)} for u in job.units],
                              override_num_blocks=len(job.units))  # one read task per unit
+    read = dict(fmt=job.format, options=job.options, rows=job.rows, columns=job.columns)
+    if not pool.tasks:
+        return feed(ds, job, pool)
+    ds = ds.map_batches(sources.read_stage, fn_kwargs=read, batch_size=1, num_cpus=READ_CPUS,
+                        batch_format="pyarrow",
+                        ).repartition(target_num_rows_per_block=job.rows)  # spread over the pool
     ds = ds.map_batches(
-        sources.read_stage,
-        fn_kwargs=dict(fmt=job.format, options=job.options, rows=job.rows, columns=job.columns),
-        batch_size=1, num_cpus=READ_CPUS, batch_format="pyarrow",
-    ).repartition(target_num_rows_per_block=job.rows)  # blocks spread over the pool
-    if pool.tasks:
-        ds = ds.map_batches(
-            chain_task, fn_kwargs=dict(job=Shipped(ray.put(job)), pool=pool),
-            batch_size=job.rows, compute=ray.data.TaskPoolStrategy(size=pool.actors),
-            num_cpus=pool.cpus, batch_format="pyarrow")
-    else:
-        ds = ds.map_batches(
-            PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
-                                                     inputs=job.inputs),
-            batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=pool.prepare_actors),
-        )
-        ds = ds.map_batches(
-            job.model.fn, fn_constructor_kwargs=dict(pool=pool, **job.model.kwargs),
-            batch_size=job.rows,  # one call per block; Ray Data needs it for GPU stages
-            compute=ray.data.ActorPoolStrategy(size=pool.actors),
-            num_cpus=pool.cpus, num_gpus=pool.gpus, batch_format="pyarrow",
-        )
-        if job.sink is not None:
-            ds = ds.map_batches(job.sink.fn, fn_kwargs=job.sink.kwargs, batch_size=None,
-                                num_cpus=LIGHT_CPUS, batch_format="pyarrow")
+        chain_task, fn_kwargs=dict(job=Shipped(ray.put(job)), pool=pool),
+        batch_size=job.rows, compute=ray.data.TaskPoolStrategy(size=pool.actors),
+        num_cpus=pool.cpus, batch_format="pyarrow")
     if job.ordered:
         ds.context.execution_options.preserve_order = True
     return ds
+
+
+def feed_rows(job: Job, pool: Pool) -> int:
+    """Rows per block going into the tokenising pool: a model call's rows cut so that the
+    first one reaches every tokenising actor (at least FEED_MIN_ROWS, so a block's hop costs
+    little beside its tokenising)."""
+    return max(FEED_MIN_ROWS, -(-job.rows // pool.prepare_actors))
+
+
+def feed(ds: Any, job: Job, pool: Pool) -> Any:
+    """The GPU pipeline over a dataset of read units (see build)."""
+    import ray.data
+
+    full = ray.data.ActorPoolStrategy  # every pool started at its size, none grown from one
+    rows = feed_rows(job, pool)
+    ds = ds.map_batches(
+        sources.read_stage, batch_size=1, num_cpus=READ_CPUS, batch_format="pyarrow",
+        fn_kwargs=dict(fmt=job.format, options=job.options, rows=rows, columns=job.columns),
+    ).repartition(target_num_rows_per_block=rows)  # fused into the read: each piece a block
+    ds = ds.map_batches(
+        PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
+                                                 inputs=job.inputs),
+        batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
+        compute=full(size=pool.prepare_actors),
+        # one thread each; and a remote argument the read has not, so Ray Data keeps the two
+        # apart (fused, tokenising would run only as wide as the source's read units)
+        runtime_env={"env_vars": ONE_THREAD})
+    ds = ds.map_batches(
+        job.model.fn, fn_constructor_kwargs=dict(pool=pool, **job.model.kwargs),
+        batch_size=job.rows,  # one call per block; Ray Data needs it for GPU stages
+        compute=full(size=pool.actors), num_cpus=pool.cpus, num_gpus=pool.gpus,
+        batch_format="pyarrow")
+    if job.sink is not None:
+        ds = ds.map_batches(SinkActor, fn_constructor_kwargs=dict(sink=job.sink),
+                            batch_size=None, num_cpus=LIGHT_CPUS, batch_format="pyarrow",
+                            compute=full(size=pool.writers))
+    if job.ordered:
+        ds.context.execution_options.preserve_order = True
+    return ds
+
+
+class SinkActor:
+    """Ray Data actor of a GPU pool's sink (a fill's shard writes): started with the pool, so
+    no block waits for a worker process to start before it is written."""
+
+    def __init__(self, sink: Stage):
+        self.sink = sink
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        return self.sink.fn(table, **self.sink.kwargs)
 
 
 def stream(ds: Any) -> Iterator[pa.Table]:

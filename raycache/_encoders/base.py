@@ -17,7 +17,8 @@ from raycache._encoders.config import EncoderConfig
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Batching", "Encoder", "Family", "autocast", "digest_files", "freeze", "to_device"]
+__all__ = ["Batching", "Encoder", "Family", "autocast", "digest_files", "freeze",
+           "in_compute_dtype", "to_device"]
 
 
 class Encoder(Protocol):
@@ -79,6 +80,17 @@ def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
     kind = "cuda" if device.startswith("cuda") else "cpu"
     return torch.autocast(device_type=kind, dtype=getattr(torch, precision))
+
+
+def in_compute_dtype(module: torch.nn.Module, device: str, precision: str) -> torch.nn.Module:
+    """On a GPU, a frozen model's weights cast to its compute dtype (bfloat16, float16), as a
+    hand-written inference loop casts them: under autocast alone they stay float32 and are cast
+    again at every call. On the CPU, and in float32, the module as it is."""
+    import torch
+
+    if precision == "float32" or not device.startswith("cuda"):
+        return module
+    return module.to(getattr(torch, precision))
 
 
 def to_device(array: np.ndarray, device: str) -> torch.Tensor:

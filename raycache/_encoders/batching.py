@@ -12,7 +12,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Batching", "by_length", "encode_sorted", "pad_ids"]
+__all__ = ["Batching", "by_length", "encode_sorted", "pad_ids", "to_host"]
 
 
 def by_length(lengths: np.ndarray, max_rows: int, token_budget: int) -> Iterator[np.ndarray]:
@@ -35,14 +35,28 @@ def encode_sorted(
     forward: Callable[[np.ndarray], torch.Tensor],
 ) -> np.ndarray:
     """Run `forward(indices) -> (len(indices), dim)` over length-sorted batches and put the
-    outputs back in the rows' original order, as one float32 array."""
-    out: np.ndarray | None = None
+    outputs back in the rows' original order, as one float32 array. Nothing waits on the
+    device between batches: on a GPU the next batch is padded and sent while this one runs,
+    and the outputs come back in one copy (`to_host`)."""
+    parts, order = [], []
     for idx in by_length(lengths, max_rows, token_budget):
-        part = forward(idx).float().cpu().numpy()
-        if out is None:
-            out = np.empty((len(lengths), part.shape[1]), np.float32)
-        out[idx] = part
-    return out if out is not None else np.empty((0, 0), np.float32)
+        parts.append(forward(idx))
+        order.append(idx)
+    if not parts:
+        return np.empty((0, 0), np.float32)
+    sorted_rows = to_host(parts)
+    out = np.empty_like(sorted_rows)
+    out[np.concatenate(order)] = sorted_rows
+    return out
+
+
+def to_host(parts: list[torch.Tensor]) -> np.ndarray:
+    """Batches of outputs, (n_i, dim) each, as one float32 host array: joined where they were
+    computed, then one copy (one wait on a GPU, not one per batch)."""
+    import torch
+
+    joined = parts[0] if len(parts) == 1 else torch.cat(parts)
+    return joined.float().cpu().numpy()
 
 
 def pad_ids(ids: pa.ListArray, idx: np.ndarray, pad_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,16 @@ import pyarrow as pa
 
 from raycache._core.config import AUTO
 from raycache._core.secrets import reveal
-from raycache._encoders.base import Batching, Family, autocast, digest_files, freeze, to_device
+from raycache._encoders.base import (
+    Batching,
+    Family,
+    autocast,
+    digest_files,
+    freeze,
+    in_compute_dtype,
+    to_device,
+)
+from raycache._encoders.batching import to_host
 from raycache._encoders.config import EncoderConfig
 from raycache._encoders.models import model_folder
 from raycache._errors import BadInput, EncoderError
@@ -265,7 +274,7 @@ class HFImageEncoder:
                 f"(pooling={s.pooling!r}); they would be random, so the embeddings could not be "
                 "cached. Use a complete checkpoint" + (", or pooling cls or mean"
                                                        if "pooler" in str(missing) else ""))
-        self.model = freeze(model).to(device)
+        self.model = in_compute_dtype(freeze(model).to(device), device, cfg.precision)
         self.tower = self.model.vision_model if s.clip and s.pooling != "projection" \
             else self.model
 
@@ -311,9 +320,8 @@ class HFImageEncoder:
                 emb = emb.float()
                 if self.settings.normalize:
                     emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-                parts.append(emb.cpu().numpy())
-        return np.concatenate(parts) if parts else np.empty((0, self.settings.dim or 0),
-                                                            np.float32)
+                parts.append(emb)  # on the device until the last batch: one copy back
+        return to_host(parts) if parts else np.empty((0, self.settings.dim or 0), np.float32)
 
 
 HF_IMAGE = Family(describe=describe, load=HFImageEncoder, prepare=Preprocess,

@@ -14,7 +14,15 @@ import numpy as np
 import pyarrow as pa
 
 from raycache._core.config import AUTO
-from raycache._encoders.base import Batching, Family, autocast, digest_files, freeze, to_device
+from raycache._encoders.base import (
+    Batching,
+    Family,
+    autocast,
+    digest_files,
+    freeze,
+    in_compute_dtype,
+    to_device,
+)
 from raycache._encoders.batching import encode_sorted, pad_ids
 from raycache._encoders.config import EncoderConfig
 from raycache._encoders.models import model_folder
@@ -127,8 +135,9 @@ class Tokenize:
             )
         if self.settings.lowercase:  # the folder's sentence_bert_config says do_lower_case
             texts = [t.lower() for t in texts]
-        if hasattr(self.tokenizer, "encode_batch"):
-            ids = [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=True)]
+        if hasattr(self.tokenizer, "encode_batch"):  # the fast call: the same ids, no offsets
+            encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+            ids = [e.ids for e in encode(texts, add_special_tokens=True)]
         else:
             ids = self.tokenizer(texts, truncation=True, max_length=self.settings.max_length,
                                  return_attention_mask=False,
@@ -152,7 +161,8 @@ class HFTextEncoder:
         self.prepare = Tokenize(cfg)
         folder, self.pool = self.prepare.settings.folder, POOLINGS[self.prepare.settings.pooling]
         self.pad_id = 0  # padded positions are masked out of attention and pooling
-        self.model = freeze(AutoModel.from_pretrained(folder)).to(device)
+        self.model = in_compute_dtype(freeze(AutoModel.from_pretrained(folder)).to(device),
+                                      device, cfg.precision)
 
     def weights_digest(self) -> str:
         folder, weights, _ = _files(self.cfg)

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raycache._encoders.base import Batching, Family, autocast, freeze, to_device
+from raycache._encoders.batching import to_host
 from raycache._encoders.config import EncoderConfig
 from raycache._errors import EncoderError
 
@@ -119,10 +120,8 @@ class TorchModuleEncoder:
         for i in range(0, len(x), self.batching.max_rows):
             with torch.inference_mode(), autocast(self.device, self.cfg.precision):
                 out = self.net(to_device(x[i : i + self.batching.max_rows], self.device))
-            parts.append(out.reshape(out.shape[0], -1).float().cpu().numpy())
-        if len(parts) == 1:  # one call: no copy
-            return parts[0]
-        return np.concatenate(parts) if parts else np.empty((0, 0), np.float32)
+            parts.append(out.reshape(out.shape[0], -1))  # one copy back, after the last
+        return to_host(parts) if parts else np.empty((0, 0), np.float32)
 
 
 def rows(cfg: EncoderConfig, prepared: pa.Array) -> np.ndarray:
