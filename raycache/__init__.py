@@ -8,6 +8,7 @@ The SDK:
     raycache.verify(cache).ok                     # every shard checked against the manifest
     raycache.gc(keep_last=2, delete=True)         # unfinished fills, old fingerprints
     raycache.compact("docs")                      # rewrite a version's sparse shared shards
+    raycache.export("docs", "docs.parquet")       # a version's rows: Parquet, Lance, Qdrant
     run = raycache.train({"cache": "docs", "epochs": 10})
     raycache.predict_file({"checkpoint": run.checkpoint, "input": "new.jsonl",
                            "output": "predictions.parquet"})
@@ -48,6 +49,7 @@ from raycache._errors import (
     StoreError,
     StoreUnavailable,
 )
+from raycache._export.run import ExportResult, export
 from raycache._fill.config import FillConfig, ViewsConfig
 from raycache._fill.run import FillResult, fill
 from raycache._heads.specs import HeadSpec
@@ -96,6 +98,7 @@ __all__ = [
     "EncoderConfig",
     "EncoderError",
     "EvalConfig",
+    "ExportResult",
     "FillConfig",
     "FillFailed",
     "FillResult",
@@ -135,6 +138,7 @@ __all__ = [
     "ViewsConfig",
     "compact",
     "du",
+    "export",
     "fill",
     "gc",
     "list_runs",

@@ -74,9 +74,9 @@ def test_to_numpy_limit_and_dtype(caches):
 
 
 def test_to_numpy_names_the_encoders_when_the_one_asked_for_is_not_there(caches):
-    with pytest.raises(raycache.BadInput, match=r"encoders \['proj'\]: 'minilm' is not one"):
+    with pytest.raises(raycache.ConfigError, match=r"encoders \['proj'\]: 'minilm' is not one"):
         caches["v1"].to_numpy("minilm")
-    with pytest.raises(raycache.BadInput, match=r"dtype='int8'.*expected one of"):
+    with pytest.raises(raycache.ConfigError, match=r"dtype='int8'.*expected one of"):
         caches["v1"].to_numpy(dtype="int8")
 
 
@@ -111,7 +111,7 @@ def test_to_pandas_gives_vectors_as_rows_wide_columns_or_arrow(caches):
     arrow = cache.to_pandas(["id", "proj"], vectors="arrow")
     column = pa.chunked_array([arrow["proj"].array._pa_array]).combine_chunks()
     np.testing.assert_array_equal(matrix(column), want)
-    with pytest.raises(raycache.BadInput, match=r"vectors='2d'.*expected one of"):
+    with pytest.raises(raycache.ConfigError, match=r"vectors='2d'.*expected one of"):
         cache.to_pandas(vectors="2d")
 
 

@@ -173,7 +173,7 @@ class Cache:
             The rows, in shard order.
 
         Raises:
-            BadInput: `dtype` is not a number type vectors are read in.
+            ConfigError: `dtype` is not a number type vectors are read in.
 
         Example:
             ```python
@@ -197,8 +197,8 @@ class Cache:
             (no copy), else one array that the shards are copied into as they are read.
 
         Raises:
-            BadInput: `encoder` is not one of the cache's, or the cache has several and none
-                is named.
+            ConfigError: `encoder` is not one of the cache's (or the cache has several and
+                none is named), or `dtype` is not a number type vectors are read in.
 
         Example:
             ```python
@@ -230,7 +230,7 @@ class Cache:
             The rows, in shard order.
 
         Raises:
-            BadInput: `vectors` is not one of those forms.
+            ConfigError: `vectors` is not one of those forms.
             CorruptShard: A shard is missing or does not match the manifest (with `verify`).
             StoreUnavailable: The store kept failing after its client's retries.
 

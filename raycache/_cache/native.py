@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from raycache._errors import BadInput
+from raycache._errors import ConfigError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,8 +42,8 @@ def _dtype(dtype: str | None) -> pa.DataType | None:
     if dtype is None:
         return None
     if dtype not in DTYPES:
-        raise BadInput(f"dtype={dtype!r} is not a number type vectors are read in; expected one "
-                       f"of {sorted(DTYPES)} (or None: as stored)")
+        raise ConfigError([f"dtype={dtype!r} is not a number type vectors are read in; "
+                           f"expected one of {sorted(DTYPES)} (or None: as stored)"])
     return DTYPES[dtype]
 
 
@@ -69,8 +69,8 @@ def pick_encoder(names: Iterable[str], encoder: str | None, label: str) -> str:
     if encoder in names:
         return encoder
     what = "name one" if encoder is None else f"{encoder!r} is not one of them"
-    raise BadInput(f"cache {label} has encoders {names}: {what}, e.g. "
-                   f"to_numpy({names[0]!r})")
+    raise ConfigError([f"cache {label} has encoders {names}: {what}; name one of them, e.g. "
+                       f"{names[0]!r}"])
 
 
 def _flat(chunk: pa.FixedSizeListArray) -> pa.Array:
@@ -137,9 +137,9 @@ def frame(table: pa.Table, vectors: str) -> pd.DataFrame:
     import pandas as pd
 
     if vectors not in VECTOR_FORMS:
-        raise BadInput(f"vectors={vectors!r} is not a form of vector column; expected one of "
-                       f"{sorted(VECTOR_FORMS)}: " + "; ".join(
-                           f"{k}: {v}" for k, v in VECTOR_FORMS.items()))
+        raise ConfigError([f"vectors={vectors!r} is not a form of vector column; expected one "
+                           f"of {sorted(VECTOR_FORMS)}: " + "; ".join(
+                               f"{k}: {v}" for k, v in VECTOR_FORMS.items())])
     names = [f.name for f in table.schema if is_vector(f)]
     if vectors == "arrow":
         return table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t)
