@@ -32,6 +32,7 @@ from raycache._cache.config import StoreConfig
 from raycache._cache.manifest import Manifest
 from raycache._compute.pool_config import PoolConfig
 from raycache._core.notebook import quiet_widget_notices
+from raycache._core.version import package_version
 from raycache._encoders.config import EncoderConfig
 from raycache._errors import (
     BadInput,
@@ -81,6 +82,9 @@ from raycache._upkeep.du import Usage, du
 from raycache._upkeep.gc import GcResult, gc
 from raycache._upkeep.repair import repair
 from raycache._upkeep.verify import Report, verify
+
+__version__ = package_version()
+"""The installed raycache's version (its package metadata); `raycache --version` prints it."""
 
 quiet_widget_notices()  # before anything imports Ray or tqdm.auto
 _moved.install()  # old internal import paths: aliased, or refused with the new path
