@@ -211,3 +211,31 @@ def test_qdrant_export_to_a_local_folder_is_stable_across_exports(cache, tmp_pat
 
 def test_the_parquet_exporter_checks_a_folder_target(tmp_path):
     assert "is a folder" in parquet_export.check(str(tmp_path), {}, True)[0]
+
+
+def test_an_export_holds_a_few_shards_at_a_time_whatever_the_cache_size(tmp_path,
+                                                                         monkeypatch):
+    """40 shards: Arrow's memory while the Parquet export runs stays a small part of what the
+    whole version takes in memory (read_table)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    pq.write_table(separable(n=20_000), source / "a.parquet")
+    cfg = toy_fill(str(source), str(tmp_path / "store"), rows_per_shard=500, in_process=True)
+    cfg["encoders"][0]["kwargs"]["out_dim"] = 64
+    big = raycache.fill(cfg).cache
+    assert len(big.manifest.shards) == 40
+    base = pa.total_allocated_bytes()
+    whole = big.read_table(["id", "label", "name", "proj"])
+    everything = pa.total_allocated_bytes() - base
+    del whole
+    real, peak = Rows.tables, []
+
+    def sampled(self):
+        for table in real(self):
+            peak.append(pa.total_allocated_bytes() - base)
+            yield table
+
+    monkeypatch.setattr(Rows, "tables", sampled)
+    assert raycache.export(big, str(tmp_path / "big.parquet")).rows == 20_000
+    assert len(peak) == 40 and everything > 5_000_000
+    assert max(peak) < 0.3 * everything, (max(peak), everything)
