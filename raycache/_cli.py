@@ -12,7 +12,18 @@ from raycache._cli_words import GC_FLAGS, PREDICT_FLAGS, flags_named, one_line, 
 from raycache._core.overrides import overridden
 from raycache._core.version import package_version
 from raycache._errors import RaycacheError
-from raycache._scripting import CRASH, DAMAGED, ERROR, OK, add_export, epilog, export, print_json
+from raycache._scripting import (
+    CRASH,
+    DAMAGED,
+    ERROR,
+    OK,
+    add_export,
+    add_json,
+    config_arg,
+    epilog,
+    export,
+    print_json,
+)
 
 DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads on them."
 
@@ -39,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("probe", "compare encoders and heads on caches (logreg, knn, linear, "
                                  "mlp) from a YAML config")):
         p = sub.add_parser(name, help=text, description=text)
-        p.add_argument("--config", required=True, help="the YAML config file")
+        p.add_argument("--config", required=True, help="the YAML config file (-: from stdin)")
         _overrides(p, EXAMPLES[name])
         p.add_argument("--store", help="store URI; replaces the config's store.uri "
                                        "(default: the config's)")
@@ -66,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store", nargs="?", default=argparse.SUPPRESS, metavar="STORE",
                    help="the same as --store")
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
-    _json(p)
+    add_json(p)
     for name, text in (("inspect", "print a cache's manifest"),
                        ("repair", "re-encode a cache's bad or missing shards from its source"),
                        ("runs", "list a cache's training runs: status, epochs, objective, head, "
@@ -76,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("cache", help=CACHE_HELP)
         p.add_argument("--store", default=default_store(), help=STORE_HELP)
         if name in ("inspect", "runs", "verify"):
-            _json(p, *["the whole manifest"] * (name == "inspect"))
+            add_json(p, *["the whole manifest"] * (name == "inspect"))
         if name == "repair":
             p.add_argument("--no-progress", action="store_true", help="print no progress bar")
         if name == "verify":
@@ -93,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     text = "bytes, rows and shards of every cache folder in a store"
     p = sub.add_parser("du", help=text, description=text)
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
-    _json(p)
+    add_json(p)
     text = "remove unfinished fills and old fingerprints (dry run unless --delete)"
     p = sub.add_parser("gc", help=text, description=text)
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
@@ -110,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--damaged", action="store_true",
                    help="caches whose manifest or shard list cannot be read go too (else they "
                    "are kept and listed)")
-    _json(p)
+    add_json(p)
     add_export(sub, STORE_HELP, CACHE_HELP, default_store())
     text = "fill and train on a real dataset and encoder, locally"
     p = sub.add_parser("demo", help=text, description=text)
@@ -134,10 +145,6 @@ def _overrides(p: argparse.ArgumentParser, example: str, what: str = "the config
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help=f"override a setting of {what} (repeatable): KEY dotted into its "
                         f"groups, VALUE read as YAML, e.g. {example}")
-
-
-def _json(p: argparse.ArgumentParser, what: str = "the SDK result's fields") -> None:
-    p.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +183,7 @@ def _fill(args: argparse.Namespace) -> int:
     from raycache._fill.run import fill
 
     store_folder(args.store)
-    config = overridden(args.config, args.overrides, args.store)
+    config = overridden(config_arg(args.config), args.overrides, args.store)
     print(fill(config, progress=not args.no_progress).summary())
     return 0
 
@@ -185,7 +192,7 @@ def _train(args: argparse.Namespace) -> int:
     from raycache._train.run import train
 
     store_folder(args.store)
-    config = overridden(args.config, args.overrides, args.store, flat=("sweep",))
+    config = overridden(config_arg(args.config), args.overrides, args.store, flat=("sweep",))
     _print_history(train(config, progress=not args.no_progress))
     return 0
 
@@ -194,8 +201,8 @@ def _pipeline(args: argparse.Namespace) -> int:
     from raycache._pipeline import pipeline
 
     store_folder(args.store)
-    config = overridden(args.config, args.overrides, args.store, ("fill.store", "train.store"),
-                        flat=("train.sweep",))
+    config = overridden(config_arg(args.config), args.overrides, args.store,
+                        ("fill.store", "train.store"), flat=("train.sweep",))
     _print_history(pipeline(config, progress=not args.no_progress).train)
     return 0
 
@@ -204,7 +211,7 @@ def _probe(args: argparse.Namespace) -> int:
     from raycache._probe.run import probe
 
     store_folder(args.store)
-    result = probe(overridden(args.config, args.overrides, args.store,
+    result = probe(overridden(config_arg(args.config), args.overrides, args.store,
                               flat=("linear.sweep", "mlp.sweep")), progress=not args.no_progress)
     print(result.table.drop(columns=["seconds"]).to_string(index=False))
     print(result.summary())

@@ -1,5 +1,6 @@
 """The command line for scripts: its exit codes, the --json form of what a command prints (the
-SDK results' fields), and `raycache export` (`--to -`: the Parquet file to stdout)."""
+SDK results' fields), `--config -` (the YAML from stdin) and `raycache export` (`--to -`: the
+Parquet file to stdout)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import math
 import sys
 from typing import Any
 
-__all__ = ["CRASH", "DAMAGED", "ERROR", "EXIT_CODES", "OK", "USAGE", "add_export", "export",
-           "jsonable", "print_json"]
+__all__ = ["CRASH", "DAMAGED", "ERROR", "EXIT_CODES", "OK", "USAGE", "add_export", "add_json",
+           "config_arg", "export", "jsonable", "print_json"]
 
 OK = 0
 DAMAGED = 1
@@ -61,6 +62,32 @@ def jsonable(value: Any) -> Any:
 def print_json(value: Any) -> None:
     """One JSON document on stdout."""
     print(json.dumps(jsonable(value), indent=2, sort_keys=True))
+
+
+def add_json(p: argparse.ArgumentParser, what: str = "the SDK result's fields") -> None:
+    """A command's --json flag."""
+    p.add_argument("--json", action="store_true", help=f"print {what} as JSON")
+
+
+def config_arg(config: str) -> str | dict[str, Any]:
+    """`--config`: a YAML file's path as it is, or `-`: the YAML read from stdin (its ${NAME}
+    from the environment, as for a file), a ConfigError where it is not a mapping."""
+    if config != "-":
+        return config
+    import yaml
+
+    from raycache._core.env import expand_env
+    from raycache._errors import ConfigError
+
+    try:
+        data = yaml.safe_load(sys.stdin.read()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"config from stdin (--config -): not valid YAML ({exc}); fix the "
+                           "YAML piped in"]) from exc
+    if not isinstance(data, dict):
+        raise ConfigError([f"config from stdin (--config -): expected a mapping of settings, "
+                           f"got {type(data).__name__}"])
+    return expand_env(data, "<stdin>")
 
 
 def add_export(sub: Any, store_help: str, cache_help: str, default_store: str) -> None:

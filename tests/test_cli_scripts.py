@@ -144,3 +144,18 @@ def test_curves_of_a_one_solve_head_show_its_values(tmp_path):
     blue = np.all(np.abs(pixels - np.array([31, 119, 180]) / 255) < 0.02, axis=-1).sum()
     orange = np.all(np.abs(pixels - np.array([255, 127, 14]) / 255) < 0.02, axis=-1).sum()
     assert blue > 2000 and orange > 2000  # bars, not a lone point no line joins
+
+
+def test_a_config_piped_to_stdin_with_config_dash(store, tmp_path):
+    piped = subprocess.run(
+        [sys.executable, "-m", "raycache", "train", "--config", "-", "--no-progress"],
+        input=f"cache: toy\nstore: {{uri: {store}}}\nlabel: label\nepochs: 1\nnum_workers: 0\n"
+              "run_name: piped\n", capture_output=True, text=True, timeout=240,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert piped.returncode == 0, piped.stderr[-2000:]
+    assert "run piped" in piped.stdout
+    bad = subprocess.run([sys.executable, "-m", "raycache", "fill", "--config", "-"],
+                         input="- a list\n", capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert bad.returncode == ERROR
+    assert "config from stdin (--config -): expected a mapping of settings, got list" in bad.stderr
