@@ -3,6 +3,8 @@ DuckDB reads as FLOAT[dim] and Polars as Array, to Lance, and to Qdrant (local m
 checked against `read_table`; atomic, on fsspec stores and streams."""
 
 import io
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -239,3 +241,11 @@ def test_an_export_holds_a_few_shards_at_a_time_whatever_the_cache_size(tmp_path
     assert raycache.export(big, str(tmp_path / "big.parquet")).rows == 20_000
     assert len(peak) == 40 and everything > 5_000_000
     assert max(peak) < 0.3 * everything, (max(peak), everything)
+
+
+def test_import_raycache_loads_no_exporter_package():
+    code = ("import sys, raycache; print(sorted(m for m in ('lance', 'qdrant_client', 'polars', "
+            "'duckdb') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "[]"

@@ -44,8 +44,8 @@ class Rows:
 
     @property
     def labels(self) -> list[str]:
-        """The label columns."""
-        return list(self.cache.manifest.label_columns)
+        """The label columns (the key apart)."""
+        return [c for c in self.cache.manifest.label_columns if c != self.key]
 
     @property
     def rows(self) -> int:
