@@ -249,3 +249,17 @@ def test_import_raycache_loads_no_exporter_package():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.s3
+def test_parquet_export_to_s3_leaves_only_the_file(cache, bucket):
+    import s3fs
+
+    done = raycache.export(cache, f"{bucket}/exports/toy.parquet")
+    assert done.rows == 595 and done.to == f"{bucket}/exports/toy.parquet"
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    assert fs.ls(f"{bucket}/exports", detail=False) == [f"{bucket[5:]}/exports/toy.parquet"]
+    with fs.open(f"{bucket}/exports/toy.parquet", "rb") as f:
+        table = pq.read_table(f)
+    assert table.num_rows == 595 and done.bytes == fs.size(f"{bucket}/exports/toy.parquet")
+    assert table.column("id").to_pylist() == cache.read_table(["id"]).column("id").to_pylist()
