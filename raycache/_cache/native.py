@@ -68,9 +68,8 @@ def pick_encoder(names: Iterable[str], encoder: str | None, label: str) -> str:
         return names[0]
     if encoder in names:
         return encoder
-    what = "name one" if encoder is None else f"{encoder!r} is not one of them"
-    raise ConfigError([f"cache {label} has encoders {names}: {what}; name one of them, e.g. "
-                       f"{names[0]!r}"])
+    what = "name one of them" if encoder is None else f"{encoder!r} is not one of them; name one"
+    raise ConfigError([f"cache {label} has encoders {names}: {what}, e.g. {names[0]!r}"])
 
 
 def _flat(chunk: pa.FixedSizeListArray) -> pa.Array:
@@ -129,7 +128,7 @@ def stacked(tables: Generator[pa.Table, None, None], name: str, rows: int, dim: 
                 break
     if out is None:  # no shards
         return np.empty((0, dim), (_dtype(dtype) or pa.float32()).to_pandas_dtype())
-    return out
+    return out if n == rows else out[:n]  # shards that hold fewer rows than the manifest says
 
 
 def frame(table: pa.Table, vectors: str) -> pd.DataFrame:
