@@ -8,6 +8,7 @@ The SDK:
     raycache.verify(cache).ok                     # every shard checked against the manifest
     raycache.gc(keep_last=2, delete=True)         # unfinished fills, old fingerprints
     raycache.compact("docs")                      # rewrite a version's sparse shared shards
+    raycache.export("docs", "docs.parquet")       # a version's rows: Parquet, Lance, Qdrant
     run = raycache.train({"cache": "docs", "epochs": 10})
     raycache.predict_file({"checkpoint": run.checkpoint, "input": "new.jsonl",
                            "output": "predictions.parquet"})
@@ -31,6 +32,7 @@ from raycache._cache.config import StoreConfig
 from raycache._cache.manifest import Manifest
 from raycache._compute.pool_config import PoolConfig
 from raycache._core.notebook import quiet_widget_notices
+from raycache._core.version import package_version
 from raycache._encoders.config import EncoderConfig
 from raycache._errors import (
     BadInput,
@@ -48,6 +50,7 @@ from raycache._errors import (
     StoreError,
     StoreUnavailable,
 )
+from raycache._export.run import ExportResult, export
 from raycache._fill.config import FillConfig, ViewsConfig
 from raycache._fill.run import FillResult, fill
 from raycache._heads.specs import HeadSpec
@@ -80,6 +83,9 @@ from raycache._upkeep.gc import GcResult, gc
 from raycache._upkeep.repair import repair
 from raycache._upkeep.verify import Report, verify
 
+__version__ = package_version()
+"""The installed raycache's version (its package metadata); `raycache --version` prints it."""
+
 quiet_widget_notices()  # before anything imports Ray or tqdm.auto
 _moved.install()  # old internal import paths: aliased, or refused with the new path
 
@@ -96,6 +102,7 @@ __all__ = [
     "EncoderConfig",
     "EncoderError",
     "EvalConfig",
+    "ExportResult",
     "FillConfig",
     "FillFailed",
     "FillResult",
@@ -135,6 +142,7 @@ __all__ = [
     "ViewsConfig",
     "compact",
     "du",
+    "export",
     "fill",
     "gc",
     "list_runs",

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import re
 import sys
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
 
 from raycache._cache.config import default_store
+from raycache._cli_words import GC_FLAGS, PREDICT_FLAGS, flags_named, one_line, store_folder
 from raycache._core.overrides import overridden
-from raycache._errors import ConfigError, DamagedCacheWarning, RaycacheError
+from raycache._core.version import package_version
+from raycache._errors import RaycacheError
+from raycache._scripting import (
+    CRASH,
+    DAMAGED,
+    ERROR,
+    OK,
+    add_export,
+    add_json,
+    config_arg,
+    epilog,
+    export,
+    print_json,
+)
 
 DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads on them."
 
@@ -30,7 +40,9 @@ SKIPPED_SHOWN = 20
 def build_parser() -> argparse.ArgumentParser:
     """The raycache command line: `--store` on every command that reads or writes a store,
     and help text on every option."""
-    parser = argparse.ArgumentParser(prog="raycache", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="raycache", description=DESCRIPTION, epilog=epilog())
+    parser.add_argument("--version", action="version", version=f"raycache {package_version()}",
+                        help="print raycache's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in (("fill", "fill a cache from a YAML config"),
                        ("train", "train a head on a cache from a YAML config"),
@@ -38,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("probe", "compare encoders and heads on caches (logreg, knn, linear, "
                                  "mlp) from a YAML config")):
         p = sub.add_parser(name, help=text, description=text)
-        p.add_argument("--config", required=True, help="the YAML config file")
+        p.add_argument("--config", required=True, help="the YAML config file (-: from stdin)")
         _overrides(p, EXAMPLES[name])
         p.add_argument("--store", help="store URI; replaces the config's store.uri "
                                        "(default: the config's)")
@@ -65,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store", nargs="?", default=argparse.SUPPRESS, metavar="STORE",
                    help="the same as --store")
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
+    add_json(p)
     for name, text in (("inspect", "print a cache's manifest"),
                        ("repair", "re-encode a cache's bad or missing shards from its source"),
                        ("runs", "list a cache's training runs: status, epochs, objective, head, "
@@ -73,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("cache", help=CACHE_HELP)
         p.add_argument("--store", default=default_store(), help=STORE_HELP)
-        if name == "inspect":
-            p.add_argument("--json", action="store_true", help="the whole manifest as JSON")
+        if name in ("inspect", "runs", "verify"):
+            add_json(p, *["the whole manifest"] * (name == "inspect"))
         if name == "repair":
             p.add_argument("--no-progress", action="store_true", help="print no progress bar")
         if name == "verify":
@@ -91,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     text = "bytes, rows and shards of every cache folder in a store"
     p = sub.add_parser("du", help=text, description=text)
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
+    add_json(p)
     text = "remove unfinished fills and old fingerprints (dry run unless --delete)"
     p = sub.add_parser("gc", help=text, description=text)
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
@@ -107,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--damaged", action="store_true",
                    help="caches whose manifest or shard list cannot be read go too (else they "
                    "are kept and listed)")
+    add_json(p)
+    add_export(sub, STORE_HELP, CACHE_HELP, default_store())
     text = "fill and train on a real dataset and encoder, locally"
     p = sub.add_parser("demo", help=text, description=text)
     p.add_argument("--store", default=".raycache/store",
@@ -132,27 +148,24 @@ def _overrides(p: argparse.ArgumentParser, example: str, what: str = "the config
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run one command; its exit code (raycache._scripting.EXIT_CODES; argparse exits 2)."""
+    args = build_parser().parse_args(argv)
     shown = warnings.showwarning
-    warnings.showwarning = _warning(shown, args.command)
+    warnings.showwarning = one_line(shown, args.command)
     try:
         return COMMANDS[args.command](args)
     except RaycacheError as exc:
         print(f"raycache {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return ERROR
+    except Exception:  # a crash: the traceback, and a code of its own
+        import traceback
+
+        traceback.print_exc()
+        print(f"raycache {args.command}: crashed (exit code {CRASH}); the traceback is above",
+              file=sys.stderr)
+        return CRASH
     finally:
         warnings.showwarning = shown
-
-
-def _warning(shown, command: str):
-    """warnings.showwarning that prints a DamagedCacheWarning as one line, as errors are."""
-    def show(message, category, *args, **kwargs) -> None:
-        if issubclass(category, DamagedCacheWarning):
-            print(f"raycache {command}: warning: {message}", file=sys.stderr)
-        else:
-            shown(message, category, *args, **kwargs)
-    return show
 
 
 def _store(uri: str):
@@ -169,8 +182,8 @@ def _store(uri: str):
 def _fill(args: argparse.Namespace) -> int:
     from raycache._fill.run import fill
 
-    _store_folder(args.store)
-    config = overridden(args.config, args.overrides, args.store)
+    store_folder(args.store)
+    config = overridden(config_arg(args.config), args.overrides, args.store)
     print(fill(config, progress=not args.no_progress).summary())
     return 0
 
@@ -178,8 +191,8 @@ def _fill(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from raycache._train.run import train
 
-    _store_folder(args.store)
-    config = overridden(args.config, args.overrides, args.store, flat=("sweep",))
+    store_folder(args.store)
+    config = overridden(config_arg(args.config), args.overrides, args.store, flat=("sweep",))
     _print_history(train(config, progress=not args.no_progress))
     return 0
 
@@ -187,9 +200,9 @@ def _train(args: argparse.Namespace) -> int:
 def _pipeline(args: argparse.Namespace) -> int:
     from raycache._pipeline import pipeline
 
-    _store_folder(args.store)
-    config = overridden(args.config, args.overrides, args.store, ("fill.store", "train.store"),
-                        flat=("train.sweep",))
+    store_folder(args.store)
+    config = overridden(config_arg(args.config), args.overrides, args.store,
+                        ("fill.store", "train.store"), flat=("train.sweep",))
     _print_history(pipeline(config, progress=not args.no_progress).train)
     return 0
 
@@ -197,8 +210,8 @@ def _pipeline(args: argparse.Namespace) -> int:
 def _probe(args: argparse.Namespace) -> int:
     from raycache._probe.run import probe
 
-    _store_folder(args.store)
-    result = probe(overridden(args.config, args.overrides, args.store,
+    store_folder(args.store)
+    result = probe(overridden(config_arg(args.config), args.overrides, args.store,
                               flat=("linear.sweep", "mlp.sweep")), progress=not args.no_progress)
     print(result.table.drop(columns=["seconds"]).to_string(index=False))
     print(result.summary())
@@ -215,7 +228,7 @@ def _predict(args: argparse.Namespace) -> int:
                          "in_process": flags[args.in_process], "pool": {"num_gpus": args.num_gpus}},
                         args.overrides)
     config["checkpoint"] = checkpoint_of(config["checkpoint"], config.get("options"))
-    with _flags(PREDICT_FLAGS):
+    with flags_named(PREDICT_FLAGS):
         print(predict_file(config, progress=not args.no_progress).summary())
     return 0
 
@@ -239,6 +252,10 @@ def _ls(args: argparse.Namespace) -> int:
     from raycache._cache.manifest import human_bytes
 
     caches = ls(_store(args.store))
+    if args.json:
+        print_json([{**c.manifest.head(), "rows": c.manifest.rows, "bytes": c.manifest.bytes,
+                     "shard_count": c.manifest.shard_count, "uri": c.uri} for c in caches])
+        return OK
     if not caches:
         print(f"no committed caches in {args.store}")
     for c in caches:
@@ -313,6 +330,9 @@ def _runs(args: argparse.Namespace) -> int:
     name, _, fp = args.cache.partition("/")
     cache = open_cache(name, _store(args.store), fp or None)
     runs = list_runs(cache)
+    if args.json:
+        print_json(runs)
+        return OK
     if not runs:
         print(f"no training runs of {cache.name}/{cache.fingerprint[:12]} in {args.store}")
     for run in runs:
@@ -326,7 +346,7 @@ def _verify(args: argparse.Namespace) -> int:
 
     name, _, fp = args.cache.partition("/")
     report = verify(open_cache(name, _store(args.store), args.fingerprint or fp or None))
-    for line in report.lines():
+    for line in [] if args.json else report.lines():
         print(line)
     if report.shared:
         print(f"{report.cache}: {len(report.bad)} of {report.shards} shards bad, "
@@ -336,7 +356,9 @@ def _verify(args: argparse.Namespace) -> int:
     elif not report.ok:
         print(f"{report.cache}: {len(report.bad)} of {report.shards} shards bad; re-encode them "
               f"with `raycache repair {name} --store {args.store}`", file=sys.stderr)
-    return 0 if report.ok else 1
+    if args.json:
+        print_json(report)
+    return OK if report.ok else DAMAGED
 
 
 def _du(args: argparse.Namespace) -> int:
@@ -344,6 +366,9 @@ def _du(args: argparse.Namespace) -> int:
     from raycache._upkeep.du import du
 
     found = du(_store(args.store))
+    if args.json:
+        print_json(found)
+        return OK
     for u in found:
         print(u.line())
     total = sum(u.bytes for u in found)
@@ -355,12 +380,14 @@ def _du(args: argparse.Namespace) -> int:
 def _gc(args: argparse.Namespace) -> int:
     from raycache._upkeep.gc import gc
 
-    with _flags(GC_FLAGS):
+    with flags_named(GC_FLAGS):
         result = gc(_store(args.store), keep_last=args.keep_last, older_than=args.older_than,
                     max_size=args.max_size, grace=args.grace, delete=args.delete,
                     include_newest=args.include_newest, damaged=args.damaged)
-    for line in result.lines():
+    for line in [] if args.json else result.lines():
         print(line)
+    if args.json:
+        print_json(result)
     return 0
 
 
@@ -370,36 +397,6 @@ def _demo(args: argparse.Namespace) -> int:
     run(store=args.store, epochs=args.epochs, workers=args.workers,
         progress=not args.no_progress)
     return 0
-
-
-# --- a bad store path: a clear error, no traceback ---------------------------------------------
-
-def _store_folder(store: str | None) -> None:
-    """A local store that is a file (not a folder) is refused here, naming it and the fix."""
-    if store and "://" not in store and Path(store).expanduser().is_file():
-        from raycache._cache.store import Store
-
-        Store(store).check_folder()
-
-
-# --- flags named as flags: the SDK's names for them in its messages, as the CLI spells them ---
-
-GC_FLAGS = {"keep_last": "--keep-last", "older_than": "--older-than", "max_size": "--max-size",
-            "grace": "--grace"}
-PREDICT_FLAGS = {"in_process": "--in-process", "pool.num_gpus": "--num-gpus",
-                 "checkpoint": "--checkpoint", "input": "--input", "output": "--output"}
-
-
-@contextlib.contextmanager
-def _flags(names: dict[str, str]) -> Iterator[None]:
-    """Re-raise a ConfigError with the SDK's parameter names (`keep_last=-1`, `set
-    pool.num_gpus: 0`) written as this command's flags (`--keep-last=-1`, `set --num-gpus 0`)."""
-    pattern = re.compile(r"(?<![\w.(-])(" + "|".join(map(re.escape, names)) + r")(=|: )")
-    try:
-        yield
-    except ConfigError as exc:
-        raise ConfigError([pattern.sub(lambda m: names[m.group(1)] + (
-            "=" if m.group(2) == "=" else " "), p) for p in exc.problems]) from exc
 
 
 COMMANDS = {
@@ -417,4 +414,5 @@ COMMANDS = {
     "du": _du,
     "gc": _gc,
     "demo": _demo,
+    "export": lambda args: export(args, _store(args.store)),
 }

@@ -40,12 +40,12 @@ def test_fill_train_ls_inspect(ray_session, separable_source, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["key_column"] == "id"
 
 
-def test_errors_exit_2_with_the_message(tmp_path, capsys):
+def test_raycache_errors_exit_3_with_the_message(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"name": "x", "source": {"path": "/nope"}, "encoders": []}))
-    assert main(["fill", "--config", str(bad)]) == 2
+    assert main(["fill", "--config", str(bad)]) == 3
     err = capsys.readouterr().err  # may also hold a line that Ray forwards from an earlier run
     assert any(line.startswith("raycache fill: error:") for line in err.splitlines())
     assert "encoders: empty" in err
-    assert main(["inspect", "ghost", "--store", str(tmp_path)]) == 2
+    assert main(["inspect", "ghost", "--store", str(tmp_path)]) == 3
     assert "no committed cache named 'ghost'" in capsys.readouterr().err

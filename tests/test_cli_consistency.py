@@ -79,15 +79,15 @@ def test_set_overrides_nest_dotted_keys_and_parse_yaml_values(filled, capsys):
 
 
 def test_set_with_an_unknown_or_misplaced_key_is_the_loaders_config_error(filled, capsys):
-    assert main(["train", "--config", train_yaml(filled), "--set", "optim.lrr=0.1"]) == 2
+    assert main(["train", "--config", train_yaml(filled), "--set", "optim.lrr=0.1"]) == 3
     err = capsys.readouterr().err
     with pytest.raises(ConfigError) as loader:
         raycache.train({**yaml.safe_load(Path(train_yaml(filled)).read_text()),
                         "optim": {"lrr": 0.1}})
     assert loader.value.problems[0] in err and "optim.lrr: unknown field" in err
-    assert main(["fill", "--config", str(filled / "fill.yaml"), "--set", "name.x=1"]) == 2
+    assert main(["fill", "--config", str(filled / "fill.yaml"), "--set", "name.x=1"]) == 3
     assert "--set name.x=1: name is 'toy', not a group of settings" in capsys.readouterr().err
-    assert main(["fill", "--config", str(filled / "fill.yaml"), "--set", "rows_per_shard"]) == 2
+    assert main(["fill", "--config", str(filled / "fill.yaml"), "--set", "rows_per_shard"]) == 3
     assert "expected KEY=VALUE" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="config file 'nope.yaml' does not exist"):
         overridden("nope.yaml", ["epochs=1"])
@@ -128,7 +128,7 @@ def test_runs_shows_what_predict_needs_and_predict_takes_the_run_folder(filled, 
     empty.mkdir(parents=True)
     (empty / "run.json").write_text("{}")
     assert main(["predict", "--checkpoint", str(empty), "--input", str(rows), "--output",
-                 str(tmp_path / "x.parquet"), "--in-process", "true"]) == 2
+                 str(tmp_path / "x.parquet"), "--in-process", "true"]) == 3
     err = capsys.readouterr().err
     assert f"run folder {str(empty)!r} has no complete checkpoint yet" in err
     assert "Traceback" not in err
@@ -139,14 +139,14 @@ def test_messages_name_flags_as_flags(filled, tmp_path, capsys):
     assert main(["gc", "--store", store, "--keep-last", "0"]) == 0
     out = capsys.readouterr().out
     assert "pass --include-newest (include_newest=True) to remove it" in out
-    assert main(["gc", "--store", store, "--keep-last", "-1", "--older-than", "soon"]) == 2
+    assert main(["gc", "--store", store, "--keep-last", "-1", "--older-than", "soon"]) == 3
     err = capsys.readouterr().err
     assert "--keep-last=-1: expected a whole number >= 0" in err
     assert "--older-than='soon'" in err and "keep_last" not in err
     rows = tmp_path / "rows.parquet"
     pq.write_table(pa.table({"id": ["a"], "features": [[0.0] * 8]}), rows)
     assert main(["predict", "--checkpoint", str(tmp_path), "--input", str(rows), "--output",
-                 str(tmp_path / "o.parquet"), "--in-process", "true", "--num-gpus", "1"]) == 2
+                 str(tmp_path / "o.parquet"), "--in-process", "true", "--num-gpus", "1"]) == 3
     err = capsys.readouterr().err
     assert "--in-process=true runs no Ray actors" in err and "set --num-gpus 0" in err
 
@@ -157,7 +157,7 @@ def test_a_store_that_is_a_file_is_a_clear_error(filled, tmp_path, capsys, comma
     afile = tmp_path / "store.txt"
     afile.write_text("not a store")
     argv = [str(filled / "fill.yaml") if a == "CONFIG" else a for a in command]
-    assert main([*argv, "--store", str(afile)]) == 2
+    assert main([*argv, "--store", str(afile)]) == 3
     err = capsys.readouterr().err
     assert f"store {str(afile)!r} is a file, not a folder" in err
     assert "Traceback" not in err

@@ -127,15 +127,15 @@ def test_opening_a_damaged_cache_names_the_file_and_the_fix(root):
 def test_cli_verify_and_inspect_name_a_damaged_cache_and_exit_non_zero(root, capsys):
     path = damage_manifest(root)
     store = str(root / "store")
-    assert main(["verify", f"toy/{path.parent.name}", "--store", store]) == 2
+    assert main(["verify", f"toy/{path.parent.name}", "--store", store]) == 3
     assert str(path) in capsys.readouterr().err
-    assert main(["inspect", f"toy/{path.parent.name}", "--store", store]) == 2
+    assert main(["inspect", f"toy/{path.parent.name}", "--store", store]) == 3
     assert str(path) in capsys.readouterr().err
     shard_list = damage_shard_list(root)
     assert main(["verify", f"toy/{shard_list.parent.name}", "--store", store]) == 1
     out = capsys.readouterr().out
     assert f"BAD {shard_list.name}" in out and str(shard_list) in out
-    assert main(["inspect", f"toy/{shard_list.parent.name}", "--json", "--store", store]) == 2
+    assert main(["inspect", f"toy/{shard_list.parent.name}", "--json", "--store", store]) == 3
     assert str(shard_list) in capsys.readouterr().err
     assert main(["ls", store]) == 0  # the listing goes on, with one warning line
     captured = capsys.readouterr()
@@ -209,7 +209,7 @@ def test_a_manifest_of_a_newer_format_is_listed_as_unread_and_never_removed(root
 
 def test_ls_of_a_file_is_a_store_error(root, capsys):
     manifest = folder(root, "toy", 16) / "manifest.json"
-    assert main(["ls", str(manifest)]) == 2
+    assert main(["ls", str(manifest)]) == 3
     assert "is a file, not a folder" in capsys.readouterr().err
     with pytest.raises(StoreError, match="is a file, not a folder"):
         raycache.du(str(manifest))
@@ -227,7 +227,7 @@ def test_an_unreachable_s3_store_is_a_store_error(s3_endpoint, monkeypatch, caps
         monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     code = main([part.format(store=store) for part in command])
     err = capsys.readouterr().err
-    assert code == 2 and f"store {store!r} is unreachable" in err, err
+    assert code == 3 and f"store {store!r} is unreachable" in err, err
     assert "Traceback" not in err
 
 

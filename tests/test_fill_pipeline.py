@@ -112,15 +112,19 @@ def test_summary_reports_start_up_and_speed(ray_session, separable_source, tmp_p
     assert sum(x.stop - x.start for r in ranges for x in r) == 600
 
 
-def test_a_cache_as_a_ray_dataset_has_its_embeddings_as_lists(ray_session, separable_source,
-                                                               tmp_path):
+def test_a_cache_as_a_ray_dataset_has_its_embeddings_as_2d_arrays(ray_session,
+                                                                   separable_source, tmp_path):
     cache = raycache.fill(toy_fill(str(separable_source), str(tmp_path / "store"))).cache
     ds = cache.to_ray_dataset(columns=["id", "proj"])
     proj = ds.schema().base_schema.field("proj").type
-    assert pa.types.is_fixed_size_list(proj) and proj.list_size == 16
-    got = pa.Table.from_pydict(ds.take_batch(600, batch_format="pyarrow").to_pydict())
+    assert isinstance(proj, pa.FixedShapeTensorType) and proj.shape == [16]
+    batch = ds.take_batch(600, batch_format="numpy")
+    assert batch["proj"].shape == (600, 16) and batch["proj"].dtype == np.float32
     want = cache.read_table(columns=["id", "proj"])
-    assert got.sort_by("id").to_pydict() == want.sort_by("id").to_pydict()
+    order = np.argsort(batch["id"])
+    assert batch["id"][order].tolist() == want.sort_by("id").column("id").to_pylist()
+    np.testing.assert_array_equal(batch["proj"][order], cache.to_numpy("proj")[
+        np.argsort(want.column("id").to_numpy(zero_copy_only=False))])
 
 
 def test_a_block_out_of_source_order_is_sorted_and_cut_into_row_ranges():

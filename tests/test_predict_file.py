@@ -120,7 +120,7 @@ def test_bad_input_is_refused_before_any_work_naming_the_fix(heads, tmp_path, ca
 
     out.write_bytes(b"precious")
     assert main(["predict", "--checkpoint", heads["classifier"], "--input",
-                 str(heads["jsonl"]), "--output", str(out), "--no-progress"]) == 2
+                 str(heads["jsonl"]), "--output", str(out), "--no-progress"]) == 3
     err = capsys.readouterr().err
     assert "raycache predict: error:" in err and "exists; pass --overwrite" in err
     assert out.read_bytes() == b"precious"

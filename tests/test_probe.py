@@ -182,5 +182,5 @@ def test_the_command_line_probes_a_yaml_config_with_overrides(stores, tmp_path, 
     out = capsys.readouterr().out
     assert "knn" in out and "logreg" not in out and "'k': 3" in out
     assert "probes/by-cli" in out
-    assert main(["probe", "--config", str(path), "--set", "methods=[svm]"]) == 2
+    assert main(["probe", "--config", str(path), "--set", "methods=[svm]"]) == 3
     assert "'svm'" in capsys.readouterr().err

@@ -211,6 +211,6 @@ def test_sizes_and_durations_parse_and_bad_values_are_named(store, capsys):
                       ("-1h", lambda: parse_duration("-1h", "grace"))):
         with pytest.raises(ConfigError, match=f"={bad!r}: expected a number and a unit"):
             call()
-    assert main(["gc", "--store", str(store), "--max-size", "50XB", "--older-than", "soon"]) == 2
+    assert main(["gc", "--store", str(store), "--max-size", "50XB", "--older-than", "soon"]) == 3
     err = capsys.readouterr().err
     assert "--max-size='50XB'" in err and "--older-than='soon'" in err and "GiB" in err

@@ -2,36 +2,24 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import warnings
-from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from raycache._cache.manifest import Manifest
-from raycache._cache.reads import (
-    THREADS,
-    cache_label,
-    map_ordered,
-    parse,
-    read_bytes_checked,
-    read_shard,
-    shard_path,
-)
+from raycache._cache.native import as_dtype, frame, pick_encoder, stacked, tensors
+from raycache._cache.opening import read_manifest
+from raycache._cache.reads import THREADS, cache_label, map_ordered, parse, read_shard, shard_path
 from raycache._cache.records import ShardEntry
 from raycache._cache.selection import select
-from raycache._cache.store import MANIFEST, Store
+from raycache._cache.store import Store
 from raycache._cache.vectors import unpack
-from raycache._errors import (
-    CacheNotFound,
-    CorruptCache,
-    CorruptShard,
-    DamagedCacheWarning,
-    StoreError,
-)
+from raycache._errors import CacheNotFound, CorruptCache, DamagedCacheWarning, StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -102,6 +90,38 @@ class Cache:
         """
         return [self.store.url(p) for p in self.shard_paths()]
 
+    def iter_tables(self, columns: list[str] | None = None, verify: bool = True,
+                    threads: int = THREADS) -> Iterator[pa.Table]:
+        """Rows shard by shard, in order: exactly this version's rows, at most `threads` shards
+        in memory at once.
+
+        Args:
+            columns: The columns to read (all of them when None).
+            verify: Read each shard whole and check it against the manifest's size and sha256;
+                False reads only `columns` from each shard, unchecked.
+            threads: Shards read at once (and held, at most, before the caller takes them).
+
+        Yields:
+            One Arrow table per shard (the rows its version keeps); embeddings as fixed-size
+            list columns.
+
+        Raises:
+            CorruptShard: A shard is missing or does not match the manifest (with `verify`).
+            StoreUnavailable: The store kept failing after its client's retries.
+
+        Example:
+            ```python
+            rows = sum(t.num_rows for t in raycache.open_cache("docs").iter_tables(["id"]))
+            ```
+        """
+        def read(entry: ShardEntry) -> pa.Table:
+            if verify:
+                return read_shard(self.store, self.dir, entry, columns)
+            with self.store.fs.open(shard_path(self.store, self.dir, entry), "rb") as f:
+                return select(parse(f, columns), entry.keep, entry.file_rows)
+
+        return map_ordered(read, self.manifest.shards, threads)
+
     def read_table(self, columns: list[str] | None = None, limit: int | None = None,
                    verify: bool = True) -> pa.Table:
         """Rows as one Arrow table, reading shards in order until `limit` rows.
@@ -124,14 +144,8 @@ class Cache:
             table = raycache.open_cache("docs").read_table(["id", "label"], limit=1000)
             ```
         """
-        def read(entry: ShardEntry) -> pa.Table:
-            if verify:
-                return read_shard(self.store, self.dir, entry, columns)
-            with self.store.fs.open(shard_path(self.store, self.dir, entry), "rb") as f:
-                return select(parse(f, columns), entry.keep, entry.file_rows)
-
         tables, n = [], 0
-        reads = map_ordered(read, self.manifest.shards, 1 if limit else THREADS)
+        reads = self.iter_tables(columns, verify, 1 if limit else THREADS)
         for t in reads:
             tables.append(t)
             n += t.num_rows
@@ -143,28 +157,89 @@ class Cache:
         table = pa.concat_tables(tables, promote_options="default")  # shards of older writers
         return table if limit is None else table.slice(0, limit)
 
+    def to_arrow(self, columns: list[str] | None = None, limit: int | None = None,
+                 dtype: str | None = "float32", verify: bool = True) -> pa.Table:
+        """Rows as one Arrow table whose vectors any Arrow reader takes as vectors.
+
+        Args:
+            columns: The columns to read (all of them when None).
+            limit: Stop after this many rows (all rows when None).
+            dtype: Vectors' number type: FixedSizeList<dtype>[dim] ("float32", what DuckDB
+                reads as FLOAT[dim]; "float16", "float64"; None: as stored). No copy where
+                the stored type is already `dtype`.
+            verify: Check each shard against the manifest's size and sha256.
+
+        Returns:
+            The rows, in shard order.
+
+        Raises:
+            ConfigError: `dtype` is not a number type vectors are read in.
+
+        Example:
+            ```python
+            table = raycache.open_cache("docs").to_arrow(["id", "minilm"])
+            ```
+        """
+        return as_dtype(self.read_table(columns, limit, verify), dtype)
+
+    def to_numpy(self, encoder: str | None = None, limit: int | None = None,
+                 dtype: str | None = None, verify: bool = True) -> np.ndarray:
+        """One encoder's embeddings as a 2-D array (rows, dim), in `read_table`'s row order.
+
+        Args:
+            encoder: The encoder (its column); None for a cache with one encoder.
+            limit: Only the first this many rows (all rows when None).
+            dtype: The array's number type (None: as stored).
+            verify: Check each shard against the manifest's size and sha256.
+
+        Returns:
+            The embeddings: a read-only view of the decoded shard where one shard holds them
+            (no copy), else one array that the shards are copied into as they are read.
+
+        Raises:
+            ConfigError: `encoder` is not one of the cache's (or the cache has several and
+                none is named), or `dtype` is not a number type vectors are read in.
+
+        Example:
+            ```python
+            x = raycache.open_cache("docs").to_numpy("minilm")  # x.shape: (rows, 384)
+            ```
+        """
+        name = pick_encoder([e.name for e in self.manifest.encoders], encoder,
+                            cache_label(self.dir))
+        rows = self.manifest.rows if limit is None else min(limit, self.manifest.rows)
+        dim = next(e.dim for e in self.manifest.encoders if e.name == name)
+        many = len(self.manifest.shards) > 1
+        return stacked(self.iter_tables([name], verify, 2 if many else 1), name, rows, dim,
+                       dtype)
+
     def to_pandas(self, columns: list[str] | None = None, limit: int | None = None,
-                  verify: bool = True) -> pd.DataFrame:
-        """Rows as a pandas DataFrame: `read_table(...).to_pandas()`.
+                  verify: bool = True, vectors: str = "rows") -> pd.DataFrame:
+        """Rows as a pandas DataFrame.
 
         Args:
             columns: The columns to read (all of them when None).
             limit: Stop after this many rows (all rows when None).
             verify: Check each shard against the manifest's size and sha256.
+            vectors: How an embedding column comes: "rows" (one numpy array per row, views
+                of one 2-D block), "wide" (one float column per dimension, `<name>_<j>`:
+                `df.filter(like="minilm_").to_numpy()` is 2-D) or "arrow" (pandas'
+                ArrowDtype(fixed_size_list), no copy). For a 2-D array, `to_numpy`.
 
         Returns:
-            The rows, in shard order; an embedding is one numpy array per row.
+            The rows, in shard order.
 
         Raises:
+            ConfigError: `vectors` is not one of those forms.
             CorruptShard: A shard is missing or does not match the manifest (with `verify`).
             StoreUnavailable: The store kept failing after its client's retries.
 
         Example:
             ```python
-            df = raycache.open_cache("docs").to_pandas(limit=100)
+            df = raycache.open_cache("docs").to_pandas(limit=100, vectors="wide")
             ```
         """
-        return self.read_table(columns, limit, verify).to_pandas()
+        return frame(self.read_table(columns, limit, verify), vectors)
 
     def to_ray_dataset(self, columns: list[str] | None = None) -> ray.data.Dataset:
         """The shards as a Ray Dataset, streamed from the store (imports Ray).
@@ -174,6 +249,8 @@ class Cache:
 
         Returns:
             A lazy Ray Dataset over the cache's rows; shards are read when it is consumed.
+            Embeddings are Arrow fixed_shape_tensor columns: a numpy batch holds each as one
+            2-D array (rows, dim), a torch batch as one 2-D tensor.
 
         Example:
             ```python
@@ -187,7 +264,7 @@ class Cache:
         if not any(s.keep for s in shards):
             return ray.data.read_parquet(
                 self.shard_paths(), filesystem=self.store.pyarrow_fs(), columns=columns
-            ).map_batches(unpack, batch_format="pyarrow", batch_size=None)
+            ).map_batches(_as_tensors, batch_format="pyarrow", batch_size=None)
         # shards shared with a selection: each read by a task that keeps its selected rows
         items = [{"entry": json.dumps(s.to_json())} for s in shards]
         return ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
@@ -217,79 +294,13 @@ def _read_entries(batch: pa.Table, store: Store, cache_dir: str, columns: list[s
                   ) -> pa.Table:
     """Ray Data task: the kept rows of the shards whose entries (JSON) come in."""
     entries = [ShardEntry.from_json(json.loads(t)) for t in batch.column("entry").to_pylist()]
-    return pa.concat_tables([read_shard(store, cache_dir, e, columns) for e in entries],
-                            promote_options="default")
+    return tensors(pa.concat_tables([read_shard(store, cache_dir, e, columns) for e in entries],
+                                    promote_options="default"))
 
 
-def read_manifest(store: Store, cache_dir: str) -> Manifest | None:
-    """The committed manifest of a cache folder (its shard list read on first use), or None;
-    CorruptCache where it cannot be read, naming the file and the fix."""
-    path = f"{cache_dir}/{MANIFEST}"
-    try:
-        raw = store.read_bytes(path)
-    except (FileNotFoundError, NotADirectoryError):  # no manifest, or not a folder at all
-        return None
-    except IsADirectoryError:
-        raise damaged(store, cache_dir, MANIFEST, "is a folder") from None
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:  # truncated, not JSON, not UTF-8
-        raise damaged(store, cache_dir, MANIFEST, f"is not JSON ({exc})") from None
-    try:
-        return Manifest.from_dict(data, where=store.url(path),
-                                  shards=functools.partial(_shard_list, store, cache_dir))
-    except CorruptCache as exc:
-        why = str(exc).removeprefix(exc.uri).strip().split("; fill")[0]
-        raise damaged(store, cache_dir, MANIFEST, why) from None
-
-
-def damaged(store: Store, cache_dir: str, rel: str, why: str) -> CorruptCache:
-    """The error for a cache whose manifest or shard list (`rel`) cannot be read: the file,
-    why, and the fix (a fill again, a repair, or gc's --damaged)."""
-    label = cache_label(cache_dir)
-    uri = store.url(f"{cache_dir}/{rel}")
-    if rel == MANIFEST:
-        fix = ("fill it again with the config it was filled from (the fill replaces the "
-               "damaged manifest)")
-        what = "its manifest"
-    else:
-        fix = f"re-encode it with `raycache repair {label} --store {store.uri}`"
-        what = "its shard list"
-    return CorruptCache(
-        f"cache {label} is damaged: {what} {uri} {why}. Reads of it fail, and listings, gc "
-        f"and other fills pass it by, until it is fixed: {fix}, or remove it with "
-        f"`raycache gc --store {store.uri} --damaged --delete`.", uri, label)
-
-
-PARSED_LISTS = 64
-"""Shard lists kept parsed, by their sha256 (a list is immutable and named by its content; its
-bytes are still read and checked on every open): a process that fills version after version
-parses each list once."""
-_PARSED: OrderedDict[str, list[ShardEntry]] = OrderedDict()
-
-
-def _shard_list(store: Store, cache_dir: str, info: dict[str, Any]) -> list[ShardEntry]:
-    """A format 3 manifest's shard list, checked against the size and sha256 it records
-    (CorruptCache where it is missing, does not match, or holds no shard entries)."""
-    rel = str(info.get("path", "shards-?.json")) if isinstance(info, dict) else "shards-?.json"
-    try:
-        blob = read_bytes_checked(store, f"{cache_dir}/{rel}", info["bytes"], info["sha256"],
-                                  cache_label(cache_dir))
-        if info["sha256"] in _PARSED:  # these very bytes were parsed before
-            _PARSED.move_to_end(info["sha256"])
-            return _PARSED[info["sha256"]]
-        data = [ShardEntry.from_json(s) for s in json.loads(blob)]  # every entry parses
-    except CorruptShard as exc:
-        why = "is missing" if exc.problems == ("missing",) else (
-            f"does not match the manifest's record of it: {'; '.join(exc.problems)}")
-        raise damaged(store, cache_dir, rel, why) from None
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise damaged(store, cache_dir, rel, f"is not a shard list ({type(exc).__name__}: "
-                      f"{exc})") from None
-    _PARSED[info["sha256"]] = data
-    while len(_PARSED) > PARSED_LISTS:
-        _PARSED.popitem(last=False)
-    return data
+def _as_tensors(batch: pa.Table) -> pa.Table:
+    """Ray Data task: a block of shards' rows, its vectors unpacked, as tensor columns."""
+    return tensors(unpack(batch))
 
 
 def scan(store: Store | str, name: str | None = None

@@ -91,7 +91,7 @@ class Head:
 
         Example:
             ```python
-            out = head.embed_embeddings(np.stack(df["minilm"]))  # df: cache.to_pandas()
+            out = head.embed_embeddings(cache.to_numpy("minilm"))
             ```
         """
         with torch.inference_mode():
@@ -151,7 +151,7 @@ class Head:
 
         Example:
             ```python
-            head.predict_embeddings(np.stack(df["minilm"]))  # df: cache.to_pandas()
+            head.predict_embeddings(cache.to_numpy("minilm"))
             ```
         """
         return self.named(self.predict_ids(x))

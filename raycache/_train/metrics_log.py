@@ -87,12 +87,17 @@ def _curves(path: str, history: list[dict[str, Any]]) -> None:
     epochs = [m["epoch"] for m in history]
     fig = Figure(figsize=(10, 3.5))
     loss_ax, acc_ax = fig.subplots(1, 2)
-    for k in ("train_loss", "val_loss"):
-        loss_ax.plot(epochs, [m[k] for m in history], label=k)
-    for k in ("train_acc", "val_acc"):
-        acc_ax.plot(epochs, [m[k] for m in history], label=k)
-    loss_ax.set(title="loss", xlabel="epoch")
-    acc_ax.set(title="accuracy", xlabel="epoch", ylim=(0, 1))
-    loss_ax.legend()
-    acc_ax.legend()
+    for ax, keys, title in ((loss_ax, ("train_loss", "val_loss"), "loss"),
+                            (acc_ax, ("train_acc", "val_acc"), "accuracy")):
+        if len(history) == 1:  # one solve (a full-batch head): its values as bars, labelled
+            values = [float(history[0][k]) for k in keys]
+            bars = ax.bar(keys, values, color=["C0", "C1"])
+            ax.bar_label(bars, fmt="%.4g")
+            ax.set(title=f"{title} (one solve)")
+        else:
+            for k in keys:
+                ax.plot(epochs, [m[k] for m in history], label=k)
+            ax.set(title=title, xlabel="epoch")
+            ax.legend()
+    acc_ax.set(ylim=(0, 1.1 if len(history) == 1 else 1))
     fig.savefig(path, dpi=72)

@@ -1,0 +1,55 @@
+"""How the command line words what it says: a DamagedCacheWarning on one line, a local store
+that is a file refused, and the SDK's parameter names in a ConfigError written as the flags
+that set them."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from raycache._errors import ConfigError, DamagedCacheWarning
+
+__all__ = ["GC_FLAGS", "PREDICT_FLAGS", "flags_named", "one_line", "store_folder"]
+
+
+def one_line(shown, command: str):
+    """warnings.showwarning that prints a DamagedCacheWarning as one line, as errors are."""
+    def show(message, category, *args, **kwargs) -> None:
+        if issubclass(category, DamagedCacheWarning):
+            print(f"raycache {command}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, *args, **kwargs)
+    return show
+
+
+# --- a bad store path: a clear error, no traceback ---------------------------------------------
+
+def store_folder(store: str | None) -> None:
+    """A local store that is a file (not a folder) is refused here, naming it and the fix."""
+    if store and "://" not in store and Path(store).expanduser().is_file():
+        from raycache._cache.store import Store
+
+        Store(store).check_folder()
+
+
+# --- flags named as flags: the SDK's names for them in its messages, as the CLI spells them ---
+
+GC_FLAGS = {"keep_last": "--keep-last", "older_than": "--older-than", "max_size": "--max-size",
+            "grace": "--grace"}
+PREDICT_FLAGS = {"in_process": "--in-process", "pool.num_gpus": "--num-gpus",
+                 "checkpoint": "--checkpoint", "input": "--input", "output": "--output"}
+
+
+@contextlib.contextmanager
+def flags_named(names: dict[str, str]) -> Iterator[None]:
+    """Re-raise a ConfigError with the SDK's parameter names (`keep_last=-1`, `set
+    pool.num_gpus: 0`) written as this command's flags (`--keep-last=-1`, `set --num-gpus 0`)."""
+    pattern = re.compile(r"(?<![\w.(-])(" + "|".join(map(re.escape, names)) + r")(=|: )")
+    try:
+        yield
+    except ConfigError as exc:
+        raise ConfigError([pattern.sub(lambda m: names[m.group(1)] + (
+            "=" if m.group(2) == "=" else " "), p) for p in exc.problems]) from exc

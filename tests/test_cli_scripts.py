@@ -1,0 +1,161 @@
+"""The command line for scripts: --version and raycache.__version__, --json on ls, runs, du,
+verify and gc (one JSON document, nothing else on stdout), distinct exit codes, `raycache
+export` (to a file, to stdout with `--to -`, to Lance and Qdrant), and curves.png of a one-solve
+head showing its values."""
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import raycache
+from raycache import _cli
+from raycache._cli import main
+from raycache._scripting import CRASH, DAMAGED, ERROR, EXIT_CODES, USAGE, jsonable
+from tests.conftest import separable, toy_fill
+
+pytestmark = pytest.mark.timeout(300)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    """A store with one toy cache (in-process fill) and one in-process training run."""
+    root = tmp_path_factory.mktemp("scripts")
+    (root / "source").mkdir()
+    pq.write_table(separable(n=300), root / "source" / "a.parquet")
+    raycache.fill(toy_fill(str(root / "source"), str(root / "store"), in_process=True))
+    raycache.train({"cache": "toy", "store": {"uri": str(root / "store")}, "label": "label",
+                    "epochs": 2, "num_workers": 0, "progress": False, "run_name": "r1"})
+    return str(root / "store")
+
+
+def run_json(capsys, *argv: str) -> object:
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_version_comes_from_the_package_metadata():
+    installed = importlib.metadata.version("raycache")
+    assert raycache.__version__ == installed
+    done = subprocess.run([sys.executable, "-m", "raycache", "--version"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == f"raycache {installed}"
+
+
+def test_json_of_ls_runs_du_verify_and_gc(store, capsys):
+    cache = raycache.open_cache("toy", store)
+    [listed] = run_json(capsys, "ls", store, "--json")
+    assert listed["name"] == "toy" and listed["fingerprint"] == cache.fingerprint
+    assert listed["rows"] == 300 and listed["uri"] == cache.uri
+    [run] = run_json(capsys, "runs", "toy", "--store", store, "--json")
+    assert run["name"] == "r1" and run["status"] == "finished" and run["epochs_done"] == 2
+    assert run["checkpoint"]
+    [usage] = run_json(capsys, "du", "--store", store, "--json")
+    assert usage["fingerprint"] == cache.fingerprint and usage["committed"] is True
+    assert usage["bytes"] > 0 and usage["state"] and usage["own_bytes"] == usage["bytes"]
+    report = run_json(capsys, "verify", "toy", "--store", store, "--json")
+    assert report["ok"] is True and report["rows"] == 300 and report["bad"] == {}
+    gc = run_json(capsys, "gc", "--store", store, "--json")
+    assert gc["deleted"] is False and gc["removed"] == [] and gc["bytes"] == 0
+
+
+def test_jsonable_writes_what_json_cannot_take_as_json():
+    assert jsonable({"a": (1, np.float32(0.5)), "b": float("nan"), "c": Path("x")}) == \
+        {"a": [1, 0.5], "b": None, "c": "x"}
+
+
+def test_exit_codes_are_distinct_and_documented(store, tmp_path, capsys, monkeypatch):
+    assert len(set(EXIT_CODES)) == 5 and (USAGE, ERROR, DAMAGED, CRASH) == (2, 3, 1, 4)
+    with pytest.raises(SystemExit) as usage:
+        main(["ls", "--no-such-flag"])
+    assert usage.value.code == USAGE
+    assert main(["inspect", "ghost", "--store", store]) == ERROR
+    assert "no committed cache named 'ghost'" in capsys.readouterr().err
+
+    def broken(args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setitem(_cli.COMMANDS, "du", broken)
+    assert main(["du", "--store", store]) == CRASH
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: a bug" in err and "crashed (exit code 4)" in err
+    monkeypatch.undo()
+    copy = tmp_path / "store"
+    import shutil
+
+    shutil.copytree(store, copy)
+    shard = next(copy.glob("toy/*/shards/*.parquet"))
+    shard.write_bytes(shard.read_bytes()[:-10])
+    assert main(["verify", "toy", "--store", str(copy), "--json"]) == DAMAGED
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and len(report["bad"]) == 1
+    text = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    for code in EXIT_CODES:
+        assert f"| {code} |" in text
+
+
+def test_export_command_writes_parquet_to_a_file_and_to_stdout(store, tmp_path, capsys):
+    out = tmp_path / "toy.parquet"
+    done = run_json(capsys, "export", "toy", "--store", store, "--to", str(out), "--json")
+    assert done["rows"] == 300 and done["format"] == "parquet" and done["to"] == str(out)
+    want = raycache.open_cache("toy", store).to_arrow(["id", "label", "name", "proj"])
+    assert pq.read_table(out).select(want.column_names).equals(want.cast(
+        pq.read_table(out).select(want.column_names).schema))
+    piped = subprocess.run([sys.executable, "-m", "raycache", "export", "toy", "--store", store,
+                            "--to", "-"], capture_output=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert piped.returncode == 0, piped.stderr.decode()[-2000:]
+    assert b"export toy/" in piped.stderr and b"300 rows" in piped.stderr
+    assert pq.read_table(pa.BufferReader(piped.stdout)).equals(pq.read_table(out))
+    assert main(["export", "toy", "--store", store, "--to", str(out)]) == ERROR
+    assert "exists; pass overwrite=True (--overwrite)" in capsys.readouterr().err
+    assert main(["export", "toy", "--store", store, "--to", "-", "--format", "lance"]) == ERROR
+
+
+def test_export_command_to_lance_and_qdrant(store, tmp_path, capsys):
+    pytest.importorskip("lance")
+    pytest.importorskip("qdrant_client")
+    lanced = run_json(capsys, "export", "toy", "--store", store, "--format", "lance", "--to",
+                      str(tmp_path / "toy.lance"), "--json")
+    assert lanced["rows"] == 300
+    folder = tmp_path / "qdrant"
+    put = run_json(capsys, "export", "toy", "--store", store, "--format", "qdrant", "--to",
+                   str(folder), "--collection", "docs", "--json")
+    assert put["rows"] == 300 and put["to"] == f"{folder} collection docs"
+
+
+def test_curves_of_a_one_solve_head_show_its_values(tmp_path):
+    from matplotlib.image import imread
+
+    from raycache._train.metrics_log import _curves
+
+    path = tmp_path / "curves.png"
+    _curves(str(path), [{"epoch": 1, "train_loss": 0.4, "val_loss": 0.5, "train_acc": 0.9,
+                         "val_acc": 0.85}])
+    pixels = imread(path)[..., :3]
+    blue = np.all(np.abs(pixels - np.array([31, 119, 180]) / 255) < 0.02, axis=-1).sum()
+    orange = np.all(np.abs(pixels - np.array([255, 127, 14]) / 255) < 0.02, axis=-1).sum()
+    assert blue > 2000 and orange > 2000  # bars, not a lone point no line joins
+
+
+def test_a_config_piped_to_stdin_with_config_dash(store, tmp_path):
+    piped = subprocess.run(
+        [sys.executable, "-m", "raycache", "train", "--config", "-", "--no-progress"],
+        input=f"cache: toy\nstore: {{uri: {store}}}\nlabel: label\nepochs: 1\nnum_workers: 0\n"
+              "run_name: piped\n", capture_output=True, text=True, timeout=240,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert piped.returncode == 0, piped.stderr[-2000:]
+    assert "run piped" in piped.stdout
+    bad = subprocess.run([sys.executable, "-m", "raycache", "fill", "--config", "-"],
+                         input="- a list\n", capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert bad.returncode == ERROR
+    assert "config from stdin (--config -): expected a mapping of settings, got list" in bad.stderr
