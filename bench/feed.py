@@ -134,24 +134,37 @@ class Watch(threading.Thread):
         self.sample()
 
     def sample(self) -> None:
+        """This process and its descendants (the Ray it started: GCS, raylet, workers)."""
         now = time.time()
-        for p in psutil.process_iter(["pid", "cmdline", "create_time", "cpu_times"]):
-            cmd = " ".join(p.info["cmdline"] or [])
-            if p.info["pid"] != os.getpid() and "ray" not in cmd:
-                continue
-            times = p.info["cpu_times"]
-            if times is None:
+        me = psutil.Process()
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                with p.oneshot():
+                    cmd, created, times = " ".join(p.cmdline()), p.create_time(), p.cpu_times()
+            except psutil.Error:  # gone between the listing and the look
                 continue
             cpu = times.user + times.system
-            seen = self.procs.setdefault(p.info["pid"], {
-                "title": cmd[:80], "created": p.info["create_time"], "cpu0": None,
-                "cpu": cpu, "worked": None})
+            seen = self.procs.setdefault(p.pid, {
+                "title": cmd[:80], "created": created, "cpu0": None, "cpu": cpu,
+                "worked": None})
             seen["title"] = cmd[:80] if "::" in cmd else seen["title"]
             if seen["cpu0"] is None:
                 seen["cpu0"] = cpu
             if seen["worked"] is None and cpu - seen["cpu0"] > 0.05:
                 seen["worked"] = now
             seen["cpu"] = cpu
+
+
+def kind(title: str) -> str:
+    """A process's kind from its title: a Ray Data stage's UDF, a Ray actor or daemon, or
+    the driver (this script)."""
+    if "MapBatches(" in title:
+        return title.split("MapBatches(")[-1].split(")")[0]
+    if title.startswith("ray::"):
+        return title.split()[0]
+    if title.endswith(".py") or ".py " in title:
+        return "driver"
+    return title.split()[0].rsplit("/", 1)[-1]
 
 
 def fill(folder: str, source: Path, store: Path, rows: int) -> tuple[dict, Watch, float]:
@@ -217,9 +230,14 @@ def main() -> None:
     outside = cpu / args.rows * 1e6 - alone["cpu_us_per_row"] - model_us
     tokenisers = sorted((p for p in watch.procs.values() if "PrepareActor" in p["title"]
                          and p["cpu"] - p["cpu0"] > 0.5), key=lambda p: p["created"])
-    first_block = min((p["worked"] for p in watch.procs.values()
-                       if "EncodeActor" in p["title"] and p["worked"]), default=None)
+    first_block = min((p["worked"] for p in tokenisers if p["worked"]), default=None)
     late = [p for p in new.values() if first_block and p["created"] > first_block]
+    after_shard = [p for p in new.values()
+                   if watch.first_shard and p["created"] > watch.first_shard]
+    kinds: dict[str, float] = {}
+    for p in watch.procs.values():  # CPU us a row by kind of process
+        k = kind(p["title"])
+        kinds[k] = kinds.get(k, 0.0) + (p["cpu"] - p["cpu0"]) / args.rows * 1e6
     after_start = args.rows / max(got["seconds"] - got["startup_s"], 1e-9)
     figures = {
         "cores": cores, "logical_cpus": logical, "rows": args.rows,
@@ -236,9 +254,12 @@ def main() -> None:
         "tokenisers_started_s": [round(p["created"] - start, 2) for p in tokenisers],
         "tokenisers_first_worked_s": [round((p["worked"] or start) - start, 2)
                                       for p in tokenisers],
-        "first_block_at_model_s": round(first_block - start, 2) if first_block else None,
+        "first_block_s": round(first_block - start, 2) if first_block else None,
         "first_shard_s": round(watch.first_shard - start, 2) if watch.first_shard else None,
         "processes_started_after_first_block": len(late),
+        "processes_started_after_first_shard": len(after_shard),
+        "cpu_us_per_row_by_process": {k: round(v, 1) for k, v in
+                                      sorted(kinds.items(), key=lambda kv: -kv[1]) if v >= 0.1},
         "late_titles": sorted({p["title"] for p in late}),
         **{f"fill_{k}": v for k, v in got.items()},
     }
@@ -249,9 +270,11 @@ def main() -> None:
           f"tokenising and the model ({figures['outside_over_tokenising']:.2f}x tokenising's)")
     print(f"tokenising processes that worked: {len(tokenisers)}, started at "
           f"{figures['tokenisers_started_s']} s, first worked at "
-          f"{figures['tokenisers_first_worked_s']} s; first block at the model "
-          f"{figures['first_block_at_model_s']} s, first shard {figures['first_shard_s']} s")
-    print(f"worker processes started after the first block: {len(late)} {figures['late_titles']}")
+          f"{figures['tokenisers_first_worked_s']} s; first block tokenised from "
+          f"{figures['first_block_s']} s, first shard {figures['first_shard_s']} s")
+    print(f"worker processes started after the first block: {len(late)} "
+          f"{figures['late_titles']}; after the first shard: {len(after_shard)}")
+    print(f"CPU us a row by process: {figures['cpu_us_per_row_by_process']}")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from feed import Watch, kind  # noqa: E402
 from fill_speed import MODEL, short_texts  # noqa: E402
 
 
@@ -98,6 +99,8 @@ def fill(source: Path, store: Path, rows: int, precision: str, num_gpus: float) 
     """One fill on the GPU pool: its summary figures, and its shards' write times."""
     import raycache
 
+    watch = Watch(store)  # each Ray process's CPU over the fill: which stage is saturated
+    watch.start()
     start = time.time()
     result = raycache.fill({
         "name": "gpu-fill", "progress": False, "source": {"path": str(source), "key": "id"},
@@ -106,9 +109,18 @@ def fill(source: Path, store: Path, rows: int, precision: str, num_gpus: float) 
         "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text", "path": MODEL,
                       "precision": precision}],
     })
+    end = time.time()
+    watch.stop.set()
+    watch.join()
     assert result.encoded_rows == rows, result.summary()
     shards = sorted(store.rglob("shards/*.parquet"), key=lambda p: p.stat().st_mtime)
+    busy: dict[str, list[float]] = {}
+    for p in watch.procs.values():
+        if p["cpu"] - p["cpu0"] > 0.5:
+            busy.setdefault(kind(p["title"]), []).append((p["cpu"] - p["cpu0"]) / (end - start))
     return {"start": start, "seconds": result.seconds, "pool": result.pool,
+            "cores_busy": {k: {"processes": len(v), "cores": round(sum(v), 2),
+                               "busiest": round(max(v), 2)} for k, v in busy.items()},
             "summary": result.summary(),
             "shards": [(p.stat().st_mtime, pq.ParquetFile(p).metadata.num_rows) for p in shards]}
 
@@ -165,6 +177,7 @@ def main() -> None:
                 "first_shard_s": times[0] - got["start"] if times else None,
                 "gpu_busy_pct": busy.mean(times[0], times[-2]) if span else None,
             }
+            figures["cores_busy"] = got["cores_busy"]
             out["fills"].append(figures)
             print(json.dumps(figures), flush=True)
             print(got["summary"], flush=True)

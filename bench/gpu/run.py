@@ -105,6 +105,11 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="folder for gpu.json and each step's log")
     parser.add_argument("--budget", type=float, default=480, help="seconds for all the steps")
     parser.add_argument("--rows", type=int, default=5_000_000, help="rows of the GPU fill")
+    parser.add_argument("--num-gpus", nargs="+", default=["1", "0.5"],
+                        help="GPUs per model actor, a GPU fill each")
+    parser.add_argument("--steps", default="fill,tests,train,sweep",
+                        help="which steps, comma-separated")
+    parser.add_argument("-k", default=None, help="pytest -k of the tests step")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -118,21 +123,24 @@ def main() -> None:
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
                               "--format=csv,noheader"], capture_output=True, text=True)
         report["gpu"] = smi.stdout.strip()
-    steps = report["steps"]
+    steps, chosen = report["steps"], set(args.steps.split(","))
     rows = args.rows if on_gpu else 256
-    steps["fill"] = step("fill", [py, "bench/gpu/fill.py", "--rows", str(rows), "--num-gpus",
-                                  *(["1", "0.5"] if on_gpu else ["1"]),
-                                  "--json", str(out / "fill.json")],
-                         env, left(240), out, out / "fill.json")
-    tests = ["tests/test_gpu.py", *(["tests/test_gpu_shaped.py"] if on_gpu else [])]
-    steps["tests"] = step("tests", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                    *tests], env, left(150), out)
-    if on_gpu:
+    if "fill" in chosen:
+        steps["fill"] = step("fill", [py, "bench/gpu/fill.py", "--rows", str(rows),
+                                      "--num-gpus", *(args.num_gpus if on_gpu else ["1"]),
+                                      "--json", str(out / "fill.json")],
+                             env, left(240), out, out / "fill.json")
+    if "tests" in chosen:
+        tests = ["tests/test_gpu.py", *(["tests/test_gpu_shaped.py"] if on_gpu else [])]
+        steps["tests"] = step("tests", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                                        *tests, *(["-k", args.k] if args.k else [])],
+                              env, left(150), out)
+    if on_gpu and "train" in chosen:
         steps["train"] = step("train", [py, "bench/gpu_train.py", "--rows", "1000000",
-                                        "--epochs", "2"], env, left(100), out)
-        if deadline - time.perf_counter() > 60:
-            steps["sweep"] = step("sweep", [py, "bench/probe.py", "--sweep-gpu"], env,
-                                  left(deadline - time.perf_counter()), out)
+                                        "--epochs", "2"], env, left(130), out)
+    if on_gpu and "sweep" in chosen and deadline - time.perf_counter() > 60:
+        steps["sweep"] = step("sweep", [py, "bench/probe.py", "--sweep-gpu"], env,
+                              left(deadline - time.perf_counter()), out)
     (out / "gpu.json").write_text(json.dumps(report, indent=1))
     print(json.dumps({k: {"rc": v["rc"], "seconds": v["seconds"]} for k, v in steps.items()}))
 
