@@ -2,33 +2,25 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import warnings
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from raycache._cache.manifest import Manifest
-from raycache._cache.reads import (
-    THREADS,
-    cache_label,
-    map_ordered,
-    parse,
-    read_bytes_checked,
-    read_shard,
-    shard_path,
-)
+from raycache._cache.manifests import read_manifest
+from raycache._cache.order import history
+from raycache._cache.outside import KEPT_ROWS, kept_rows, read_whole
+from raycache._cache.reads import THREADS, map_ordered, parse, read_shard, shard_path
 from raycache._cache.records import ShardEntry
 from raycache._cache.selection import select
-from raycache._cache.store import MANIFEST, Store
+from raycache._cache.store import Store
 from raycache._cache.vectors import unpack
 from raycache._errors import (
     CacheNotFound,
     CorruptCache,
-    CorruptShard,
     DamagedCacheWarning,
     StoreError,
 )
@@ -90,17 +82,63 @@ class Cache:
         return [shard_path(self.store, self.dir, s) for s in self.manifest.shards]
 
     def shard_urls(self) -> list[str]:
-        """Shard URLs, for readers outside raycache (pyarrow, DuckDB, pandas).
+        """URLs of the shard files this version reads whole, for readers outside raycache.
+
+        A version that shares an older version's file in part (format 5: rows edited or
+        removed since) reads only some of its rows: those files are not here, but in
+        `kept_rows()` (and the Parquet at `kept_rows_url()`), one row per row it reads. These
+        files read whole, plus the kept rows of those, are exactly the version's rows
+        (docs/format.md, "Reading a cache by hand").
 
         Returns:
-            One URL per shard, in the manifest's order.
+            One URL per shard file read whole, in the manifest's order.
 
         Example:
             ```python
             urls = raycache.open_cache("docs").shard_urls()
             ```
         """
-        return [self.store.url(p) for p in self.shard_paths()]
+        return [self.store.url(shard_path(self.store, self.dir, s))
+                for s in read_whole(self.manifest.shards)]
+
+    def kept_rows(self) -> pa.Table:
+        """The rows this version reads from the shard files it reads in part, for readers
+        outside raycache: join them with the files' row numbers (DuckDB's
+        `file_row_number`, Polars' `row_index`).
+
+        Returns:
+            A table of `file` (the file's URL) and `row` (0-based, in the file), one row per
+            row the version reads from it; no rows where it reads every file whole.
+
+        Raises:
+            CorruptCache: The shard list cannot be read.
+            CorruptShard: A row selection does not fit its file.
+
+        Example:
+            ```python
+            kept = raycache.open_cache("docs").kept_rows()
+            partial = sorted(set(kept.column("file").to_pylist()))
+            ```
+        """
+        return kept_rows(self.name, self.fingerprint, self.manifest.shards,
+                         self.store.url(self.store.root) + "/")
+
+    def kept_rows_url(self) -> str | None:
+        """The URL of this version's kept-rows list, a Parquet file of (`file`, `row`) with
+        `file` relative to the store root (`<name>/<fingerprint>/shards/...`): the same rows
+        as `kept_rows()`, for readers without raycache.
+
+        Returns:
+            Its URL; None where the version reads every file whole, or was committed by a
+            raycache before 0.6 (use `kept_rows()`).
+
+        Example:
+            ```python
+            url = raycache.open_cache("docs").kept_rows_url()
+            ```
+        """
+        rec = self.manifest.extra.get(KEPT_ROWS)
+        return self.store.url(f"{self.dir}/{rec['path']}") if isinstance(rec, dict) else None
 
     def read_table(self, columns: list[str] | None = None, limit: int | None = None,
                    verify: bool = True) -> pa.Table:
@@ -221,80 +259,10 @@ def _read_entries(batch: pa.Table, store: Store, cache_dir: str, columns: list[s
                             promote_options="default")
 
 
-def read_manifest(store: Store, cache_dir: str) -> Manifest | None:
-    """The committed manifest of a cache folder (its shard list read on first use), or None;
-    CorruptCache where it cannot be read, naming the file and the fix."""
-    path = f"{cache_dir}/{MANIFEST}"
-    try:
-        raw = store.read_bytes(path)
-    except (FileNotFoundError, NotADirectoryError):  # no manifest, or not a folder at all
-        return None
-    except IsADirectoryError:
-        raise damaged(store, cache_dir, MANIFEST, "is a folder") from None
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:  # truncated, not JSON, not UTF-8
-        raise damaged(store, cache_dir, MANIFEST, f"is not JSON ({exc})") from None
-    try:
-        return Manifest.from_dict(data, where=store.url(path),
-                                  shards=functools.partial(_shard_list, store, cache_dir))
-    except CorruptCache as exc:
-        why = str(exc).removeprefix(exc.uri).strip().split("; fill")[0]
-        raise damaged(store, cache_dir, MANIFEST, why) from None
-
-
-def damaged(store: Store, cache_dir: str, rel: str, why: str) -> CorruptCache:
-    """The error for a cache whose manifest or shard list (`rel`) cannot be read: the file,
-    why, and the fix (a fill again, a repair, or gc's --damaged)."""
-    label = cache_label(cache_dir)
-    uri = store.url(f"{cache_dir}/{rel}")
-    if rel == MANIFEST:
-        fix = ("fill it again with the config it was filled from (the fill replaces the "
-               "damaged manifest)")
-        what = "its manifest"
-    else:
-        fix = f"re-encode it with `raycache repair {label} --store {store.uri}`"
-        what = "its shard list"
-    return CorruptCache(
-        f"cache {label} is damaged: {what} {uri} {why}. Reads of it fail, and listings, gc "
-        f"and other fills pass it by, until it is fixed: {fix}, or remove it with "
-        f"`raycache gc --store {store.uri} --damaged --delete`.", uri, label)
-
-
-PARSED_LISTS = 64
-"""Shard lists kept parsed, by their sha256 (a list is immutable and named by its content; its
-bytes are still read and checked on every open): a process that fills version after version
-parses each list once."""
-_PARSED: OrderedDict[str, list[ShardEntry]] = OrderedDict()
-
-
-def _shard_list(store: Store, cache_dir: str, info: dict[str, Any]) -> list[ShardEntry]:
-    """A format 3 manifest's shard list, checked against the size and sha256 it records
-    (CorruptCache where it is missing, does not match, or holds no shard entries)."""
-    rel = str(info.get("path", "shards-?.json")) if isinstance(info, dict) else "shards-?.json"
-    try:
-        blob = read_bytes_checked(store, f"{cache_dir}/{rel}", info["bytes"], info["sha256"],
-                                  cache_label(cache_dir))
-        if info["sha256"] in _PARSED:  # these very bytes were parsed before
-            _PARSED.move_to_end(info["sha256"])
-            return _PARSED[info["sha256"]]
-        data = [ShardEntry.from_json(s) for s in json.loads(blob)]  # every entry parses
-    except CorruptShard as exc:
-        why = "is missing" if exc.problems == ("missing",) else (
-            f"does not match the manifest's record of it: {'; '.join(exc.problems)}")
-        raise damaged(store, cache_dir, rel, why) from None
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise damaged(store, cache_dir, rel, f"is not a shard list ({type(exc).__name__}: "
-                      f"{exc})") from None
-    _PARSED[info["sha256"]] = data
-    while len(_PARSED) > PARSED_LISTS:
-        _PARSED.popitem(last=False)
-    return data
-
-
 def scan(store: Store | str, name: str | None = None
          ) -> tuple[list[Cache], list[StoreError]]:
-    """Every committed cache in a store (or of one name), oldest first; and, apart, the errors
+    """Every committed cache in a store (or of one name), oldest first (each name's versions in
+    the order of their first commits, raycache._cache.order); and, apart, the errors
     of the caches whose manifest cannot be read (CorruptCache, or a format this raycache does
     not read)."""
     store = store if isinstance(store, Store) else Store(store)
@@ -311,7 +279,7 @@ def scan(store: Store | str, name: str | None = None
                 continue
             if manifest is not None:
                 caches.append(Cache(store, manifest))
-    return sorted(caches, key=lambda c: (c.manifest.created, c.name)), bad
+    return history(caches, lambda c: c.name, lambda c: c.manifest.place), bad
 
 
 def ls(store: Store | str, name: str | None = None) -> list[Cache]:

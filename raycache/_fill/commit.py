@@ -19,7 +19,10 @@ import pyarrow as pa
 
 from raycache._cache.columns import input_column
 from raycache._cache.committed import read_manifest
+from raycache._cache.committed import scan as scan_versions
 from raycache._cache.manifest import SKIPPED, EncoderEntry, Manifest
+from raycache._cache.order import HISTORY, next_place
+from raycache._cache.outside import KEPT_ROWS, KEPT_ROWS_FILE, kept_rows_blob
 from raycache._cache.records import ShardEntry, ShardRecord, SkippedRow, spans_by_block
 from raycache._cache.store import MANIFEST, PROGRESS, SHARDS, shard_name
 from raycache._core.secrets import split
@@ -29,7 +32,7 @@ from raycache._fill.plan import Plan
 from raycache._source.files import Ranges, Span
 
 __all__ = ["SHARD_LIST", "check_complete", "clear_progress", "commit", "done_ranges",
-           "manifest_of", "resumable", "scan_keys", "superseded"]
+           "manifest_of", "place", "resumable", "scan_keys", "superseded"]
 
 SHARD_LIST = re.compile(r"shards-[0-9a-f]{16}\.json")
 """The name of a shard list object in a cache folder."""
@@ -112,6 +115,7 @@ def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = 
     `shared`: entries of older versions' shards the version shares; `skipped`: the rows left
     out (on_bad_rows: skip), listed in the manifest."""
     manifest = manifest_of(p, records, seconds, label_stats, shared, dims)
+    manifest.extra[HISTORY] = place(p, manifest.created)
     if skipped:
         manifest.extra[SKIPPED] = [s.to_json() for s in sorted(
             skipped, key=lambda s: (s.source, s.row))]
@@ -125,6 +129,10 @@ def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = 
     manifest.totals = {"rows": manifest.rows, "bytes": manifest.bytes,
                        "shards": len(manifest.shards)}
     p.store.write_atomic(f"{p.dir}/{manifest.shard_list['path']}", listing)
+    kept = kept_rows_blob(p.cfg.name, p.fingerprint, manifest.shards)  # for outside readers
+    if kept is not None:
+        blob, manifest.extra[KEPT_ROWS] = kept
+        p.store.write_atomic(f"{p.dir}/{manifest.extra[KEPT_ROWS]['path']}", blob)
     committed = p.store.write_json(f"{p.dir}/{MANIFEST}", manifest.head(), exclusive=not replace)
     if not committed:
         try:
@@ -135,10 +143,26 @@ def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = 
     for path in superseded(p, manifest):
         with contextlib.suppress(FileNotFoundError):
             p.store.rm(f"{p.dir}/{path}")
+    named = {manifest.shard_list.get("path"), manifest.extra.get(KEPT_ROWS, {}).get("path")}
     for name in p.store.listdir(p.dir):  # a repair's earlier shard list, or a losing fill's
-        if SHARD_LIST.fullmatch(name) and name != manifest.shard_list.get("path"):
+        if (SHARD_LIST.fullmatch(name) or KEPT_ROWS_FILE.fullmatch(name)) and name not in named:
             p.store.rm(f"{p.dir}/{name}")  # never another fill's temporary file: it renames it
     return manifest, committed
+
+
+def place(p: Plan, now: str) -> dict:
+    """The version's place in its name's history (raycache._cache.order): the one its earlier
+    commit recorded (a repair, a compaction, a retry of skipped rows: never moved), else one
+    past the name's newest."""
+    try:
+        previous = read_manifest(p.store, p.dir)
+    except CorruptCache:  # its place is not known: a new one
+        previous = None
+    if previous is not None:
+        return next_place(previous, (), now)
+    others, _ = scan_versions(p.store, p.cfg.name)
+    return next_place(None, [c.manifest.place for c in others if c.fingerprint != p.fingerprint],
+                      now)
 
 
 def superseded(p: Plan, manifest: Manifest) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 from raycache._cache.committed import Cache, read_manifest
 from raycache._cache.lease import LEASES, live
 from raycache._cache.manifest import human_bytes
+from raycache._cache.order import history
 from raycache._cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
 from raycache._core.units import human_duration, parse_duration, parse_size
 from raycache._errors import ConfigError, CorruptCache, RaycacheError
@@ -119,10 +120,11 @@ class GcResult:
         return out
 
 
-def _order(u: Usage) -> tuple[float, float, str]:
-    """Oldest first: by the manifest's `created` (seconds), then by the newest file (ties:
-    fills committed within a second), then by fingerprint, so every policy sees one order."""
-    return u.created_ts, u.newest, u.fingerprint
+def _oldest_first(usages: list[Usage]) -> list[Usage]:
+    """Oldest first, each name's versions in their history (raycache._cache.order: fixed at
+    their first commit, whatever a repair or compaction wrote since), so every policy sees one
+    order."""
+    return history(usages, lambda u: u.name, lambda u: u.place)
 
 
 def _picked(committed: list[Usage], now: float, keep_last: int | None,
@@ -133,12 +135,12 @@ def _picked(committed: list[Usage], now: float, keep_last: int | None,
     for u in committed:
         by_name[u.name].append(u)
     for group in by_name.values():
-        for i, u in enumerate(sorted(group, key=_order)[::-1]):
+        for i, u in enumerate(_oldest_first(group)[::-1]):
             if keep_last is not None and i >= keep_last:
                 picked[u.id].append(f"not among the newest {keep_last} of {u.name!r}")
-            age = now - u.created_ts
+            age = now - u.place.first
             if older_than is not None and age > older_than:
-                picked[u.id].append(f"created {human_duration(age)} ago, older than "
+                picked[u.id].append(f"first committed {human_duration(age)} ago, older than "
                                     f"{human_duration(older_than)}")
     return {k: "; ".join(v) for k, v in picked.items()}
 
@@ -175,7 +177,7 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
 
     - unfinished fills (no manifest) whose newest file is older than `grace` (None: none);
     - committed fingerprints beyond the newest `keep_last` of each name;
-    - committed fingerprints `created` more than `older_than` ago ("7d", "24h", seconds);
+    - committed fingerprints first committed more than `older_than` ago ("7d", "24h", s);
     - the oldest committed fingerprints until the store's caches fit in `max_size` ("50GB");
     - in the committed caches it keeps, stray files (not named by the manifest) older than
       `grace` (None: none);
@@ -234,7 +236,7 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     now = time.time() if now is None else now
     found, manifests = scan(store)
     committed = [u for u in found if u.committed]
-    newest = {u.name: u.id for u in sorted(committed, key=_order)}
+    newest = {u.name: u.id for u in _oldest_first(committed)}
     result = GcResult(deleted=delete)
     for u in found:
         leased = _leased(u, now)
@@ -257,7 +259,7 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
         doomed = {u.id for u in committed if u.id in picked and protected(u) is None}
         left = (sum(u.bytes for u in found) - sum(r.usage.own_bytes for r in result.removed)
                 - sum(u.own_bytes for u in committed if u.id in doomed))
-        for u in sorted(committed, key=_order):
+        for u in _oldest_first(committed):
             if left <= limit:
                 break
             if u.id not in doomed:
