@@ -14,7 +14,7 @@ that changed; a shard that keeps only part of its rows carries a row selection
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter, defaultdict
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +28,7 @@ from raycache._cache.manifest import Manifest
 from raycache._cache.reads import map_ordered, parse, shard_path
 from raycache._cache.records import RowRange, ShardEntry, ShardRecord, spans_by_block
 from raycache._cache.selection import decode
-from raycache._cache.store import SHARDS
+from raycache._fill.commit import missing
 from raycache._fill.keys import counts_of, named, stats_of
 from raycache._fill.matching import (
     CODE,
@@ -213,16 +213,7 @@ def _per_block(e: ShardEntry) -> dict[str, int]:
 
 def _lost(p: Plan, entries: list[ShardEntry]) -> bool:
     """Whether any shared file is missing or of another size (one listing per folder)."""
-    by_home: dict[str, list[ShardEntry]] = defaultdict(list)
-    for e in entries:
-        by_home[e.home].append(e)
-    for home, group in by_home.items():
-        folder = p.store.path(home)
-        there = {path[len(folder) + 1:]: size
-                 for path, (size, _) in p.store.files(f"{folder}/{SHARDS}").items()}
-        if any(there.get(e.path) != e.bytes for e in group):
-            return True
-    return False
+    return bool(missing(p.store, entries))
 
 
 def compaction(p: Plan, carried: list[ShardEntry], budget: float | None = None

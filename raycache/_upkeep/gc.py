@@ -4,8 +4,6 @@ reads, nor a shard file that a kept version shares (mark and sweep)."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -13,15 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raycache._cache.committed import Cache, read_manifest
-from raycache._cache.lease import LEASES, live
+from raycache._cache.lease import live
 from raycache._cache.manifest import human_bytes
 from raycache._cache.order import history
-from raycache._cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
+from raycache._cache.store import MANIFEST, Store
 from raycache._core.units import human_duration, parse_duration, parse_size
 from raycache._errors import ConfigError, CorruptCache, RaycacheError
 from raycache._upkeep.du import Usage, scan
-from raycache._upkeep.refs import Refs, references
+from raycache._upkeep.refs import references
 from raycache._upkeep.strays import strays
+from raycache._upkeep.sweep import hold, lease_only, recheck, remove
 
 __all__ = ["GcResult", "Removal", "Stray", "gc"]
 
@@ -276,10 +275,17 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
         if u.id not in going and not _leased(u, now):  # a repair's new shards are no strays
             _find_strays(store, u, now, grace_s, result, damaged and not u.live_runs,
                          set(refs.get(u.id, ())))
-    _hold(store, result, refs, _unknown(store, found, going, now))
+    result.removed = hold(store, result.removed, refs, _unknown(store, found, going, now))
     if delete:
-        for r in result.removed:
-            _remove(store, r)
+        swept = []
+        for r in result.removed:  # each with its name's leases and manifests read again
+            again, why = recheck(store, r, refs, {u.id for u in found if u.committed or u.damaged})
+            if again is None:
+                result.kept.append(Removal(r.usage, why))
+                continue
+            remove(store, again)
+            swept.append(again)
+        result.removed = swept
         for s in result.strays:
             store.rm(f"{s.usage.dir}/{s.path}")
     return result
@@ -311,39 +317,9 @@ def _unknown(store: Store, found: list[Usage], going: set[str], now: float) -> d
     seen = {u.id for u in found}
     for name in store.listdir(store.root):  # a fill not yet past its plan: a lease alone
         for fp in store.listdir(store.path(name)):
-            if f"{name}/{fp}" not in seen and _lease_only(store, name, fp, now):
+            if f"{name}/{fp}" not in seen and lease_only(store, name, fp, now):
                 out[name] = f"the fill writing {name}/{fp} (it may share them)"
     return out
-
-
-def _lease_only(store: Store, name: str, fp: str, now: float) -> bool:
-    """Whether a folder that is no cache (yet) holds a live lease: a fill planning."""
-    folder = f"{store.cache_dir(name, fp)}/{LEASES}"
-    return bool(live([(p.rsplit("/", 1)[-1], when)
-                      for p, (_, when) in store.files(folder).items()], now))
-
-
-def _hold(store: Store, result: GcResult, refs: Refs, unknown: dict[str, str]) -> None:
-    """Mark, in each removal, the files that kept versions read (`refs`, and every shard file
-    of a name in `unknown`): they stay. A folder whose every file stays is not removed."""
-    out = []
-    for r in result.removed:
-        u = r.usage
-        read = refs.get(u.id, {})
-        if not read and u.name not in unknown:
-            out.append(r)
-            continue
-        sizes = {p[len(u.dir) + 1:]: size for p, (size, _) in store.files(u.dir).items()}
-        held = {rel: size for rel, size in sizes.items()
-                if rel in read or (u.name in unknown and rel.startswith(f"{SHARDS}/"))}
-        if not held:
-            out.append(r)
-        elif len(held) < len(sizes):
-            readers = sorted({v for rel in held for v in read.get(rel, ())})
-            if u.name in unknown:
-                readers.append(unknown[u.name])
-            out.append(dataclasses.replace(r, held=held, readers=", ".join(readers)))
-    result.removed = out
 
 
 def _find_strays(store: Store, u: Usage, now: float, grace_s: float | None, result: GcResult,
@@ -380,38 +356,6 @@ def _parsed(parse: Callable[[Any, str], float], value: Any, what: str, problems:
     except ConfigError as exc:
         problems += exc.problems
         return None
-
-
-def _remove(store: Store, r: Removal) -> None:
-    """The manifest first, so readers stop seeing a committed cache before its shards go; then
-    every file but those kept versions read (r.held)."""
-    u = r.usage
-    if u.committed or u.damaged:
-        with contextlib.suppress(FileNotFoundError):
-            store.rm(f"{u.dir}/{MANIFEST}")
-    if not r.held:
-        store.rm(u.dir)
-        return
-    _remove_but(store, u.dir, "", set(r.held))
-
-
-ORDER = {RUNS: 0, SHARDS: 1, PROGRESS: 3}
-"""What goes first where a folder is removed but for some files: runs, then shards, the shard
-list and other files, progress records last."""
-
-
-def _remove_but(store: Store, folder: str, rel: str, held: set[str]) -> None:
-    """Everything under `folder`/`rel` but the files `held` (relative to `folder`)."""
-    base = f"{folder}/{rel}" if rel else folder
-    for name in sorted(store.listdir(base), key=lambda n: (ORDER.get(n, 2), n)):
-        path = f"{rel}/{name}" if rel else name
-        if path in held:
-            continue
-        if any(h.startswith(f"{path}/") for h in held):
-            _remove_but(store, folder, path, held)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                store.rm(f"{folder}/{path}")
 
 
 def _default() -> str:
