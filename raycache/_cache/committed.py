@@ -13,7 +13,7 @@ from raycache._cache.manifest import Manifest
 from raycache._cache.manifests import read_manifest
 from raycache._cache.order import history
 from raycache._cache.outside import KEPT_ROWS, kept_rows, read_whole
-from raycache._cache.reads import THREADS, map_ordered, parse, read_shard, shard_path
+from raycache._cache.reads import THREADS, map_ordered, read_shard, read_unchecked, shard_path
 from raycache._cache.records import ShardEntry
 from raycache._cache.selection import select
 from raycache._cache.store import Store
@@ -165,8 +165,9 @@ class Cache:
         def read(entry: ShardEntry) -> pa.Table:
             if verify:
                 return read_shard(self.store, self.dir, entry, columns)
-            with self.store.fs.open(shard_path(self.store, self.dir, entry), "rb") as f:
-                return select(parse(f, columns), entry.keep, entry.file_rows)
+            table = read_unchecked(self.store, shard_path(self.store, self.dir, entry), columns,
+                                   f"{self.name}/{self.fingerprint}")
+            return select(table, entry.keep, entry.file_rows)
 
         tables, n = [], 0
         reads = map_ordered(read, self.manifest.shards, 1 if limit else THREADS)

@@ -21,7 +21,7 @@ from raycache._cache.vectors import unpack
 from raycache._errors import CorruptShard
 
 __all__ = ["THREADS", "cache_label", "map_ordered", "mismatch", "parse", "read_bytes_checked",
-           "read_checked", "read_shard", "shard_path"]
+           "read_checked", "read_shard", "read_unchecked", "shard_path"]
 
 THREADS = 8
 """Shards read (and hashed: hashlib releases the GIL) at once."""
@@ -99,6 +99,23 @@ def read_checked(store: Store, path: str, size: int, sha256: str, cache: str,
         return parse(pa.BufferReader(blob), columns)
     except pa.ArrowInvalid as exc:  # checksum matches: the writer wrote a bad file
         raise _corrupt(store, path, cache, [f"not readable as Parquet ({exc})"]) from exc
+
+
+def read_unchecked(store: Store, path: str, columns: list[str] | None, cache: str,
+                   filesystem: Any = None) -> pa.Table:
+    """A shard's `columns` read without its checksum (verify: false, or a later pass over a
+    shard read checked once), through `filesystem` (pyarrow's) or the store's: a CorruptShard
+    naming the fix where it is missing or not Parquet, never a bare FileNotFoundError or
+    ArrowInvalid."""
+    try:
+        if filesystem is not None:
+            return parse(path, columns, filesystem)
+        with store.fs.open(path, "rb") as f:
+            return parse(f, columns)
+    except FileNotFoundError:
+        raise _corrupt(store, path, cache, ["missing"]) from None
+    except pa.ArrowInvalid as exc:  # truncated, or not Parquet
+        raise _corrupt(store, path, cache, [f"not readable as Parquet ({exc})"]) from None
 
 
 def cache_label(cache_dir: str) -> str:
