@@ -96,11 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
     p.add_argument("--keep-last", type=int, help="keep the newest N committed fingerprints of "
                                                  "each name")
-    p.add_argument("--older-than", help="remove fingerprints created longer ago, e.g. 7d")
+    p.add_argument("--older-than", help="remove fingerprints first committed longer ago (7d)")
     p.add_argument("--max-size", help="remove the oldest until the caches fit, e.g. 50GB")
     p.add_argument("--grace", default="24h",
                    help="unfinished fills untouched for this long are removed; a cache whose run "
-                   "died with a checkpoint is kept this long, to resume (default 24h)")
+                   "died with a checkpoint is kept this long, to resume (default 24h, or 0)")
     p.add_argument("--include-newest", action="store_true",
                    help="the newest fingerprint of a name may go too")
     p.add_argument("--delete", action="store_true", help="remove; without it, only list")
@@ -266,9 +266,11 @@ def _inspect(args: argparse.Namespace) -> int:
     for e in m.encoders:
         print(f"encoder      {e.name}: {e.kind} on {e.input!r}, dim {e.dim}, {e.dtype}, "
               f"weights {e.weights_digest[:16]}")
-    for f in m.inputs["source"]["files"]:
+    for f in m.inputs["source"]["files"]:  # files, or data in memory (by its content)
         pinned = f", object version {f['version_id']}" if f.get("version_id") else ""
-        print(f"source       {f['uri']} ({f['size']} bytes, version {f['version']}{pinned})")
+        print(f"source       {f['uri']} ({f['size']} bytes, version {f['version']}{pinned})"
+              if "uri" in f else f"source       data in memory ({f.get('data', '?')}, "
+              f"{f.get('rows', '?')} rows, sha256 {str(f.get('sha256', '?'))[:16]})")
     if m.skipped:
         print(f"skipped      {len(m.skipped)} source row(s) the fill could not cache "
               "(on_bad_rows: skip; the next fill retries them):")
@@ -287,8 +289,7 @@ def _repair(args: argparse.Namespace) -> int:
     from raycache._upkeep.repair import repair
 
     name, _, fp = args.cache.partition("/")
-    print(repair(name, _store(args.store), fp or None, progress=not args.no_progress)
-          .summary())
+    print(repair(name, _store(args.store), fp or None, progress=not args.no_progress).summary())
     return 0
 
 
@@ -296,9 +297,8 @@ def _compact(args: argparse.Namespace) -> int:
     from raycache._upkeep.compact import compact
 
     name, _, fp = args.cache.partition("/")
-    result = compact(name, _store(args.store), fp or None, below=args.below,
-                     progress=not args.no_progress)
-    print(f"compact {name}: nothing to compact" if result.hit else result.summary())
+    print(compact(name, _store(args.store), fp or None, below=args.below,
+                  progress=not args.no_progress).summary())
     return 0
 
 

@@ -72,7 +72,9 @@ def compact(name: str, store: Store | str | None = None, fingerprint: str | None
     m = cache.manifest
     keep, sparse = compaction(p, [e for e in m.shards if e.home], budget=1.0)
     if not sparse:
-        return FillResult(cache, True, time.perf_counter() - started[0], 0)
+        return FillResult(cache, True, time.perf_counter() - started[0], 0, compaction=True)
     version = within(p, m, keep, sparse)
-    return complete(p, own_records(cache, set()), replace=True, started=started,
-                    version=version)
+    result = complete(p, own_records(cache, set()), replace=True, started=started,
+                      version=version)
+    result.repair, result.compaction = False, True  # its summary says what it did
+    return result
