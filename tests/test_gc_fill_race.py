@@ -61,6 +61,7 @@ def test_a_fill_whose_shared_files_go_before_its_commit_fails_cleanly(src, tmp_p
         raycache.fill(cfg)
     assert f"toy/{v1.fingerprint}" in str(err.value) and "Run the fill again" in str(err.value)
     assert raycache.ls(str(tmp_path / "store")) == []  # nothing committed over them
+    assert not list((tmp_path / "store").rglob("_leases/*"))  # nor a lease left to go stale
     monkeypatch.undo()
     again = raycache.fill(cfg)  # the rows it shared are encoded anew
     assert not again.hit and again.shared_rows == 0 and raycache.verify(again.cache).ok

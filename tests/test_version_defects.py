@@ -41,3 +41,17 @@ def test_a_version_whose_only_change_is_a_removed_or_emptied_file(source, tmp_pa
     whole = raycache.fill({**cfg, "name": "whole", "share": False, "reuse": False}).cache
     assert by_key(v2.cache).equals(by_key(whole))
     assert v2.cache.manifest.label_stats == whole.manifest.label_stats
+
+
+def test_a_damaged_shard_list_on_the_newest_version_is_passed_by(source, tmp_path):
+    cfg = toy_fill(str(source), str(tmp_path / "store"), rows_per_shard=50, in_process=True)
+    v1 = raycache.fill(cfg).cache
+    listing = Path(v1.dir) / v1.manifest.shard_list["path"]
+    listing.write_text(listing.read_text()[:100])  # truncated
+    os.remove(source / "c.parquet")
+    with pytest.warns(raycache.DamagedCacheWarning, match="passes it by"):
+        v2 = raycache.fill(cfg)  # shares nothing of it, as the message says
+    assert v2.base == "" and v2.cache.manifest.rows == 400 and raycache.verify(v2.cache).ok
+    assert not list((tmp_path / "store").rglob("_leases/*"))
+    whole = raycache.fill({**cfg, "name": "whole", "share": False, "reuse": False}).cache
+    assert by_key(v2.cache).equals(by_key(whole))

@@ -49,7 +49,8 @@ def damaged(store: Store, cache_dir: str, rel: str, why: str) -> CorruptCache:
                "damaged manifest)")
         what = "its manifest"
     else:
-        fix = f"re-encode it with `raycache repair {label} --store {store.uri}`"
+        fix = (f"re-encode it with `raycache repair {label} --store {store.uri}` (while its "
+               "source is as it was filled from; a fill of a changed source passes it by)")
         what = "its shard list"
     return CorruptCache(
         f"cache {label} is damaged: {what} {uri} {why}. Reads of it fail, and listings, gc "

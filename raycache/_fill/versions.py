@@ -14,6 +14,7 @@ that changed; a shard that keeps only part of its rows carries a row selection
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from raycache._cache.manifest import Manifest
 from raycache._cache.reads import map_ordered, parse, shard_path
 from raycache._cache.records import RowRange, ShardEntry, ShardRecord, spans_by_block
 from raycache._cache.selection import decode
+from raycache._errors import CorruptCache, DamagedCacheWarning
 from raycache._fill.commit import missing
 from raycache._fill.keys import counts_of, named, stats_of
 from raycache._fill.matching import (
@@ -139,10 +141,16 @@ def unfit(p: Plan, m: Manifest) -> str | None:
 
 
 def base_of(p: Plan) -> Manifest | None:
-    """The newest committed version of the plan's cache that can lend it rows."""
+    """The newest committed version of the plan's cache that can lend it rows; one whose shard
+    list cannot be read is passed by (with a DamagedCacheWarning naming it and the fix)."""
     caches, _ = scan(p.store, p.cfg.name)
     for c in reversed(caches):
         if c.fingerprint != p.fingerprint and unfit(p, c.manifest) is None:
+            try:
+                len(c.manifest.shards)  # its shard list read and checked
+            except CorruptCache as exc:  # passed by, as the message says: an older one lends
+                warnings.warn(str(exc), DamagedCacheWarning, stacklevel=3)
+                continue
             return c.manifest
     return None
 
