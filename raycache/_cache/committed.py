@@ -13,9 +13,15 @@ from raycache._cache.manifest import Manifest
 from raycache._cache.manifests import read_manifest
 from raycache._cache.order import history
 from raycache._cache.outside import KEPT_ROWS, kept_rows, read_whole
-from raycache._cache.reads import THREADS, map_ordered, read_shard, read_unchecked, shard_path
+from raycache._cache.reads import (
+    THREADS,
+    kept_of,
+    map_ordered,
+    read_shard,
+    read_unchecked,
+    shard_path,
+)
 from raycache._cache.records import ShardEntry
-from raycache._cache.selection import select
 from raycache._cache.store import Store
 from raycache._cache.vectors import unpack
 from raycache._errors import (
@@ -165,9 +171,9 @@ class Cache:
         def read(entry: ShardEntry) -> pa.Table:
             if verify:
                 return read_shard(self.store, self.dir, entry, columns)
-            table = read_unchecked(self.store, shard_path(self.store, self.dir, entry), columns,
-                                   f"{self.name}/{self.fingerprint}")
-            return select(table, entry.keep, entry.file_rows)
+            path, label = shard_path(self.store, self.dir, entry), f"{self.name}/{self.fingerprint}"
+            table = read_unchecked(self.store, path, columns, label)
+            return kept_of(self.store, path, label, table, entry.keep, entry.file_rows)
 
         tables, n = [], 0
         reads = map_ordered(read, self.manifest.shards, 1 if limit else THREADS)

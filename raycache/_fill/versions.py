@@ -293,9 +293,11 @@ def within(p: Plan, m: Manifest, keep: list[ShardEntry], sparse: list[ShardEntry
     """A committed version `m` made again in its own folder (a repair, a compaction): the
     shared entries it `keep`s as they are, `sparse`'s kept rows copied, its rows and label
     stats unchanged; the rest of its rows encoded again."""
+    from raycache._fill.retry import live
+
     rows: Counter = Counter()
     for e in m.shards:
-        for r in e.live_ranges():
+        for r in live(e):  # (none of an entry whose selection cannot be read)
             rows[r.block] += r.rows
     return Version(m, keep, {}, {}, None, 0, stats=m.label_stats, sparse=list(sparse),
                    files={f.block: (f.uri, rows[f.block]) for f in p.files})
