@@ -101,12 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", default="24h",
                    help="unfinished fills untouched for this long are removed; a cache whose run "
                    "died with a checkpoint is kept this long, to resume (default 24h, or 0)")
-    p.add_argument("--include-newest", action="store_true",
-                   help="the newest fingerprint of a name may go too")
+    p.add_argument("--include-newest", action="store_true", help="a name's newest may go too")
+    p.add_argument("--keep-runs", action="store_true",
+                   help="keep the trained heads (runs/) of the cache folders it removes")
     p.add_argument("--delete", action="store_true", help="remove; without it, only list")
     p.add_argument("--damaged", action="store_true",
-                   help="caches whose manifest or shard list cannot be read go too (else they "
-                   "are kept and listed)")
+                   help="caches whose manifest or shard list cannot be read go too (else kept)")
     text = "fill and train on a real dataset and encoder, locally"
     p = sub.add_parser("demo", help=text, description=text)
     p.add_argument("--store", default=".raycache/store",
@@ -358,9 +358,9 @@ def _gc(args: argparse.Namespace) -> int:
     with _flags(GC_FLAGS):
         result = gc(_store(args.store), keep_last=args.keep_last, older_than=args.older_than,
                     max_size=args.max_size, grace=args.grace, delete=args.delete,
-                    include_newest=args.include_newest, damaged=args.damaged)
-    for line in result.lines():
-        print(line)
+                    include_newest=args.include_newest, damaged=args.damaged,
+                    keep_runs=args.keep_runs)
+    print("\n".join(result.lines()))
     return 0
 
 

@@ -53,3 +53,28 @@ def test_inspect_shows_a_cache_filled_from_data_in_memory(tmp_path, capsys):
     out = capsys.readouterr().out
     digest = cache.manifest.inputs["source"]["files"][0]["sha256"]
     assert f"data in memory (pyarrow.Table, 30 rows, sha256 {digest[:16]})" in out
+
+
+@pytest.mark.parametrize("keep_runs", [True, False])
+def test_gc_keeps_the_trained_heads_of_what_it_removes_when_asked(tmp_path, capsys, keep_runs):
+    (tmp_path / "source").mkdir()
+    pq.write_table(separable(n=120), tmp_path / "source" / "a.parquet")
+    store = str(tmp_path / "store")
+    cfg = toy_fill(str(tmp_path / "source"), store, in_process=True)
+    v1 = raycache.fill(cfg).cache
+    run = raycache.train({"cache": "toy", "store": {"uri": store}, "epochs": 1,
+                          "num_workers": 0, "progress": False})
+    pq.write_table(separable(n=120, seed=3), tmp_path / "source" / "a.parquet")
+    raycache.fill(cfg)
+    args = ["gc", "--store", store, "--keep-last", "1", "--delete"]
+    assert main(args + (["--keep-runs"] if keep_runs else [])) == 0
+    out = capsys.readouterr().out
+    assert f"removed toy/{v1.fingerprint}" in out
+    assert not (tmp_path / "store" / "toy" / v1.fingerprint / "manifest.json").exists()
+    if keep_runs:
+        assert "its trained heads, kept" in out
+        head = raycache.load_head(run.checkpoint)  # a head loads without its cache
+        assert head.spec.fingerprint == v1.fingerprint
+        assert not list((tmp_path / "store" / "toy" / v1.fingerprint).glob("shards/*"))
+    else:
+        assert not (tmp_path / "store" / "toy" / v1.fingerprint).exists()

@@ -49,7 +49,7 @@ class Removal:
         runs = f", {human_bytes(u.runs_bytes)} of runs" if u.runs_bytes else ""
         out = f"{verb} {u.id}  {human_bytes(self.freed)}{runs}: {self.reason}"
         if self.held:
-            out += (f"; {len(self.held)} shard file(s), {human_bytes(sum(self.held.values()))}, "
+            out += (f"; {len(self.held)} file(s), {human_bytes(sum(self.held.values()))}, "
                     f"stay: read by {self.readers}")
         return out
 
@@ -171,7 +171,7 @@ def _protected(u: Usage, newest: dict[str, str], include_newest: bool, now: floa
 def gc(store: Store | str | None = None, keep_last: int | None = None,
        older_than: str | float | None = None, max_size: str | int | None = None,
        grace: str | float | None = "24h", delete: bool = False, include_newest: bool = False,
-       now: float | None = None, damaged: bool = False) -> GcResult:
+       now: float | None = None, damaged: bool = False, keep_runs: bool = False) -> GcResult:
     """Remove (delete=True) or list (a dry run, the default) what the policies pick.
 
     - unfinished fills (no manifest) whose newest file is older than `grace` (None: none);
@@ -187,7 +187,7 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     nor a cache a run in progress reads, nor one a run that died with a checkpoint reads
     while its record is younger than `grace` (it can still resume), nor the newest committed
     fingerprint of a name unless include_newest. A cache's runs (checkpoints of heads) go
-    with it.
+    with it, unless keep_runs: then its runs/ folder stays (a head loads without its cache).
 
     Versions share storage (format 5): the shard files that a kept version reads in another
     folder stay there while the rest of that folder goes (the manifest first), and so does
@@ -207,6 +207,8 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
         include_newest: The newest committed fingerprint of a name may go too.
         now: The time to measure ages from (seconds since the epoch; None: now).
         damaged: Remove caches whose manifest or shard list cannot be read.
+        keep_runs: Keep the runs/ folder (trained heads, their records) of every cache folder
+            it removes; what is left there is no cache, and gc leaves it to you.
 
     Returns:
         What was removed (or would be), what was kept and why, and the bytes freed.
@@ -275,11 +277,13 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
         if u.id not in going and not _leased(u, now):  # a repair's new shards are no strays
             _find_strays(store, u, now, grace_s, result, damaged and not u.live_runs,
                          set(refs.get(u.id, ())))
-    result.removed = hold(store, result.removed, refs, _unknown(store, found, going, now))
+    result.removed = hold(store, result.removed, refs, _unknown(store, found, going, now),
+                          keep_runs)
     if delete:
         swept = []
         for r in result.removed:  # each with its name's leases and manifests read again
-            again, why = recheck(store, r, refs, {u.id for u in found if u.committed or u.damaged})
+            again, why = recheck(store, r, refs, {u.id for u in found if u.committed or u.damaged},
+                                 keep_runs)
             if again is None:
                 result.kept.append(Removal(r.usage, why))
                 continue

@@ -27,31 +27,37 @@ def lease_only(store: Store, name: str, fp: str, now: float) -> bool:
                       for p, (_, when) in store.files(folder).items()], now))
 
 
-def hold(store: Store, removals: list[Removal], refs: Refs, unknown: dict[str, str]
-         ) -> list[Removal]:
+def hold(store: Store, removals: list[Removal], refs: Refs, unknown: dict[str, str],
+         runs: bool = False) -> list[Removal]:
     """Mark, in each removal, the files that kept versions read (`refs`, and every shard file
-    of a name in `unknown`): they stay. A folder whose every file stays is not removed."""
+    of a name in `unknown`), and with `runs` its trained heads (runs/): they stay. A folder
+    whose every file stays is not removed."""
     out = []
     for r in removals:
         u = r.usage
         read = refs.get(u.id, {})
-        if not read and u.name not in unknown:
+        heads = runs and u.runs_bytes > 0
+        if not read and u.name not in unknown and not heads:
             out.append(r)
             continue
         sizes = {p[len(u.dir) + 1:]: size for p, (size, _) in store.files(u.dir).items()}
         held = {rel: size for rel, size in sizes.items()
-                if rel in read or (u.name in unknown and rel.startswith(f"{SHARDS}/"))}
+                if rel in read or (u.name in unknown and rel.startswith(f"{SHARDS}/"))
+                or (heads and rel.startswith(f"{RUNS}/"))}
         if not held:
             out.append(r)
         elif len(held) < len(sizes):
             readers = sorted({v for rel in held for v in read.get(rel, ())})
             if u.name in unknown:
                 readers.append(unknown[u.name])
+            if heads:
+                readers.append("its trained heads, kept (keep_runs)")
             out.append(dataclasses.replace(r, held=held, readers=", ".join(readers)))
     return out
 
 
-def recheck(store: Store, r: Removal, refs: Refs, seen: set[str]) -> tuple[Removal | None, str]:
+def recheck(store: Store, r: Removal, refs: Refs, seen: set[str], runs: bool = False
+            ) -> tuple[Removal | None, str]:
     """The removal `r` again, just before it goes, with its name's leases and manifests read
     anew: (None, why) where a fill now writes its very folder (a repair, a compaction); every
     shard file of the name held where a fill of another version started since gc looked, or a
@@ -69,7 +75,7 @@ def recheck(store: Store, r: Removal, refs: Refs, seen: set[str]) -> tuple[Remov
             why = f"{cid} (committed after gc looked: it may share them)"
     if not why:
         return r, ""
-    out = hold(store, [r], refs, {u.name: why})
+    out = hold(store, [r], refs, {u.name: why}, runs)
     return (out[0], "") if out else (None, f"every file of it stays: {why}")
 
 
