@@ -102,3 +102,41 @@ def test_gc_keeps_the_files_of_a_fill_that_starts_after_it_looked(src, tmp_path,
         newest = raycache.open_cache("toy", str(store))
         assert newest.fingerprint == v3.fingerprint and raycache.verify(newest).ok
         assert rows(newest).num_rows == 400
+
+
+def test_a_run_in_progress_keeps_the_files_of_the_shard_list_it_started_on(src, tmp_path):
+    """A run reads the shard list it found when it started: a compaction of its version since
+    then stops naming the older version's files it copied, but gc keeps them while the run
+    is in progress, and removes them once it is not."""
+    import json
+    import os
+    import socket
+
+    cfg = {**config(src, tmp_path), "compact_below": 0}
+    store = tmp_path / "store"
+    v1 = raycache.fill(cfg).cache
+    data = pq.read_table(src / "a.parquet").to_pydict()
+    for i in range(0, 200, 2):  # half of a's rows edited: its shards shared in part
+        data["features"][i] = [x + 1.0 for x in data["features"][i]]
+    pq.write_table(pa.table(data, schema=pq.read_schema(src / "b.parquet")), src / "a.parquet",
+                   row_group_size=50)
+    v2 = raycache.fill(cfg).cache
+    read = {(s.home, s.path) for s in v2.manifest.shards if s.home}
+    run = Path(v2.dir) / "runs" / "r1"
+    run.mkdir(parents=True)
+    record = {"status": "running", "host": socket.gethostname(), "pid": os.getpid(),
+              "started": "2020-01-01T00:00:00+00:00", "updated": "now"}
+    (run / "run.json").write_text(json.dumps(record))
+    raycache.compact("toy", str(store), below=0.9, progress=False)  # committed again since
+    sparse = [store / home / path for home, path in read
+              if (home, path) not in {(s.home, s.path) for s in raycache.open_cache(
+                  "toy", str(store)).manifest.shards}]
+    assert sparse and all(p.exists() for p in sparse)
+    result = raycache.gc(str(store), keep_last=1, delete=True)
+    assert [r.usage.fingerprint for r in result.removed] == [v1.fingerprint]
+    assert "started before its last commit" in "\n".join(result.lines())
+    assert all(p.exists() for p in sparse)  # the run may still read them
+    (run / "run.json").write_text(json.dumps({**record, "status": "finished"}))
+    raycache.gc(str(store), keep_last=1, delete=True, grace="0")  # v1's folder: files alone
+    assert not any(p.exists() for p in sparse)
+    assert raycache.verify(raycache.open_cache("toy", str(store))).ok

@@ -71,6 +71,9 @@ class Usage:
     shared_bytes: int = 0
     """Bytes of the shard files in other versions' folders that its manifest reads (counted
     in those folders' `bytes`, not here)."""
+    live_since: str = ""
+    """When the earliest run in progress on it started (empty: none): a run reads the shard
+    list it found then, which a later repair or compaction may have replaced."""
     recorded: Place | None = None
     """Its place in its name's history as its manifest records it (raycache._cache.order),
     fixed at its first commit; None where not committed."""
@@ -162,15 +165,18 @@ def _folder(store: Store, name: str, fp: str) -> Found | None:
         return (Usage(name, fp, cache_dir, False, None, shards, total, runs_bytes, when, newest,
                       leases=leases, damaged=why, corrupt=corrupt), None, sizes)
     live: tuple[str, ...] = ()
+    since = ""
     resumable: tuple[tuple[str, float], ...] = ()
     if any(rel.startswith(f"{RUNS}/") and rel.endswith(f"/{RECORD}") for rel in files):
         runs = list_runs(Cache(store, manifest))
         live = tuple(r.name for r in runs if r.status == "running")
+        since = min((r.started for r in runs if r.status == "running" and r.started),
+                    default="")
         resumable = tuple((r.name, files[f"{RUNS}/{r.name}/{RECORD}"][1]) for r in runs
                           if r.status in RESUMABLE)
     return (Usage(name, fp, cache_dir, True, manifest.rows, manifest.shard_count, total,
                   runs_bytes, manifest.created, newest, live, resumable, leases,
-                  recorded=manifest.place), manifest, sizes)
+                  live_since=since, recorded=manifest.place), manifest, sizes)
 
 
 def scan(store: Store) -> tuple[list[Usage], dict[str, Manifest]]:

@@ -8,6 +8,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from raycache._cache.committed import Cache, read_manifest
@@ -310,14 +311,18 @@ def _damaged(u: Usage, why: str, corrupt: bool, remove: bool, leased: str | None
 
 def _unknown(store: Store, found: list[Usage], going: set[str], now: float) -> dict[str, str]:
     """Names whose shard files stay wherever gc removes, as what may read them is not known:
-    a kept manifest of a newer format (not read), or a fill writing a new version (it may
-    share the files of any committed one) -> why, in words."""
+    a kept manifest of a newer format (not read), a fill writing a new version (it may
+    share the files of any committed one), or a run in progress on a version committed again
+    since it started (it reads the earlier shard list) -> why, in words."""
     out = {}
     for u in found:
         if u.damaged and not u.corrupt and u.id not in going:
             out[u.name] = f"{u.id} (of a newer format: it may share them)"
         elif not u.committed and not u.damaged and _leased(u, now):
             out[u.name] = f"the fill writing {u.id} (it may share them)"
+        elif u.committed and u.live_since and _before(u.live_since, u.created):
+            out[u.name] = (f"the run(s) in progress on {u.id}, started before its last commit "
+                           "(they may read the files of its earlier shard list)")
     seen = {u.id for u in found}
     for name in store.listdir(store.root):  # a fill not yet past its plan: a lease alone
         for fp in store.listdir(store.path(name)):
@@ -360,6 +365,11 @@ def _parsed(parse: Callable[[Any, str], float], value: Any, what: str, problems:
     except ConfigError as exc:
         problems += exc.problems
         return None
+
+
+def _before(a: str, b: str) -> bool:
+    """Whether the ISO 8601 time `a` is before `b`."""
+    return datetime.fromisoformat(a).timestamp() < datetime.fromisoformat(b).timestamp()
 
 
 def _default() -> str:
