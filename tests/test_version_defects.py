@@ -123,3 +123,30 @@ def test_an_integer_label_with_nulls_is_counted_and_its_version_shares(source, t
     whole = raycache.fill({**cfg, "name": "whole", "share": False, "reuse": False}).cache
     assert by_key(v2.cache).equals(by_key(whole))
     assert v2.cache.manifest.label_stats == whole.manifest.label_stats
+
+
+def test_a_consistent_but_wrong_keep_is_bad_in_verify_and_repaired(source, tmp_path):
+    """A selection with the right number of rows that brings back a removed row (and leaves
+    out a kept one): no key twice, every count right, but two shards' rows at one place."""
+    store = str(tmp_path / "store")
+    cfg = toy_fill(str(source), store, rows_per_shard=50, in_process=True, compact_below=0)
+    raycache.fill(cfg)
+    table = pq.read_table(source / "a.parquet")
+    keep = np.ones(200, bool)
+    keep[[3, 60]] = False  # two rows removed from the source
+    pq.write_table(table.filter(pa.array(keep)), source / "a.parquet", row_group_size=50)
+    v2 = raycache.fill(cfg).cache
+    entry = next(e for e in v2.manifest.shards if e.keep and e.ranges[0].start == 0)
+    wrong = np.ones(entry.file_rows, bool)
+    wrong[10] = False  # row 3 back, row 10 gone: 49 rows, as recorded
+    set_keep(v2, encode(wrong))
+    cache = raycache.open_cache("toy", store)
+    assert cache.read_table().num_rows == 598  # reads, wrongly: verify must say so
+    report = raycache.verify(cache)
+    assert not report.ok and not report.duplicate_keys.count
+    assert any("keeps rows its version left out" in " ".join(r) for r in report.bad.values())
+    raycache.repair("toy", store, progress=False)
+    again = raycache.open_cache("toy", store)
+    assert raycache.verify(again).ok
+    whole = raycache.fill({**cfg, "name": "whole", "share": False, "reuse": False}).cache
+    assert by_key(again).equals(by_key(whole))
