@@ -44,12 +44,13 @@ def in_part(entries: Sequence[ShardEntry]) -> list[ShardEntry]:
 
 
 def kept_rows(name: str, fingerprint: str, entries: Sequence[ShardEntry],
-              prefix: str = "") -> pa.Table:
+              prefix: str = "", encoded: bool = False) -> pa.Table:
     """(file, row): each row the version reads from the files it reads in part, `file` the
     file relative to the store root (with `prefix` before it, e.g. the store's URL and a "/"),
     `row` its place in the file (0-based, as DuckDB's file_row_number and Polars' row index
-    count). CorruptShard where a selection does not fit its file."""
-    files, rows = [], []
+    count; `encoded`: `file` dictionary-encoded, no string per row). CorruptShard where a
+    selection does not fit its file."""
+    names, counts, rows = [], [], []
     for e in in_part(entries):
         try:
             where = np.flatnonzero(decode(e.keep, e.file_rows))
@@ -59,23 +60,26 @@ def kept_rows(name: str, fingerprint: str, entries: Sequence[ShardEntry],
                 f"cache {label}: the row selection (`keep`) of {file_of(name, fingerprint, e)} "
                 f"in its shard list cannot be read ({exc}); re-encode it with `raycache repair "
                 f"{label}`", e.path, label, ("selection",)) from None
-        files.append(np.full(len(where), prefix + file_of(name, fingerprint, e), object))
+        names.append(prefix + file_of(name, fingerprint, e))
+        counts.append(len(where))
         rows.append(where.astype(np.int64))
-    if not files:
+    if not names:
         return SCHEMA.empty_table()
-    return pa.table([pa.array(np.concatenate(files), pa.string()),
-                     pa.array(np.concatenate(rows))], schema=SCHEMA)
+    index = np.repeat(np.arange(len(names), dtype=np.int32), counts)  # no string per row
+    file = pa.DictionaryArray.from_arrays(pa.array(index), pa.array(names, pa.string()))
+    return pa.table([file if encoded else file.cast(pa.string()),
+                     pa.array(np.concatenate(rows))], ["file", "row"])
 
 
 def kept_rows_blob(name: str, fingerprint: str, entries: Sequence[ShardEntry]
                    ) -> tuple[bytes, dict[str, Any]] | None:
     """The kept-rows list as Parquet bytes (file dictionary-encoded, sorted by file and row)
     and its record for the manifest; None where the version reads every file whole."""
-    table = kept_rows(name, fingerprint, entries)
+    table = kept_rows(name, fingerprint, entries, encoded=True)
     if not table.num_rows:
         return None
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd", use_dictionary=["file"],
+    sink = io.BytesIO()  # `file` read back as plain strings (no Arrow schema stored)
+    pq.write_table(table, sink, compression="zstd", use_dictionary=["file"], store_schema=False,
                    column_encoding={"row": "DELTA_BINARY_PACKED"})
     blob = sink.getvalue()
     digest = hashlib.sha256(blob).hexdigest()
