@@ -27,8 +27,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from raycache import _moved
-from raycache._cache.committed import Cache, ls, open_cache
+from raycache._cache.committed import Cache
 from raycache._cache.config import StoreConfig
+from raycache._cache.finding import ls, open_cache
 from raycache._cache.manifest import Manifest
 from raycache._compute.pool_config import PoolConfig
 from raycache._core.notebook import quiet_widget_notices

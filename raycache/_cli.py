@@ -110,17 +110,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
     p.add_argument("--keep-last", type=int, help="keep the newest N committed fingerprints of "
                                                  "each name")
-    p.add_argument("--older-than", help="remove fingerprints created longer ago, e.g. 7d")
+    p.add_argument("--older-than", help="remove fingerprints first committed longer ago (7d)")
     p.add_argument("--max-size", help="remove the oldest until the caches fit, e.g. 50GB")
     p.add_argument("--grace", default="24h",
                    help="unfinished fills untouched for this long are removed; a cache whose run "
-                   "died with a checkpoint is kept this long, to resume (default 24h)")
-    p.add_argument("--include-newest", action="store_true",
-                   help="the newest fingerprint of a name may go too")
+                   "died with a checkpoint is kept this long, to resume (default 24h, or 0)")
+    p.add_argument("--include-newest", action="store_true", help="a name's newest may go too")
+    p.add_argument("--keep-runs", action="store_true",
+                   help="keep the trained heads (runs/) of the cache folders it removes")
     p.add_argument("--delete", action="store_true", help="remove; without it, only list")
     p.add_argument("--damaged", action="store_true",
-                   help="caches whose manifest or shard list cannot be read go too (else they "
-                   "are kept and listed)")
+                   help="caches whose manifest or shard list cannot be read go too (else kept)")
     add_json(p)
     add_export(sub, STORE_HELP, CACHE_HELP, default_store())
     text = "fill and train on a real dataset and encoder, locally"
@@ -248,7 +248,7 @@ def _print_history(result) -> None:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from raycache._cache.committed import ls
+    from raycache._cache.finding import ls
     from raycache._cache.manifest import human_bytes
 
     caches = ls(_store(args.store))
@@ -268,7 +268,7 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from raycache._cache.committed import open_cache
+    from raycache._cache.finding import open_cache
 
     name, _, fp = args.cache.partition("/")
     cache = open_cache(name, _store(args.store), fp or None)
@@ -283,9 +283,11 @@ def _inspect(args: argparse.Namespace) -> int:
     for e in m.encoders:
         print(f"encoder      {e.name}: {e.kind} on {e.input!r}, dim {e.dim}, {e.dtype}, "
               f"weights {e.weights_digest[:16]}")
-    for f in m.inputs["source"]["files"]:
+    for f in m.inputs["source"]["files"]:  # files, or data in memory (by its content)
         pinned = f", object version {f['version_id']}" if f.get("version_id") else ""
-        print(f"source       {f['uri']} ({f['size']} bytes, version {f['version']}{pinned})")
+        print(f"source       {f['uri']} ({f['size']} bytes, version {f['version']}{pinned})"
+              if "uri" in f else f"source       data in memory ({f.get('data', '?')}, "
+              f"{f.get('rows', '?')} rows, sha256 {str(f.get('sha256', '?'))[:16]})")
     if m.skipped:
         print(f"skipped      {len(m.skipped)} source row(s) the fill could not cache "
               "(on_bad_rows: skip; the next fill retries them):")
@@ -304,8 +306,7 @@ def _repair(args: argparse.Namespace) -> int:
     from raycache._upkeep.repair import repair
 
     name, _, fp = args.cache.partition("/")
-    print(repair(name, _store(args.store), fp or None, progress=not args.no_progress)
-          .summary())
+    print(repair(name, _store(args.store), fp or None, progress=not args.no_progress).summary())
     return 0
 
 
@@ -313,9 +314,8 @@ def _compact(args: argparse.Namespace) -> int:
     from raycache._upkeep.compact import compact
 
     name, _, fp = args.cache.partition("/")
-    result = compact(name, _store(args.store), fp or None, below=args.below,
-                     progress=not args.no_progress)
-    print(f"compact {name}: nothing to compact" if result.hit else result.summary())
+    print(compact(name, _store(args.store), fp or None, below=args.below,
+                  progress=not args.no_progress).summary())
     return 0
 
 
@@ -324,7 +324,7 @@ def _workers(text: str) -> int | str:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from raycache._cache.committed import open_cache
+    from raycache._cache.finding import open_cache
     from raycache._train.runs import list_runs
 
     name, _, fp = args.cache.partition("/")
@@ -341,7 +341,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from raycache._cache.committed import open_cache
+    from raycache._cache.finding import open_cache
     from raycache._upkeep.verify import verify
 
     name, _, fp = args.cache.partition("/")
@@ -383,7 +383,8 @@ def _gc(args: argparse.Namespace) -> int:
     with flags_named(GC_FLAGS):
         result = gc(_store(args.store), keep_last=args.keep_last, older_than=args.older_than,
                     max_size=args.max_size, grace=args.grace, delete=args.delete,
-                    include_newest=args.include_newest, damaged=args.damaged)
+                    include_newest=args.include_newest, damaged=args.damaged,
+                    keep_runs=args.keep_runs)
     for line in [] if args.json else result.lines():
         print(line)
     if args.json:

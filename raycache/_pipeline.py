@@ -141,7 +141,7 @@ def overlapped(fill_cfg: FillConfig, train_cfg: TrainConfig, progress: bool | No
     """The fill in a background thread, training's first epoch on its shards as they land
     (raycache._train.data.overlap); a cache already committed is trained on as usual. A
     training error waits for the fill to end, so that its work is committed (or resumable)."""
-    from raycache._cache.committed import read_manifest
+    from raycache._cache.manifests import read_manifest
     from raycache._fill.plan import plan
     from raycache._train.data.overlap import OverlapFill, problems
 

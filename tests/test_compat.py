@@ -18,7 +18,7 @@ import torch
 import toy_encoders
 
 import raycache
-from raycache._cache.committed import open_cache
+from raycache._cache.finding import open_cache
 from raycache._cache.records import RowRange, ShardRecord
 from raycache._cache.vectors import pack
 from raycache._heads.loaded import load_head

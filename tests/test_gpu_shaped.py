@@ -25,7 +25,7 @@ DRIVER = """
 import json, sys
 import ray
 import raycache
-from raycache._cache.committed import open_cache
+from raycache._cache.finding import open_cache
 ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
 for cfg in json.loads(sys.argv[1]):
     result = raycache.fill(cfg)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import raycache
-from raycache._cache.committed import read_manifest
+from raycache._cache.manifests import read_manifest
 from raycache._cache.vectors import unpack
 from raycache._cli import main
 from raycache._errors import CorruptShard

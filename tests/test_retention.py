@@ -43,7 +43,8 @@ def filled(tmp_path_factory) -> Path:
         path = Path(result.cache.dir) / "manifest.json"
         manifest = json.loads(path.read_text())
         manifest["created"] = datetime.fromtimestamp(time.time() - days * DAY, UTC).isoformat(
-            timespec="seconds")
+            timespec="seconds")  # and first committed then: its place's date (its order stays)
+        manifest["extra"]["history"]["first_committed"] = manifest["created"]
         path.write_text(json.dumps(manifest))
     return root / "store"
 

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache._cache.committed import open_cache
+from raycache._cache.finding import open_cache
 from raycache._cache.selection import encode
 from raycache._cache.vectors import pack
 from raycache._cli import main

@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from raycache._cache.manifest import Manifest
 from raycache._cache.native import as_dtype, frame, pick_encoder, stacked, tensors
-from raycache._cache.opening import read_manifest
-from raycache._cache.reads import THREADS, cache_label, map_ordered, parse, read_shard, shard_path
+from raycache._cache.outside import KEPT_ROWS, kept_rows, read_whole
+from raycache._cache.reads import (
+    THREADS,
+    cache_label,
+    kept_of,
+    map_ordered,
+    read_shard,
+    read_unchecked,
+    shard_path,
+)
 from raycache._cache.records import ShardEntry
-from raycache._cache.selection import select
 from raycache._cache.store import Store
 from raycache._cache.vectors import unpack
-from raycache._errors import CacheNotFound, CorruptCache, DamagedCacheWarning, StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,17 +83,63 @@ class Cache:
         return [shard_path(self.store, self.dir, s) for s in self.manifest.shards]
 
     def shard_urls(self) -> list[str]:
-        """Shard URLs, for readers outside raycache (pyarrow, DuckDB, pandas).
+        """URLs of the shard files this version reads whole, for readers outside raycache.
+
+        A version that shares an older version's file in part (format 5: rows edited or
+        removed since) reads only some of its rows: those files are not here, but in
+        `kept_rows()` (and the Parquet at `kept_rows_url()`), one row per row it reads. These
+        files read whole, plus the kept rows of those, are exactly the version's rows
+        (docs/format.md, "Reading a cache by hand").
 
         Returns:
-            One URL per shard, in the manifest's order.
+            One URL per shard file read whole, in the manifest's order.
 
         Example:
             ```python
             urls = raycache.open_cache("docs").shard_urls()
             ```
         """
-        return [self.store.url(p) for p in self.shard_paths()]
+        return [self.store.url(shard_path(self.store, self.dir, s))
+                for s in read_whole(self.manifest.shards)]
+
+    def kept_rows(self) -> pa.Table:
+        """The rows this version reads from the shard files it reads in part, for readers
+        outside raycache: join them with the files' row numbers (DuckDB's
+        `file_row_number`, Polars' `row_index`).
+
+        Returns:
+            A table of `file` (the file's URL) and `row` (0-based, in the file), one row per
+            row the version reads from it; no rows where it reads every file whole.
+
+        Raises:
+            CorruptCache: The shard list cannot be read.
+            CorruptShard: A row selection does not fit its file.
+
+        Example:
+            ```python
+            kept = raycache.open_cache("docs").kept_rows()
+            partial = sorted(set(kept.column("file").to_pylist()))
+            ```
+        """
+        return kept_rows(self.name, self.fingerprint, self.manifest.shards,
+                         self.store.url(self.store.root) + "/")
+
+    def kept_rows_url(self) -> str | None:
+        """The URL of this version's kept-rows list, a Parquet file of (`file`, `row`) with
+        `file` relative to the store root (`<name>/<fingerprint>/shards/...`): the same rows
+        as `kept_rows()`, for readers without raycache.
+
+        Returns:
+            Its URL; None where the version reads every file whole, or was committed by a
+            raycache before 0.6 (use `kept_rows()`).
+
+        Example:
+            ```python
+            url = raycache.open_cache("docs").kept_rows_url()
+            ```
+        """
+        rec = self.manifest.extra.get(KEPT_ROWS)
+        return self.store.url(f"{self.dir}/{rec['path']}") if isinstance(rec, dict) else None
 
     def iter_tables(self, columns: list[str] | None = None, verify: bool = True,
                     threads: int = THREADS) -> Iterator[pa.Table]:
@@ -117,8 +168,9 @@ class Cache:
         def read(entry: ShardEntry) -> pa.Table:
             if verify:
                 return read_shard(self.store, self.dir, entry, columns)
-            with self.store.fs.open(shard_path(self.store, self.dir, entry), "rb") as f:
-                return select(parse(f, columns), entry.keep, entry.file_rows)
+            path, label = shard_path(self.store, self.dir, entry), f"{self.name}/{self.fingerprint}"
+            table = read_unchecked(self.store, path, columns, label)
+            return kept_of(self.store, path, label, table, entry.keep, entry.file_rows)
 
         return map_ordered(read, self.manifest.shards, threads)
 
@@ -301,116 +353,3 @@ def _read_entries(batch: pa.Table, store: Store, cache_dir: str, columns: list[s
 def _as_tensors(batch: pa.Table) -> pa.Table:
     """Ray Data task: a block of shards' rows, its vectors unpacked, as tensor columns."""
     return tensors(unpack(batch))
-
-
-def scan(store: Store | str, name: str | None = None
-         ) -> tuple[list[Cache], list[StoreError]]:
-    """Every committed cache in a store (or of one name), oldest first; and, apart, the errors
-    of the caches whose manifest cannot be read (CorruptCache, or a format this raycache does
-    not read)."""
-    store = store if isinstance(store, Store) else Store(store)
-    if name is None:
-        store.check_folder()
-    names = [name] if name else store.listdir(store.root)
-    caches, bad = [], []
-    for n in names:
-        for fp in store.listdir(store.path(n)):
-            try:
-                manifest = read_manifest(store, store.cache_dir(n, fp))
-            except StoreError as exc:
-                bad.append(exc)
-                continue
-            if manifest is not None:
-                caches.append(Cache(store, manifest))
-    return sorted(caches, key=lambda c: (c.manifest.created, c.name)), bad
-
-
-def ls(store: Store | str, name: str | None = None) -> list[Cache]:
-    """Every committed cache in a store (or of one name), oldest first.
-
-    A cache whose manifest cannot be read is left out, with one warning (DamagedCacheWarning)
-    naming it.
-
-    Args:
-        store: The store: a Store, or its URI (a folder, s3://bucket/prefix).
-        name: Only the versions of this cache (every cache when None).
-
-    Returns:
-        The committed caches, oldest first.
-
-    Raises:
-        StoreError: The store's URI names a file, not a folder, or the store cannot be read.
-        StoreUnavailable: The store kept failing after its client's retries.
-
-    Example:
-        ```python
-        for cache in raycache.ls(".raycache/store"):
-            print(cache.name, cache.fingerprint, cache.manifest.rows)
-        ```
-    """
-    caches, bad = scan(store, name)
-    for exc in bad:
-        warnings.warn(str(exc), DamagedCacheWarning, stacklevel=2)
-    return caches
-
-
-def open_cache(
-    name: str,
-    store: Store | str | None = None,
-    fingerprint: str | None = None,
-    **options: Any,
-) -> Cache:
-    """The committed cache `name`: its newest fill, or the one with `fingerprint`.
-
-    Args:
-        name: The cache's name (the fill config's `name`).
-        store: The store: a Store, or its URI ($RAYCACHE_STORE, else .raycache/store, when
-            None).
-        fingerprint: Open this version rather than the newest.
-        **options: fsspec storage options for a store given as a URI (credentials are used,
-            never written or shown).
-
-    Returns:
-        The cache, its manifest read (its shard list on first use).
-
-    Raises:
-        CacheNotFound: No committed cache of that name (or fingerprint) is in the store.
-        CorruptCache: The manifest of the asked version, or of any version of `name` when no
-            fingerprint is given, cannot be read; the message names it and the fix.
-        StoreError: The store's URI is a temporary folder or a file, or cannot be read.
-        StoreUnavailable: The store kept failing after its client's retries.
-
-    Example:
-        ```python
-        cache = raycache.open_cache("docs")
-        oldest = raycache.ls(".raycache/store", "docs")[0]
-        first = raycache.open_cache("docs", fingerprint=oldest.fingerprint)
-        ```
-    """
-    from raycache._cache.config import default_store
-
-    store = store if isinstance(store, Store) else Store(store or default_store(), options)
-    if fingerprint:
-        manifest = read_manifest(store, store.cache_dir(name, fingerprint))
-        if manifest is None:
-            raise CacheNotFound(
-                f"no committed cache {name}/{fingerprint} in {store.uri!r}; `raycache ls "
-                f"{store.uri}` lists what is there"
-            )
-        return Cache(store, manifest)
-    found, bad = scan(store, name)
-    if bad:  # it may be the newest: which one is, is unknown
-        fps = ", ".join(f"{name}/{c.fingerprint}" for c in found) or "none"
-        raise type(bad[0])(f"{bad[0]} Meanwhile {name!r} has no known newest fill; to open "
-                           f"another, name its fingerprint (readable: {fps})",
-                           *_fields(bad[0]))
-    if not found:
-        raise CacheNotFound(
-            f"no committed cache named {name!r} in {store.uri!r}; fill it first, or check the "
-            f"name and store (`raycache ls {store.uri}`)"
-        )
-    return found[-1]
-
-
-def _fields(exc: StoreError) -> tuple[str, ...]:
-    return (exc.uri, exc.cache) if isinstance(exc, CorruptCache) else ()

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from types import TracebackType
 
 from raycache._cache.store import Store
-from raycache._errors import StoreError
+from raycache._errors import StoreUnavailable
 
 __all__ = ["LEASES", "PERIOD_S", "STALE_S", "Lease", "live"]
 
@@ -53,8 +53,8 @@ class Lease:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self._stop.set()
-        if isinstance(exc, StoreError):  # the store itself failed: removing would wait on it
-            return  # as long again; the lease goes stale instead (STALE_S)
+        if isinstance(exc, StoreUnavailable):  # the store itself failed: removing would wait
+            return  # on it as long again; the lease goes stale instead (STALE_S)
         if self._thread is not None:
             self._thread.join(timeout=self.store.timeout_s)
         with contextlib.suppress(Exception):  # gone already, or the store failed: it goes stale

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raycache._cache.order import Place, place_of
 from raycache._cache.records import ShardEntry, SkippedRow
 from raycache._errors import CorruptCache, StoreError
 
@@ -142,6 +143,13 @@ class Manifest:
     def shard_count(self) -> int:
         """The number of shards."""
         return self.totals["shards"] if self.totals else len(self.shards)
+
+    @property
+    def place(self) -> Place:
+        """Its place in its name's history (raycache._cache.order): fixed at its first commit,
+        never changed by a repair or compaction; `open_cache` by name, training by name, `ls`
+        and gc's policies order versions by it."""
+        return place_of(self.fingerprint, self.created, self.extra)
 
     @property
     def skipped(self) -> list[SkippedRow]:

@@ -15,13 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raycache._cache.records import ShardEntry
-from raycache._cache.selection import select
+from raycache._cache.selection import BadSelection, select
 from raycache._cache.store import Store
 from raycache._cache.vectors import unpack
 from raycache._errors import CorruptShard
 
 __all__ = ["THREADS", "cache_label", "map_ordered", "mismatch", "parse", "read_bytes_checked",
-           "read_checked", "read_shard", "shard_path"]
+           "kept_of", "read_checked", "read_shard", "read_unchecked", "shard_path"]
 
 THREADS = 8
 """Shards read (and hashed: hashlib releases the GIL) at once."""
@@ -101,6 +101,23 @@ def read_checked(store: Store, path: str, size: int, sha256: str, cache: str,
         raise _corrupt(store, path, cache, [f"not readable as Parquet ({exc})"]) from exc
 
 
+def read_unchecked(store: Store, path: str, columns: list[str] | None, cache: str,
+                   filesystem: Any = None) -> pa.Table:
+    """A shard's `columns` read without its checksum (verify: false, or a later pass over a
+    shard read checked once), through `filesystem` (pyarrow's) or the store's: a CorruptShard
+    naming the fix where it is missing or not Parquet, never a bare FileNotFoundError or
+    ArrowInvalid."""
+    try:
+        if filesystem is not None:
+            return parse(path, columns, filesystem)
+        with store.fs.open(path, "rb") as f:
+            return parse(f, columns)
+    except FileNotFoundError:
+        raise _corrupt(store, path, cache, ["missing"]) from None
+    except pa.ArrowInvalid as exc:  # truncated, or not Parquet
+        raise _corrupt(store, path, cache, [f"not readable as Parquet ({exc})"]) from None
+
+
 def cache_label(cache_dir: str) -> str:
     """The "name/fingerprint" of a cache folder <store>/<name>/<fingerprint>."""
     return "/".join(cache_dir.rstrip("/").rsplit("/", 2)[-2:])
@@ -116,8 +133,20 @@ def read_shard(store: Store, cache_dir: str, entry: ShardEntry,
                columns: list[str] | None = None, selected: bool = True) -> pa.Table:
     """A manifest entry's shard, read whole and checked (CorruptShard on a mismatch), only the
     rows its version keeps (all of the file's with `selected=False`)."""
-    table = read_checked(store, shard_path(store, cache_dir, entry), entry.bytes, entry.sha256,
-                         cache_label(cache_dir), columns)
-    return select(table, entry.keep, entry.file_rows) if selected else table
+    path = shard_path(store, cache_dir, entry)
+    table = read_checked(store, path, entry.bytes, entry.sha256, cache_label(cache_dir), columns)
+    return kept_of(store, path, cache_label(cache_dir), table, entry.keep, entry.file_rows) \
+        if selected else table
+
+
+def kept_of(store: Store, path: str, cache: str, table: pa.Table, keep: str, rows: int
+            ) -> pa.Table:
+    """The rows of a shard's table that its selection keeps: a CorruptShard naming the shard
+    and the fix where the selection does not decode or fit (never a bare ValueError)."""
+    try:
+        return select(table, keep, rows)
+    except BadSelection as exc:
+        raise _corrupt(store, path, cache, [f"its row selection (keep) in the shard list: "
+                                            f"{exc}"]) from None
 
 

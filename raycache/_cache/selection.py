@@ -9,7 +9,11 @@ import zlib
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["decode", "encode", "select"]
+__all__ = ["BadSelection", "decode", "encode", "select"]
+
+
+class BadSelection(ValueError):
+    """A row selection (`keep`) that does not decode, or does not fit its file's rows."""
 
 
 def encode(keep: np.ndarray) -> str:
@@ -20,11 +24,20 @@ def encode(keep: np.ndarray) -> str:
 
 
 def decode(text: str, rows: int) -> np.ndarray:
-    """The boolean mask over a shard file's `rows` rows that `encode` wrote."""
-    packed = np.frombuffer(zlib.decompress(base64.b64decode(text)), np.uint8)
+    """The boolean mask over a shard file's `rows` rows that `encode` wrote; BadSelection where
+    the text does not decode (base64, then deflate), holds another number of bits, or sets a
+    bit past the file's last row."""
+    try:
+        packed = np.frombuffer(zlib.decompress(base64.b64decode(text, validate=True)), np.uint8)
+    except (ValueError, TypeError, zlib.error) as exc:  # binascii.Error is a ValueError
+        raise BadSelection(f"a row selection that does not decode ({exc})") from None
     if len(packed) != -(-rows // 8):
-        raise ValueError(f"a row selection of {len(packed) * 8} bits for a shard of {rows} rows")
-    return np.unpackbits(packed, count=rows).astype(bool)
+        raise BadSelection(f"a row selection of {len(packed) * 8} bits for a shard of {rows} "
+                           "rows")
+    bits = np.unpackbits(packed)
+    if bits[rows:].any():
+        raise BadSelection(f"a row selection that keeps rows past the shard's {rows}")
+    return bits[:rows].astype(bool)
 
 
 def select(table: pa.Table, keep: str, rows: int) -> pa.Table:
@@ -33,6 +46,6 @@ def select(table: pa.Table, keep: str, rows: int) -> pa.Table:
         return table
     mask = decode(keep, rows)
     if table.num_rows != rows:
-        raise ValueError(f"a row selection over {rows} rows for a shard that holds "
+        raise BadSelection(f"a row selection over {rows} rows for a shard that holds "
                          f"{table.num_rows}")
     return table.filter(pa.array(mask))

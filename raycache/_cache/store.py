@@ -200,8 +200,17 @@ class Store:
         return {"timeout": self.timeout_s} if isinstance(self.fs, AsyncFileSystem) else {}
 
     def read_bytes(self, path: str) -> bytes:
+        """A whole object. One found missing is looked for once more with the filesystem's
+        listings of its folder dropped: another process may have written it after this one
+        listed the folder (s3fs answers a size from its cached listing)."""
         with self._served("reading", path):
-            return self.fs.cat_file(path, **self._deadline())
+            try:
+                return self.fs.cat_file(path, **self._deadline())
+            except FileNotFoundError:
+                if self.is_local:
+                    raise
+                self.fs.invalidate_cache(path.rsplit("/", 1)[0])
+                return self.fs.cat_file(path, **self._deadline())
 
     def write_atomic(self, path: str, data: bytes | Buffer, exclusive: bool = False) -> bool:
         """Write a whole object (bytes, or any buffer: written locally without a copy) so a
@@ -280,12 +289,15 @@ class Store:
         return json.loads(self.read_bytes(path))
 
     def listdir(self, path: str) -> list[str]:
-        """Names of the entries under path (empty when it does not exist)."""
+        """Names of the entries under path (empty when it does not exist), listed afresh and
+        the listing not kept (as `files`: another process may write here next)."""
         try:
             with self._served("listing", path):
                 entries = self.fs.ls(path, detail=False, refresh=True)
         except FileNotFoundError:
             return []
+        finally:
+            self.fs.invalidate_cache(path)
         return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
 
     def size(self, path: str) -> int:

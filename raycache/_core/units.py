@@ -24,7 +24,8 @@ def _parse(text: str | float, units: dict[str, int], what: str, example: str,
     else:
         match = _NUMBER.fullmatch(str(text))
         value = float(match.group(1)) if match else -1.0
-        unit = (match.group(2).lower() or default_unit) if match else None
+        unit = (match.group(2).lower() or default_unit
+                or (next(iter(units)) if value == 0 else None)) if match else None  # 0: any
     if unit not in units or value < 0:
         raise ConfigError([f"{what}={text!r}: expected a number and a unit out of "
                            f"{', '.join(units)} (e.g. {example})"])
@@ -38,7 +39,7 @@ def parse_size(text: str | float, what: str = "size") -> int:
 
 def parse_duration(text: str | float, what: str = "duration") -> float:
     """Seconds in "7d", "24h", "30m", "90s", "2w"; a plain number is seconds only when not a
-    string (a bare "7" is refused: days or hours?)."""
+    string (a bare "7" is refused: days or hours?), but for "0", which is 0 in any unit."""
     return _parse(text, DURATIONS, what, "7d, 24h or 30m", None)
 
 

@@ -7,7 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from raycache._cache.committed import Cache, open_cache
+from raycache._cache.committed import Cache
+from raycache._cache.finding import open_cache
 from raycache._cache.manifest import human_bytes
 from raycache._cache.store import Store
 from raycache._errors import ConfigError

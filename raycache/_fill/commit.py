@@ -18,18 +18,22 @@ import numpy as np
 import pyarrow as pa
 
 from raycache._cache.columns import input_column
-from raycache._cache.committed import read_manifest
+from raycache._cache.finding import scan as scan_versions
 from raycache._cache.manifest import SKIPPED, EncoderEntry, Manifest
+from raycache._cache.manifests import read_manifest
+from raycache._cache.order import HISTORY, next_place
+from raycache._cache.outside import KEPT_ROWS, KEPT_ROWS_FILE, kept_rows_blob
 from raycache._cache.records import ShardEntry, ShardRecord, SkippedRow, spans_by_block
-from raycache._cache.store import MANIFEST, PROGRESS, SHARDS, shard_name
+from raycache._cache.store import MANIFEST, PROGRESS, SHARDS, Store, shard_name
 from raycache._core.secrets import split
-from raycache._errors import CorruptCache, RaycacheError
+from raycache._errors import CorruptCache, RaycacheError, StoreError
 from raycache._fill.keys import named, scan
 from raycache._fill.plan import Plan
 from raycache._source.files import Ranges, Span
 
-__all__ = ["SHARD_LIST", "check_complete", "clear_progress", "commit", "done_ranges",
-           "manifest_of", "resumable", "scan_keys", "superseded"]
+__all__ = ["SHARD_LIST", "check_complete", "check_shared", "clear_progress", "commit",
+           "done_ranges", "manifest_of", "missing", "place", "resumable", "scan_keys",
+           "superseded"]
 
 SHARD_LIST = re.compile(r"shards-[0-9a-f]{16}\.json")
 """The name of a shard list object in a cache folder."""
@@ -111,7 +115,9 @@ def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = 
     cache committed first, (that fill's manifest, False). `replace` writes over it (repair).
     `shared`: entries of older versions' shards the version shares; `skipped`: the rows left
     out (on_bad_rows: skip), listed in the manifest."""
+    check_shared(p, shared)  # gc may have removed one since the version was planned
     manifest = manifest_of(p, records, seconds, label_stats, shared, dims)
+    manifest.extra[HISTORY] = place(p, manifest.created)
     if skipped:
         manifest.extra[SKIPPED] = [s.to_json() for s in sorted(
             skipped, key=lambda s: (s.source, s.row))]
@@ -125,6 +131,10 @@ def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = 
     manifest.totals = {"rows": manifest.rows, "bytes": manifest.bytes,
                        "shards": len(manifest.shards)}
     p.store.write_atomic(f"{p.dir}/{manifest.shard_list['path']}", listing)
+    kept = kept_rows_blob(p.cfg.name, p.fingerprint, manifest.shards)  # for outside readers
+    if kept is not None:
+        blob, manifest.extra[KEPT_ROWS] = kept
+        p.store.write_atomic(f"{p.dir}/{manifest.extra[KEPT_ROWS]['path']}", blob)
     committed = p.store.write_json(f"{p.dir}/{MANIFEST}", manifest.head(), exclusive=not replace)
     if not committed:
         try:
@@ -135,10 +145,53 @@ def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = 
     for path in superseded(p, manifest):
         with contextlib.suppress(FileNotFoundError):
             p.store.rm(f"{p.dir}/{path}")
+    named = {manifest.shard_list.get("path"), manifest.extra.get(KEPT_ROWS, {}).get("path")}
     for name in p.store.listdir(p.dir):  # a repair's earlier shard list, or a losing fill's
-        if SHARD_LIST.fullmatch(name) and name != manifest.shard_list.get("path"):
+        if (SHARD_LIST.fullmatch(name) or KEPT_ROWS_FILE.fullmatch(name)) and name not in named:
             p.store.rm(f"{p.dir}/{name}")  # never another fill's temporary file: it renames it
     return manifest, committed
+
+
+def missing(store: Store, entries: Sequence[ShardEntry]) -> list[ShardEntry]:
+    """The shared entries whose file is gone or of another size (one listing per folder)."""
+    by_home: dict[str, list[ShardEntry]] = defaultdict(list)
+    for e in entries:
+        by_home[e.home].append(e)
+    out = []
+    for home, group in by_home.items():
+        folder = store.path(home)
+        there = {path[len(folder) + 1:]: size
+                 for path, (size, _) in store.files(f"{folder}/{SHARDS}").items()}
+        out += [e for e in group if there.get(e.path) != e.bytes]
+    return out
+
+
+def check_shared(p: Plan, shared: Sequence[ShardEntry]) -> None:
+    """Every file of older versions that the version shares still there, just before its
+    commit: a StoreError naming those gone and the fix where one is not, nothing committed."""
+    gone = missing(p.store, [e for e in shared if e.home])
+    if gone:
+        raise StoreError(
+            f"fill {p.cfg.name}/{p.fingerprint}: {len(gone)} shard file(s) it shares from older "
+            f"version(s) {', '.join(sorted({e.home for e in gone}))} were removed while it ran "
+            f"(by `raycache gc`, or by hand), e.g. {p.store.url(p.store.path(gone[0].home))}/"
+            f"{gone[0].path}; nothing was committed. Run the fill again: it encodes their rows "
+            "anew, and keeps the shards it wrote")
+
+
+def place(p: Plan, now: str) -> dict:
+    """The version's place in its name's history (raycache._cache.order): the one its earlier
+    commit recorded (a repair, a compaction, a retry of skipped rows: never moved), else one
+    past the name's newest."""
+    try:
+        previous = read_manifest(p.store, p.dir)
+    except CorruptCache:  # its place is not known: a new one
+        previous = None
+    if previous is not None:
+        return next_place(previous, (), now)
+    others, _ = scan_versions(p.store, p.cfg.name)
+    return next_place(None, [c.manifest.place for c in others if c.fingerprint != p.fingerprint],
+                      now)
 
 
 def superseded(p: Plan, manifest: Manifest) -> list[str]:

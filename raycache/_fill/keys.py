@@ -259,7 +259,8 @@ def counts_of(stats: dict[str, Any]) -> dict[Any, int] | None:
 
 def _stats(counts: dict[Any, int]) -> dict[str, Any]:
     """A label column's stats for the manifest, from its count per value (None: nulls):
-    nulls, min, max, and every value's count where the values are small ids; for named labels
+    nulls, min, max, and every value's count where the values are small ids (with nulls or
+    not, so a version with nulls lends its rows to the next); for named labels
     (strings), `classes`, the vocabulary in sorted order, and the count of each."""
     counts = {v: n for v, n in counts.items() if n}
     nulls = counts.pop(None, 0)
@@ -273,7 +274,7 @@ def _stats(counts: dict[Any, int]) -> dict[str, Any]:
         return out
     low, high = min(counts), max(counts)
     out: dict[str, Any] = {"nulls": nulls, "min": low, "max": high}
-    if nulls == 0 and low >= 0 and high < MAX_COUNTED:
+    if low >= 0 and high < MAX_COUNTED:  # nulls too: their count is `nulls` (shareable)
         out["counts"] = [counts.get(v, 0) for v in range(high + 1)]
     return out
 

@@ -62,8 +62,10 @@ def read_new(p: Plan, files: list[sources.SourceFile], codes: dict[str, int]) ->
 
     # on threads: a unit's read and decode (no GIL) beside another's row hashes (GIL held)
     parts = [t for done in map_ordered(hashed, units, READERS) for t in done]
-    if not parts:
-        return pa.table({src.key: pa.array([], p.schema.field(src.key).type),
+    if not parts:  # the changed files were removed or emptied: no row, every column
+        names = list(dict.fromkeys([src.key, *src.labels]))
+        return pa.table({**{c: pa.array([], p.schema.field(c).type) for c in names},
+                         **{hash_column(i): pa.array([], pa.binary(32)) for i in inputs},
                          CODE: pa.array([], pa.int32()), ROW: pa.array([], pa.int64())})
     return pa.concat_tables(parts, promote_options="default").combine_chunks()
 
@@ -132,7 +134,7 @@ def match(p: Plan, old: Old | None, fresh: pa.Table, unchanged: np.ndarray
     found = ~np.asarray(pc.is_null(at))
     ok = found.copy()
     idx = np.asarray(pc.fill_null(at, 0)).astype(np.int64)
-    for c in validity_columns(p)[1:]:
+    for c in validity_columns(p)[1:] if ok.any() else ():  # (none found: no fresh rows)
         ok &= _equal(candidates.column(c), fresh.column(c).take(pa.array(idx)))
     alive[moved[ok]] = True
     code[moved[ok]] = fresh.column(CODE).to_numpy()[idx[ok]]

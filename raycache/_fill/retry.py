@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from raycache._cache.committed import Cache
-from raycache._cache.records import RowRange, ShardRecord
+from raycache._cache.records import RowRange, ShardEntry, ShardRecord
+from raycache._cache.selection import BadSelection
 from raycache._source.files import SourceFile
 
-__all__ = ["own_records"]
+__all__ = ["live", "own_records"]
 
 
 def own_records(cache: Cache, bad: set[str]) -> list[ShardRecord]:
@@ -18,7 +19,7 @@ def own_records(cache: Cache, bad: set[str]) -> list[ShardRecord]:
            for f in m.inputs["source"]["files"]}
     total: dict[str, int] = {}
     for s in m.shards:
-        for r in s.live_ranges():
+        for r in live(s):
             total[r.block] = max(total.get(r.block, 0), r.stop)
     for s in m.skipped:
         total[s.block] = max(total.get(s.block, 0), s.row + 1)
@@ -27,3 +28,12 @@ def own_records(cache: Cache, bad: set[str]) -> list[ShardRecord]:
                         ranges=tuple(RowRange(r.block, r.start, r.stop, uri[r.block],
                                               total[r.block]) for r in s.ranges))
             for s in m.shards if s.path not in bad and not s.home]
+
+
+def live(entry: ShardEntry) -> tuple[RowRange, ...]:
+    """The source rows an entry reads; none where its selection cannot be read (a repair
+    encodes them again: they are the rows no good shard holds)."""
+    try:
+        return entry.live_ranges()
+    except BadSelection:
+        return ()

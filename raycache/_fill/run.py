@@ -9,12 +9,11 @@ import json
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from raycache._cache.committed import Cache, read_manifest
+from raycache._cache.committed import Cache
 from raycache._cache.lease import Lease
-from raycache._cache.manifest import human_bytes
+from raycache._cache.manifests import read_manifest
 from raycache._cache.records import ShardRecord, SkippedRow
 from raycache._compute import runner, where
 from raycache._compute.pool import Pool
@@ -32,6 +31,7 @@ from raycache._errors import (
 from raycache._fill.commit import check_complete, commit, done_ranges, resumable, scan_keys
 from raycache._fill.config import FillConfig
 from raycache._fill.plan import Plan, load_config, plan
+from raycache._fill.result import FillResult
 from raycache._source import files as sources
 
 if TYPE_CHECKING:
@@ -49,111 +49,6 @@ BLOCK_BYTES = 1 << 30
 
 __all__ = ["FillResult", "block_rows", "build_pipeline", "complete", "fill",
            "in_process", "job", "run_in_process"]
-
-
-@dataclass
-class FillResult:
-    """What a fill (or a repair) did: the committed cache, hit or miss, and how long it took.
-
-    Example:
-        ```python
-        print(raycache.fill("fill.yaml").summary())
-        ```
-    """
-    cache: Cache
-    """The committed cache."""
-    hit: bool
-    """It was committed already: nothing was read or encoded."""
-    seconds: float
-    """Wall time of the fill call, start-up included."""
-    encoded_rows: int
-    """Rows that at least one encoder encoded."""
-    resumed_rows: int = 0
-    """Rows an interrupted fill had already encoded, kept and not encoded again."""
-    reused_rows: int = 0
-    """Rows whose every embedding came from caches in the store (same encoder, same input)."""
-    encoded_by: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Rows each encoder encoded (the rest of its rows it reused or resumed)."""
-    first_shard_seconds: float = 0.0
-    """From the start of the fill to its first shard written (start-up, its encoding)."""
-    encode_seconds: float = 0.0
-    """From the first encoder call to the last shard written."""
-    pool: str = ""
-    """The encoder pool it ran, in words."""
-    startup_seconds: float = 0.0
-    """To the first encoder call: reading, starting Ray and the actors, loading the models."""
-    repair: bool = False
-    """A repair (raycache._upkeep.repair): the shards it re-encoded, into a committed cache."""
-    shared_rows: int = 0
-    """Rows shared with an older version (`base`), in its shard files: not read nor written."""
-    base: str = ""
-    """The fingerprint of the version it shares rows with (empty: none)."""
-    written_bytes: int = 0
-    """Bytes of the shards this call wrote."""
-    compacted_rows: int = 0
-    """Rows of sparse shared shards copied into new shards of this version (compaction)."""
-    retried: int = 0
-    """Rows an earlier fill of this cache skipped (on_bad_rows: skip), tried again."""
-
-    @property
-    def rows_per_second(self) -> float:
-        """Rows encoded per second of wall time, start-up included."""
-        return self.encoded_rows / self.seconds if self.seconds else 0.0
-
-    @property
-    def encode_rows_per_second(self) -> float:
-        """Rows encoded per second once the encoders were running."""
-        return self.encoded_rows / self.encode_seconds if self.encode_seconds else 0.0
-
-    def summary(self) -> str:
-        """What this call did, in one line: its timings add up to its wall time.
-
-        Returns:
-            The line (rows encoded, reused, resumed and shared, shards, bytes, timings).
-        """
-        m = self.cache.manifest
-        head = f"{'repair' if self.repair else 'fill'} {m.name}/{m.fingerprint[:12]}: "
-        if self.hit and self.repair:
-            return head + f"every shard is good, {m.rows} rows in {m.shard_count} shards; " \
-                          "nothing to repair"
-        if self.hit:
-            return head + f"hit, {m.rows} rows in {m.shard_count} shards, encoded nothing"
-        resumed = f", {self.resumed_rows} resumed" if self.resumed_rows else ""
-        shared = (f", {self.shared_rows} shared with version {self.base[:12]}"
-                  if self.base else "")
-        shared += f", {self.compacted_rows} compacted" if self.compacted_rows else ""
-        what = (f"re-encoded the bad shards, {m.rows} rows ({self.encoded_rows} encoded"
-                f"{self._by()}, {self.resumed_rows} kept from good shards), " if self.repair else
-                f"miss, {m.rows} rows ({self.encoded_rows} encoded{self._by()}, "
-                f"{self.reused_rows} reused{resumed}{shared}), ")
-        wrote = (f" ({human_bytes(self.written_bytes)} written)"
-                 if self.base or self.compacted_rows else "")
-        if self.retried:
-            wrote += f"; retried {self.retried} skipped row(s)"
-        if skipped := len(m.skipped):
-            wrote += (f"; SKIPPED {skipped} row(s) it could not cache (on_bad_rows: skip; "
-                      "`raycache inspect` lists them, the next fill retries them)")
-        return head + (f"{what}{m.shard_count} shards, {human_bytes(m.bytes)}{wrote}, "
-                       f"{self._timings()}")
-
-    def _timings(self) -> str:
-        """The call's wall time split so that it adds up: start-up, encoding, the rest."""
-        if not self.encoded_rows:  # every row reused or resumed: no encoder ran
-            return f"{self.seconds:.1f} s, nothing encoded (every row reused or resumed)"
-        startup = min(max(self.startup_seconds, 0.0), self.seconds)
-        encode = min(self.encode_seconds, self.seconds - startup)
-        rest = max(self.seconds - startup - encode, 0.0)
-        return (f"{self.seconds:.1f} s = {startup:.1f} s start-up (to the first encoder call) "
-                f"+ {encode:.1f} s encoding and writing shards "
-                f"({self.encoded_rows / encode if encode else 0.0:.1f} rows/s) "
-                f"+ {rest:.1f} s checking and committing")
-
-    def _by(self) -> str:
-        by = self.encoded_by
-        return f" [{', '.join(f'{k} {v}' for k, v in by.items())}]" if len(by) > 1 else ""
-
-    def __repr__(self) -> str:
-        return f"FillResult({self.summary()})"
 
 
 def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> FillResult:
@@ -359,7 +254,7 @@ def in_process(cfg: FillConfig, todo: int | None, ask: Any = None) -> tuple[bool
 def _reuse(p: Plan, version: Version | None = None, store: bool = False
            ) -> Reuse | Either | None:
     """What other caches hold for the encoders (_fill.reuse); a version's old rows first."""
-    from raycache._cache.committed import scan
+    from raycache._cache.finding import scan
     from raycache._cache.reads import cache_label
     from raycache._fill.reuse import Either, Reuse
 

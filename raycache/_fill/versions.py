@@ -14,7 +14,8 @@ that changed; a shard that keeps only part of its rows carries a row selection
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter, defaultdict
+import warnings
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -23,12 +24,13 @@ import numpy as np
 import pyarrow as pa
 
 from raycache._cache.columns import hash_column
-from raycache._cache.committed import scan
+from raycache._cache.finding import scan
 from raycache._cache.manifest import Manifest
 from raycache._cache.reads import map_ordered, parse, shard_path
 from raycache._cache.records import RowRange, ShardEntry, ShardRecord, spans_by_block
 from raycache._cache.selection import decode
-from raycache._cache.store import SHARDS
+from raycache._errors import CorruptCache, DamagedCacheWarning
+from raycache._fill.commit import missing
 from raycache._fill.keys import counts_of, named, stats_of
 from raycache._fill.matching import (
     CODE,
@@ -139,10 +141,16 @@ def unfit(p: Plan, m: Manifest) -> str | None:
 
 
 def base_of(p: Plan) -> Manifest | None:
-    """The newest committed version of the plan's cache that can lend it rows."""
+    """The newest committed version of the plan's cache that can lend it rows; one whose shard
+    list cannot be read is passed by (with a DamagedCacheWarning naming it and the fix)."""
     caches, _ = scan(p.store, p.cfg.name)
     for c in reversed(caches):
         if c.fingerprint != p.fingerprint and unfit(p, c.manifest) is None:
+            try:
+                len(c.manifest.shards)  # its shard list read and checked
+            except CorruptCache as exc:  # passed by, as the message says: an older one lends
+                warnings.warn(str(exc), DamagedCacheWarning, stacklevel=3)
+                continue
             return c.manifest
     return None
 
@@ -213,16 +221,7 @@ def _per_block(e: ShardEntry) -> dict[str, int]:
 
 def _lost(p: Plan, entries: list[ShardEntry]) -> bool:
     """Whether any shared file is missing or of another size (one listing per folder)."""
-    by_home: dict[str, list[ShardEntry]] = defaultdict(list)
-    for e in entries:
-        by_home[e.home].append(e)
-    for home, group in by_home.items():
-        folder = p.store.path(home)
-        there = {path[len(folder) + 1:]: size
-                 for path, (size, _) in p.store.files(f"{folder}/{SHARDS}").items()}
-        if any(there.get(e.path) != e.bytes for e in group):
-            return True
-    return False
+    return bool(missing(p.store, entries))
 
 
 def compaction(p: Plan, carried: list[ShardEntry], budget: float | None = None
@@ -294,9 +293,11 @@ def within(p: Plan, m: Manifest, keep: list[ShardEntry], sparse: list[ShardEntry
     """A committed version `m` made again in its own folder (a repair, a compaction): the
     shared entries it `keep`s as they are, `sparse`'s kept rows copied, its rows and label
     stats unchanged; the rest of its rows encoded again."""
+    from raycache._fill.retry import live
+
     rows: Counter = Counter()
     for e in m.shards:
-        for r in e.live_ranges():
+        for r in live(e):  # (none of an entry whose selection cannot be read)
             rows[r.block] += r.rows
     return Version(m, keep, {}, {}, None, 0, stats=m.label_stats, sparse=list(sparse),
                    files={f.block: (f.uri, rows[f.block]) for f in p.files})

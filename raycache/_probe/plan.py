@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from raycache._cache.committed import Cache, open_cache
+from raycache._cache.committed import Cache
+from raycache._cache.finding import open_cache
 from raycache._cache.store import Store
 from raycache._core.config import load
 from raycache._errors import ConfigError

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from raycache._cache.committed import Cache, open_cache
+from raycache._cache.committed import Cache
+from raycache._cache.finding import open_cache
 from raycache._cache.store import Store
 from raycache._core.config import load, walk_problems
 from raycache._encoders.config import EncoderConfig

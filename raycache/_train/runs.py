@@ -80,6 +80,8 @@ class RunInfo:
     checkpoint: str = ""
     """The checkpoint `raycache predict --checkpoint` takes (the run's final one, else its
     newest complete one); empty when the run has none yet."""
+    started: str = ""
+    """When the run started, ISO 8601 in UTC (empty where its record does not say)."""
 
     def line(self) -> str:
         """The run as `raycache runs` prints it.
@@ -184,7 +186,7 @@ def list_runs(cache: Cache) -> list[RunInfo]:
             head=(f"sweep of {len(sweep)} heads" if sweep
                   else record.get("head", {}).get("head", "")),
             monitor=record.get("select") or recipe.get("evaluation", {}).get("monitor", ""),
-            checkpoint=store.url(final) if final else "",
+            checkpoint=store.url(final) if final else "", started=record.get("started", ""),
         ))
     return sorted(out, key=lambda r: r.updated)
 

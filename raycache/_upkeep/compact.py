@@ -8,7 +8,7 @@ import dataclasses
 import time
 from typing import Any
 
-from raycache._cache.committed import open_cache
+from raycache._cache.finding import open_cache
 from raycache._cache.store import Store
 from raycache._errors import RaycacheError
 from raycache._fill.plan import plan
@@ -72,7 +72,9 @@ def compact(name: str, store: Store | str | None = None, fingerprint: str | None
     m = cache.manifest
     keep, sparse = compaction(p, [e for e in m.shards if e.home], budget=1.0)
     if not sparse:
-        return FillResult(cache, True, time.perf_counter() - started[0], 0)
+        return FillResult(cache, True, time.perf_counter() - started[0], 0, compaction=True)
     version = within(p, m, keep, sparse)
-    return complete(p, own_records(cache, set()), replace=True, started=started,
-                    version=version)
+    result = complete(p, own_records(cache, set()), replace=True, started=started,
+                      version=version)
+    result.repair, result.compaction = False, True  # its summary says what it did
+    return result

@@ -8,9 +8,11 @@ import warnings
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from raycache._cache.committed import Cache, read_manifest
+from raycache._cache.committed import Cache
 from raycache._cache.lease import LEASES
 from raycache._cache.manifest import Manifest, human_bytes
+from raycache._cache.manifests import read_manifest
+from raycache._cache.order import Place, place_of
 from raycache._cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
 from raycache._errors import CorruptCache, DamagedCacheWarning, StoreError
 from raycache._train.runs import RECORD, RESUMABLE, list_runs
@@ -70,6 +72,18 @@ class Usage:
     shared_bytes: int = 0
     """Bytes of the shard files in other versions' folders that its manifest reads (counted
     in those folders' `bytes`, not here)."""
+    live_since: str = ""
+    """When the earliest run in progress on it started (empty: none): a run reads the shard
+    list it found then, which a later repair or compaction may have replaced."""
+    recorded: Place | None = None
+    """Its place in its name's history as its manifest records it (raycache._cache.order),
+    fixed at its first commit; None where not committed."""
+
+    @property
+    def place(self) -> Place:
+        """Where it stands among its name's versions: gc's keep-last, older-than and max-size
+        go by it, never by a `created` that a repair or compaction rewrote."""
+        return self.recorded or place_of(self.fingerprint, self.created, {})
 
     @property
     def own_bytes(self) -> int:
@@ -152,14 +166,18 @@ def _folder(store: Store, name: str, fp: str) -> Found | None:
         return (Usage(name, fp, cache_dir, False, None, shards, total, runs_bytes, when, newest,
                       leases=leases, damaged=why, corrupt=corrupt), None, sizes)
     live: tuple[str, ...] = ()
+    since = ""
     resumable: tuple[tuple[str, float], ...] = ()
     if any(rel.startswith(f"{RUNS}/") and rel.endswith(f"/{RECORD}") for rel in files):
         runs = list_runs(Cache(store, manifest))
         live = tuple(r.name for r in runs if r.status == "running")
+        since = min((r.started for r in runs if r.status == "running" and r.started),
+                    default="")
         resumable = tuple((r.name, files[f"{RUNS}/{r.name}/{RECORD}"][1]) for r in runs
                           if r.status in RESUMABLE)
     return (Usage(name, fp, cache_dir, True, manifest.rows, manifest.shard_count, total,
-                  runs_bytes, manifest.created, newest, live, resumable, leases), manifest, sizes)
+                  runs_bytes, manifest.created, newest, live, resumable, leases,
+                  live_since=since, recorded=manifest.place), manifest, sizes)
 
 
 def scan(store: Store) -> tuple[list[Usage], dict[str, Manifest]]:
@@ -170,7 +188,7 @@ def scan(store: Store) -> tuple[list[Usage], dict[str, Manifest]]:
     manifests = {u.id: m for u, m, _ in found if m is not None}
     refs = references(manifests.values())
     usages = [_with_sharing(u, m, sizes, refs) for u, m, sizes in found]
-    return sorted(usages, key=lambda u: (u.name, u.created_ts)), manifests
+    return sorted(usages, key=lambda u: (u.name, u.place)), manifests
 
 
 def _with_sharing(u: Usage, manifest: Manifest | None, sizes: dict[str, int], refs: Refs) -> Usage:

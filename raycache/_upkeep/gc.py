@@ -4,23 +4,25 @@ reads, nor a shard file that a kept version shares (mark and sweep)."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from raycache._cache.committed import Cache, read_manifest
-from raycache._cache.lease import LEASES, live
+from raycache._cache.committed import Cache
+from raycache._cache.lease import live
 from raycache._cache.manifest import human_bytes
-from raycache._cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
+from raycache._cache.manifests import read_manifest
+from raycache._cache.order import history
+from raycache._cache.store import MANIFEST, Store
 from raycache._core.units import human_duration, parse_duration, parse_size
 from raycache._errors import ConfigError, CorruptCache, RaycacheError
 from raycache._upkeep.du import Usage, scan
-from raycache._upkeep.refs import Refs, references
+from raycache._upkeep.refs import references
 from raycache._upkeep.strays import strays
+from raycache._upkeep.sweep import hold, lease_only, recheck, remove
 
 __all__ = ["GcResult", "Removal", "Stray", "gc"]
 
@@ -49,7 +51,7 @@ class Removal:
         runs = f", {human_bytes(u.runs_bytes)} of runs" if u.runs_bytes else ""
         out = f"{verb} {u.id}  {human_bytes(self.freed)}{runs}: {self.reason}"
         if self.held:
-            out += (f"; {len(self.held)} shard file(s), {human_bytes(sum(self.held.values()))}, "
+            out += (f"; {len(self.held)} file(s), {human_bytes(sum(self.held.values()))}, "
                     f"stay: read by {self.readers}")
         return out
 
@@ -119,10 +121,11 @@ class GcResult:
         return out
 
 
-def _order(u: Usage) -> tuple[float, float, str]:
-    """Oldest first: by the manifest's `created` (seconds), then by the newest file (ties:
-    fills committed within a second), then by fingerprint, so every policy sees one order."""
-    return u.created_ts, u.newest, u.fingerprint
+def _oldest_first(usages: list[Usage]) -> list[Usage]:
+    """Oldest first, each name's versions in their history (raycache._cache.order: fixed at
+    their first commit, whatever a repair or compaction wrote since), so every policy sees one
+    order."""
+    return history(usages, lambda u: u.name, lambda u: u.place)
 
 
 def _picked(committed: list[Usage], now: float, keep_last: int | None,
@@ -133,12 +136,12 @@ def _picked(committed: list[Usage], now: float, keep_last: int | None,
     for u in committed:
         by_name[u.name].append(u)
     for group in by_name.values():
-        for i, u in enumerate(sorted(group, key=_order)[::-1]):
+        for i, u in enumerate(_oldest_first(group)[::-1]):
             if keep_last is not None and i >= keep_last:
                 picked[u.id].append(f"not among the newest {keep_last} of {u.name!r}")
-            age = now - u.created_ts
+            age = now - u.place.first
             if older_than is not None and age > older_than:
-                picked[u.id].append(f"created {human_duration(age)} ago, older than "
+                picked[u.id].append(f"first committed {human_duration(age)} ago, older than "
                                     f"{human_duration(older_than)}")
     return {k: "; ".join(v) for k, v in picked.items()}
 
@@ -170,12 +173,12 @@ def _protected(u: Usage, newest: dict[str, str], include_newest: bool, now: floa
 def gc(store: Store | str | None = None, keep_last: int | None = None,
        older_than: str | float | None = None, max_size: str | int | None = None,
        grace: str | float | None = "24h", delete: bool = False, include_newest: bool = False,
-       now: float | None = None, damaged: bool = False) -> GcResult:
+       now: float | None = None, damaged: bool = False, keep_runs: bool = False) -> GcResult:
     """Remove (delete=True) or list (a dry run, the default) what the policies pick.
 
     - unfinished fills (no manifest) whose newest file is older than `grace` (None: none);
     - committed fingerprints beyond the newest `keep_last` of each name;
-    - committed fingerprints `created` more than `older_than` ago ("7d", "24h", seconds);
+    - committed fingerprints first committed more than `older_than` ago ("7d", "24h", s);
     - the oldest committed fingerprints until the store's caches fit in `max_size` ("50GB");
     - in the committed caches it keeps, stray files (not named by the manifest) older than
       `grace` (None: none);
@@ -186,7 +189,7 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     nor a cache a run in progress reads, nor one a run that died with a checkpoint reads
     while its record is younger than `grace` (it can still resume), nor the newest committed
     fingerprint of a name unless include_newest. A cache's runs (checkpoints of heads) go
-    with it.
+    with it, unless keep_runs: then its runs/ folder stays (a head loads without its cache).
 
     Versions share storage (format 5): the shard files that a kept version reads in another
     folder stay there while the rest of that folder goes (the manifest first), and so does
@@ -206,6 +209,8 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
         include_newest: The newest committed fingerprint of a name may go too.
         now: The time to measure ages from (seconds since the epoch; None: now).
         damaged: Remove caches whose manifest or shard list cannot be read.
+        keep_runs: Keep the runs/ folder (trained heads, their records) of every cache folder
+            it removes; what is left there is no cache, and gc leaves it to you.
 
     Returns:
         What was removed (or would be), what was kept and why, and the bytes freed.
@@ -234,7 +239,7 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     now = time.time() if now is None else now
     found, manifests = scan(store)
     committed = [u for u in found if u.committed]
-    newest = {u.name: u.id for u in sorted(committed, key=_order)}
+    newest = {u.name: u.id for u in _oldest_first(committed)}
     result = GcResult(deleted=delete)
     for u in found:
         leased = _leased(u, now)
@@ -257,7 +262,7 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
         doomed = {u.id for u in committed if u.id in picked and protected(u) is None}
         left = (sum(u.bytes for u in found) - sum(r.usage.own_bytes for r in result.removed)
                 - sum(u.own_bytes for u in committed if u.id in doomed))
-        for u in sorted(committed, key=_order):
+        for u in _oldest_first(committed):
             if left <= limit:
                 break
             if u.id not in doomed:
@@ -274,10 +279,19 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
         if u.id not in going and not _leased(u, now):  # a repair's new shards are no strays
             _find_strays(store, u, now, grace_s, result, damaged and not u.live_runs,
                          set(refs.get(u.id, ())))
-    _hold(store, result, refs, _unknown(store, found, going, now))
+    result.removed = hold(store, result.removed, refs, _unknown(store, found, going, now),
+                          keep_runs)
     if delete:
-        for r in result.removed:
-            _remove(store, r)
+        swept = []
+        for r in result.removed:  # each with its name's leases and manifests read again
+            again, why = recheck(store, r, refs, {u.id for u in found if u.committed or u.damaged},
+                                 keep_runs)
+            if again is None:
+                result.kept.append(Removal(r.usage, why))
+                continue
+            remove(store, again)
+            swept.append(again)
+        result.removed = swept
         for s in result.strays:
             store.rm(f"{s.usage.dir}/{s.path}")
     return result
@@ -298,50 +312,24 @@ def _damaged(u: Usage, why: str, corrupt: bool, remove: bool, leased: str | None
 
 def _unknown(store: Store, found: list[Usage], going: set[str], now: float) -> dict[str, str]:
     """Names whose shard files stay wherever gc removes, as what may read them is not known:
-    a kept manifest of a newer format (not read), or a fill writing a new version (it may
-    share the files of any committed one) -> why, in words."""
+    a kept manifest of a newer format (not read), a fill writing a new version (it may
+    share the files of any committed one), or a run in progress on a version committed again
+    since it started (it reads the earlier shard list) -> why, in words."""
     out = {}
     for u in found:
         if u.damaged and not u.corrupt and u.id not in going:
             out[u.name] = f"{u.id} (of a newer format: it may share them)"
         elif not u.committed and not u.damaged and _leased(u, now):
             out[u.name] = f"the fill writing {u.id} (it may share them)"
+        elif u.committed and u.live_since and _before(u.live_since, u.created):
+            out[u.name] = (f"the run(s) in progress on {u.id}, started before its last commit "
+                           "(they may read the files of its earlier shard list)")
     seen = {u.id for u in found}
     for name in store.listdir(store.root):  # a fill not yet past its plan: a lease alone
         for fp in store.listdir(store.path(name)):
-            if f"{name}/{fp}" not in seen and _lease_only(store, name, fp, now):
+            if f"{name}/{fp}" not in seen and lease_only(store, name, fp, now):
                 out[name] = f"the fill writing {name}/{fp} (it may share them)"
     return out
-
-
-def _lease_only(store: Store, name: str, fp: str, now: float) -> bool:
-    """Whether a folder that is no cache (yet) holds a live lease: a fill planning."""
-    folder = f"{store.cache_dir(name, fp)}/{LEASES}"
-    return bool(live([(p.rsplit("/", 1)[-1], when)
-                      for p, (_, when) in store.files(folder).items()], now))
-
-
-def _hold(store: Store, result: GcResult, refs: Refs, unknown: dict[str, str]) -> None:
-    """Mark, in each removal, the files that kept versions read (`refs`, and every shard file
-    of a name in `unknown`): they stay. A folder whose every file stays is not removed."""
-    out = []
-    for r in result.removed:
-        u = r.usage
-        read = refs.get(u.id, {})
-        if not read and u.name not in unknown:
-            out.append(r)
-            continue
-        sizes = {p[len(u.dir) + 1:]: size for p, (size, _) in store.files(u.dir).items()}
-        held = {rel: size for rel, size in sizes.items()
-                if rel in read or (u.name in unknown and rel.startswith(f"{SHARDS}/"))}
-        if not held:
-            out.append(r)
-        elif len(held) < len(sizes):
-            readers = sorted({v for rel in held for v in read.get(rel, ())})
-            if u.name in unknown:
-                readers.append(unknown[u.name])
-            out.append(dataclasses.replace(r, held=held, readers=", ".join(readers)))
-    result.removed = out
 
 
 def _find_strays(store: Store, u: Usage, now: float, grace_s: float | None, result: GcResult,
@@ -380,36 +368,9 @@ def _parsed(parse: Callable[[Any, str], float], value: Any, what: str, problems:
         return None
 
 
-def _remove(store: Store, r: Removal) -> None:
-    """The manifest first, so readers stop seeing a committed cache before its shards go; then
-    every file but those kept versions read (r.held)."""
-    u = r.usage
-    if u.committed or u.damaged:
-        with contextlib.suppress(FileNotFoundError):
-            store.rm(f"{u.dir}/{MANIFEST}")
-    if not r.held:
-        store.rm(u.dir)
-        return
-    _remove_but(store, u.dir, "", set(r.held))
-
-
-ORDER = {RUNS: 0, SHARDS: 1, PROGRESS: 3}
-"""What goes first where a folder is removed but for some files: runs, then shards, the shard
-list and other files, progress records last."""
-
-
-def _remove_but(store: Store, folder: str, rel: str, held: set[str]) -> None:
-    """Everything under `folder`/`rel` but the files `held` (relative to `folder`)."""
-    base = f"{folder}/{rel}" if rel else folder
-    for name in sorted(store.listdir(base), key=lambda n: (ORDER.get(n, 2), n)):
-        path = f"{rel}/{name}" if rel else name
-        if path in held:
-            continue
-        if any(h.startswith(f"{path}/") for h in held):
-            _remove_but(store, folder, path, held)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                store.rm(f"{folder}/{path}")
+def _before(a: str, b: str) -> bool:
+    """Whether the ISO 8601 time `a` is before `b`."""
+    return datetime.fromisoformat(a).timestamp() < datetime.fromisoformat(b).timestamp()
 
 
 def _default() -> str:

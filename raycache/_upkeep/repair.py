@@ -7,8 +7,9 @@ import contextlib
 import time
 from typing import Any
 
-from raycache._cache.committed import Cache, open_cache
+from raycache._cache.committed import Cache
 from raycache._cache.config import StoreConfig
+from raycache._cache.finding import open_cache
 from raycache._cache.store import Store
 from raycache._encoders.config import EncoderConfig
 from raycache._errors import RaycacheError

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from raycache._cache.committed import Cache, read_manifest
+from raycache._cache.committed import Cache
 from raycache._cache.lease import LEASES
+from raycache._cache.manifests import read_manifest
+from raycache._cache.outside import KEPT_ROWS
 from raycache._cache.store import MANIFEST, RUNS
 from raycache._errors import StoreError
 from raycache._upkeep.refs import references
@@ -28,6 +30,8 @@ def strays(cache: Cache, referenced: Collection[str] = ()) -> dict[str, tuple[in
     named = {MANIFEST, *(e.path for e in m.shards if not e.home), *referenced}
     if m.shard_list:
         named.add(m.shard_list["path"])
+    if isinstance(kept := m.extra.get(KEPT_ROWS), dict):  # the rows outside readers join
+        named.add(kept.get("path"))
     out = {}
     for path, info in cache.store.files(cache.dir).items():
         rel = path[len(cache.dir) + 1:]

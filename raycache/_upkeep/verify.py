@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -193,6 +194,30 @@ def _selection(entry: ShardEntry) -> tuple[np.ndarray | None, list[str]]:
     return mask, []
 
 
+def _overlaps(entries: Sequence[ShardEntry]) -> dict[str, list[str]]:
+    """Shards whose row selection keeps two rows at one place in the source: a selection
+    that keeps a row its version left out (a removed row takes the place of the row after it)
+    and, with the same count, leaves out another, reads no key twice, yet is wrong. (Two shards
+    at one place hold one key twice: duplicate keys say so.)"""
+    out = {}
+    for e in entries:
+        if not e.keep or sum(r.rows for r in e.ranges) != e.file_rows:
+            continue  # ranges of the rows it reads alone cannot say
+        try:
+            blocks, which, starts, stops = e.live_runs
+        except ValueError:  # a selection that does not decode: named by _selection
+            continue
+        order = np.lexsort((starts, which))
+        which, starts, stops = which[order], starts[order], stops[order]
+        clash = np.flatnonzero((which[1:] == which[:-1]) & (starts[1:] < stops[:-1]))
+        if len(clash):
+            i = int(clash[0]) + 1
+            out[label(e)] = [f"its row selection keeps two rows at one place of the source "
+                             f"(row {int(starts[i])} of file block {blocks[which[i]][:12]}): "
+                             "it keeps rows its version left out"]
+    return out
+
+
 def _duplicates(paths: list[str], keys: list[pa.Array | None]) -> Duplicates:
     present = [(p, k) for p, k in zip(paths, keys, strict=True) if k is not None and len(k)]
     if not present:
@@ -247,6 +272,8 @@ def verify(cache: Cache, threads: int = THREADS) -> Report:
                                threads))
     bad = {label(e): problems for e, (problems, _) in zip(m.shards, results, strict=True)
            if problems}
+    for name, problems in _overlaps(m.shards).items():  # rows a selection brought back
+        bad.setdefault(name, []).extend(problems)
     shared = {label(e): e.home for e in m.shards if e.home and label(e) in bad}
     dup = _duplicates([label(e) for e in m.shards], [keys for _, keys in results])
     stray = {rel: size for rel, (size, _) in strays(cache, read_by_others(cache)).items()}

@@ -12,8 +12,7 @@ import pyarrow.compute as pc
 import torch
 
 from raycache._cache.columns import input_column, views_column
-from raycache._cache.reads import map_ordered, parse, read_checked
-from raycache._cache.selection import select
+from raycache._cache.reads import kept_of, map_ordered, read_checked, read_unchecked
 from raycache._errors import RaycacheError
 from raycache._train.runspec import RunSpec
 
@@ -155,12 +154,11 @@ def read_piece(spec: RunSpec, path: str, columns: list[str],
                check: tuple[int, str] | None) -> pa.Table:
     """A shard read whole and checked against (bytes, sha256) (CorruptShard on a mismatch); with
     no check, only `columns`; either way only the rows its version keeps."""
+    label = f"{spec.head.cache}/{spec.head.fingerprint}"
     if check is not None:
-        table = read_checked(spec.store, path, *check,
-                             f"{spec.head.cache}/{spec.head.fingerprint}", columns)
+        table = read_checked(spec.store, path, *check, label, columns)
     else:
-        with spec.store.fs.open(path, "rb") as f:
-            table = parse(f, columns)
+        table = read_unchecked(spec.store, path, columns, label)
     return selected(spec, path, table)
 
 
@@ -168,7 +166,8 @@ def selected(spec: RunSpec, path: str, table: pa.Table) -> pa.Table:
     """A shard's rows that the cache's version keeps (a shard it shares in part with an older
     version: raycache._cache.selection), or all of them."""
     keep = spec.selections.get(path)
-    return select(table, *keep) if keep else table
+    return kept_of(spec.store, path, f"{spec.head.cache}/{spec.head.fingerprint}", table,
+                   *keep) if keep else table
 
 
 def pieces(spec: RunSpec, rank: int, world: int) -> list[tuple[str, int, int]]:

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from raycache._cache.reads import parse
+from raycache._cache.reads import read_unchecked
 from raycache._cache.selection import decode
 from raycache._train.data.share_reads import (
     Batches,
@@ -108,7 +108,8 @@ class Streamed:
             table = read_piece(spec, path, [spec.key, *columns], self.checks.get(path))
             table = table.slice(start, stop - start)
         else:
-            table = parse(path, columns, self.fs)
+            table = read_unchecked(spec.store, path, columns,
+                                   f"{spec.head.cache}/{spec.head.fingerprint}", self.fs)
             if path in spec.selections:  # rows taken straight from the file: no copy of it
                 at = self.places(i, path, start, stop)
             else:

@@ -1,5 +1,5 @@
-"""A cache folder's manifest and its shard list, read and checked (CorruptCache, naming the file
-and the fix, where either cannot be read)."""
+"""A committed manifest read from a cache folder, its shard list read and checked on first use;
+the error that names a damaged one and the fix."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from raycache._cache.store import MANIFEST, Store
 from raycache._errors import CorruptCache, CorruptShard
 
 __all__ = ["PARSED_LISTS", "damaged", "read_manifest"]
+
 
 def read_manifest(store: Store, cache_dir: str) -> Manifest | None:
     """The committed manifest of a cache folder (its shard list read on first use), or None;
@@ -48,7 +49,8 @@ def damaged(store: Store, cache_dir: str, rel: str, why: str) -> CorruptCache:
                "damaged manifest)")
         what = "its manifest"
     else:
-        fix = f"re-encode it with `raycache repair {label} --store {store.uri}`"
+        fix = (f"re-encode it with `raycache repair {label} --store {store.uri}` (while its "
+               "source is as it was filled from; a fill of a changed source passes it by)")
         what = "its shard list"
     return CorruptCache(
         f"cache {label} is damaged: {what} {uri} {why}. Reads of it fail, and listings, gc "

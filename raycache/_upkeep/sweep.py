@@ -1,0 +1,113 @@
+"""gc's sweep: each picked folder removed, its manifest first, but for the files that kept
+versions read; the name's leases and manifests read again just before, so that a fill that
+started (or committed) since gc looked keeps every shard file it may share."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from typing import TYPE_CHECKING
+
+from raycache._cache.lease import LEASES, live
+from raycache._cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
+from raycache._upkeep.refs import Refs
+
+if TYPE_CHECKING:
+    from raycache._upkeep.gc import Removal
+
+__all__ = ["ORDER", "hold", "lease_only", "recheck", "remove"]
+
+
+def lease_only(store: Store, name: str, fp: str, now: float) -> bool:
+    """Whether a cache folder holds a live lease: a fill writing it (or, where no cache is
+    there yet, planning it)."""
+    folder = f"{store.cache_dir(name, fp)}/{LEASES}"
+    return bool(live([(p.rsplit("/", 1)[-1], when)
+                      for p, (_, when) in store.files(folder).items()], now))
+
+
+def hold(store: Store, removals: list[Removal], refs: Refs, unknown: dict[str, str],
+         runs: bool = False) -> list[Removal]:
+    """Mark, in each removal, the files that kept versions read (`refs`, and every shard file
+    of a name in `unknown`), and with `runs` its trained heads (runs/): they stay. A folder
+    whose every file stays is not removed."""
+    out = []
+    for r in removals:
+        u = r.usage
+        read = refs.get(u.id, {})
+        heads = runs and u.runs_bytes > 0
+        if not read and u.name not in unknown and not heads:
+            out.append(r)
+            continue
+        sizes = {p[len(u.dir) + 1:]: size for p, (size, _) in store.files(u.dir).items()}
+        held = {rel: size for rel, size in sizes.items()
+                if rel in read or (u.name in unknown and rel.startswith(f"{SHARDS}/"))
+                or (heads and rel.startswith(f"{RUNS}/"))}
+        if not held:
+            out.append(r)
+        elif len(held) < len(sizes):
+            readers = sorted({v for rel in held for v in read.get(rel, ())})
+            if u.name in unknown:
+                readers.append(unknown[u.name])
+            if heads:
+                readers.append("its trained heads, kept (keep_runs)")
+            out.append(dataclasses.replace(r, held=held, readers=", ".join(readers)))
+    return out
+
+
+def recheck(store: Store, r: Removal, refs: Refs, seen: set[str], runs: bool = False
+            ) -> tuple[Removal | None, str]:
+    """The removal `r` again, just before it goes, with its name's leases and manifests read
+    anew: (None, why) where a fill now writes its very folder (a repair, a compaction); every
+    shard file of the name held where a fill of another version started since gc looked, or a
+    version not among the manifests it saw (`seen`, ids) was committed since (either may
+    share any of them); else `r` as it was."""
+    u, now, why = r.usage, time.time(), ""
+    for fp in store.listdir(store.path(u.name)):
+        cid = f"{u.name}/{fp}"
+        if lease_only(store, u.name, fp, now):
+            if fp == u.fingerprint:
+                return None, f"a fill started on it after gc looked ({cid})"
+            why = f"the fill writing {cid} (started after gc looked: it may share them)"
+        elif cid not in seen and fp != u.fingerprint and store.exists(
+                f"{store.cache_dir(u.name, fp)}/{MANIFEST}"):
+            why = f"{cid} (committed after gc looked: it may share them)"
+    if not why:
+        return r, ""
+    out = hold(store, [r], refs, {u.name: why}, runs)
+    return (out[0], "") if out else (None, f"every file of it stays: {why}")
+
+
+def remove(store: Store, r: Removal) -> None:
+    """The manifest first, so readers stop seeing a committed cache before its shards go; then
+    every file but those kept versions read (r.held)."""
+    u = r.usage
+    if u.committed or u.damaged:
+        with contextlib.suppress(FileNotFoundError):
+            store.rm(f"{u.dir}/{MANIFEST}")
+    if not r.held:
+        store.rm(u.dir)
+        return
+    _remove_but(store, u.dir, "", set(r.held))
+
+
+ORDER = {RUNS: 0, SHARDS: 1, PROGRESS: 3}
+"""What goes first where a folder is removed but for some files: runs, then shards, the shard
+list and other files, progress records last."""
+
+
+def _remove_but(store: Store, folder: str, rel: str, held: set[str]) -> None:
+    """Everything under `folder`/`rel` but the files `held` (relative to `folder`)."""
+    base = f"{folder}/{rel}" if rel else folder
+    for name in sorted(store.listdir(base), key=lambda n: (ORDER.get(n, 2), n)):
+        path = f"{rel}/{name}" if rel else name
+        if path in held:
+            continue
+        if any(h.startswith(f"{path}/") for h in held):
+            _remove_but(store, folder, path, held)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                store.rm(f"{folder}/{path}")
+
+
