@@ -109,7 +109,7 @@ class FillResult:
         """What this call did, in one line: its timings add up to its wall time.
 
         Returns:
-            The line (rows encoded, reused, resumed and shared, shards, bytes, timings).
+            The line (rows encoded, reused, resumed, shared; shards, bytes, labels, timings).
         """
         m = self.cache.manifest
         head = f"{'repair' if self.repair else 'fill'} {m.name}/{m.fingerprint[:12]}: "
@@ -119,8 +119,7 @@ class FillResult:
         if self.hit:
             return head + f"hit, {m.rows} rows in {m.shard_count} shards, encoded nothing"
         resumed = f", {self.resumed_rows} resumed" if self.resumed_rows else ""
-        shared = (f", {self.shared_rows} shared with version {self.base[:12]}"
-                  if self.base else "")
+        shared = f", {self.shared_rows} shared with version {self.base[:12]}" if self.base else ""
         shared += f", {self.compacted_rows} compacted" if self.compacted_rows else ""
         what = (f"re-encoded the bad shards, {m.rows} rows ({self.encoded_rows} encoded"
                 f"{self._by()}, {self.resumed_rows} kept from good shards), " if self.repair else
@@ -130,6 +129,7 @@ class FillResult:
                  if self.base or self.compacted_rows else "")
         if self.retried:
             wrote += f"; retried {self.retried} skipped row(s)"
+        wrote += "".join(f"; LABELS: {p}" for p in m.label_problems)
         if skipped := len(m.skipped):
             wrote += (f"; SKIPPED {skipped} row(s) it could not cache (on_bad_rows: skip; "
                       "`raycache inspect` lists them, the next fill retries them)")
@@ -149,8 +149,8 @@ class FillResult:
                 f"+ {rest:.1f} s checking and committing")
 
     def _by(self) -> str:
-        by = self.encoded_by
-        return f" [{', '.join(f'{k} {v}' for k, v in by.items())}]" if len(by) > 1 else ""
+        return f" [{', '.join(f'{k} {v}' for k, v in self.encoded_by.items())}]" \
+            if len(self.encoded_by) > 1 else ""
 
     def __repr__(self) -> str:
         return f"FillResult({self.summary()})"
