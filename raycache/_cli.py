@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from raycache._cache.config import default_store
+from raycache._cli_evaluate import add_evaluate, run_evaluate
 from raycache._core.overrides import overridden
 from raycache._errors import ConfigError, DamagedCacheWarning, RaycacheError
 
@@ -116,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DDP workers; 0 trains in-process; auto picks by cache size")
     p.add_argument("--no-progress", action="store_true",
                    help="print no progress bars or per-epoch lines")
+    add_evaluate(sub)
     return parser
 
 
@@ -221,16 +223,8 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _print_history(result) -> None:
-    """Every epoch when the loop printed nothing (--no-progress); else only the final one;
-    none for a run that had finished before (this call trained nothing)."""
-    from raycache._train.console import epoch_text
-
-    history = result.history if not result.spec.progress else result.history[-1:]
-    s, sweep = result.spec, [m.settings_dict() for m in result.spec.sweep]
-    for m in [] if result.finished_before else history:
-        line = epoch_text(m, s.recipe.loop.epochs, s.recipe.evaluation.monitor, None, sweep,
-                          s.select)
-        print(f"{'final ' if s.progress else ''}{line}")
+    """The run's summary alone: the loop printed each epoch as it ran (never again here), and
+    --no-progress asks for no epoch lines; the summary headlines the served epoch's metrics."""
     print(result.summary())
 
 
@@ -408,6 +402,7 @@ COMMANDS = {
     "pipeline": _pipeline,
     "probe": _probe,
     "predict": _predict,
+    "evaluate": run_evaluate,
     "ls": _ls,
     "inspect": _inspect,
     "repair": _repair,

@@ -1,0 +1,64 @@
+"""An honest scoreboard: a training summary headlines the served head's metrics and epoch (the
+last epoch's only beside them, where it differs); the command line prints each epoch once
+(never a "final" copy) and none with --no-progress. In-process: no Ray."""
+
+import dataclasses
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+import raycache
+from raycache._cli import main
+from tests.conftest import separable, toy_fill
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("scoreboard")
+    (root / "src").mkdir()
+    pq.write_table(separable(n=200), root / "src" / "a.parquet")
+    raycache.fill(toy_fill(str(root / "src"), str(root / "store"), in_process=True))
+    return str(root / "store")
+
+
+def train_yaml(store: str, folder, **over) -> str:
+    path = folder / "train.yaml"
+    path.write_text(yaml.safe_dump({"cache": "toy", "store": {"uri": store}, "head": "mlp",
+                                    "epochs": 3, "num_workers": 0, **over}))
+    return str(path)
+
+
+def test_the_summary_headlines_the_served_epoch_not_the_last(store):
+    run = raycache.train({"cache": "toy", "store": {"uri": store}, "head": "mlp", "epochs": 3,
+                          "num_workers": 0, "progress": False})
+    history = [{**m, "val_acc": acc, "val_f1": acc - 0.1, "val_loss": loss} for m, acc, loss in
+               zip(run.history, (0.5, 0.9, 0.7), (0.9, 0.3, 0.6), strict=True)]
+    served = dataclasses.replace(run, history=history, weights="best", weights_epoch=2,
+                                 monitored={"val_loss": 0.3, "epoch": 2})
+    text = served.summary()
+    assert ("the checkpoint holds epoch 2's weights: val_acc 0.9000, val_f1 0.8000, val_loss "
+            "0.3000; best val_loss 0.3000 at epoch 2 (monitored); last epoch 3: val_acc 0.7000, "
+            "val_f1 0.6000, val_loss 0.6000") in text
+    assert text.index("val_acc 0.9000") < text.index("val_acc 0.7000")
+    last = dataclasses.replace(served, weights_epoch=3, weights="last")
+    assert "holds epoch 3's weights, the last: val_acc 0.7000" in last.summary()
+    assert "last epoch 3:" not in last.summary()  # the served epoch is the last: said once
+
+
+def test_no_progress_prints_no_epoch_line(store, tmp_path, capsys):
+    assert main(["train", "--config", train_yaml(store, tmp_path, seed=2), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "trained epochs 1-3 of 3" in out  # trained now, not an earlier run returned
+    assert "epoch 1/3" not in out and "epoch 3/3" not in out
+    assert "the checkpoint holds epoch" in out and "val_acc" in out
+
+
+def test_progress_prints_each_epoch_once(store, tmp_path, capsys):
+    assert main(["train", "--config", train_yaml(store, tmp_path, seed=1)]) == 0
+    out = capsys.readouterr().out
+    assert "trained epochs 1-3 of 3" in out
+    assert [out.count(f"epoch {e}/3") for e in (1, 2, 3)] == [1, 1, 1], out
+    assert "final " not in out
