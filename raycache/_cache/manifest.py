@@ -24,7 +24,7 @@ class ids no row holds), in words; the fill's summary says the same."""
 FORMAT_VERSION = 5
 """2: shards named and recorded by the source row ranges they hold. 3: shards hold each
 encoder input's sha256 per row, and encoders their identity, so later fills reuse them; the
-shard list is its own object (shards-<digest>.json), read when needed, so the manifest (and a
+shard list is its own object (`shards-<digest>.json`), read when needed, so the manifest (and a
 fill that hits) costs the same for any number of shards. 4: embeddings and views are packed
 (cache.vectors): ten times faster to decode. 5: versions share storage: a shard list entry may
 name a shard in an older version's folder (`home`) and the rows of it that this version keeps

@@ -122,9 +122,9 @@ class Tokenize:
         if bad is not _OK:
             raise BadInput(
                 f"encoder {self.cfg.name!r}: column {self.cfg.input!r} holds {bad!r} "
-                f"({type(bad).__name__}) in {sum(not isinstance(t, str) for t in texts)} of "
-                f"{len(texts)} rows; hf-text needs strings. Fill empty values in the source "
-                "or drop those rows", bad, self.cfg.input)
+                f"({type(bad).__name__}); hf-text needs strings "
+                f"({sum(not isinstance(t, str) for t in texts)} of {len(texts)} rows are not). "
+                "Fill empty values in the source or drop those rows", bad, self.cfg.input)
         if self.settings.lowercase:  # the folder's sentence_bert_config says do_lower_case
             texts = [t.lower() for t in texts]
         if hasattr(self.tokenizer, "encode_batch"):
