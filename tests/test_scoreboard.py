@@ -62,3 +62,17 @@ def test_progress_prints_each_epoch_once(store, tmp_path, capsys):
     assert "trained epochs 1-3 of 3" in out
     assert [out.count(f"epoch {e}/3") for e in (1, 2, 3)] == [1, 1, 1], out
     assert "final " not in out
+
+
+@pytest.mark.parametrize(("c", "iterations", "said"), [
+    (10.0, 40, "C is the grid's largest (0.1, 1, 10): a weaker penalty, untried, might score"),
+    (0.1, 40, "C is the grid's smallest (0.1, 1, 10): a stronger penalty, untried"),
+    (1.0, 100, "stopped at the 100-iteration cap before converging"),
+])
+def test_a_solved_head_at_the_grids_edge_or_the_cap_says_so(c, iterations, said):
+    from raycache._train.console import solved_text
+
+    solved = {"solver": "lbfgs", "train_rows": 100, "l2_C": c, "lbfgs_iterations": iterations}
+    assert said in solved_text([solved], 0)
+    inside = {**solved, "l2_C": 1.0, "lbfgs_iterations": 40}
+    assert solved_text([inside], 0).endswith("C=1 chosen on the validation rows, 40 iterations)")
