@@ -76,3 +76,16 @@ def test_a_solved_head_at_the_grids_edge_or_the_cap_says_so(c, iterations, said)
     assert said in solved_text([solved], 0)
     inside = {**solved, "l2_C": 1.0, "lbfgs_iterations": 40}
     assert solved_text([inside], 0).endswith("C=1 chosen on the validation rows, 40 iterations)")
+
+
+def test_a_solved_head_chooses_c_on_training_rows_and_reports_validation_it_never_used(store):
+    run = raycache.train({"cache": "toy", "store": {"uri": store}, "num_workers": 0,
+                          "progress": False, "run_name": "solved-honest"})
+    solved = run.history[-1]
+    assert solved["solver"] == "lbfgs"
+    train_rows = solved["train_rows"]
+    assert solved["l2_chosen_on"] == round(0.2 * train_rows)  # training rows, not validation
+    assert "training rows held out of the solve" in solved["l2_grid"]
+    assert (f"chosen on {solved['l2_chosen_on']} training rows left out of its solve, then "
+            "solved on all") in run.summary()
+    assert raycache.evaluate(run).accuracy == pytest.approx(run.served_metrics()["val_acc"])

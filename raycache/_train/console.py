@@ -87,8 +87,10 @@ def solved_text(history: list[dict[str, Any]], first_epoch: int) -> str | None:
     solved = history[-1] if history else {}
     if solved.get("solver") != "lbfgs" or first_epoch:
         return None
+    on = (f"{solved['l2_chosen_on']:,} training rows left out of its solve, then solved on "
+          "all" if "l2_chosen_on" in solved else "the validation rows")  # older runs: val
     return (f"solved by L-BFGS (full batch, {solved['train_rows']:,} rows; L2 "
-            f"C={solved['l2_C']:g} chosen on the validation rows, "
+            f"C={solved['l2_C']:g} chosen on {on}, "
             f"{solved['lbfgs_iterations']} iterations{solved_warnings(solved)})")
 
 
