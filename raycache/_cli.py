@@ -13,6 +13,7 @@ from pathlib import Path
 
 from raycache._cache.config import default_store
 from raycache._cli_evaluate import add_evaluate, run_evaluate
+from raycache._cli_interrupted import interrupted
 from raycache._core.overrides import overridden
 from raycache._errors import ConfigError, DamagedCacheWarning, RaycacheError
 
@@ -143,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     except RaycacheError as exc:
         print(f"raycache {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # one line, not Ray's and torch's tracebacks
+        print(interrupted(args.command), file=sys.stderr)
+        return 130
     finally:
         warnings.showwarning = shown
 

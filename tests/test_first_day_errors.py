@@ -73,3 +73,40 @@ def test_a_wrong_encoder_input_names_the_encoders_field(tmp_path):
     with pytest.raises(ConfigError, match=r"encoders\[0\]\.input \(encoder 'proj'\) column "
                                           r"'featurez' is not in .*a\.parquet"):
         raycache.fill(cfg)
+
+
+def test_a_filesystem_registered_at_run_time_is_a_known_scheme():
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from raycache._cache.store import Store
+
+    class Registered(MemoryFileSystem):
+        protocol = "rcregistered"
+
+    fsspec.register_implementation("rcregistered", Registered, clobber=True)
+    assert Store("rcregistered://bucket/prefix").uri == "rcregistered://bucket/prefix"
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    ("fill", "Nothing was committed; the shards finished before the interrupt are kept, and "
+             "running the same command again resumes from them."),
+    ("train", "Running the same command again resumes the run from its last checkpoint"),
+])
+def test_ctrl_c_is_one_line_that_says_running_again_resumes(tmp_path, capsys, monkeypatch,
+                                                           command, said):
+    import raycache._fill.run as fill_run
+    import raycache._train.run as train_run
+    from raycache._cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fill_run if command == "fill" else train_run, command, interrupted)
+    config = tmp_path / "c.yaml"
+    config.write_text("{}\n")
+    assert main([command, "--config", str(config)]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == f"raycache {command}: interrupted. {said}" or (
+        err.startswith(f"raycache {command}: interrupted. ") and said in err)
+    assert "Traceback" not in err

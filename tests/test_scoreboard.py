@@ -89,3 +89,14 @@ def test_a_solved_head_chooses_c_on_training_rows_and_reports_validation_it_neve
     assert (f"chosen on {solved['l2_chosen_on']} training rows left out of its solve, then "
             "solved on all") in run.summary()
     assert raycache.evaluate(run).accuracy == pytest.approx(run.served_metrics()["val_acc"])
+
+
+def test_runs_lines_show_accuracy_and_macro_f1_beside_the_monitored_metric(store):
+    from raycache._train.runs import list_runs
+
+    raycache.train({"cache": "toy", "store": {"uri": store}, "head": "mlp", "epochs": 3,
+                    "num_workers": 0, "progress": False, "run_name": "listed"})
+    [run] = [r for r in list_runs(raycache.open_cache("toy", store)) if r.name == "listed"]
+    line = run.line().splitlines()[0]
+    assert line.index("val_loss ") < line.index("(best ") < line.index(", val_acc ")
+    assert f", val_acc {run.metrics['val_acc']:.4f}, val_f1 {run.metrics['val_f1']:.4f}" in line
