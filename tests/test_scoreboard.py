@@ -100,3 +100,13 @@ def test_runs_lines_show_accuracy_and_macro_f1_beside_the_monitored_metric(store
     line = run.line().splitlines()[0]
     assert line.index("val_loss ") < line.index("(best ") < line.index(", val_acc ")
     assert f", val_acc {run.metrics['val_acc']:.4f}, val_f1 {run.metrics['val_f1']:.4f}" in line
+
+
+def test_the_curves_of_a_one_epoch_run_show_its_points():
+    from raycache._train.metrics_log import curves_figure
+
+    solved = [{"epoch": 1, "train_loss": 0.4, "val_loss": 0.5, "train_acc": 0.9, "val_acc": 0.8}]
+    fig = curves_figure(solved)
+    lines = [line for ax in fig.axes for line in ax.lines]
+    assert len(lines) == 4 and all(line.get_marker() == "o" for line in lines)  # not empty
+    assert "one epoch" in fig._suptitle.get_text()

@@ -10,8 +10,8 @@ from typing import Any
 
 from raycache._cache.store import Store
 
-__all__ = ["CURVES", "METRICS", "SWEEP", "TENSORBOARD", "epoch_line", "read_sweep",
-           "write_artifacts", "write_metrics", "write_sweep"]
+__all__ = ["CURVES", "METRICS", "SWEEP", "TENSORBOARD", "curves_figure", "epoch_line",
+           "read_sweep", "write_artifacts", "write_metrics", "write_sweep"]
 
 METRICS = "metrics.jsonl"
 CURVES = "curves.png"
@@ -81,18 +81,28 @@ def _tensorboard(folder: str, history: list[dict[str, Any]]) -> None:
 
 def _curves(path: str, history: list[dict[str, Any]]) -> None:
     try:
-        from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+        fig = curves_figure(history)
     except ImportError:  # an optional extra: the curves are a convenience
         return
+    fig.savefig(path, dpi=72)
+
+
+def curves_figure(history: list[dict[str, Any]]) -> Any:
+    """Loss and accuracy by epoch; each epoch a marker too, so that a run of one epoch (a
+    solved head) shows its points rather than an empty chart."""
+    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+
     epochs = [m["epoch"] for m in history]
     fig = Figure(figsize=(10, 3.5))
     loss_ax, acc_ax = fig.subplots(1, 2)
     for k in ("train_loss", "val_loss"):
-        loss_ax.plot(epochs, [m[k] for m in history], label=k)
+        loss_ax.plot(epochs, [m[k] for m in history], label=k, marker="o")
     for k in ("train_acc", "val_acc"):
-        acc_ax.plot(epochs, [m[k] for m in history], label=k)
+        acc_ax.plot(epochs, [m[k] for m in history], label=k, marker="o")
     loss_ax.set(title="loss", xlabel="epoch")
     acc_ax.set(title="accuracy", xlabel="epoch", ylim=(0, 1))
     loss_ax.legend()
     acc_ax.legend()
-    fig.savefig(path, dpi=72)
+    if len(epochs) == 1:
+        fig.suptitle(f"one epoch (epoch {epochs[0]}): a solved head, or a run of one epoch")
+    return fig
