@@ -14,6 +14,7 @@ The SDK:
                            "output": "predictions.parquet"})
     probed = raycache.probe({"caches": ["docs"], "methods": ["logreg", "knn", "linear"]})
     probed.table, probed.per_class, probed.best   # which encoder, which head
+    raycache.evaluate(run.checkpoint, "test.jsonl").table()  # per-class scores, confusion
 
 `import raycache` stays light: no Ray, no torch until a fill, a train or a Head needs them.
 
@@ -57,6 +58,8 @@ from raycache._fill.run import FillResult, fill
 from raycache._heads.specs import HeadSpec
 from raycache._pipeline import PipelineResult, pipeline
 from raycache._predict.config import PredictConfig
+from raycache._predict.evaluate import evaluate
+from raycache._predict.evaluation import Evaluation
 from raycache._predict.run import PredictResult, predict_file
 from raycache._probe.config import HeadsConfig as ProbeHeadsConfig
 from raycache._probe.config import KnnConfig, LogregConfig, ProbeConfig
@@ -103,6 +106,7 @@ __all__ = [
     "EncoderConfig",
     "EncoderError",
     "EvalConfig",
+    "Evaluation",
     "ExportResult",
     "FillConfig",
     "FillFailed",
@@ -143,6 +147,7 @@ __all__ = [
     "ViewsConfig",
     "compact",
     "du",
+    "evaluate",
     "export",
     "fill",
     "gc",

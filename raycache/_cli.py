@@ -8,6 +8,8 @@ import sys
 import warnings
 
 from raycache._cache.config import default_store
+from raycache._cli_evaluate import add_evaluate, run_evaluate
+from raycache._cli_interrupted import interrupted
 from raycache._cli_words import GC_FLAGS, PREDICT_FLAGS, flags_named, one_line, store_folder
 from raycache._core.overrides import overridden
 from raycache._core.version import package_version
@@ -132,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="DDP workers; 0 trains in-process; auto picks by cache size")
     p.add_argument("--no-progress", action="store_true",
                    help="print no progress bars or per-epoch lines")
+    add_evaluate(sub)
     return parser
 
 
@@ -157,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     except RaycacheError as exc:
         print(f"raycache {args.command}: error: {exc}", file=sys.stderr)
         return ERROR
+    except KeyboardInterrupt:  # one line, not Ray's and torch's tracebacks
+        print(interrupted(args.command), file=sys.stderr)
+        return 130
     except Exception:  # a crash: the traceback, and a code of its own
         import traceback
 
@@ -234,16 +240,8 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _print_history(result) -> None:
-    """Every epoch when the loop printed nothing (--no-progress); else only the final one;
-    none for a run that had finished before (this call trained nothing)."""
-    from raycache._train.console import epoch_text
-
-    history = result.history if not result.spec.progress else result.history[-1:]
-    s, sweep = result.spec, [m.settings_dict() for m in result.spec.sweep]
-    for m in [] if result.finished_before else history:
-        line = epoch_text(m, s.recipe.loop.epochs, s.recipe.evaluation.monitor, None, sweep,
-                          s.select)
-        print(f"{'final ' if s.progress else ''}{line}")
+    """The run's summary alone: the loop printed each epoch as it ran (never again here), and
+    --no-progress asks for no epoch lines; the summary headlines the served epoch's metrics."""
     print(result.summary())
 
 
@@ -406,6 +404,7 @@ COMMANDS = {
     "pipeline": _pipeline,
     "probe": _probe,
     "predict": _predict,
+    "evaluate": run_evaluate,
     "ls": _ls,
     "inspect": _inspect,
     "repair": _repair,

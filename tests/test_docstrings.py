@@ -288,3 +288,21 @@ def test_the_checks_catch_a_bare_docstring():
 
     assert "no blank line above 'Returns:'" in "\n".join(check("cramped", cramped,
                                                                example=False))
+
+
+def test_placeholders_in_public_docstrings_are_code_so_the_reference_shows_them():
+    """A bare `<name>` in a docstring is an HTML tag to the rendered reference, which swallows
+    it: every placeholder of a module that defines a public name is in backticks."""
+    import ast
+    import pathlib
+
+    files = {pathlib.Path(inspect.getfile(getattr(raycache, n))) for n in raycache.__all__
+             if inspect.isclass(getattr(raycache, n)) or inspect.isfunction(getattr(raycache, n))}
+    bare = []
+    for path in sorted(files):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+                    and isinstance(node.value.value, str):
+                text = re.sub(r"`[^`]*`", "", node.value.value)
+                bare += [f"{path.name}: {m}" for m in re.findall(r"<[a-z_]+>", text)]
+    assert not bare, bare

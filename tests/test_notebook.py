@@ -131,8 +131,9 @@ def test_quickstart_runs(executed):
     trained = printed(nb, "raycache.train(")
     match = re.search(
         r"train linear on stdlib-docs/\w+: trained epochs 1-15 of 15, (2 DDP workers|in-process)"
-        r"( \([^)]*\))?, [\d.]+ s; last epoch val_loss [\d.]+, val_acc ([\d.]+); best "
-        r"val_loss [\d.]+ at epoch \d+ \(monitored", trained
+        r"( \([^)]*\))?, [\d.]+ s; the checkpoint holds epoch \d+'s weights: val_acc ([\d.]+), "
+        r"(val_f1 [\d.]+, )?val_loss [\d.]+; best val_loss [\d.]+ at epoch \d+ \(monitored",
+        trained
     )
     assert match, trained
     assert float(match.group(3)) > 0.4, trained  # 6 topics: chance is about 0.17

@@ -178,13 +178,16 @@ def test_reuse_in_the_ray_data_pipeline(ray_session, first, tmp_path):
 
 
 def canonical(value, kind: str) -> bytes:
-    """The hash of one value as the cache format defines it, written out the slow, plain way."""
+    """The hash of one value as the cache format defines it, written out the slow, plain way
+    (a null's: null, never the empty value's)."""
     import hashlib
 
+    if value is None:
+        return None
     if kind == "t":
-        raw = b"t:" + (value or "").encode()
+        raw = b"t:" + value.encode()
     elif kind == "b":
-        raw = b"b:" + (value or b"")
+        raw = b"b:" + value
     else:
         raw = b"n:" + np.asarray(value, np.float64).tobytes()
     return hashlib.sha256(raw).digest()

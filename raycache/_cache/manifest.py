@@ -11,16 +11,21 @@ from raycache._cache.order import Place, place_of
 from raycache._cache.records import ShardEntry, SkippedRow
 from raycache._errors import CorruptCache, StoreError
 
-__all__ = ["FORMAT_VERSION", "SKIPPED", "EncoderEntry", "Manifest", "ShardList", "human_bytes"]
+__all__ = ["FORMAT_VERSION", "LABEL_PROBLEMS", "SKIPPED", "EncoderEntry", "Manifest", "ShardList",
+           "human_bytes"]
 
 SKIPPED = "skipped"
 """The key in a manifest's `extra` of the rows its fill skipped (on_bad_rows: skip), each
 SkippedRow's JSON: in `extra`, so that any raycache that reads format 5 reads the manifest."""
 
+LABEL_PROBLEMS = "label_problems"
+"""The key in a manifest's `extra` of what its fill found wrong with the labels (null labels,
+class ids no row holds), in words; the fill's summary says the same."""
+
 FORMAT_VERSION = 5
 """2: shards named and recorded by the source row ranges they hold. 3: shards hold each
 encoder input's sha256 per row, and encoders their identity, so later fills reuse them; the
-shard list is its own object (shards-<digest>.json), read when needed, so the manifest (and a
+shard list is its own object (`shards-<digest>.json`), read when needed, so the manifest (and a
 fill that hits) costs the same for any number of shards. 4: embeddings and views are packed
 (cache.vectors): ten times faster to decode. 5: versions share storage: a shard list entry may
 name a shard in an older version's folder (`home`) and the rows of it that this version keeps
@@ -156,6 +161,12 @@ class Manifest:
         """The source rows the fill left out (on_bad_rows: skip), with why; the next fill of
         this cache retries them."""
         return [SkippedRow.from_json(s) for s in self.extra.get(SKIPPED, ())]
+
+    @property
+    def label_problems(self) -> list[str]:
+        """What the fill found wrong with the labels (null labels, class ids no row holds), in
+        words; training refuses null labels."""
+        return list(self.extra.get(LABEL_PROBLEMS, ()))
 
     def encoder(self, name: str) -> EncoderEntry:
         """One encoder's entry, by name.

@@ -78,6 +78,12 @@ class Store:
             raise StoreError(problem)
         if "://" not in self.uri:
             self.uri = os.path.abspath(os.path.expanduser(self.uri))
+        elif (scheme := self.uri.split("://", 1)[0]) not in {*fsspec.available_protocols(),
+                                                             *fsspec.registry}:
+            raise StoreError(
+                f"store URI {self.uri!r}: unknown scheme {scheme!r}; expected a local folder, "
+                "s3://bucket/prefix, or another fsspec URI (e.g. gs://, az://, file://, "
+                "memory://): check the spelling")
         self.uri = self.uri.rstrip("/")
         self.options = seal(self.options)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 import types
@@ -147,7 +148,9 @@ def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     here = f"{where}." if where else ""
     for key in sorted(set(data) - set(fields)):
-        problems.append(f"{here}{key}: unknown field; expected one of {sorted(fields)}")
+        near = _near(str(key), cls)
+        hint = f" (did you mean {here}{near}?)" if near else ""
+        problems.append(f"{here}{key}: unknown field{hint}; expected one of {sorted(fields)}")
     kwargs = {}
     for name, f in fields.items():
         if name not in data:
@@ -159,6 +162,29 @@ def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
     if problems:
         return None
     return cls(**kwargs)
+
+
+def _paths(cls: type, prefix: str = "", depth: int = 2) -> list[str]:
+    """The dotted paths of `cls`'s fields and, `depth` levels down, of its dataclass fields'."""
+    out = []
+    for f in dataclasses.fields(cls):
+        out.append(prefix + f.name)
+        tp = typing.get_type_hints(cls).get(f.name)
+        if depth > 1 and dataclasses.is_dataclass(tp):
+            out += _paths(tp, f"{prefix}{f.name}.", depth - 1)
+    return out
+
+
+def _near(key: str, cls: type) -> str | None:
+    """The known path closest to an unknown `key` (difflib), by the whole path or its last
+    part (`epoch` -> `epochs`, `optim.lrr` -> `optim.lr`, `epoch` -> `loop.epochs`)."""
+    paths = _paths(cls)
+    found = difflib.get_close_matches(key, paths, n=1, cutoff=0.75)
+    if found:
+        return found[0]
+    leaves = {p.rsplit(".", 1)[-1]: p for p in reversed(paths)}
+    found = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(leaves), n=1, cutoff=0.75)
+    return leaves[found[0]] if found else None
 
 
 def _value(tp: Any, value: Any, where: str, problems: list[str]) -> Any:

@@ -36,7 +36,7 @@ class EncoderConfig:
     input: str
     """Source column fed to the encoder."""
     path: str | None = None
-    """hf-text, hf-image: a local model folder, pkg:<package>/<folder> inside an installed
+    """hf-text, hf-image: a local model folder, `pkg:<package>/<folder>` inside an installed
     package, or a Hugging Face model id (org/name[@revision]) from the local hub cache
     (HF_HOME); the fingerprint digests the files, never the name."""
     factory: str | None = None

@@ -28,7 +28,7 @@ from raycache._encoders.config import EncoderConfig
 from raycache._encoders.models import model_folder
 from raycache._encoders.pooling import POOLINGS
 from raycache._encoders.st_folder import declared
-from raycache._errors import EncoderError
+from raycache._errors import BadInput, EncoderError
 
 if TYPE_CHECKING:
     import torch
@@ -128,11 +128,11 @@ class Tokenize:
         texts = values.to_pylist()
         bad = next((t for t in texts if not isinstance(t, str)), _OK)
         if bad is not _OK:
-            raise EncoderError(
+            raise BadInput(
                 f"encoder {self.cfg.name!r}: column {self.cfg.input!r} holds {bad!r} "
-                f"({type(bad).__name__}); hf-text needs strings. Fill empty values in the source "
-                "or drop those rows"
-            )
+                f"({type(bad).__name__}); hf-text needs strings "
+                f"({sum(not isinstance(t, str) for t in texts)} of {len(texts)} rows are not). "
+                "Fill empty values in the source or drop those rows", bad, self.cfg.input)
         if self.settings.lowercase:  # the folder's sentence_bert_config says do_lower_case
             texts = [t.lower() for t in texts]
         if hasattr(self.tokenizer, "encode_batch"):  # the fast call: the same ids, no offsets

@@ -28,6 +28,11 @@ def model_folder(path: str | None, name: str, family: str = "hf-text") -> Path:
         folder = Path(path).expanduser()
     else:
         folder = _from_hub(path, name)
+    if not folder.exists():
+        raise EncoderError(
+            f"encoder {name!r}: path={path!r} does not exist ({str(folder)!r}); give a "
+            "transformers model folder that exists, pkg:<package>/<folder>, or a Hugging Face "
+            "model id such as sentence-transformers/all-MiniLM-L6-v2")
     if not (folder / "config.json").is_file():
         raise EncoderError(
             f"encoder {name!r}: path={path!r} has no config.json; expected a transformers "

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from raycache._cache.columns import input_column
 from raycache._cache.finding import scan as scan_versions
-from raycache._cache.manifest import SKIPPED, EncoderEntry, Manifest
+from raycache._cache.manifest import LABEL_PROBLEMS, SKIPPED, EncoderEntry, Manifest
 from raycache._cache.manifests import read_manifest
 from raycache._cache.order import HISTORY, next_place
 from raycache._cache.outside import KEPT_ROWS, KEPT_ROWS_FILE, kept_rows_blob
@@ -27,7 +27,7 @@ from raycache._cache.records import ShardEntry, ShardRecord, SkippedRow, spans_b
 from raycache._cache.store import MANIFEST, PROGRESS, SHARDS, Store, shard_name
 from raycache._core.secrets import split
 from raycache._errors import CorruptCache, RaycacheError, StoreError
-from raycache._fill.keys import named, scan
+from raycache._fill.keys import label_problems, named, scan
 from raycache._fill.plan import Plan
 from raycache._source.files import Ranges, Span
 
@@ -270,6 +270,8 @@ def manifest_of(p: Plan, records: list[ShardRecord], seconds: float,
         fill_seconds=round(seconds, 3),
         extra={"encoder_configs": {e.name: {**dataclasses.asdict(e), "options": split(e.options)[0]}
                                    for e in p.cfg.encoders},  # never their credentials
-               **({"views": p.inputs["views"]} if "views" in p.inputs else {})},
+               **({"views": p.inputs["views"]} if "views" in p.inputs else {}),
+               **({LABEL_PROBLEMS: found} if (found := label_problems(label_stats or {}))
+                  else {})},
         label_stats=label_stats or {},
     )

@@ -80,7 +80,7 @@ class FillConfig:
     """
 
     name: str
-    """Cache name: caches live at <store>/<name>/<fingerprint>/."""
+    """Cache name: caches live at `<store>/<name>/<fingerprint>/`."""
     source: SourceConfig
     """What to read: files or in-memory data, the key column, the label columns."""
     encoders: list[EncoderConfig]
@@ -103,7 +103,7 @@ class FillConfig:
     named, or on a one-node cluster, whatever its size (up to 16 cores; more: up to 20,000
     rows), and a fill of at most 20,000 rows to encode on any cluster; else Ray Data."""
     views: ViewsConfig | None = None
-    """Cache K augmented views of each row per encoder too (a column <encoder>@views); training
+    """Cache K augmented views of each row per encoder too (a column `<encoder>@views`); training
     draws one per row per epoch. Part of the fingerprint."""
     reuse: bool = True
     """Take the embeddings that caches in the store already hold for the same encoder and the

@@ -18,8 +18,8 @@ from raycache._cache.records import ShardRecord
 from raycache._cache.store import Store
 from raycache._errors import RaycacheError, SourceError
 
-__all__ = ["DRIVER_ROWS", "MAX_COUNTED", "MAX_NAMED", "counts_of", "label_stats", "named", "scan",
-           "stats_of"]
+__all__ = ["DRIVER_ROWS", "MAX_COUNTED", "MAX_NAMED", "counts_of", "label_problems",
+           "label_stats", "named", "scan", "stats_of"]
 
 MAX_COUNTED = 1_000_000
 MAX_NAMED = 100_000
@@ -278,3 +278,22 @@ def _stats(counts: dict[Any, int]) -> dict[str, Any]:
         out["counts"] = [counts.get(v, 0) for v in range(high + 1)]
     return out
 
+
+
+def label_problems(stats: dict[str, dict[str, Any]]) -> list[str]:
+    """What a training run will meet in these label columns' stats (by column), in words: null
+    labels (refused at training), and integer class ids between 0 and the largest that no row
+    holds (a class the head has, yet never sees)."""
+    out = []
+    for column, s in sorted(stats.items()):
+        if s.get("nulls"):
+            out.append(f"label {column!r} is null in {s['nulls']} row(s): training on it is "
+                       "refused until they are filled or dropped in the source")
+        empty = [i for i, n in enumerate(s.get("counts", ())) if not n] \
+            if "classes" not in s else []
+        if empty:
+            shown = ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else "")
+            out.append(f"label {column!r} holds no row of class id(s) {shown} (ids run "
+                       f"0..{s['max']}): a head would have {len(empty)} class(es) it never "
+                       "sees; map the labels to 0..K-1 (or names) in the source")
+    return out

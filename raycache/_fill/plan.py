@@ -91,8 +91,10 @@ def check_source(cfg: FillConfig, fmt: str, files: list[sources.SourceFile]) -> 
     if own:
         raise ConfigError(own)
     schemas = sources.read_schemas(files, fmt, cfg.source.options)
+    named = {f"encoders[{i}].input (encoder {e.name!r})": e.input
+             for i, e in enumerate(cfg.encoders)}
     missing = [p for f, s in zip(files, schemas, strict=True)
-               for p in checks.check_columns(s, cfg.source, inputs, f.uri)]
+               for p in checks.check_columns(s, cfg.source, named, f.uri)]
     if missing:
         more = len(missing) - MAX_LISTED
         raise ConfigError(missing[:MAX_LISTED] + ([f"... and {more} more"] if more > 0 else []))

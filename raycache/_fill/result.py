@@ -73,7 +73,7 @@ class FillResult:
         """What this call did, in one line: its timings add up to its wall time.
 
         Returns:
-            The line (rows encoded, reused, resumed and shared, shards, bytes, timings).
+            The line (rows encoded, reused, resumed, shared; shards, bytes, labels, timings).
         """
         m = self.cache.manifest
         verb = "compact" if self.compaction else "repair" if self.repair else "fill"
@@ -99,6 +99,7 @@ class FillResult:
                  if self.base or self.compacted_rows else "")
         if self.retried:
             wrote += f"; retried {self.retried} skipped row(s)"
+        wrote += "".join(f"; LABELS: {p}" for p in m.label_problems)
         if skipped := len(m.skipped):
             wrote += (f"; SKIPPED {skipped} row(s) it could not cache (on_bad_rows: skip; "
                       "`raycache inspect` lists them, the next fill retries them)")

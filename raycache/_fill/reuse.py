@@ -49,9 +49,23 @@ def input_hashes(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     """sha256 of each value, of a canonical byte form that does not depend on the file format:
     text as UTF-8, bytes as they are, lists of numbers as float64, anything else as JSON.
     Text, bytes and lists of numbers are sliced from Arrow's flat buffers (one hashlib call a
-    row, no Python objects per row)."""
+    row, no Python objects per row). A null value has a null hash (its slot zeros): it is
+    never hashed like `""`, so no lookup finds it and it is never reused."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
+    if values.null_count:
+        nulls = values.is_null().to_numpy(zero_copy_only=False)
+        digests = np.frombuffer(_hashes(values).buffers()[1], np.uint8,
+                                len(values) * 32).reshape(-1, 32).copy()
+        digests[nulls] = 0
+        return pa.Array.from_buffers(HASH, len(values), [
+            pa.py_buffer(np.packbits(~nulls, bitorder="little")), pa.py_buffer(digests)],
+            null_count=int(nulls.sum()))
+    return _hashes(values)
+
+
+def _hashes(values: pa.Array) -> pa.Array:
+    """input_hashes of every value, a null hashed as its type's empty value."""
     t = values.type
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         data, offsets = _flat_bytes(pc.fill_null(values, "").cast(pa.large_binary()))
@@ -159,7 +173,10 @@ class Lookup:
         if len(shared):  # another hash with the same first 8 bytes came first: search whole
             at[shared] = np.minimum(np.searchsorted(self.hashes, query[shared]),
                                     len(self.hashes) - 1)
-        pos = np.flatnonzero(self.hashes[at] == query)
+        found = self.hashes[at] == query
+        if hashes.null_count:  # a null input (its hash null) is never reused
+            found &= hashes.is_valid().to_numpy(zero_copy_only=False)
+        pos = np.flatnonzero(found)
         return pos, self.src[at[pos]], self.row[at[pos]]
 
 

@@ -19,6 +19,7 @@ from raycache._errors import BadInput
 from raycache._fill.config import FillConfig, ViewsConfig
 from raycache._fill.finite import BAD, SKIP, bad_rows, cause, mark, non_finite_error, stored
 from raycache._fill.loads import kept_encoder, load_encoder
+from raycache._fill.nulls import null_input
 from raycache._fill.reuse import Reuse, input_hashes, need_column
 from raycache._fill.shards import STARTED
 from raycache._fill.views import make, prepared_views, view_encoders
@@ -77,6 +78,9 @@ class FillPrepare:
     def _prepare(self, table: pa.Table, out: pa.Table, prepare: Mapping[str, Prepare]
                  ) -> pa.Table:
         hashes = {}
+        for e in self.encoders:  # a null input is an error (or, with skip, a skipped row)
+            if nulls := table.column(e.input).null_count:
+                raise null_input(e.name, e.input, nulls, table.num_rows)
         for column in dict.fromkeys(e.input for e in self.encoders):
             hashes[column] = input_hashes(table.column(column))
             out = out.append_column(hash_column(column), hashes[column])

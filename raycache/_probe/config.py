@@ -157,6 +157,11 @@ class ProbeConfig:
     """linear's settings: the sweep's grid and other training settings."""
     mlp: HeadsConfig = field(default_factory=HeadsConfig)
     """mlp's settings: the sweep's grid and other training settings."""
+    lexical: bool | str = "auto"
+    """A lexical baseline as a row of the table (TF-IDF of word and character n-grams and a
+    logistic regression, scikit-learn, on the source texts of the same rows and split): auto
+    runs it for caches with a text encoder whose source is still readable, of at most 200,000
+    rows, where scikit-learn is installed; true runs it or fails saying why; false never."""
     val_fraction: float = 0.2
     """Share of rows held out by a hash of the key: the same split training uses for it."""
     select: str = "val_acc"
@@ -209,6 +214,8 @@ class ProbeConfig:
             out.append(f"cpus_per_worker={self.cpus_per_worker}: must be > 0, e.g. 0.5")
         if self.name is not None and not is_name(self.name):
             out.append(f"name={self.name!r}: use letters, digits, '-', '_' or '.'")
+        if self.lexical not in (True, False, "auto"):
+            out.append(f"lexical={self.lexical!r}: expected auto, true or false")
         if not self.methods:
             out.append("methods=[]: name at least one, e.g. [logreg, knn]")
         if len(set(self.methods)) != len(self.methods):

@@ -11,7 +11,7 @@ import numpy as np
 if TYPE_CHECKING:
     from raycache._probe.result import Outcome
 
-__all__ = ["accuracy", "confusion", "per_class_f1"]
+__all__ = ["accuracy", "confusion", "confusion_png", "per_class_f1"]
 
 
 def _figure(width: float, height: float) -> Any:
@@ -53,7 +53,12 @@ def accuracy(outcomes: list[Outcome], select: str) -> bytes:
 
 def confusion(outcome: Outcome) -> bytes:
     """The confusion matrix (rows: true class, columns: predicted), counts in the cells."""
-    conf, names = outcome.confusion, outcome.classes
+    return confusion_png(outcome.confusion, outcome.classes,
+                         f"{outcome.encoder} {outcome.method}")
+
+
+def confusion_png(conf: np.ndarray, names: list[str], title: str) -> bytes:
+    """A confusion matrix with class names on both axes (rows: true, columns: predicted)."""
     side = max(4.0, 0.5 * len(names) + 2)
     fig = _figure(side + 1, side)
     ax = fig.add_subplot()
@@ -69,7 +74,7 @@ def confusion(outcome: Outcome) -> bytes:
             for j in range(len(names)):
                 ax.text(j, i, int(conf[i, j]), ha="center", va="center", fontsize=7,
                         color="white" if conf[i, j] > top / 2 else "black")
-    ax.set_title(f"{outcome.encoder} {outcome.method}")
+    ax.set_title(title)
     return _png(fig)
 
 

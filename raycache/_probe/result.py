@@ -18,11 +18,13 @@ if TYPE_CHECKING:
 
     from raycache._heads.loaded import Head
 
-__all__ = ["COLUMNS", "Outcome", "ProbeResult", "setting_text"]
+__all__ = ["COLUMNS", "LEXICAL", "Outcome", "ProbeResult", "setting_text"]
 
 COLUMNS = ["encoder", "method", "setting", "val_acc", "macro_f1", "balanced_acc", "train_rows",
            "val_rows", "seconds"]
 """The table's columns, in order."""
+LEXICAL = "tfidf-logreg"
+"""The lexical baseline's method (raycache._probe.lexical.METHOD)."""
 
 
 @dataclass
@@ -178,9 +180,30 @@ class ProbeResult:
         report = f"; report {self.report}" if self.report else ""
         ran = f" ({self.where.split(':')[0]})" if self.where else ""
         return (f"probe of {len({o.encoder for o in self.outcomes})} encoder(s) x "
-                f"{len({o.method for o in self.outcomes})} method(s){ran}: best {b['encoder']} "
-                f"{b['method']} {setting_text(b['setting'])}, {self.select} "
-                f"{b[self.select]:.4f}{report}")
+                f"{len({o.method for o in self.outcomes})} method(s){ran}, ranked by "
+                f"{self.select}: best {b['encoder']} {b['method']} {setting_text(b['setting'])}, "
+                f"{self.select} {b[self.select]:.4f}, macro_f1 {b['macro_f1']:.4f}{report}"
+                + (f"\n{beats}" if (beats := self.lexical_note()) else ""))
+
+    def lexical_note(self) -> str:
+        """A plain line where the lexical baseline beats every encoder's best row.
+
+        Returns:
+            E.g. "a lexical baseline beats minilm by 2.5 points of val_acc: ..."; "" where an
+            encoder scores as well (or no baseline ran).
+        """
+        lexical = [o for o in self.outcomes if o.method == LEXICAL]
+        encoders = [o for o in self.outcomes if o.method != LEXICAL]
+        if not lexical or not encoders:
+            return ""
+        lex = max(lexical, key=lambda o: o.scores[self.select])
+        best = max(encoders, key=lambda o: o.scores[self.select])
+        gap = 100 * (lex.scores[self.select] - best.scores[self.select])
+        if gap <= 0:
+            return ""
+        return (f"a lexical baseline ({lex.encoder} {lex.method}) beats {best.encoder} "
+                f"({best.method}) by {gap:.1f} points of {self.select}: the encoder may not "
+                "fit this task")
 
     def __repr__(self) -> str:
         return f"ProbeResult({self.summary()})"

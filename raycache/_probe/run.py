@@ -99,6 +99,7 @@ def probe(config: ProbeConfig | dict | str | Path, *, progress: bool | None = No
             print(f"probe {out.encoder} {method} {setting_text(out.setting)}: "
                   + ", ".join(f"{k} {v:.4f}" for k, v in out.scores.items())
                   + f" ({out.seconds:.1f} s)", flush=True)
+    outcomes += _lexical(cfg, found)
     result = ProbeResult(cfg, outcomes, cfg.select, where=f"{where}: {why}")
     if cfg.report:
         from raycache._probe.report import write
@@ -106,6 +107,28 @@ def probe(config: ProbeConfig | dict | str | Path, *, progress: bool | None = No
         caches = list({t.cache.name: t.cache for t in found}.values())
         result.report, result.checkpoint = write(result, caches)
     return result
+
+
+def _lexical(cfg: ProbeConfig, found: list[Target]) -> list[Outcome]:
+    """The lexical baseline's row for each cache with a text encoder (in this process), and a
+    line for each cache left out (with progress)."""
+    from raycache._probe import lexical
+
+    rows, skipped = lexical.baselines(cfg, found)
+    out = []
+    for lex in rows:
+        start = time.perf_counter()
+        candidates = lexical.fit(lex, cfg)
+        out.append(score(lex.data, lexical.METHOD, candidates, cfg.select,
+                         time.perf_counter() - start))
+    if cfg.progress:
+        for o in out:
+            print(f"probe {o.encoder} {o.method} {setting_text(o.setting)}: "
+                  + ", ".join(f"{k} {v:.4f}" for k, v in o.scores.items())
+                  + f" ({o.seconds:.1f} s)", flush=True)
+        for why in skipped:
+            print(f"probe: no lexical baseline: {why}", flush=True)
+    return out
 
 
 def _here(cfg: ProbeConfig, found: list[Target], device: str

@@ -13,17 +13,20 @@ from raycache._source.config import SourceConfig
 if TYPE_CHECKING:
     from raycache._source.file import SourceFile
 
-__all__ = ["check_columns", "check_types", "check_utf8"]
+__all__ = ["check_columns", "check_text_utf8", "check_types", "check_utf8"]
 
 
-def check_columns(schema: pa.Schema, cfg: SourceConfig, inputs: list[str], uri: str) -> list[str]:
-    """Problems with the key, label and encoder input columns of a schema."""
+def check_columns(schema: pa.Schema, cfg: SourceConfig, inputs: list[str] | dict[str, str],
+                  uri: str) -> list[str]:
+    """Problems with the key, label and encoder input columns of a schema; `inputs`, each
+    encoder input column, or the config field that names it -> the column (named so)."""
     have = schema.names
-    wanted = [("key", cfg.key), *[("label", c) for c in cfg.labels]]
-    wanted += [("input", c) for c in inputs]
+    wanted = [("source.key", cfg.key), *[("source.label", c) for c in cfg.labels]]
+    wanted += (list(inputs.items()) if isinstance(inputs, dict)
+               else [("encoder input", c) for c in inputs])
     out = [
-        f"source.{role} column {col!r} is not in {uri!r}; its columns are {have}"
-        for role, col in wanted
+        f"{field} column {col!r} is not in {uri!r}; its columns are {have}"
+        for field, col in wanted
         if col not in have
     ]
     if cfg.key in have and pa.types.is_nested(key := schema.field(cfg.key).type):
@@ -53,6 +56,35 @@ def check_utf8(table: pa.Table | pa.Schema, uri: str, columns: list[str]) -> Non
             "raycache reads CSV as UTF-8: re-encode the file (e.g. iconv -f latin1 -t utf-8 "
             "in.csv > out.csv) and point source.path at the result"
         )
+
+
+def check_text_utf8(table: pa.Table, uri: str, columns: list[str], fmt: str = "jsonl") -> None:
+    """A SourceError naming the row for a text column whose bytes are not UTF-8 (pyarrow's
+    JSON reader keeps them as strings unchecked, so a later read would raise
+    UnicodeDecodeError); one full validation per column, rows searched only on failure."""
+    for col in columns:
+        if col not in table.column_names or not pa.types.is_string(table.schema.field(col).type):
+            continue
+        try:
+            table.column(col).validate(full=True)
+            continue
+        except pa.ArrowInvalid:
+            pass
+        raw = table.column(col).cast(pa.binary()).to_pylist()
+        row = next((i for i, v in enumerate(raw) if v is not None and not _utf8(v)), None)
+        where = f" (data row {row + 1}: {raw[row][:40]!r})" if row is not None else ""
+        raise SourceError(
+            f"source file {uri!r}: column {col!r} holds text that is not UTF-8{where}; "
+            f"raycache reads {fmt.upper()} as UTF-8: re-encode the file (e.g. iconv -f latin1 -t "
+            f"utf-8 in.{fmt} > out.{fmt}) and point source.path at the result")
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def check_types(schemas: list[pa.Schema], files: list[SourceFile], columns: list[str],

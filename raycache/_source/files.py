@@ -21,7 +21,7 @@ from raycache._core.secrets import reveal
 from raycache._core.transient import is_transient
 from raycache._core.workdir import temporary_path_problem
 from raycache._errors import FingerprintError, RaycacheError, SourceError, StoreUnavailable
-from raycache._source.checks import check_columns, check_utf8
+from raycache._source.checks import check_columns, check_text_utf8, check_utf8
 from raycache._source.config import FILE_FORMATS, SourceConfig
 from raycache._source.file import SourceFile
 
@@ -356,8 +356,7 @@ def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: li
                 offset += batch.num_rows
             return
         table = pjson.read_json(f) if fmt == "jsonl" else pcsv.read_csv(f)
-    if fmt == "csv":
-        check_utf8(table, u.file.uri, columns)
+    (check_utf8 if fmt == "csv" else check_text_utf8)(table, u.file.uri, columns)
     for offset in range(0, table.num_rows, rows):
         yield from _tagged(table.slice(offset, rows), u, offset, table.num_rows, columns)
 

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 __all__ = ["epoch_text", "live", "number", "quiet_ray_train", "say", "say_progress",
-           "settings_text", "solved_outcome", "solved_text"]
+           "settings_text", "solved_outcome", "solved_text", "solved_warnings"]
 
 SHOWN = ("train_loss", "train_acc", "val_loss", "val_acc")
 """Metrics every epoch line shows; the monitored one is added when it is another."""
@@ -87,9 +87,28 @@ def solved_text(history: list[dict[str, Any]], first_epoch: int) -> str | None:
     solved = history[-1] if history else {}
     if solved.get("solver") != "lbfgs" or first_epoch:
         return None
+    on = (f"{solved['l2_chosen_on']:,} training rows left out of its solve, then solved on "
+          "all" if "l2_chosen_on" in solved else "the validation rows")  # older runs: val
     return (f"solved by L-BFGS (full batch, {solved['train_rows']:,} rows; L2 "
-            f"C={solved['l2_C']:g} chosen on the validation rows, "
-            f"{solved['lbfgs_iterations']} iterations)")
+            f"C={solved['l2_C']:g} chosen on {on}, "
+            f"{solved['lbfgs_iterations']} iterations{solved_warnings(solved)})")
+
+
+def solved_warnings(solved: dict[str, Any]) -> str:
+    """What a solved head's summary must not leave unsaid: its C at an edge of the grid (a
+    value beyond it might score higher), and a solve stopped by the iteration cap."""
+    from raycache._train.logreg import GRID, MAX_ITER
+
+    out = ""
+    if solved["l2_C"] == max(GRID):
+        out += (f"; C is the grid's largest ({', '.join(f'{c:g}' for c in GRID)}): a weaker "
+                "penalty, untried, might score higher")
+    elif solved["l2_C"] == min(GRID):
+        out += (f"; C is the grid's smallest ({', '.join(f'{c:g}' for c in GRID)}): a "
+                "stronger penalty, untried, might score higher")
+    if solved["lbfgs_iterations"] >= MAX_ITER:
+        out += f"; stopped at the {MAX_ITER}-iteration cap before converging"
+    return out
 
 
 def solved_outcome(metrics: dict[str, Any]) -> str:

@@ -10,8 +10,8 @@ from typing import Any
 
 from raycache._cache.store import Store
 
-__all__ = ["CURVES", "METRICS", "SWEEP", "TENSORBOARD", "epoch_line", "read_sweep",
-           "write_artifacts", "write_metrics", "write_sweep"]
+__all__ = ["CURVES", "METRICS", "SWEEP", "TENSORBOARD", "curves_figure", "epoch_line",
+           "read_sweep", "write_artifacts", "write_metrics", "write_sweep"]
 
 METRICS = "metrics.jsonl"
 CURVES = "curves.png"
@@ -81,23 +81,32 @@ def _tensorboard(folder: str, history: list[dict[str, Any]]) -> None:
 
 def _curves(path: str, history: list[dict[str, Any]]) -> None:
     try:
-        from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+        fig = curves_figure(history)
     except ImportError:  # an optional extra: the curves are a convenience
         return
+    fig.savefig(path, dpi=72)
+
+
+def curves_figure(history: list[dict[str, Any]]) -> Any:
+    """Loss and accuracy by epoch, each epoch a marker; a run of one epoch (a solved head) as
+    labelled bars of its values rather than an empty chart."""
+    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+
     epochs = [m["epoch"] for m in history]
     fig = Figure(figsize=(10, 3.5))
     loss_ax, acc_ax = fig.subplots(1, 2)
     for ax, keys, title in ((loss_ax, ("train_loss", "val_loss"), "loss"),
                             (acc_ax, ("train_acc", "val_acc"), "accuracy")):
         if len(history) == 1:  # one solve (a full-batch head): its values as bars, labelled
-            values = [float(history[0][k]) for k in keys]
-            bars = ax.bar(keys, values, color=["C0", "C1"])
+            bars = ax.bar(keys, [float(history[0][k]) for k in keys], color=["C0", "C1"])
             ax.bar_label(bars, fmt="%.4g")
-            ax.set(title=f"{title} (one solve)")
+            ax.set(title=title)
         else:
             for k in keys:
-                ax.plot(epochs, [m[k] for m in history], label=k)
+                ax.plot(epochs, [m[k] for m in history], label=k, marker="o")
             ax.set(title=title, xlabel="epoch")
             ax.legend()
     acc_ax.set(ylim=(0, 1.1 if len(history) == 1 else 1))
-    fig.savefig(path, dpi=72)
+    if len(epochs) == 1:
+        fig.suptitle(f"one epoch (epoch {epochs[0]}): a solved head, or a run of one epoch")
+    return fig

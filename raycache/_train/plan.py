@@ -5,6 +5,7 @@ built once from both; no Ray."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -180,7 +181,7 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
             columns=[label], verify=False).column(label)) if names
             else _label_stats(cache, label, column))
     if stats["nulls"]:
-        raise ConfigError([f"label column {label!r} has {stats['nulls']} empty values"])
+        raise ConfigError([_null_labels(cache, label, stats["nulls"], column)])
     if names:
         if "classes" not in stats:
             raise ConfigError([f"label column {label!r} has more than {MAX_NAMED:,} distinct "
@@ -212,6 +213,12 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
         raise ConfigError([f"label column {label!r}: no group holds two rows, so no row is "
                            f"similar to another and objective {cfg.objective!r} has nothing to "
                            "learn. Name a label column whose groups repeat with `label:`"])
+    if not names and family.labels != "groups" and (empty := np.flatnonzero(counts == 0)).size:
+        warnings.warn(f"label column {label!r} holds no row of class id(s) "
+                      f"{empty[:10].tolist()} (ids run 0..{len(counts) - 1}): the head has "
+                      f"{empty.size} class(es) it never sees, and predicts none of them. Map "
+                      "the labels to 0..K-1 (or names) in the source and fill again",
+                      stacklevel=2)
     high, weights = len(counts) - 1, cfg.loss.class_weights
     if isinstance(weights, list) and len(weights) != len(counts):
         raise ConfigError([f"class_weights has {len(weights)} values; the label "
@@ -221,6 +228,19 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
         raise ConfigError([f"loss.class_weights={weights}: every class the label {label!r} "
                            "holds weighs 0, so the loss is 0/0 (NaN); give them weights > 0"])
     return label, counts, classes
+
+
+def _null_labels(cache: Cache, label: str, nulls: int,
+                 column: Callable[[str], Any] | None) -> str:
+    """The problem of a label column with null values: how many, a few of their keys, the fix."""
+    key = cache.manifest.key_column
+    read = column if column else \
+        (lambda c: cache.read_table([c], verify=False).column(c))
+    keys = pc.filter(read(key), pc.is_null(read(label))).slice(0, 3).to_pylist()
+    return (f"label column {label!r} is null in {nulls} row(s) (keys {keys}"
+            f"{', ...' if nulls > len(keys) else ''}); a classifier needs a label on every row. "
+            "Fill those labels (or drop the rows) in the source and fill again, or name another "
+            "label column with `label:`")
 
 
 def split_problems(cfg: TrainConfig, cache: Cache,

@@ -51,9 +51,10 @@ class OptimConfig:
     only): the same names as an encoder's precision."""
     solver: str = AUTO
     """How the head learns: gradient (epochs of `optimizer` steps on batches), lbfgs (a linear
-    classifier only: its logistic regression solved full batch, the L2 strength chosen on the
-    validation rows), or auto: lbfgs where that is possible (one process, the rows in memory,
-    no views or sweep) and no setting of the gradient path is given (raycache._train.defaults)."""
+    classifier only: its logistic regression solved full batch, the L2 strength chosen on a
+    fifth of the training rows, never the validation rows), or auto: lbfgs where that is
+    possible (one process, the rows in memory, no views or sweep) and no setting of the
+    gradient path is given (raycache._train.defaults)."""
 
     def problems(self) -> list[str]:
         """Local checks of this group's settings.

@@ -194,12 +194,20 @@ class TrainResult:
                     + gone)
         if self.history and self.history[-1].get("solver") == "lbfgs":
             return solved_outcome(self.metrics)
-        held = (f"the checkpoint holds epoch {self.weights_epoch}'s weights" +
-                (", the last" if self.weights == "last" else ""))
-        last = ", ".join(f"{k} {number(self.metrics[k])}" for k in ("val_loss", "val_acc")
-                         if k in self.metrics)
-        return (f"last epoch {last}; " if last else "") + \
-            f"best {key} {shown} at epoch {epoch} (monitored; {held})"
+        served, last = self.served_metrics(), self.metrics
+        held = (f"the checkpoint holds epoch {served.get('epoch', self.weights_epoch)}'s weights"
+                + (", the last" if self.weights == "last" else ""))
+        text = f"{held}: {_scores(served)}" if _scores(served) else held
+        text += f"; best {key} {shown} at epoch {epoch} (monitored)"
+        if last is not served and _scores(last):
+            text += f"; last epoch {last.get('epoch', len(self.history))}: {_scores(last)}"
+        return text
 
     def __repr__(self) -> str:
         return f"TrainResult({self.summary()})"
+
+
+def _scores(metrics: dict[str, Any]) -> str:
+    """An epoch's headline metrics: accuracy (and macro-F1 where measured) and loss."""
+    return ", ".join(f"{k} {number(metrics[k])}" for k in ("val_acc", "macro_f1", "val_f1",
+                                                            "val_loss") if k in metrics)

@@ -16,13 +16,16 @@ from raycache._heads.specs import HEAD_CONFIG
 from raycache._train.checkpoint import PREFIX, latest
 from raycache._train.console import number, settings_text
 
-__all__ = ["RECORD", "RESUMABLE", "RunInfo", "checkpoint_of", "list_runs", "read_record",
+__all__ = ["MAIN", "RECORD", "RESUMABLE", "RunInfo", "checkpoint_of", "list_runs", "read_record",
            "runs_dir", "write_record"]
 
 RECORD = "run.json"
 RESUMABLE = ("resumable", "failed (resumable)")
 """Statuses of runs that died with a checkpoint: running them again resumes."""
 UNREADABLE = "unreadable (run.json damaged)"
+MAIN = ("val_acc", "val_f1", "val_recall_at_1", "val_mrr", "val_auc", "val_spearman")
+"""The objectives' main metrics, which `raycache runs` shows beside the monitored one: accuracy
+and macro-F1, or retrieval's and pairs' metrics."""
 
 
 def runs_dir(cache: Cache) -> str:
@@ -88,17 +91,20 @@ class RunInfo:
 
         Returns:
             Two lines: the run (status, epochs, objective/head, the monitored metric at the
-            last epoch and at its best) and the checkpoint `raycache predict --checkpoint`
+            last epoch and at its best, the objective's other main metrics at the last epoch)
+            and the checkpoint `raycache predict --checkpoint`
             takes.
         """
         key, best = self.monitor or "val_loss", self.best
         at = f" at epoch {best['epoch']}" if "epoch" in best else ""
         chosen = (f", head #{best['member']} {settings_text(best.get('settings', {}))}"
                   if "member" in best else "")
+        more = "".join(f", {k} {number(self.metrics[k])}" for k in MAIN
+                       if k != key and k in self.metrics)  # the objective's main metrics too
         return (f"{self.name:<28} {self.status:<10} {self.epochs_done:>4}/{self.epochs:<4} "
                 f"{self.objective or '-'}/{self.head or '-'}  {key} "
-                f"{number(self.metrics.get(key))} (best {number(best.get(key))}{at}{chosen})  "
-                f"{self.updated}\n{'':<4}checkpoint {self.checkpoint or '- (none yet)'}")
+                f"{number(self.metrics.get(key))} (best {number(best.get(key))}{at}{chosen})"
+                f"{more}  {self.updated}\n{'':<4}checkpoint {self.checkpoint or '- (none yet)'}")
 
 
 def checkpoint_of(path: str, options: dict[str, Any] | None = None) -> str:

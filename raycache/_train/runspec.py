@@ -128,7 +128,7 @@ class RunSpec:
     shards: tuple[tuple[str, int], ...]
     """(path, rows) of every shard, in manifest order."""
     run_dir: str
-    """The run folder in the store's filesystem form: <cache>/runs/<run_name>."""
+    """The run folder in the store's filesystem form: `<cache>/runs/<run_name>`."""
     checkpoint_every: int
     """Epochs between checkpoints (0: only after the last epoch and on checkpoint_seconds)."""
     checkpoint_seconds: float

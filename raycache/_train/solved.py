@@ -1,8 +1,9 @@
 """A linear classifier solved full batch (optim.solver: lbfgs): the multinomial logistic
 regression of its training rows, standardised, for every L2 strength of GRID at once
-(raycache._train.logreg's batched L-BFGS), the strength chosen on the validation rows, and the
-solution mapped back to the raw features and recorded as the run's one epoch, so the head is
-saved, loaded and served as any linear head is."""
+(raycache._train.logreg's batched L-BFGS), the strength chosen on a share of the training rows
+left out of that solve (never the validation rows), solved again on every training row, and
+the solution mapped back to the raw features and recorded as the run's one epoch, so the head
+is saved, loaded and served as any linear head is."""
 
 from __future__ import annotations
 
@@ -15,42 +16,67 @@ from raycache._train.epoch import SLOTS, TRAIN_HIT, TRAIN_LOSS, TRAIN_N, epoch_m
 from raycache._train.logreg import GRID, MAX_ITER, TOL, solve
 from raycache._train.worker_heads import WorkerHeads
 
-__all__ = ["choose", "fit_pass", "place", "solve_head"]
+__all__ = ["CHOOSE_SHARE", "choose", "fit_pass", "inner_split", "place", "solve_head"]
 
 
 def solve_head(team: WorkerHeads, train: Any, val: Any
                ) -> tuple[list[list[float]], list[dict], float]:
-    """Solve the team's one linear head on `train`, choose its L2 strength on `val`, and leave
-    the chosen weights in the head: (the epoch's slot sums, its objective metrics, seconds),
-    as loop.record takes them."""
+    """Solve the team's one linear head on `train`: every L2 strength of GRID on most of the
+    training rows, one chosen on the rest (CHOOSE_SHARE of them, never the validation rows),
+    then the chosen one solved again on every training row; leave its weights in the head and
+    return (the epoch's slot sums on `val`, its objective metrics, seconds), as loop.record
+    takes them. The validation rows are scored only: their metrics are honest."""
     t0 = time.perf_counter()
     parts = team.members[0]
     x, y = train.x.float(), train.y
     mu = x.mean(0)
     sd = x.std(0, correction=0)
     sd = torch.where(sd > 0, sd, torch.ones_like(sd))
-    classes = parts.spec.head.num_classes
-    w, b, iters = solve((x - mu) / sd, y, classes, list(GRID), MAX_ITER, TOL,
-                        team.spec.class_weights)
-    # ((x - mu) / sd) @ w + b  ==  x @ (w / sd) + (b - (mu / sd) @ w)
-    w = w / sd[None, :, None]
-    b = b - torch.einsum("d,gdk->gk", mu, w)
-    scored = []
-    for g in range(len(GRID)):
-        place(parts.base, w[g], b[g])
-        sums = torch.zeros(1, SLOTS, dtype=torch.float64, device=parts.device)
-        extra = evaluate(team, val, sums)[0].compute()
-        scored.append((epoch_metrics(parts, sums[0].tolist(), 0, 0.0, extra), sums))
-    pick = choose([m for m, _ in scored], parts.spec.recipe)
-    place(parts.base, w[pick], b[pick])
-    sums = scored[pick][1]
+    z, classes, weights = (x - mu) / sd, parts.spec.head.num_classes, team.spec.class_weights
+    fit, held = inner_split(len(y), parts.spec.recipe.loop.seed, y.device)
+    w, b, _ = solve(z[fit], y[fit], classes, list(GRID), MAX_ITER, TOL, weights)
+    chosen = [_scored(z[held], y[held], w[g], b[g]) for g in range(len(GRID))]
+    pick = choose(chosen, parts.spec.recipe)
+    w, b, iters = solve(z, y, classes, [GRID[pick]], MAX_ITER, TOL, weights)
+    # (z @ w + b) == x @ (w / sd) + (b - (mu / sd) @ w)
+    w = w[0] / sd[:, None]
+    place(parts.base, w, b[0] - mu @ w)
+    sums = torch.zeros(1, SLOTS, dtype=torch.float64, device=parts.device)
+    extra = evaluate(team, val, sums)[0].compute()
     fit_pass(team, train, sums)
-    extra = {**scored[pick][0], "solver": "lbfgs", "lr": 0.0, "l2_C": GRID[pick],
-             "lbfgs_iterations": int(iters[pick]),
-             "l2_grid": ", ".join(f"C={c:g}: val_acc {m['val_acc']:.4f}"
-                                  for c, (m, _) in zip(GRID, scored, strict=True))}
+    extra = {**epoch_metrics(parts, sums[0].tolist(), 0, 0.0, extra), "solver": "lbfgs",
+             "lr": 0.0, "l2_C": GRID[pick], "lbfgs_iterations": int(iters[0]),
+             "l2_chosen_on": int(len(held)),
+             "l2_grid": ", ".join(f"C={c:g}: acc {m['val_acc']:.4f} on {len(held)} training "
+                                  "rows held out of the solve"
+                                  for c, m in zip(GRID, chosen, strict=True))}
     extra = {k: v for k, v in extra.items() if k not in SUMMED}
     return sums.tolist(), [extra], time.perf_counter() - t0
+
+
+CHOOSE_SHARE = 0.2
+"""The share of the training rows that chooses a solved head's L2 strength (the rest are
+solved on); the validation rows never choose."""
+
+
+def inner_split(n: int, seed: int, device: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows solved on, rows that choose C): a seeded permutation of the n training rows,
+    CHOOSE_SHARE of them (at least one) choosing; with fewer than 5 rows, all rows do both."""
+    if n < 5:
+        every = torch.arange(n, device=device)
+        return every, every
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).to(device)
+    k = max(1, round(n * CHOOSE_SHARE))
+    return order[k:], order[:k]
+
+
+def _scored(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, b: torch.Tensor
+            ) -> dict[str, float]:
+    """Accuracy and mean cross-entropy of the solution (w [D, K], b [K]) on standardised rows
+    `z` with class ids `y`."""
+    logits = z @ w + b
+    return {"val_acc": float((logits.argmax(1) == y).float().mean()),
+            "val_loss": float(torch.nn.functional.cross_entropy(logits, y))}
 
 
 SUMMED = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "train_rows", "val_rows",
@@ -59,8 +85,9 @@ SUMMED = ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "train_rows
 
 
 def choose(candidates: list[dict[str, Any]], recipe: Any) -> int:
-    """The L2 strength whose head is best on the validation rows: by val_acc (ties: the lower
-    val_loss), or by evaluation.monitor where it names another metric than val_loss."""
+    """The L2 strength whose head is best on the rows that choose (scored under validation
+    metrics' names): by val_acc (ties: the lower val_loss), or by evaluation.monitor where it
+    names another metric than val_loss."""
     ev = recipe.evaluation
     key, sign = ("val_acc", 1.0) if ev.monitor == "val_loss" else (
         ev.monitor, 1.0 if ev.mode == "max" else -1.0)

@@ -23,7 +23,7 @@ __all__ = ["Usage", "du", "scan"]
 
 @dataclass(frozen=True)
 class Usage:
-    """One cache folder <store>/<name>/<fingerprint>: committed (a manifest) or unfinished.
+    """One cache folder `<store>/<name>/<fingerprint>`: committed (a manifest) or unfinished.
 
     Example:
         ```python

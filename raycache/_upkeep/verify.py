@@ -66,7 +66,7 @@ class Report:
     """Wall time of the check."""
     bad: dict[str, list[str]] = field(default_factory=dict)
     """Shard path relative to the cache folder (for a shard shared from another version's
-    folder, "<name>/<fingerprint>/<path>": raycache._upkeep.refs.label) -> what is wrong with
+    folder, `<name>/<fingerprint>/<path>`: raycache._upkeep.refs.label) -> what is wrong with
     it."""
     duplicate_keys: Duplicates = field(default_factory=Duplicates)
     """Keys held by more than one kept row: how many, and a few with their shards."""

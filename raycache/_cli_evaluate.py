@@ -1,0 +1,44 @@
+"""`raycache evaluate`: a head's scores on a labelled file, printed (and written with --output)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["add_evaluate", "run_evaluate"]
+
+
+def add_evaluate(sub: argparse._SubParsersAction) -> None:
+    """The evaluate command and its options."""
+    text = ("score a trained head on a labelled file: accuracy, macro-F1, per-class "
+            "precision/recall/F1 and the confusion matrix")
+    p = sub.add_parser("evaluate", help=text, description=text)
+    p.add_argument("--checkpoint", required=True,
+                   help="a head checkpoint folder (path or URI), or a run folder (its final "
+                        "checkpoint): `raycache runs` prints it")
+    p.add_argument("--input", required=True,
+                   help="labelled Parquet, JSONL or CSV file, folder or glob, with the head's "
+                        "input column(s) and its label")
+    p.add_argument("--label", help="the label column (default: the one the head was trained on)")
+    p.add_argument("--output", help="a folder to write evaluation.json, confusion.txt and "
+                                    "confusion.png into")
+    p.add_argument("--json", action="store_true",
+                   help="print evaluation.json's content instead of the tables")
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """Evaluate, then print the summary, the per-class table and the confusion matrix."""
+    from raycache._predict.evaluate import evaluate
+
+    ev = evaluate(args.checkpoint, args.input, label=args.label, output=args.output)
+    if args.json:
+        print(json.dumps(ev.to_dict(), indent=2))
+        return 0
+    print(ev.summary())
+    print()
+    print(ev.table())
+    print()
+    print(ev.confusion_table())
+    if args.output:
+        print(f"\nwrote evaluation.json, confusion.txt and confusion.png to {args.output}")
+    return 0

@@ -1,0 +1,161 @@
+"""`raycache.evaluate`: a classifier head over labelled rows (a file, a DataFrame, or its run's
+own validation keys), scored against their labels (no Ray: the head and its encoders here)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from raycache._errors import RaycacheError, SourceError
+from raycache._predict.evaluation import Evaluation, evaluation_of
+
+if TYPE_CHECKING:
+    from raycache._heads.loaded import Head
+    from raycache._train.result import TrainResult
+
+__all__ = ["BATCH_ROWS", "evaluate"]
+
+BATCH_ROWS = 4096
+"""Rows per call of the head's encoders."""
+
+
+def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | None = None,
+             output: str | None = None, **options: Any) -> Evaluation:
+    """Score a classifier head on labelled rows: accuracy, macro-F1, per-class precision,
+    recall and F1 by class name, and the confusion matrix.
+
+    Args:
+        checkpoint: The head's checkpoint folder (or a run folder, or a TrainResult).
+        data: A labelled Parquet, JSONL or CSV file (or folder or glob), a pandas DataFrame or
+            pyarrow Table with the head's input column(s) and its label; None: the run's own
+            validation keys, read from its cache (`checkpoint` must be a TrainResult).
+        label: The label column of `data` (default: the label the head was trained on).
+        output: A local folder to write evaluation.json, confusion.txt and confusion.png.
+        **options: fsspec storage options for the checkpoint and the files.
+
+    Returns:
+        The scores; `summary()`, `table()` and `confusion_table()` print them.
+
+    Raises:
+        RaycacheError: The head is not a classifier; data is None without a TrainResult; the
+            label column is missing, has nulls, or holds classes the head does not know.
+        SourceError: A file cannot be listed or read.
+
+    Example:
+        ```python
+        ev = raycache.evaluate(run.checkpoint, "test.jsonl")
+        print(ev.summary())
+        print(ev.table())
+        ```
+    """
+    from raycache._heads.loaded import load_head
+    from raycache._train.runs import checkpoint_of
+
+    run = None if isinstance(checkpoint, str) else checkpoint
+    path = checkpoint_of(checkpoint, options) if run is None else run.checkpoint
+    head = load_head(path, **options) if run is None else run.load_head()
+    if head.spec.objective != "classification":
+        raise RaycacheError(f"checkpoint {path!r} holds a {head.spec.objective!r} head: it has "
+                            "no classes to score; evaluate a classification head")
+    label = label or head.spec.label
+    if data is None:
+        if run is None:
+            raise RaycacheError(
+                "evaluate(checkpoint, data=None) scores the run's own validation keys and needs "
+                "the TrainResult `raycache.train` returned; pass it, or pass labelled data (a "
+                "file, a DataFrame)")
+        return _done(_on_validation(run, head, label, path), output)
+    table, what = _table(data, options)
+    if label not in table.column_names:
+        raise RaycacheError(f"{what} has no label column {label!r} (its columns: "
+                            f"{table.column_names}); name it with label=... (--label)")
+    truth = _class_ids(head, table.column(label), label, what)
+    inputs = [c.input for c in head.encoder_configs()]
+    if missing := [c for c in inputs if c not in table.column_names]:
+        raise RaycacheError(f"{what} lacks the head's input column(s) {missing} (its columns: "
+                            f"{table.column_names})")
+    predicted = np.concatenate([
+        head.predict_ids(head.features({c: table.column(c).slice(i, BATCH_ROWS).to_pylist()
+                                        for c in inputs}))
+        for i in range(0, max(table.num_rows, 1), BATCH_ROWS)]) if table.num_rows else \
+        np.zeros(0, np.int64)
+    return _done(evaluation_of(path, what, label, _names(head), truth, predicted), output)
+
+
+def _done(ev: Evaluation, output: str | None) -> Evaluation:
+    if output:
+        ev.save(output)
+    return ev
+
+
+def _names(head: Head) -> list[str]:
+    return [str(c) for c in head.classes]
+
+
+def _table(data: Any, options: dict[str, Any]) -> tuple[pa.Table, str]:
+    """The rows of `data` as one Arrow table, and what it is in words."""
+    if isinstance(data, pa.Table):
+        return data, "a pyarrow Table"
+    if type(data).__name__ == "DataFrame":
+        return pa.Table.from_pandas(data, preserve_index=False), "a DataFrame"
+    if not isinstance(data, str):
+        raise RaycacheError(f"data is a {type(data).__name__}; expected a file path or URI, a "
+                            "pandas DataFrame, a pyarrow Table, or None (the run's validation "
+                            "keys)")
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+    import pyarrow.parquet as pq
+
+    from raycache._source.config import SourceConfig
+    from raycache._source.files import list_files
+
+    fmt, files = list_files(SourceConfig(path=data, options=options))
+    tables = []
+    for f in files:
+        try:
+            with f.open(options) as fh:
+                tables.append(pq.read_table(fh) if fmt == "parquet" else
+                              pjson.read_json(fh) if fmt == "jsonl" else pcsv.read_csv(fh))
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+            raise SourceError(f"{f.uri!r} cannot be read as {fmt} ({type(exc).__name__}: "
+                              f"{exc}); pass a whole, UTF-8 {fmt} file") from exc
+    return pa.concat_tables(tables, promote_options="default"), repr(data)
+
+
+def _class_ids(head: Head, values: pa.ChunkedArray | pa.Array, label: str, what: str
+               ) -> np.ndarray:
+    """The label values as the head's class ids; nulls and unknown classes refused by name."""
+    if values.null_count:
+        raise RaycacheError(f"label column {label!r} of {what} is null in {values.null_count} "
+                            "row(s); every row evaluated needs its label: fill or drop them")
+    found = values.to_pylist()
+    known = {c: i for i, c in enumerate(head.classes)}
+    if head.spec.class_names:
+        found = [v if isinstance(v, str) else str(v) for v in found]
+    unknown = sorted({v for v in found if v not in known}, key=str)
+    if unknown:
+        raise RaycacheError(
+            f"label column {label!r} of {what} holds {len(unknown)} value(s) the head does not "
+            f"know, e.g. {unknown[:5]}; its classes are {list(head.classes)[:20]}. Evaluate on "
+            "data labelled as the head's training data was")
+    return np.fromiter((known[v] for v in found), np.int64, len(found))
+
+
+def _on_validation(run: TrainResult, head: Head, label: str, path: str) -> Evaluation:
+    """The run's held-out rows, read from its cache: their embeddings through the head."""
+    if head.spec.trainable:
+        raise RaycacheError("this head trains encoders with it, so its cache holds their inputs, "
+                            "not embeddings: evaluate it on a labelled file instead")
+    cache, key = run.cache, run.cache.manifest.key_column
+    table = cache.read_table([key, label, *head.spec.encoders])
+    held = pa.array(run.held_out(table.column(key)))
+    table = table.filter(held)
+    x = np.concatenate([table.column(e).combine_chunks().flatten().to_numpy(
+        zero_copy_only=False).astype(np.float32).reshape(table.num_rows, -1)
+        for e in head.spec.encoders], axis=1) if table.num_rows else None
+    what = f"the validation keys of {cache.name}/{cache.fingerprint[:12]}"
+    truth = _class_ids(head, table.column(label), label, what)
+    predicted = head.predict_ids(x) if x is not None else np.zeros(0, np.int64)
+    return evaluation_of(path, what, label, _names(head), truth, predicted)

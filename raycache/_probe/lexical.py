@@ -1,0 +1,175 @@
+"""The probe's lexical baseline: TF-IDF of word and character n-grams and a logistic
+regression (scikit-learn), on the source texts of the cache's own rows and the same key split,
+so that an encoder is compared with what a bag of n-grams does on the same task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from raycache._probe.data import Candidate, Features
+from raycache._probe.result import LEXICAL
+from raycache._train.data.share_reads import label_ids
+from raycache._train.data.split import validation_mask
+
+if TYPE_CHECKING:
+    from raycache._cache.committed import Cache
+    from raycache._probe.config import ProbeConfig
+    from raycache._probe.plan import Target
+
+__all__ = ["C_GRID", "LEXICAL_ROWS", "METHOD", "TEXT_KINDS", "Lexical", "Skipped", "baselines",
+           "fit"]
+
+METHOD = LEXICAL
+"""The method's name in the probe's table."""
+C_GRID = (1.0, 10.0, 100.0)
+"""Inverse L2 strengths tried (scikit-learn's C: the data term summed over rows, so a larger
+C is a weaker penalty), the best picked on the validation rows as every method's setting is."""
+LEXICAL_ROWS = 200_000
+"""lexical: auto runs the baseline on caches of at most this many rows (where it is cheap)."""
+TEXT_KINDS = ("hf-text",)
+"""Encoder kinds whose input is text."""
+
+
+class Skipped(Exception):
+    """Why a lexical baseline cannot run on a cache (said in the probe's progress; an error
+    with lexical: true)."""
+
+
+@dataclass
+class Lexical:
+    """One cache's texts for the baseline: the rows' texts and class ids, split by key."""
+
+    target: Target
+    column: str
+    """The source column of texts (the text encoder's input)."""
+    texts_train: list[str]
+    texts_val: list[str]
+    data: Features
+    """Its class ids and split as a probe method's Features (no feature columns)."""
+
+
+def baselines(cfg: ProbeConfig, found: list[Target]) -> tuple[list[Lexical], list[str]]:
+    """(one Lexical per cache with a text encoder, why each other cache has none): with
+    lexical: auto, caches past LEXICAL_ROWS or without scikit-learn are left out, and any other
+    reason is said; with lexical: true, any reason is an error."""
+    if cfg.lexical is False:
+        return [], []
+    out, skipped = [], []
+    for target in list({t.cache.name: t for t in found}.values()):
+        try:
+            out.append(_read(target, cfg))
+        except Skipped as exc:
+            if cfg.lexical is True:
+                from raycache._errors import ConfigError
+
+                raise ConfigError([f"lexical: true, but {exc}; set lexical: auto (or false) "
+                                   "to probe without it"]) from None
+            skipped.append(str(exc))
+    return out, skipped
+
+
+def fit(lex: Lexical, cfg: ProbeConfig) -> list[Candidate]:
+    """The baseline at each C of C_GRID: its predictions for the validation rows."""
+    from scipy.sparse import hstack
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    word = TfidfVectorizer(analyzer="word", ngram_range=(1, 2), sublinear_tf=True,
+                           max_features=200_000)
+    char = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True,
+                           max_features=200_000)
+    x_train = hstack([word.fit_transform(lex.texts_train), char.fit_transform(lex.texts_train)])
+    x_val = hstack([word.transform(lex.texts_val), char.transform(lex.texts_val)])
+    out = []
+    for c in C_GRID:
+        model = LogisticRegression(C=c, max_iter=1000).fit(x_train.tocsr(), lex.data.y_train)
+        out.append(Candidate({"C": c}, model.predict(x_val.tocsr()).astype(np.int64)))
+    return out
+
+
+def _read(target: Target, cfg: ProbeConfig) -> Lexical:
+    """The cache's rows with their source texts, or Skipped naming why not."""
+    cache = target.cache
+    m = cache.manifest
+    texts = [e for e in m.encoders if e.kind in TEXT_KINDS]
+    where = f"cache {cache.name}"
+    if not texts:
+        raise Skipped(f"{where} has no text encoder (kinds {list(TEXT_KINDS)})")
+    if cfg.lexical == "auto" and m.rows > LEXICAL_ROWS:
+        raise Skipped(f"{where} holds {m.rows:,} rows, over {LEXICAL_ROWS:,} (lexical: true "
+                      "runs it anyway)")
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        raise Skipped("scikit-learn is not installed (pip install 'raycache[lexical]')") from None
+    column, key = texts[0].input, m.key_column
+    source = _source_texts(cache, key, column)
+    rows = cache.read_table([key, target.label], verify=False)
+    joined = rows.join(source, key, join_type="left outer")
+    if missing := joined.column(column).null_count:
+        raise Skipped(f"the source of {where} no longer holds a text for {missing} of its "
+                      f"{joined.num_rows} rows")
+    held = validation_mask(joined.column(key), cfg.val_fraction).to_numpy(zero_copy_only=False)
+    y = label_ids(joined.column(target.label), target.spec.class_names)
+    text = np.asarray(joined.column(column).to_pylist(), dtype=object)
+    name = (f"{cache.name}/tfidf[{column}]" if "/" in target.name else f"tfidf[{column}]")
+    empty = np.zeros((0, 0), np.float32)
+    data = Features(name, cache, target.spec, empty, y[~held], empty, y[held])
+    return Lexical(target, column, list(text[~held]), list(text[held]), data)
+
+
+def _source_texts(cache: Cache, key: str, column: str) -> pa.Table:
+    """The key and text columns of the cache's source files, as its manifest lists them (a
+    source staged from memory: its Parquet copy in the store); Skipped where they cannot be
+    read or changed since the fill."""
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+    import pyarrow.parquet as pq
+
+    from raycache._source.file import SourceFile
+    from raycache._source.files import changes
+    from raycache._source.memory import STAGED
+
+    source, store = cache.manifest.inputs["source"], cache.store
+    fmt, tables = source.get("format", "parquet"), []
+    for d in source.get("files", []):
+        try:
+            if "uri" in d:
+                f = SourceFile.described(d)
+                if changes([f], store.fsspec_options()):
+                    raise Skipped(f"source file {f.uri!r} changed since the fill")
+                with f.open(store.fsspec_options()) as fh:
+                    t = (pq.read_table(fh, columns=[key, column]) if fmt == "parquet" else
+                         pjson.read_json(fh) if fmt == "jsonl" else pcsv.read_csv(fh))
+            elif "sha256" in d:  # staged from memory: its copy in the store
+                with store.fs.open(store.path(STAGED, d["sha256"][:32], "part-0.parquet"),
+                                   "rb") as fh:
+                    t = pq.read_table(fh, columns=[key, column])
+            else:
+                raise Skipped(f"the source of cache {cache.name} ({d}) keeps no texts")
+        except (OSError, pa.ArrowException, KeyError, ValueError) as exc:
+            raise Skipped(f"the source of cache {cache.name} cannot be read "
+                          f"({type(exc).__name__}: {exc})") from None
+        tables.append(t.select([key, column]))
+    if not tables:
+        raise Skipped(f"cache {cache.name} lists no source files")
+    table = pa.concat_tables(tables, promote_options="default")
+    if not pa.types.is_string(table.schema.field(column).type) and \
+            not pa.types.is_large_string(table.schema.field(column).type):
+        raise Skipped(f"source column {column!r} holds {table.schema.field(column).type}, not "
+                      "text")
+    return _first_per_key(table, key)
+
+
+def _first_per_key(table: pa.Table, key: str) -> pa.Table:
+    """Each key's first row (a source with duplicate keys: the cache kept one of them)."""
+    import pyarrow.compute as pc
+
+    index = pa.array(np.arange(table.num_rows))
+    first = pa.table({key: table.column(key), "__i": index}).group_by(
+        key, use_threads=False).aggregate([("__i", "min")]).column("__i_min")
+    return table.take(pc.sort_indices(first))

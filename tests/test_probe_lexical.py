@@ -1,0 +1,122 @@
+"""The probe's lexical baseline: TF-IDF word and character n-grams + logistic regression on the
+source texts of a text cache's rows, the same key split, as a row of the table (on by default
+for text caches), with a plain line when it beats every encoder. In-process: no Ray."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from toy_encoders import WORDS, tiny_text_model
+
+import raycache
+from raycache._errors import ConfigError
+from raycache._probe.result import LEXICAL, Outcome, ProbeResult
+from tests.conftest import separable, toy_fill
+
+pytestmark = pytest.mark.timeout(300)
+
+MARKERS = ("cat", "dog", "bird")
+"""Each class's word: the label is which of them a text holds, anywhere among others."""
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("lexical")
+    model = tiny_text_model(str(root / "model"))
+    rng = np.random.default_rng(0)
+    others = [w for w in WORDS if w not in MARKERS]
+    labels = rng.integers(0, 3, 240)
+    texts = []
+    for y in labels:
+        words = list(rng.choice(others, 7)) + [MARKERS[y]]
+        rng.shuffle(words)
+        texts.append(" ".join(words))
+    (root / "src").mkdir()
+    table = pa.table({"id": [f"t{i:04d}" for i in range(240)], "text": texts,
+                      "topic": [f"topic-{y}" for y in labels]})
+    pq.write_table(table, root / "src" / "a.parquet")
+    raycache.fill({"name": "texts", "source": {"path": str(root / "src"), "labels": ["topic"]},
+                   "encoders": [{"name": "tiny", "kind": "hf-text", "input": "text",
+                                 "path": model}],
+                   "store": {"uri": str(root / "store")}, "in_process": True,
+                   "progress": False})
+    return {"store": str(root / "store"), "table": table, "root": root}
+
+
+def probe(store: dict, **over):
+    return raycache.probe({"caches": ["texts"], "store": {"uri": store["store"]},
+                           "methods": ["logreg", "knn"], "progress": False, "report": False,
+                           **over})
+
+
+def test_the_baseline_is_a_row_scored_on_the_same_split(store):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import accuracy_score
+    from sklearn.pipeline import make_union
+
+    from raycache._train.data.split import validation_mask
+
+    result = probe(store)
+    table = result.table
+    row = table[table.method == LEXICAL]
+    assert len(row) == 1 and row.encoder.iloc[0] == "tfidf[text]"
+    assert row.val_rows.iloc[0] == table.val_rows.iloc[0]  # the encoders' split
+    assert "macro_f1" in table.columns
+
+    source = store["table"]
+    held = validation_mask(source.column("id"), 0.2).to_numpy(zero_copy_only=False)
+    texts, y = np.array(source.column("text").to_pylist()), np.array(
+        source.column("topic").to_pylist())
+    union = make_union(TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True),
+                       TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True))
+    x_train, x_val = union.fit_transform(texts[~held]), union.transform(texts[held])
+    c = row.setting.iloc[0]["C"]
+    mine = accuracy_score(y[held], LogisticRegression(C=c, max_iter=1000).fit(
+        x_train, y[~held]).predict(x_val))
+    assert row.val_acc.iloc[0] == pytest.approx(mine)
+    assert row.val_acc.iloc[0] > 0.9  # one word decides the class: n-grams find it
+
+
+def test_the_summary_says_when_the_baseline_beats_every_encoder(store):
+    result = probe(store)
+    lex = result.table[result.table.method == LEXICAL].val_acc.iloc[0]
+    best = result.table[result.table.method != LEXICAL].val_acc.max()
+    note = result.lexical_note()
+    assert lex > best  # the class is one word; the tiny random encoder blurs it
+    assert "beats tiny (" in note and f"by {100 * (lex - best):.1f} points of val_acc" in note
+    assert note in result.summary()
+    assert "ranked by val_acc" in result.summary()
+
+
+def outcome(encoder: str, method: str, acc: float) -> Outcome:
+    return Outcome(encoder, method, {}, {"val_acc": acc, "macro_f1": acc, "balanced_acc": acc},
+                   np.eye(2), ["a", "b"], 10, 5, 0.1)
+
+
+def test_the_note_names_the_encoder_and_the_gap():
+    from raycache._probe.config import ProbeConfig
+
+    cfg = ProbeConfig(caches=["x"])
+    won = ProbeResult(cfg, [outcome("minilm", "logreg", 0.930), outcome("minilm", "knn", 0.91),
+                            outcome("tfidf[text]", LEXICAL, 0.955)], "val_acc")
+    assert won.lexical_note() == ("a lexical baseline (tfidf[text] tfidf-logreg) beats minilm "
+                                  "(logreg) by 2.5 points of val_acc: the encoder may not fit "
+                                  "this task")
+    lost = ProbeResult(cfg, [outcome("minilm", "logreg", 0.96),
+                             outcome("tfidf[text]", LEXICAL, 0.955)], "val_acc")
+    assert lost.lexical_note() == "" and "lexical" not in lost.summary()
+
+
+def test_off_and_on_and_a_cache_with_no_text(store, tmp_path):
+    assert LEXICAL not in set(probe(store, lexical=False).table.method)
+    (tmp_path / "src").mkdir()
+    pq.write_table(separable(n=100), tmp_path / "src" / "a.parquet")
+    raycache.fill(toy_fill(str(tmp_path / "src"), str(tmp_path / "store"), in_process=True))
+    features = {"caches": ["toy"], "store": {"uri": str(tmp_path / "store")}, "label": "name",
+                "methods": ["logreg"], "progress": False, "report": False}
+    assert LEXICAL not in set(raycache.probe(features).table.method)  # auto: not text
+    with pytest.raises(ConfigError, match=r"lexical: true, but cache toy has no text encoder"):
+        raycache.probe({**features, "lexical": True})
+    with pytest.raises(ConfigError, match=r"lexical='yes': expected auto, true or false"):
+        raycache.probe({**features, "lexical": "yes"})
