@@ -15,6 +15,8 @@ The SDK:
     probed = raycache.probe({"caches": ["docs"], "methods": ["logreg", "knn", "linear"]})
     probed.table, probed.per_class, probed.best   # which encoder, which head
     raycache.evaluate(run.checkpoint, "test.jsonl").table()  # per-class scores, confusion
+    raycache.export_head(run.checkpoint, "st-folder")  # a sentence-transformers folder
+    raycache.serve({"checkpoint": run.checkpoint})     # HTTP, on Ray Serve
 
 `import raycache` stays light: no Ray, no torch until a fill, a train or a Head needs them.
 
@@ -65,6 +67,9 @@ from raycache._probe.config import HeadsConfig as ProbeHeadsConfig
 from raycache._probe.config import KnnConfig, LogregConfig, ProbeConfig
 from raycache._probe.result import ProbeResult
 from raycache._probe.run import probe
+from raycache._serve.config import ServeConfig
+from raycache._serve.run import serve
+from raycache._serve.st_export import export_head
 from raycache._source.config import SourceConfig
 from raycache._train.config import (
     CheckpointConfig,
@@ -136,6 +141,7 @@ __all__ = [
     "RunInfo",
     "RunSpec",
     "ScheduleConfig",
+    "ServeConfig",
     "SourceConfig",
     "SourceError",
     "StoreConfig",
@@ -149,6 +155,7 @@ __all__ = [
     "du",
     "evaluate",
     "export",
+    "export_head",
     "fill",
     "gc",
     "list_runs",
@@ -160,6 +167,7 @@ __all__ = [
     "probe",
     "repair",
     "retrieval_metrics",
+    "serve",
     "stdlib_docs",
     "train",
     "verify",

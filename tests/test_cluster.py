@@ -154,7 +154,7 @@ def test_jobs_on_two_nodes_share_one_s3_store(cluster, bucket, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "epoch 4/4" in done.stdout and "checkpoint s3://" in done.stdout
     fp = committed["fingerprint"]
-    assert fs.glob(f"{store}/toy/{fp}/runs/job/checkpoint_*/head.pt")
+    assert fs.glob(f"{store}/toy/{fp}/runs/job/checkpoint_*/head.safetensors")
     assert len(actor_nodes(cluster, "RayTrainWorker")) == 2
 
 

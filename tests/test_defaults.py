@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from safetensors.torch import load_file
 
 import raycache
 from raycache._core.config import load
@@ -99,12 +100,12 @@ def test_a_solved_head_is_served_loaded_and_returned_as_any_head(store):
     head = run.load_head()
     accuracy = float((head.predict_ids(x) == t.column("label").to_numpy()[val]).mean())
     assert accuracy == pytest.approx(run.served_metrics()["val_acc"], abs=1e-9)
-    weights = torch.load(folder / "head.pt")
+    weights = load_file(folder / "head.safetensors")
     assert set(weights) == {"1.weight", "1.bias"}  # a plain linear head on the raw features
     again = train(store, run_name="solved")  # finished: returned, not solved again
     assert again.finished_before and again.checkpoint == run.checkpoint
     other = train(store, run_name="solved-again")  # the solve is deterministic
-    for k, v in torch.load(Path(other.checkpoint) / "head.pt").items():
+    for k, v in load_file(Path(other.checkpoint) / "head.safetensors").items():
         assert torch.equal(v, weights[k])
 
 
@@ -163,7 +164,7 @@ def test_the_best_epochs_weights_are_served_and_named(store):
     assert f"the checkpoint holds epoch {best}'s weights" in run.summary()
     folder = Path(run.checkpoint)
     state = torch.load(folder / "state.pt", weights_only=False)
-    head = torch.load(folder / "head.pt")
+    head = load_file(folder / "head.safetensors")
     for k, v in state["best_weights"].items():
         torch.testing.assert_close(head[k], v)
     assert any(not torch.equal(head[k], state["model"][k]) for k in head)  # last kept too
@@ -180,7 +181,7 @@ def test_the_best_epochs_weights_are_served_and_named(store):
     assert "epoch 8's weights, the last" in last.summary()
     for k, v in torch.load(Path(last.checkpoint) / "state.pt", weights_only=False)[
             "model"].items():
-        torch.testing.assert_close(torch.load(Path(last.checkpoint) / "head.pt")[k], v)
+        torch.testing.assert_close(load_file(Path(last.checkpoint) / "head.safetensors")[k], v)
 
 
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(store):

@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
+from safetensors.torch import load_file
 
 import raycache
 from raycache._compute.pool import nodes, size_pool
@@ -150,7 +150,7 @@ def test_ddp_training_from_cache_without_the_source(ray_session, separable_sourc
     head_cfg = json.loads((ckpt / "head.json").read_text())
     assert head_cfg["head"]["head"] == "mlp" and head_cfg["metrics"]["val_acc"] == last["val_acc"]
     assert head_cfg["head"]["encoders"] == ["proj", "proj16"] and store not in json.dumps(head_cfg)
-    state = torch.load(ckpt / "head.pt")
+    state = load_file(ckpt / "head.safetensors")
     assert state["0.weight"].shape == (32, 20)
 
 

@@ -118,7 +118,7 @@ def test_local_fill_and_train_jobs_as_the_readme_runs_them(head):
     store = Path(head["env"]["RAYCACHE_STORE"])
     [manifest] = store.glob("stdlib-docs/*/manifest.json")
     fingerprint = json.loads(manifest.read_text())["fingerprint"]
-    assert list(manifest.parent.glob("runs/*/checkpoint_*/head.pt"))
+    assert list(manifest.parent.glob("runs/*/checkpoint_*/head.safetensors"))
     # nothing of it went into Ray's temporary copy of the checkout
     assert not list(Path(head["temp"]).glob("session_*/runtime_resources/**/.raycache"))
 

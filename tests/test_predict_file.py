@@ -93,7 +93,8 @@ def test_without_a_recorded_key_every_non_input_column_is_kept(heads, tmp_path):
     saved = json.loads((Path(heads["classifier"]) / "head.json").read_text())
     del saved["key"]
     (old / "head.json").write_text(json.dumps(saved))
-    (old / "head.pt").write_bytes((Path(heads["classifier"]) / "head.pt").read_bytes())
+    weights = (Path(heads["classifier"]) / "head.safetensors").read_bytes()
+    (old / "head.safetensors").write_bytes(weights)
     p = plan(PredictConfig(str(old), str(heads["jsonl"]), str(tmp_path / "o.parquet")))
     assert p.keep == ["id", "label", "name"]  # all but the encoder's input, "features"
 
@@ -113,7 +114,7 @@ def test_bad_input_is_refused_before_any_work_naming_the_fix(heads, tmp_path, ca
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "head.json").write_text("{not json")
-    (broken / "head.pt").write_bytes(b"")
+    (broken / "head.safetensors").write_bytes(b"")
     with pytest.raises(RaycacheError, match=r"checkpoint .*broken' is unreadable"):
         raycache.predict_file({**base, "checkpoint": str(broken)})
     assert not out.exists()

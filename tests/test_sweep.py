@@ -262,7 +262,7 @@ def test_a_sweep_of_linear_heads_trains_as_one_stack_and_each_ends_as_a_lone_run
         assert results(run.sweep[i]["history"]) == pytest.approx(results(lone.history),
                                                                  rel=1e-5)
         lone_state = torch.load(Path(lone.checkpoint) / "state.pt", weights_only=False)
-        for k, v in lone_state["model"].items():  # its last weights (head.pt: its best)
+        for k, v in lone_state["model"].items():  # its last weights (its head weights: its best)
             torch.testing.assert_close(members[i]["model"][k], v, rtol=1e-5, atol=1e-5)
     assert len(built) == 1  # lone runs are no stack
 

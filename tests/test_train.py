@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import torch
+from safetensors.torch import load_file
 
 import raycache
 from raycache._cli import main
@@ -122,7 +123,7 @@ def test_early_stopping_keeps_and_saves_the_best_weights(store):
     assert saved["weights"] == "best" and saved["best"] == {"val_acc": max(accs),
                                                             "epoch": best_epoch}
     state = torch.load(Path(run.checkpoint) / "state.pt", weights_only=False)
-    head = torch.load(Path(run.checkpoint) / "head.pt")
+    head = load_file(Path(run.checkpoint) / "head.safetensors")
     for k, v in state["best_weights"].items():
         torch.testing.assert_close(head[k], v)
 

@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import toy_encoders
+from safetensors.torch import load_file
 
 import raycache
 from raycache._cache.columns import input_column
@@ -152,12 +153,12 @@ def test_a_resumed_run_restores_the_encoder_and_ends_where_an_unbroken_one_does(
     store, _ = filled
     cfg = train_cfg(store, checkpoint_every=1, run_name="resume", encoder_lr=0.05)
     whole = raycache.train(cfg)
-    final = torch.load(Path(whole.checkpoint) / "head.pt")
+    final = load_file(Path(whole.checkpoint) / "head.safetensors")
     shutil.rmtree(whole.checkpoint)  # as if the driver died during epoch 3
     record = Path(whole.spec.run_dir) / "run.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "status": "running"}))
     resumed = raycache.train(cfg)
     assert resumed.resumed_from == [2] and len(resumed.history) == 3
-    again = torch.load(Path(resumed.checkpoint) / "head.pt")
+    again = load_file(Path(resumed.checkpoint) / "head.safetensors")
     encoder = [k for k in final if k.startswith("encoders.live.")]
     assert encoder and all(torch.equal(final[k], again[k]) for k in final)

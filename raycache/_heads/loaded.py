@@ -4,7 +4,6 @@ from embeddings."""
 
 from __future__ import annotations
 
-import io
 import json
 import pickle
 from dataclasses import dataclass, field
@@ -13,13 +12,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import torch
+from safetensors import SafetensorError
 
 from raycache._cache.store import Store
 from raycache._encoders.batching import Batching
 from raycache._encoders.config import EncoderConfig
 from raycache._errors import RaycacheError
 from raycache._heads.joint import Inputs, build_model, encoder_config
-from raycache._heads.specs import HEAD_CONFIG, HEAD_WEIGHTS, HeadSpec
+from raycache._heads.specs import HEAD_CONFIG, HeadSpec
+from raycache._heads.weights import WEIGHT_FILES, decode, read
 
 __all__ = ["LIVE_ROWS", "Head", "load_head"]
 
@@ -361,8 +362,9 @@ def load_head(checkpoint: str, **options: Any) -> Head:
     """Load a trained head from its checkpoint folder alone: no Ray, no cache.
 
     Args:
-        checkpoint: The checkpoint folder holding head.pt and head.json (a path or any fsspec
-            URI), e.g. `TrainResult.checkpoint`.
+        checkpoint: The checkpoint folder holding head.json and head.safetensors (or the
+            head.pt of an older raycache) (a path or any fsspec URI), e.g.
+            `TrainResult.checkpoint`.
         **options: fsspec storage options, e.g. client_kwargs, credentials plain or sealed
             (head.json records none: they come from the caller or the environment).
 
@@ -370,7 +372,7 @@ def load_head(checkpoint: str, **options: Any) -> Head:
         The head, on the CPU (`Head.to` moves it), ready to predict.
 
     Raises:
-        RaycacheError: The folder holds no head.json or head.pt, or they are unreadable.
+        RaycacheError: The folder holds no head.json or weights, or they are unreadable.
         StoreError: The folder's store cannot be reached (StoreUnavailable: after retries).
 
     Example:
@@ -383,20 +385,20 @@ def load_head(checkpoint: str, **options: Any) -> Head:
     where = f"{checkpoint}/{HEAD_CONFIG}"
     try:
         text = folder.read_bytes(folder.path(HEAD_CONFIG))
-        blob = folder.read_bytes(folder.path(HEAD_WEIGHTS))
+        name, blob = read(folder)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
         raise RaycacheError(f"{checkpoint!r} is not a head checkpoint ({exc}); pass a "
-                            "checkpoint folder holding head.json and head.pt, e.g. "
+                            f"checkpoint folder holding head.json and {WEIGHT_FILES[0]}, e.g. "
                             "TrainResult.checkpoint") from exc
     try:
         saved = json.loads(text)
         spec = HeadSpec.from_dict(saved["head"], where)
         model = build_model(spec)
-        model.load_state_dict(torch.load(io.BytesIO(blob), map_location="cpu"))
-    except (ValueError, KeyError, TypeError, RuntimeError, EOFError, pickle.UnpicklingError
-            ) as exc:
+        model.load_state_dict(decode(blob, name))
+    except (ValueError, KeyError, TypeError, RuntimeError, EOFError, pickle.UnpicklingError,
+            SafetensorError) as exc:
         raise RaycacheError(f"checkpoint {checkpoint!r} is unreadable ({type(exc).__name__}: "
-                            f"{exc}); its head.json and head.pt must be the ones a training "
+                            f"{exc}); its head.json and {name} must be the ones a training "
                             "run wrote: point at a complete checkpoint_* folder") from exc
     model.eval()
     return Head(model, spec, {k: v for k, v in saved.items() if k != "head"})

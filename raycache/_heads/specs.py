@@ -22,6 +22,7 @@ __all__ = [
     "HEAD_CONFIG",
     "HEAD_FORMAT_VERSION",
     "HEAD_WEIGHTS",
+    "LEGACY_WEIGHTS",
     "READABLE_VERSIONS",
     "HEADS",
     "HeadSpec",
@@ -35,8 +36,10 @@ __all__ = [
     "widening",
 ]
 
-HEAD_WEIGHTS = "head.pt"
-"""The head's state_dict (torch.save), inside a checkpoint folder."""
+HEAD_WEIGHTS = "head.safetensors"
+"""The head's state_dict (safetensors), inside a checkpoint folder."""
+LEGACY_WEIGHTS = "head.pt"
+"""The head's state_dict as a torch pickle: what raycache wrote before 0.3 (still read)."""
 HEAD_CONFIG = "head.json"
 """The HeadSpec, metrics and history (JSON), inside a checkpoint folder."""
 HEAD_FORMAT_VERSION = 2

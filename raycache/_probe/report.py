@@ -5,13 +5,13 @@ best head as a checkpoint folder `head/` that load_head opens."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from typing import TYPE_CHECKING, Any
 
 from raycache._cache.committed import Cache
 from raycache._cache.store import Store
 from raycache._heads.specs import HEAD_CONFIG, HEAD_WEIGHTS
+from raycache._heads.weights import encode, read
 
 if TYPE_CHECKING:
     from raycache._probe.result import Outcome, ProbeResult
@@ -82,7 +82,7 @@ def markdown(result: ProbeResult) -> str:
 
 
 def _write_head(result: ProbeResult, store: Store, folder: str, key: str) -> str | None:
-    """The best row's head (or, where it is no head, the best head's) as head.pt and
+    """The best row's head (or, where it is no head, the best head's) as its weights and
     head.json (head.json last: a folder without it is no checkpoint)."""
     heads = [o for o in result.outcomes if o.candidate is not None and o.candidate.is_head]
     if not heads:
@@ -94,17 +94,13 @@ def _write_head(result: ProbeResult, store: Store, folder: str, key: str) -> str
             "probe": {"encoder": chosen.encoder, "method": chosen.method,
                       "setting": _plain(chosen.setting)}}
     if c.weights is not None:
-        import torch
-
-        blob = io.BytesIO()
-        torch.save(c.weights, blob)
-        weights, spec = blob.getvalue(), c.spec.to_dict()
+        name, weights, spec = HEAD_WEIGHTS, encode(c.weights), c.spec.to_dict()
     else:
         source = Store(c.checkpoint, store.fsspec_options())
-        weights = source.read_bytes(source.path(HEAD_WEIGHTS))
+        name, weights = read(source)
         saved = json.loads(source.read_bytes(source.path(HEAD_CONFIG)))
         spec, info["run"] = saved["head"], c.checkpoint
-    store.write_atomic(f"{folder}/{HEAD_WEIGHTS}", weights)
+    store.write_atomic(f"{folder}/{name}", weights)
     store.write_atomic(f"{folder}/{HEAD_CONFIG}",
                        json.dumps({"head": spec, **info}, indent=2, default=str).encode())
     return folder

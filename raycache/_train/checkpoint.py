@@ -1,9 +1,9 @@
 """Training checkpoints: the whole state in one folder of a run, written with the head last-safe.
 
-A checkpoint folder `<run>/checkpoint_<epoch>/` holds head.pt and head.json (enough to use the
-head, see raycache._predict) and state.pt (everything to resume: optimizer, schedule, scaler,
-epoch, RNG states, early-stopping state, history). state.pt is written last: a folder without
-it is incomplete and never resumed from.
+A checkpoint folder `<run>/checkpoint_<epoch>/` holds head.safetensors and head.json (enough to
+use the head, see raycache._predict) and state.pt (everything to resume: optimizer, schedule,
+scaler, epoch, RNG states, early-stopping state, history). state.pt is written last: a folder
+without it is incomplete and never resumed from.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 
 from raycache._cache.store import Store
 from raycache._heads.specs import HEAD_CONFIG, HEAD_WEIGHTS, HeadSpec
+from raycache._heads.weights import encode
 
 if TYPE_CHECKING:
     import torch
@@ -66,11 +67,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def write_folder(folder: str, head: HeadSpec, head_weights: dict[str, torch.Tensor],
                  state: dict[str, Any], info: dict[str, Any]) -> None:
-    """Write head.pt, head.json and state.pt (last) into a local folder."""
+    """Write head.safetensors, head.json and state.pt (last) into a local folder."""
     import torch
 
-    torch.save({k: v.detach().cpu() for k, v in head_weights.items()},
-               os.path.join(folder, HEAD_WEIGHTS))
+    with open(os.path.join(folder, HEAD_WEIGHTS), "wb") as f:
+        f.write(encode(head_weights))
     with open(os.path.join(folder, HEAD_CONFIG), "w") as f:
         json.dump({"head": head.to_dict(), **info}, f, indent=2, default=str)
     torch.save(state, os.path.join(folder, STATE))

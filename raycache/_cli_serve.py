@@ -1,0 +1,56 @@
+"""`raycache export-head` and `raycache serve`: a trained head out as a sentence-transformers
+folder, or served over HTTP by Ray Serve until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["SERVING_COMMANDS", "add_serving"]
+
+
+def add_serving(sub: argparse._SubParsersAction) -> None:
+    """The export-head and serve commands and their options."""
+    text = "write a trained head as a sentence-transformers folder (encoder + Dense modules)"
+    p = sub.add_parser("export-head", help=text, description=text)
+    p.add_argument("--checkpoint", required=True,
+                   help="a head checkpoint folder (path or URI): `raycache runs` prints it")
+    p.add_argument("--output", required=True, help="the folder to write (local)")
+    p.add_argument("--format", choices=["sentence-transformers"], default="sentence-transformers",
+                   help="the folder's format (default sentence-transformers)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing folder")
+    text = "serve a trained head over HTTP with Ray Serve (frozen encoder + head, batched)"
+    p = sub.add_parser("serve", help=text, description=text)
+    p.add_argument("--checkpoint", required=True,
+                   help="a head checkpoint folder (path or URI): `raycache runs` prints it")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; 0.0.0.0 for other machines)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override a setting of the ServeConfig (repeatable), VALUE read as "
+                        "YAML, e.g. max_batch_size=64 or num_replicas=2")
+
+
+def export_head(args: argparse.Namespace) -> int:
+    from raycache._serve import HEAD_EXPORTS
+
+    folder = HEAD_EXPORTS[args.format](args.checkpoint, args.output, overwrite=args.overwrite)
+    print(f"export-head: wrote a {args.format} folder to {folder}")
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    from raycache._core.overrides import overridden
+    from raycache._serve.run import serve as run
+
+    cfg = overridden({"checkpoint": args.checkpoint, "host": args.host, "port": args.port},
+                     args.overrides)
+    url = run(cfg, blocking=False)
+    print(f"serve: POST {{\"texts\": [...]}} to {url}; GET {url}health, {url}metadata. "
+          "Ctrl-C stops it")
+    import time
+
+    while True:
+        time.sleep(3600)
+
+
+SERVING_COMMANDS = {"export-head": export_head, "serve": serve}

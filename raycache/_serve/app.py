@@ -1,0 +1,101 @@
+"""The Ray Serve application of a head (each replica: the frozen encoders and the head, loaded
+once): POST texts, labels by name and probabilities back, concurrent requests merged into one
+forward pass by `@serve.batch`; GET health and metadata. Imports neither Ray Data nor Train."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ray import serve
+
+from raycache._serve.requests import BadRequest, Query, parse
+
+__all__ = ["HeadServer"]
+
+HEALTH = "health"
+METADATA = "metadata"
+
+
+class HeadServer:
+    """One replica: a loaded head on its device, and counts of what it served (metadata)."""
+
+    def __init__(self, checkpoint: str, options: dict[str, Any] | None = None,
+                 device: str = "cpu", max_batch_size: int = 32,
+                 batch_wait_timeout_s: float = 0.01, max_texts: int = 256,
+                 route_prefix: str = "/"):
+        from raycache._heads.loaded import load_head
+
+        self.head = load_head(checkpoint, **(options or {})).to(device)
+        self.head.encoders()  # loaded (and their weights checked) before the first request
+        self.max_texts, self.prefix = max_texts, route_prefix.rstrip("/")
+        self.checkpoint = checkpoint
+        self.batched.set_max_batch_size(max_batch_size)
+        self.batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
+        self.served = {"requests": 0, "batches": 0, "largest_batch": 0, "refused": 0}
+
+    async def __call__(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        route = request.url.path[len(self.prefix):].strip("/")
+        if request.method == "GET" and route == HEALTH:
+            return JSONResponse({"status": "ok"})
+        if request.method == "GET" and route == METADATA:
+            return JSONResponse(self.metadata())
+        if request.method != "POST" or route not in ("", "predict"):
+            return JSONResponse({"error": f"{request.method} /{route}: no such route; POST "
+                                          f"{self.prefix}/ (texts), GET {self.prefix}/{HEALTH} "
+                                          f"or {self.prefix}/{METADATA}", "field": "path"},
+                                status_code=404)
+        try:
+            query = parse(await request.body(), self.max_texts)
+        except BadRequest as exc:
+            self.served["refused"] += 1
+            return JSONResponse(exc.to_json(), status_code=exc.status)
+        try:
+            return JSONResponse(await self.batched(query))
+        except Exception as exc:  # noqa: BLE001 - one request's failure, never the replica's
+            return JSONResponse({"error": f"{type(exc).__name__}: {exc}", "field": "texts"},
+                                status_code=500)
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
+    async def batched(self, queries: list[Query]) -> list[dict[str, Any]]:
+        """Every waiting request's texts in one forward pass, split back per request."""
+        self.served["requests"] += len(queries)
+        self.served["batches"] += 1
+        self.served["largest_batch"] = max(self.served["largest_batch"], len(queries))
+        texts = [t for q in queries for t in q.texts]
+        x = self.head.features(texts)
+        spec, out = self.head.spec, []
+        if spec.objective == "classification":
+            z = self.head.logits(x)
+            labels = self.head.named(z.argmax(1))
+            z = np.exp(z - z.max(axis=1, keepdims=True))
+            proba = z / z.sum(axis=1, keepdims=True)
+        else:
+            vectors = self.head.embed_embeddings(x)
+        start = 0
+        for q in queries:
+            end = start + len(q.texts)
+            if spec.objective == "classification":
+                one = {"labels": np.asarray(labels[start:end]).tolist(),
+                       "probabilities": proba[start:end].round(6).tolist()}
+            else:
+                one = {"embeddings": vectors[start:end].tolist()}
+            if q.embeddings and isinstance(x, np.ndarray) and "embeddings" not in one:
+                one["embeddings"] = np.asarray(x[start:end]).tolist()
+            out.append(one)
+            start = end
+        return out
+
+    def metadata(self) -> dict[str, Any]:
+        """The head's fingerprint, classes, encoders, and what this replica has served."""
+        spec = self.head.spec
+        return {"checkpoint": self.checkpoint, "cache": spec.cache,
+                "fingerprint": spec.fingerprint, "objective": spec.objective,
+                "label": spec.label, "head": spec.head,
+                "classes": list(spec.class_names) or list(range(spec.num_classes)),
+                "encoders": list(spec.encoders), "inputs": [c.input for c in
+                                                            self.head.encoder_configs()],
+                "device": self.head.device, "served": dict(self.served)}
+

@@ -1,0 +1,91 @@
+"""SERVE's settings: the checkpoint, where the application listens, its batching, replicas and
+their resources (every problem named in one ConfigError by `problems`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from raycache._core.config import AUTO
+
+__all__ = ["ServeConfig"]
+
+
+@dataclass
+class ServeConfig:
+    """A head served over HTTP by Ray Serve: its frozen encoders and the head in each replica.
+
+    `raycache.serve` takes this, or the same as a dict or a YAML file.
+
+    Example:
+        ```python
+        cfg = raycache.ServeConfig(checkpoint=run.checkpoint, port=8000, max_batch_size=64)
+        url = raycache.serve(cfg)   # POST {"texts": [...]} to it
+        ```
+    """
+
+    checkpoint: str
+    """A head checkpoint folder (TrainResult.checkpoint): a path or any fsspec URI."""
+    name: str = "raycache"
+    """The Serve application's name."""
+    route_prefix: str = "/"
+    """Where the application's routes start (POST `<prefix>`, GET `<prefix>health`, ...)."""
+    host: str = "127.0.0.1"
+    """The address Serve's HTTP proxy listens on (0.0.0.0 to accept other machines)."""
+    port: int = 8000
+    """The port Serve's HTTP proxy listens on."""
+    max_batch_size: int = 32
+    """Requests merged into one forward pass at most (`@serve.batch`)."""
+    batch_wait_timeout_s: float = 0.01
+    """How long the first request of a batch waits for others to join it."""
+    max_texts: int = 256
+    """Inputs one request may hold (more: 413, naming the field)."""
+    num_replicas: int | str = 1
+    """Replicas of the deployment; auto: Serve's autoscaling (see `autoscaling`)."""
+    autoscaling: dict[str, Any] = field(default_factory=dict)
+    """Serve's autoscaling_config, passed through (min_replicas, max_replicas,
+    target_ongoing_requests, ...); used with num_replicas auto."""
+    num_cpus: float = 1.0
+    """CPUs each replica takes."""
+    num_gpus: float | str = AUTO
+    """GPUs each replica takes (auto: 1 where the cluster has GPUs, else 0); with a GPU, the
+    encoders run on it in their compute dtype."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """fsspec storage options for reading the checkpoint."""
+
+    def problems(self) -> list[str]:
+        """Local checks, one line per problem (the field, the value, what is expected).
+
+        Returns:
+            The problems; empty when there are none.
+
+        Example:
+            ```python
+            raycache.ServeConfig("ckpt", max_batch_size=0).problems()
+            ```
+        """
+        out = []
+        if not self.route_prefix.startswith("/"):
+            out.append(f"route_prefix={self.route_prefix!r}: expected a path starting with /")
+        if not isinstance(self.port, int) or not 0 < self.port < 65536:
+            out.append(f"port={self.port!r}: expected a whole number in 1..65535")
+        for name in ("max_batch_size", "max_texts"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                out.append(f"{name}={value!r}: expected a whole number >= 1")
+        if not isinstance(self.batch_wait_timeout_s, int | float) or self.batch_wait_timeout_s < 0:
+            out.append(f"batch_wait_timeout_s={self.batch_wait_timeout_s!r}: expected seconds "
+                       ">= 0")
+        if self.num_replicas != AUTO and (not isinstance(self.num_replicas, int)
+                                          or self.num_replicas < 1):
+            out.append(f"num_replicas={self.num_replicas!r}: expected a whole number >= 1 or "
+                       "auto")
+        if self.autoscaling and self.num_replicas != AUTO:
+            out.append(f"autoscaling={self.autoscaling!r} with num_replicas="
+                       f"{self.num_replicas!r}: set num_replicas: auto to autoscale")
+        if not isinstance(self.num_cpus, int | float) or self.num_cpus < 0:
+            out.append(f"num_cpus={self.num_cpus!r}: expected a number >= 0")
+        if self.num_gpus != AUTO and (not isinstance(self.num_gpus, int | float)
+                                      or self.num_gpus < 0):
+            out.append(f"num_gpus={self.num_gpus!r}: expected a number >= 0 or auto")
+        return out

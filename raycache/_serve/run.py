@@ -1,0 +1,88 @@
+"""`raycache.serve`: a head's Ray Serve application built from a ServeConfig and run on the
+Ray cluster connected to (an in-process one when none is), replicas sized from the cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from raycache._core.config import AUTO, load
+from raycache._serve.config import ServeConfig
+
+__all__ = ["application", "build", "serve"]
+
+
+def application(cfg: ServeConfig | dict[str, Any] | str | Path) -> Any:
+    """The Serve application (not yet running) of a config: one deployment, HeadServer.
+
+    Raises:
+        ConfigError: Every problem of the config, each naming its field.
+    """
+    from ray import serve
+
+    from raycache._serve.app import HeadServer
+
+    cfg = load(ServeConfig, cfg)
+    gpus = _gpus(cfg.num_gpus)
+    replicas: dict[str, Any] = ({"num_replicas": "auto", "autoscaling_config": cfg.autoscaling
+                                 or None} if cfg.num_replicas == AUTO
+                                else {"num_replicas": cfg.num_replicas})
+    deployment = serve.deployment(HeadServer, name="head").options(
+        ray_actor_options={"num_cpus": cfg.num_cpus, "num_gpus": gpus},
+        max_ongoing_requests=max(2 * cfg.max_batch_size, 8), **replicas)
+    return deployment.bind(cfg.checkpoint, cfg.options, "cuda" if gpus else "cpu",
+                           cfg.max_batch_size, cfg.batch_wait_timeout_s, cfg.max_texts,
+                           cfg.route_prefix)
+
+
+def build(args: dict[str, Any]) -> Any:
+    """The application from a ServeConfig's fields: what a Serve config file's `import_path:
+    raycache._serve.run:build` with `args:` runs (a RayService's serveConfigV2)."""
+    return application(dict(args))
+
+
+def serve(config: ServeConfig | dict[str, Any] | str | Path, blocking: bool = False) -> str:
+    """Serve a trained head over HTTP: its frozen encoders and the head in Ray Serve replicas.
+
+    Args:
+        config: A ServeConfig, or the same as a dict or a YAML file.
+        blocking: Wait (until Ctrl-C) instead of returning once the application runs.
+
+    Returns:
+        The application's URL: POST `{"texts": [...]}` to it for `{"labels": [...],
+        "probabilities": [[...]]}`; GET `<url>health` and `<url>metadata`.
+
+    Raises:
+        ConfigError: Every problem of the config, each naming its field.
+        RaycacheError: The checkpoint is not a head, or its encoders cannot be loaded.
+
+    Example:
+        ```python
+        url = raycache.serve({"checkpoint": run.checkpoint, "port": 8000})
+        requests.post(url, json={"texts": ["Return the cosine of x."]}).json()
+        ```
+    """
+    import ray
+    from ray import serve as ray_serve
+
+    cfg = load(ServeConfig, config)
+    from raycache._heads.loaded import load_head
+
+    load_head(cfg.checkpoint, **cfg.options)  # a bad checkpoint fails here, not in a replica
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, log_to_driver=False)
+    ray_serve.start(http_options={"host": cfg.host, "port": cfg.port})
+    ray_serve.run(application(cfg), name=cfg.name, route_prefix=cfg.route_prefix,
+                  blocking=blocking)
+    return f"http://{cfg.host}:{cfg.port}{cfg.route_prefix.rstrip('/')}/"
+
+
+def _gpus(setting: float | str) -> float:
+    """GPUs per replica: auto is 1 where the connected cluster has GPUs, else 0."""
+    if setting != AUTO:
+        return float(setting)
+    import ray
+
+    if not ray.is_initialized():
+        return 0.0
+    return 1.0 if ray.cluster_resources().get("GPU", 0) else 0.0
