@@ -17,8 +17,9 @@ from jsonschema.protocols import Validator
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 CRDS_ENV = "RAYCACHE_KUBERAY_CRDS"
-CRD_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}
-MAX_NAME_LENGTH = {"RayCluster": 53, "RayJob": 47}
+CRD_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml",
+             "RayService": "ray.io_rayservices.yaml"}
+MAX_NAME_LENGTH = {"RayCluster": 53, "RayJob": 47, "RayService": 47}
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 SUBMISSION_MODES = {"K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode"}
 GPU = "nvidia.com/gpu"
@@ -127,6 +128,9 @@ def manifest_problems(doc: Manifest, validators: Validators | None = None) -> li
     if kind == "RayJob":
         problems += rayjob_problems(spec)
         cluster = spec.get("rayClusterSpec")
+    elif kind == "RayService":
+        problems += rayservice_problems(spec)
+        cluster = spec.get("rayClusterConfig")
     else:
         cluster = spec
     if cluster is not None:
@@ -176,6 +180,44 @@ def rayjob_problems(spec: dict[str, Any]) -> list[str]:
     if not ENTRYPOINT.match(str(spec.get("entrypoint", ""))):
         problems.append(f"entrypoint {spec.get('entrypoint')!r} does not run a jobs/ script")
     problems += runtime_env_problems(spec.get("runtimeEnvYAML", ""))
+    return problems
+
+
+def rayservice_problems(spec: dict[str, Any]) -> list[str]:
+    """The operator's RayService rules, and raycache's: every application's import_path is
+    raycache's builder, and its args load as a ServeConfig and build the application."""
+    problems = []
+    cluster = spec.get("rayClusterConfig")
+    if cluster is None:
+        return ["rayClusterConfig must be set"]
+    head_service = (cluster.get("headGroupSpec") or {}).get("headService") or {}
+    if (head_service.get("metadata") or {}).get("name"):
+        problems.append("headGroupSpec.headService.metadata.name must not be set")
+    try:
+        serve_config = yaml.safe_load(spec.get("serveConfigV2") or "")
+    except yaml.YAMLError as error:
+        return [*problems, f"serveConfigV2 is not valid YAML: {error}"]
+    apps = (serve_config or {}).get("applications") if isinstance(serve_config, dict) else None
+    if not apps:
+        return [*problems, "serveConfigV2 must list applications"]
+    for app in apps:
+        name = app.get("name")
+        for field in ("import_path", "route_prefix"):
+            if not app.get(field):
+                problems.append(f"application {name!r}: {field} must be set")
+        if app.get("import_path") != "raycache._serve.run:build":
+            problems.append(f"application {name!r}: import_path {app.get('import_path')!r} is "
+                            "not raycache._serve.run:build")
+            continue
+        from raycache._errors import ConfigError
+        from raycache._serve.run import build
+
+        try:
+            build(app.get("args") or {})
+        except ConfigError as error:
+            problems.append(f"application {name!r}: args: {error}")
+        if CREDENTIAL_NAME.search(yaml.safe_dump(app.get("runtime_env") or {})):
+            problems.append(f"application {name!r}: credential-looking runtime_env")
     return problems
 
 
@@ -368,6 +410,8 @@ def test_expected_files_exist():
         "raycluster.yaml",
         "rayjob-fill.yaml",
         "rayjob-train.yaml",
+        "rayservice.yaml",
+        "rayservice-gpu.yaml",
     } <= names
 
 
@@ -416,6 +460,67 @@ def test_each_manifest_has_a_gpu_pool_and_its_job(filename: str, kind: str, scri
         assert doc["spec"]["entrypoint"].split()[1] == script
 
 
+def good_service(filename: str = "rayservice-gpu.yaml") -> Manifest:
+    (doc,) = load_documents(DEPLOY / filename)
+    return doc
+
+
+def serve_app(doc: Manifest) -> dict[str, Any]:
+    return yaml.safe_load(doc["spec"]["serveConfigV2"])["applications"][0]
+
+
+def set_serve_app(doc: Manifest, **changes: Any) -> None:
+    config = yaml.safe_load(doc["spec"]["serveConfigV2"])
+    config["applications"][0].update(changes)
+    doc["spec"]["serveConfigV2"] = yaml.safe_dump(config)
+
+
+@pytest.mark.parametrize(("filename", "gpus"), [("rayservice.yaml", 0),
+                                                ("rayservice-gpu.yaml", 1)])
+def test_rayservices_serve_raycache_on_cpu_and_gpu(filename: str, gpus: int):
+    doc = good_service(filename)
+    cluster = doc["spec"]["rayClusterConfig"]
+    gpu_groups = [g for g in cluster["workerGroupSpecs"]
+                  if any(GPU in limits for limits in resource_sections(g, "limits"))]
+    assert len(gpu_groups) == gpus
+    app = serve_app(doc)
+    assert app["args"]["num_gpus"] == gpus and app["args"]["num_replicas"] == "auto"
+
+
+RAYSERVICE_CASES = [
+    pytest.param(lambda d: d["spec"]["rayClusterConfig"]["headGroupSpec"].update(
+        headService={"metadata": {"name": "mine"}}),
+        "headService.metadata.name must not be set", id="head-service-named"),
+    pytest.param(lambda d: d["spec"].update(serveConfigV2="applications: [\n"),
+                 "serveConfigV2 is not valid YAML", id="serve-config-not-yaml"),
+    pytest.param(lambda d: d["spec"].update(serveConfigV2="applications: []\n"),
+                 "serveConfigV2 must list applications", id="no-applications"),
+    pytest.param(lambda d: set_serve_app(d, import_path="app:main"),
+                 "is not raycache._serve.run:build", id="other-import-path"),
+    pytest.param(lambda d: set_serve_app(d, args={**serve_app(d)["args"], "max_batch_size": 0}),
+                 "max_batch_size=0: expected a whole number >= 1", id="bad-serve-args"),
+    pytest.param(lambda d: set_serve_app(d, args={"chekpoint": "x"}),
+                 "chekpoint", id="misspelt-serve-arg"),
+    pytest.param(lambda d: d.update(metadata={"name": "x" * 48}),
+                 "a RayService allows at most 47", id="long-service-name"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "expected"), RAYSERVICE_CASES)
+def test_rayservice_rules_report(mutate: Mutation, expected: str):
+    doc = good_service()
+    mutate(doc)
+    problems = manifest_problems(doc)
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_rayservice_strict_schema_reports_a_misspelt_field(validators: Validators):
+    doc = good_service()
+    rename(doc["spec"], "serveConfigV2", "serveConfig")
+    problems = manifest_problems(doc, validators)
+    assert any("'serveConfig' was unexpected" in p for p in problems), problems
+
+
 def test_service_account_names_are_defined_in_deploy():
     defined = {
         doc["metadata"]["name"]
@@ -425,7 +530,8 @@ def test_service_account_names_are_defined_in_deploy():
     }
     used = set()
     for _, doc in ray_documents():
-        cluster = doc["spec"].get("rayClusterSpec", doc["spec"])
+        spec = doc["spec"]
+        cluster = spec.get("rayClusterSpec", spec.get("rayClusterConfig", spec))
         for group in [cluster["headGroupSpec"], *cluster.get("workerGroupSpecs", [])]:
             used.add(pod_spec(group).get("serviceAccountName"))
     assert used <= defined
