@@ -101,8 +101,31 @@ def test_the_app_answers_http_as_head_predict_and_batches(minilm_heads, ray_sess
         status, got = call(url, {"texts": TEXTS[:1], "embeddings": True})
         assert status == 200 and got["labels"] == list(head.predict(TEXTS[:1]))
         assert len(got["embeddings"][0]) == head.spec.in_dim
+
+        # a similarity head beside it, under its own route: embeddings out, as Head.embed
+        similar = raycache.train({"cache": "docs", "store": {"uri": minilm_heads["store"]},
+                                  "num_workers": 0, "progress": False, "label": "topic",
+                                  "epochs": 2, "objective": "groups", "embedding_dim": 8,
+                                  "normalize": True, "groups": {"loss": "infonce"}}).checkpoint
+        sim_url = raycache.serve({"checkpoint": similar, "port": port, "num_cpus": 0.25,
+                                  "name": "similar", "route_prefix": "/similar"})
+        assert sim_url == f"http://127.0.0.1:{port}/similar/"
+        status, got = call(sim_url, {"texts": TEXTS[:3]})
+        assert status == 200 and "labels" not in got
+        np.testing.assert_allclose(got["embeddings"], raycache.load_head(similar).embed(
+            TEXTS[:3]), atol=1e-4)
+        assert call(sim_url + "metadata", method="GET")[1]["objective"] == "groups"
+        assert call(url, {"texts": TEXTS[:1]})[1]["labels"] == list(head.predict(TEXTS[:1]))
     finally:
         serve.shutdown()
+
+
+def test_serve_cli_refuses_a_missing_checkpoint_before_starting_ray(tmp_path, capsys):
+    from raycache._cli import main
+
+    assert main(["serve", "--checkpoint", str(tmp_path / "nope"), "--port", "8123"]) == 3
+    err = capsys.readouterr().err
+    assert "raycache serve: error:" in err and "is not a head checkpoint" in err
 
 
 
