@@ -150,8 +150,14 @@ def test_old_caches_train_in_process(old, version):
 
 def head_json(checkpoint: Path, version: int, folder: Path) -> Path:
     """A copy of a checkpoint whose head.json is as raycache wrote it in `version`: 1 knew
-    no objective, out_dim, normalize or trainable encoders."""
+    no objective, out_dim, normalize or trainable encoders; and whose weights are, as both
+    wrote them, head.pt (a torch pickle) rather than head.safetensors."""
+    import torch
+    from safetensors.torch import load_file
+
     shutil.copytree(checkpoint, folder)
+    torch.save(load_file(folder / "head.safetensors"), folder / "head.pt")
+    (folder / "head.safetensors").unlink()
     saved = json.loads((folder / "head.json").read_text())
     head = {k: v for k, v in saved["head"].items() if k != "trainable"}
     if version == 1:
