@@ -49,10 +49,28 @@ def test_a_bad_request_is_refused_naming_the_field(body, status, field):
     assert str(info.value).startswith(field.split("[")[0])
 
 
-def test_a_good_request_reads_as_its_texts():
+@pytest.mark.parametrize("body, status, field", [
+    (b'{"texts": ["a"]}', 422, "texts"),
+    (b'{"inputs": {"text": ["a"]}}', 422, "inputs.image"),
+    (b'{"inputs": {"text": ["a"], "image": ["x.png"], "more": ["b"]}}', 422, "inputs.more"),
+    (b'{"inputs": {"text": ["a", "b"], "image": ["x.png"]}}', 422, "inputs"),
+    (b'{"inputs": {"text": ["a"], "image": [null]}}', 422, "inputs.image[0]"),
+    (b'{"inputs": {"text": ["a"], "image": ["x"]}, "texts": ["a"]}', 422, "inputs"),
+])
+def test_a_head_of_two_encoders_takes_inputs_by_column(body, status, field):
+    with pytest.raises(BadRequest) as info:
+        parse(body, max_texts=4, columns=("text", "image"))
+    assert (info.value.status, info.value.field) == (status, field)
+
+
+def test_a_good_request_reads_as_its_columns():
     q = parse(b'{"texts": ["a", "b"], "embeddings": true}', max_texts=4)
-    assert q.texts == ["a", "b"] and q.embeddings
-    assert parse(b'{"texts": "one"}', max_texts=4).texts == ["one"]
+    assert q.columns == {"text": ["a", "b"]} and q.embeddings and q.rows == 2
+    assert parse(b'{"texts": "one"}', max_texts=4).columns == {"text": ["one"]}
+    assert parse(b'{"inputs": ["a"]}', max_texts=4, columns=("doc",)).columns == {"doc": ["a"]}
+    two = parse(b'{"inputs": {"image": ["s3://b/x.png"], "text": ["a"]}}', max_texts=4,
+                columns=("text", "image"))
+    assert two.columns == {"text": ["a"], "image": ["s3://b/x.png"]} and two.rows == 1
 
 
 def test_serve_config_problems_name_each_field():
@@ -101,6 +119,9 @@ def test_the_app_answers_http_as_head_predict_and_batches(minilm_heads, ray_sess
         status, got = call(url, {"texts": TEXTS[:1], "embeddings": True})
         assert status == 200 and got["labels"] == list(head.predict(TEXTS[:1]))
         assert len(got["embeddings"][0]) == head.spec.in_dim
+        status, got = call(url, {"inputs": {"text": TEXTS[:2]}})  # by the encoder's column
+        assert status == 200 and got["labels"] == list(head.predict(TEXTS[:2]))
+        assert call(url, {"inputs": {"body": TEXTS[:2]}})[1]["field"] == "inputs.text"
 
         # a similarity head beside it, under its own route: embeddings out, as Head.embed
         similar = raycache.train({"cache": "docs", "store": {"uri": minilm_heads["store"]},

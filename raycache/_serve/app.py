@@ -1,6 +1,7 @@
 """The Ray Serve application of a head (each replica: the frozen encoders and the head, loaded
-once): POST texts, labels by name and probabilities back, concurrent requests merged into one
-forward pass by `@serve.batch`; GET health and metadata. Imports neither Ray Data nor Train."""
+once): POST texts (or each encoder's input column), labels by name and probabilities back,
+concurrent requests merged into one forward pass by `@serve.batch`; GET health and metadata.
+Imports neither Ray Data nor Ray Train."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class HeadServer:
         self.head = load_head(checkpoint, **(options or {})).to(device)
         self.head.encoders()  # loaded (and their weights checked) before the first request
         self.max_texts, self.prefix = max_texts, route_prefix.rstrip("/")
+        self.columns = tuple(c.input for c in self.head.encoder_configs())
         self.checkpoint = checkpoint
         self.batched.set_max_batch_size(max_batch_size)
         self.batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
@@ -48,24 +50,24 @@ class HeadServer:
                                           f"or {self.prefix}/{METADATA}", "field": "path"},
                                 status_code=404)
         try:
-            query = parse(await request.body(), self.max_texts)
+            query = parse(await request.body(), self.max_texts, self.columns)
         except BadRequest as exc:
             self.served["refused"] += 1
             return JSONResponse(exc.to_json(), status_code=exc.status)
         try:
             return JSONResponse(await self.batched(query))
         except Exception as exc:  # noqa: BLE001 - one request's failure, never the replica's
-            return JSONResponse({"error": f"{type(exc).__name__}: {exc}", "field": "texts"},
+            return JSONResponse({"error": f"{type(exc).__name__}: {exc}", "field": "inputs"},
                                 status_code=500)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
     async def batched(self, queries: list[Query]) -> list[dict[str, Any]]:
-        """Every waiting request's texts in one forward pass, split back per request."""
+        """Every waiting request's rows in one forward pass, split back per request."""
         self.served["requests"] += len(queries)
         self.served["batches"] += 1
         self.served["largest_batch"] = max(self.served["largest_batch"], len(queries))
-        texts = [t for q in queries for t in q.texts]
-        x = self.head.features(texts)
+        x = self.head.features({c: [v for q in queries for v in q.columns[c]]
+                                for c in self.columns})
         spec, out = self.head.spec, []
         if spec.objective == "classification":
             z = self.head.logits(x)
@@ -76,7 +78,7 @@ class HeadServer:
             vectors = self.head.embed_embeddings(x)
         start = 0
         for q in queries:
-            end = start + len(q.texts)
+            end = start + q.rows
             if spec.objective == "classification":
                 one = {"labels": np.asarray(labels[start:end]).tolist(),
                        "probabilities": proba[start:end].round(6).tolist()}
@@ -95,7 +97,6 @@ class HeadServer:
                 "fingerprint": spec.fingerprint, "objective": spec.objective,
                 "label": spec.label, "head": spec.head,
                 "classes": list(spec.class_names) or list(range(spec.num_classes)),
-                "encoders": list(spec.encoders), "inputs": [c.input for c in
-                                                            self.head.encoder_configs()],
+                "encoders": list(spec.encoders), "inputs": list(self.columns),
                 "device": self.head.device, "served": dict(self.served)}
 

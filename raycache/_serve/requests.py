@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 __all__ = ["BadRequest", "Query", "parse"]
 
+FIELDS = ("texts", "inputs", "embeddings")
+
 
 class BadRequest(ValueError):
     """A request refused: its HTTP status and a message naming the field."""
@@ -22,18 +24,30 @@ class BadRequest(ValueError):
 
 @dataclass(frozen=True)
 class Query:
-    """One request's inputs: the texts, and whether it asks for the embeddings too."""
+    """One request's inputs, each encoder's input column to its values (all of one length),
+    and whether it asks for the embeddings too."""
 
-    texts: list[str]
+    columns: dict[str, list[str]]
     embeddings: bool = False
 
+    @property
+    def rows(self) -> int:
+        return len(next(iter(self.columns.values())))
 
-def parse(body: bytes, max_texts: int) -> Query:
-    """The Query in a request body: JSON `{"texts": [str, ...], "embeddings": bool}`.
+
+def parse(body: bytes, max_texts: int, columns: tuple[str, ...] = ("text",)) -> Query:
+    """The Query in a request body: JSON `{"texts": [str, ...]}` for a head on one encoder, or
+    `{"inputs": {column: [str, ...], ...}}` naming each encoder's input column (image paths or
+    URIs for an image encoder); optionally `"embeddings": true`.
+
+    Args:
+        body: The request's body.
+        max_texts: Rows one request may hold.
+        columns: The head's encoders' input columns, in spec order.
 
     Raises:
         BadRequest: Not JSON (400), a field missing or of the wrong type (422), more than
-            `max_texts` texts (413); each message names the field and what it expects.
+            `max_texts` rows (413); each message names the field and what it expects.
     """
     try:
         data = json.loads(body or b"null")
@@ -44,28 +58,57 @@ def parse(body: bytes, max_texts: int) -> Query:
     if not isinstance(data, dict):
         raise BadRequest(422, "body", f"body: expected a JSON object "
                                       f'{{"texts": [...]}}, got {type(data).__name__}')
-    unknown = sorted(set(data) - {"texts", "embeddings"})
+    unknown = sorted(set(data) - set(FIELDS))
     if unknown:
-        raise BadRequest(422, unknown[0], f"{unknown[0]}: unknown field; expected texts "
-                                          "and optionally embeddings")
-    texts = data.get("texts")
-    if texts is None:
-        raise BadRequest(422, "texts", 'texts: missing; send {"texts": ["..."]}')
-    if isinstance(texts, str):
-        texts = [texts]
-    if not isinstance(texts, list) or not texts:
-        raise BadRequest(422, "texts", f"texts: expected a non-empty list of strings, got "
-                                       f"{json.dumps(texts)[:80]}")
-    bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
-    if bad is not None:
-        raise BadRequest(422, f"texts[{bad}]", f"texts[{bad}]: expected a string, got "
-                                               f"{type(texts[bad]).__name__} "
-                                               f"{json.dumps(texts[bad])[:80]}")
-    if len(texts) > max_texts:
-        raise BadRequest(413, "texts", f"texts: {len(texts)} inputs, more than max_texts="
-                                       f"{max_texts}; split the request or raise max_texts")
-    embeddings = data.get("embeddings", False)
-    if not isinstance(embeddings, bool):
+        raise BadRequest(422, unknown[0], f"{unknown[0]}: unknown field; expected texts (or "
+                                          "inputs) and optionally embeddings")
+    if ("texts" in data) == ("inputs" in data):
+        field = "texts" if len(columns) == 1 else "inputs"
+        raise BadRequest(422, field, f"{field}: send exactly one of texts (a list of strings, "
+                                     f"for a head on one encoder) or inputs (columns "
+                                     f"{list(columns)}, each a list)")
+    got = data.get("inputs") if "inputs" in data else data["texts"]
+    if "texts" in data or not isinstance(got, dict):
+        name = "texts" if "texts" in data else "inputs"
+        if len(columns) != 1:
+            raise BadRequest(422, name, f"{name}: this head reads {len(columns)} columns; send "
+                                        f'{{"inputs": {{{", ".join(map(json.dumps, columns))}'
+                                        f": [...]}}}}")
+        got = {columns[0]: _strings(got, name)}
+    else:
+        missing = [c for c in columns if c not in got]
+        extra = sorted(set(got) - set(columns))
+        if missing or extra:
+            field = f"inputs.{(missing or extra)[0]}"
+            raise BadRequest(422, field, f"{field}: {'missing' if missing else 'not read'}; "
+                                         f"this head reads columns {list(columns)}")
+        got = {c: _strings(got[c], f"inputs.{c}") for c in columns}
+        lengths = {len(v) for v in got.values()}
+        if len(lengths) > 1:
+            raise BadRequest(422, "inputs", f"inputs: columns of different lengths "
+                                            f"{ {c: len(v) for c, v in got.items()} }; send "
+                                            "one value per row in every column")
+    query = Query(got, data.get("embeddings", False))
+    if query.rows > max_texts:
+        field = "texts" if "texts" in data else "inputs"
+        raise BadRequest(413, field, f"{field}: {query.rows} inputs, more than max_texts="
+                                     f"{max_texts}; split the request or raise max_texts")
+    if not isinstance(query.embeddings, bool):
         raise BadRequest(422, "embeddings", f"embeddings: expected true or false, got "
-                                            f"{json.dumps(embeddings)[:80]}")
-    return Query(texts, embeddings)
+                                            f"{json.dumps(query.embeddings)[:80]}")
+    return query
+
+
+def _strings(values: object, field: str) -> list[str]:
+    """A non-empty list of strings (a lone string as a list of one), or BadRequest naming it."""
+    if isinstance(values, str):
+        values = [values]
+    if not isinstance(values, list) or not values:
+        raise BadRequest(422, field, f"{field}: expected a non-empty list of strings, got "
+                                     f"{json.dumps(values)[:80]}")
+    bad = next((i for i, t in enumerate(values) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise BadRequest(422, f"{field}[{bad}]", f"{field}[{bad}]: expected a string, got "
+                                                 f"{type(values[bad]).__name__} "
+                                                 f"{json.dumps(values[bad])[:80]}")
+    return values
