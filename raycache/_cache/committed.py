@@ -216,7 +216,7 @@ class Cache:
         Args:
             columns: The columns to read (all of them when None).
             limit: Stop after this many rows (all rows when None).
-            dtype: Vectors' number type: FixedSizeList<dtype>[dim] ("float32", what DuckDB
+            dtype: Vectors' number type: `FixedSizeList<dtype>[dim]` ("float32", what DuckDB
                 reads as FLOAT[dim]; "float16", "float64"; None: as stored). No copy where
                 the stored type is already `dtype`.
             verify: Check each shard against the manifest's size and sha256.
