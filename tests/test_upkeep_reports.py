@@ -8,6 +8,7 @@ import pytest
 
 import raycache
 from raycache._cli import main
+from raycache._scripting import ERROR
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -41,7 +42,7 @@ def test_gc_takes_grace_0_on_the_command_line(tmp_path, capsys):
     (folder / "shards" / "part-x.parquet").write_bytes(b"x")  # an abandoned fill
     assert main(["gc", "--store", str(tmp_path / "store"), "--grace", "0", "--delete"]) == 0
     assert not folder.exists()
-    assert main(["gc", "--store", str(tmp_path / "store"), "--grace", "7"]) == 2  # 7 what?
+    assert main(["gc", "--store", str(tmp_path / "store"), "--grace", "7"]) == ERROR  # 7 what?
     assert "--grace='7': expected a number and a unit" in capsys.readouterr().err
 
 
