@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache._cache.order import HISTORY, Place, history, next_place
+from raycache._cache.order import HISTORY, Place, history
 from raycache._cli import main
+from raycache._fill.commit import next_place
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

@@ -7,12 +7,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-if TYPE_CHECKING:
-    from raycache._cache.manifest import Manifest
-
-__all__ = ["HISTORY", "Place", "history", "next_place", "place_of"]
+__all__ = ["HISTORY", "Place", "history", "place_of"]
 
 HISTORY = "history"
 """The key in a manifest's `extra` of its place: {"sequence": n, "first_committed": ISO date}.
@@ -50,20 +47,6 @@ def place_of(fingerprint: str, created: str, extra: dict) -> Place:
     first = rec.get("first_committed") or created
     return Place(seq if isinstance(seq, int) and not isinstance(seq, bool) else 0,
                  _seconds(first, created), fingerprint)
-
-
-def next_place(previous: Manifest | None, others: Iterable[Place], now: str) -> dict:
-    """The `extra[HISTORY]` record of a commit: the one the version's earlier commit wrote
-    (`previous`, its manifest; one without a record keeps its `created` as its first commit,
-    sequence 0), or, at a version's first commit, one past the highest sequence of the name's
-    other versions (`others`), first committed `now`."""
-    if previous is not None:
-        rec = previous.extra.get(HISTORY)
-        first = rec.get("first_committed") if isinstance(rec, dict) else None
-        return {"sequence": previous.place.sequence,
-                "first_committed": first or previous.created}
-    return {"sequence": 1 + max((p.sequence for p in others), default=0),
-            "first_committed": now}
 
 
 def history(items: Iterable[T], name: Callable[[T], str], place: Callable[[T], Place]

@@ -10,7 +10,7 @@ import re
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from raycache._cache.columns import input_column
 from raycache._cache.finding import scan as scan_versions
 from raycache._cache.manifest import LABEL_PROBLEMS, SKIPPED, EncoderEntry, Manifest
 from raycache._cache.manifests import read_manifest
-from raycache._cache.order import HISTORY, next_place
+from raycache._cache.order import HISTORY, Place
 from raycache._cache.outside import KEPT_ROWS, KEPT_ROWS_FILE, kept_rows_blob
 from raycache._cache.records import ShardEntry, ShardRecord, SkippedRow, spans_by_block
 from raycache._cache.store import MANIFEST, PROGRESS, SHARDS, Store, shard_name
@@ -275,3 +275,17 @@ def manifest_of(p: Plan, records: list[ShardRecord], seconds: float,
                   else {})},
         label_stats=label_stats or {},
     )
+
+
+def next_place(previous: Manifest | None, others: Iterable[Place], now: str) -> dict:
+    """The `extra[HISTORY]` record of a commit: the one the version's earlier commit wrote
+    (`previous`, its manifest; one without a record keeps its `created` as its first commit,
+    sequence 0), or, at a version's first commit, one past the highest sequence of the name's
+    other versions (`others`), first committed `now`."""
+    if previous is not None:
+        rec = previous.extra.get(HISTORY)
+        first = rec.get("first_committed") if isinstance(rec, dict) else None
+        return {"sequence": previous.place.sequence,
+                "first_committed": first or previous.created}
+    return {"sequence": 1 + max((p.sequence for p in others), default=0),
+            "first_committed": now}

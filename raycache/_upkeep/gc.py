@@ -22,38 +22,9 @@ from raycache._errors import ConfigError, CorruptCache, RaycacheError
 from raycache._upkeep.du import Usage, scan
 from raycache._upkeep.refs import references
 from raycache._upkeep.strays import strays
-from raycache._upkeep.sweep import hold, lease_only, recheck, remove
+from raycache._upkeep.sweep import Removal, hold, lease_only, recheck, remove
 
 __all__ = ["GcResult", "Removal", "Stray", "gc"]
-
-
-@dataclass(frozen=True)
-class Removal:
-    """A cache folder gc removes (or would), or keeps although a policy picked it, and why."""
-
-    usage: Usage
-    """The cache folder."""
-    reason: str
-    """Why a policy picked it, or why it is kept all the same."""
-    held: dict[str, int] = field(default_factory=dict)
-    """Files of the folder that kept versions read (format 5 shares), relative to it -> bytes:
-    they stay, the rest of the folder goes."""
-    readers: str = ""
-    """Which versions read them, in words."""
-
-    @property
-    def freed(self) -> int:
-        """Bytes it removes: the folder's, less those of the files that stay."""
-        return self.usage.bytes - sum(self.held.values())
-
-    def line(self, verb: str) -> str:
-        u = self.usage
-        runs = f", {human_bytes(u.runs_bytes)} of runs" if u.runs_bytes else ""
-        out = f"{verb} {u.id}  {human_bytes(self.freed)}{runs}: {self.reason}"
-        if self.held:
-            out += (f"; {len(self.held)} file(s), {human_bytes(sum(self.held.values()))}, "
-                    f"stay: read by {self.readers}")
-        return out
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,45 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from raycache._cache.lease import LEASES, live
+from raycache._cache.manifest import human_bytes
 from raycache._cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
+from raycache._upkeep.du import Usage
 from raycache._upkeep.refs import Refs
 
-if TYPE_CHECKING:
-    from raycache._upkeep.gc import Removal
+__all__ = ["ORDER", "Removal", "hold", "lease_only", "recheck", "remove"]
 
-__all__ = ["ORDER", "hold", "lease_only", "recheck", "remove"]
+
+
+@dataclass(frozen=True)
+class Removal:
+    """A cache folder gc removes (or would), or keeps although a policy picked it, and why."""
+
+    usage: Usage
+    """The cache folder."""
+    reason: str
+    """Why a policy picked it, or why it is kept all the same."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Files of the folder that kept versions read (format 5 shares), relative to it -> bytes:
+    they stay, the rest of the folder goes."""
+    readers: str = ""
+    """Which versions read them, in words."""
+
+    @property
+    def freed(self) -> int:
+        """Bytes it removes: the folder's, less those of the files that stay."""
+        return self.usage.bytes - sum(self.held.values())
+
+    def line(self, verb: str) -> str:
+        u = self.usage
+        runs = f", {human_bytes(u.runs_bytes)} of runs" if u.runs_bytes else ""
+        out = f"{verb} {u.id}  {human_bytes(self.freed)}{runs}: {self.reason}"
+        if self.held:
+            out += (f"; {len(self.held)} file(s), {human_bytes(sum(self.held.values()))}, "
+                    f"stay: read by {self.readers}")
+        return out
 
 
 def lease_only(store: Store, name: str, fp: str, now: float) -> bool:
