@@ -179,19 +179,24 @@ def build(job: Job, pool: Pool) -> Any:
 
     ds = ray.data.from_items([{"unit": pickle.dumps(u)} for u in job.units],
                              override_num_blocks=len(job.units))  # one read task per unit
-    read = dict(fmt=job.format, options=job.options, rows=job.rows, columns=job.columns)
-    if not pool.tasks:
-        return feed(ds, job, pool)
-    ds = ds.map_batches(sources.read_stage, fn_kwargs=read, batch_size=1, num_cpus=READ_CPUS,
-                        batch_format="pyarrow",
-                        ).repartition(target_num_rows_per_block=job.rows)  # spread over the pool
-    ds = ds.map_batches(
-        chain_task, fn_kwargs=dict(job=Shipped(ray.put(job)), pool=pool),
-        batch_size=job.rows, compute=ray.data.TaskPoolStrategy(size=pool.actors),
-        num_cpus=pool.cpus, batch_format="pyarrow")
+    if pool.tasks:
+        ds = _reads(ds, job, job.rows).map_batches(  # blocks spread over the pool
+            chain_task, fn_kwargs=dict(job=Shipped(ray.put(job)), pool=pool),
+            batch_size=job.rows, compute=ray.data.TaskPoolStrategy(size=pool.actors),
+            num_cpus=pool.cpus, batch_format="pyarrow")
+    else:
+        ds = feed(ds, job, pool)
     if job.ordered:
         ds.context.execution_options.preserve_order = True
     return ds
+
+
+def _reads(ds: Any, job: Job, rows: int) -> Any:
+    """Read units -> blocks of `rows` rows (the re-blocking fused into the read task)."""
+    return ds.map_batches(
+        sources.read_stage, batch_size=1, num_cpus=READ_CPUS, batch_format="pyarrow",
+        fn_kwargs=dict(fmt=job.format, options=job.options, rows=rows, columns=job.columns),
+    ).repartition(target_num_rows_per_block=rows)
 
 
 def feed_rows(job: Job, pool: Pool) -> int:
@@ -206,12 +211,7 @@ def feed(ds: Any, job: Job, pool: Pool) -> Any:
     import ray.data
 
     full = ray.data.ActorPoolStrategy  # every pool started at its size, none grown from one
-    rows = feed_rows(job, pool)
-    ds = ds.map_batches(
-        sources.read_stage, batch_size=1, num_cpus=READ_CPUS, batch_format="pyarrow",
-        fn_kwargs=dict(fmt=job.format, options=job.options, rows=rows, columns=job.columns),
-    ).repartition(target_num_rows_per_block=rows)  # fused into the read: each piece a block
-    ds = ds.map_batches(
+    ds = _reads(ds, job, feed_rows(job, pool)).map_batches(
         PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
                                                  inputs=job.inputs),
         batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
@@ -228,8 +228,6 @@ def feed(ds: Any, job: Job, pool: Pool) -> Any:
         ds = ds.map_batches(SinkActor, fn_constructor_kwargs=dict(sink=job.sink),
                             batch_size=None, num_cpus=LIGHT_CPUS, batch_format="pyarrow",
                             compute=full(size=pool.writers))
-    if job.ordered:
-        ds.context.execution_options.preserve_order = True
     return ds
 
 
