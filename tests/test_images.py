@@ -276,7 +276,33 @@ def test_an_image_folder_fills_and_a_linear_head_learns_the_digits(vit, digit_fo
     files = sorted(digit_folder.rglob("*.png"))[::15]  # the head on image paths: digit names
     predicted = raycache.load_head(run.checkpoint).predict([str(f) for f in files])
     assert np.mean([p == f.parent.name for p, f in zip(predicted, files, strict=True)]) > 0.6
+    good, bad, path = replica_answers(run.checkpoint, files[:3])
+    assert good == {"labels": list(predicted[:3])}
+    assert isinstance(bad, BadInput) and bad.column == "image"
+    assert "read_uris" in str(path)
 
+
+def replica_answers(checkpoint: str, files: list[Path]) -> tuple:
+    """What a served image head's replica (HeadServer, in this process) answers to `files` sent
+    as base64 and data: URIs, batched with a request holding a corrupt image; and what it says
+    to a request naming a path."""
+    import base64
+    import json
+
+    from raycache._serve.app import HeadServer
+    from raycache._serve.requests import BadRequest, parse
+
+    server = HeadServer(checkpoint)
+    b64 = [base64.b64encode(f.read_bytes()).decode() for f in files]
+    good = {"inputs": [{"base64": b64[0]}] + [f"data:image/png;base64,{b}" for b in b64[1:]]}
+    bad = {"inputs": [{"base64": base64.b64encode(b"not a png").decode()}]}
+    queries = [parse(json.dumps(b).encode(), 8, server.columns, server.images)
+               for b in (good, bad)]
+    good_answer, bad_answer = server.answer_each(queries)
+    good_answer.pop("probabilities")
+    with pytest.raises(BadRequest) as refused:
+        parse(json.dumps({"inputs": [str(files[0])]}).encode(), 8, server.columns, server.images)
+    return good_answer, bad_answer, refused.value
 
 def test_a_hugging_face_dataset_of_images_fills_by_its_image_feature(vit, digits, tmp_path):
     import datasets

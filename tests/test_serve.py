@@ -63,6 +63,28 @@ def test_a_head_of_two_encoders_takes_inputs_by_column(body, status, field):
     assert (info.value.status, info.value.field) == (status, field)
 
 
+@pytest.mark.parametrize("image, read_uris, want", [
+    ({"base64": "aGVsbG8="}, False, b"hello"),
+    ("data:image/png;base64,aGVsbG8=", False, b"hello"),
+    ("s3://bucket/cat.png", True, "s3://bucket/cat.png"),
+    ("/etc/passwd", False, "read_uris"),
+    ("data:image/png,hello", False, ";base64"),
+    ({"base64": "not base64!"}, False, "not base64"),
+    (3, False, "expected an image"),
+])
+def test_an_image_comes_as_its_bytes_and_a_path_only_where_the_server_reads_paths(
+        image, read_uris, want):
+    body = json.dumps({"inputs": {"text": ["a"], "image": [image]}}).encode()
+    if isinstance(want, bytes) or image == want:
+        q = parse(body, 4, ("text", "image"), frozenset({"image"}), read_uris)
+        assert q.columns == {"text": ["a"], "image": [want]}
+        return
+    with pytest.raises(BadRequest) as info:
+        parse(body, 4, ("text", "image"), frozenset({"image"}), read_uris)
+    assert info.value.status == 422 and info.value.field == "inputs.image[0]"
+    assert want in str(info.value)
+
+
 def test_a_good_request_reads_as_its_columns():
     q = parse(b'{"texts": ["a", "b"], "embeddings": true}', max_texts=4)
     assert q.columns == {"text": ["a", "b"]} and q.embeddings and q.rows == 2

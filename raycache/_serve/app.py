@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from ray import serve
 
+from raycache._errors import BadInput
 from raycache._serve.requests import BadRequest, Query, parse
 
 __all__ = ["HeadServer"]
@@ -24,13 +25,16 @@ class HeadServer:
     def __init__(self, checkpoint: str, options: dict[str, Any] | None = None,
                  device: str = "cpu", max_batch_size: int = 32,
                  batch_wait_timeout_s: float = 0.01, max_texts: int = 256,
-                 route_prefix: str = "/"):
+                 route_prefix: str = "/", read_uris: bool = False):
         from raycache._heads.loaded import load_head
 
         self.head = load_head(checkpoint, **(options or {})).to(device)
         self.head.encoders()  # loaded (and their weights checked) before the first request
         self.max_texts, self.prefix = max_texts, route_prefix.rstrip("/")
-        self.columns = tuple(c.input for c in self.head.encoder_configs())
+        configs = self.head.encoder_configs()
+        self.columns = tuple(c.input for c in configs)
+        self.images = frozenset(c.input for c in configs if c.kind == "hf-image")
+        self.read_uris = read_uris
         self.checkpoint = checkpoint
         self.batched.set_max_batch_size(max_batch_size)
         self.batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
@@ -50,22 +54,49 @@ class HeadServer:
                                           f"or {self.prefix}/{METADATA}", "field": "path"},
                                 status_code=404)
         try:
-            query = parse(await request.body(), self.max_texts, self.columns)
+            query = parse(await request.body(), self.max_texts, self.columns, self.images,
+                          self.read_uris)
+            answer = await self.batched(query)
+            if isinstance(answer, BadInput):
+                raise answer
+            return JSONResponse(answer)
         except BadRequest as exc:
             self.served["refused"] += 1
             return JSONResponse(exc.to_json(), status_code=exc.status)
-        try:
-            return JSONResponse(await self.batched(query))
+        except BadInput as exc:  # a value the encoder cannot read: an unreadable image
+            self.served["refused"] += 1
+            return JSONResponse({"error": str(exc), "field": f"inputs.{exc.column}"},
+                                status_code=422)
         except Exception as exc:  # noqa: BLE001 - one request's failure, never the replica's
             return JSONResponse({"error": f"{type(exc).__name__}: {exc}", "field": "inputs"},
                                 status_code=500)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
-    async def batched(self, queries: list[Query]) -> list[dict[str, Any]]:
+    async def batched(self, queries: list[Query]) -> list[dict[str, Any] | BadInput]:
         """Every waiting request's rows in one forward pass, split back per request."""
         self.served["requests"] += len(queries)
         self.served["batches"] += 1
         self.served["largest_batch"] = max(self.served["largest_batch"], len(queries))
+        return self.answer_each(queries)
+
+    def answer_each(self, queries: list[Query]) -> list[dict[str, Any] | BadInput]:
+        """`answer` for all of `queries` at once; where an input cannot be read, for each
+        alone, so that only the request holding it gets its BadInput."""
+        try:
+            return self.answer(queries)
+        except BadInput:
+            if len(queries) == 1:
+                raise
+        out: list[dict[str, Any] | BadInput] = []
+        for q in queries:
+            try:
+                out.extend(self.answer([q]))
+            except BadInput as exc:
+                out.append(exc)
+        return out
+
+    def answer(self, queries: list[Query]) -> list[dict[str, Any]]:
+        """The answers to `queries`, from one forward pass over all their rows."""
         x = self.head.features({c: [v for q in queries for v in q.columns[c]]
                                 for c in self.columns})
         spec, out = self.head.spec, []

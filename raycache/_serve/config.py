@@ -52,6 +52,9 @@ class ServeConfig:
     encoders run on it in their compute dtype."""
     options: dict[str, Any] = field(default_factory=dict)
     """fsspec storage options for reading the checkpoint."""
+    read_uris: bool = False
+    """Let a request name an image by path or URI, which the replica then reads with its own
+    credentials (off: images come in the request, base64 or as data: URIs)."""
 
     def problems(self) -> list[str]:
         """Local checks, one line per problem (the field, the value, what is expected).

@@ -3,6 +3,8 @@ bad one is a BadRequest with its HTTP status and the field it names (no Ray, no 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from dataclasses import dataclass
 
@@ -27,7 +29,7 @@ class Query:
     """One request's inputs, each encoder's input column to its values (all of one length),
     and whether it asks for the embeddings too."""
 
-    columns: dict[str, list[str]]
+    columns: dict[str, list[str | bytes]]
     embeddings: bool = False
 
     @property
@@ -35,15 +37,19 @@ class Query:
         return len(next(iter(self.columns.values())))
 
 
-def parse(body: bytes, max_texts: int, columns: tuple[str, ...] = ("text",)) -> Query:
+def parse(body: bytes, max_texts: int, columns: tuple[str, ...] = ("text",),
+          images: frozenset[str] = frozenset(), read_uris: bool = False) -> Query:
     """The Query in a request body: JSON `{"texts": [str, ...]}` for a head on one encoder, or
-    `{"inputs": {column: [str, ...], ...}}` naming each encoder's input column (image paths or
-    URIs for an image encoder); optionally `"embeddings": true`.
+    `{"inputs": {column: [str, ...], ...}}` naming each encoder's input column; optionally
+    `"embeddings": true`. An image is `{"base64": "..."}` or a `data:` URI (decoded here, to
+    bytes); a path or URI the replica would read itself only with `read_uris`.
 
     Args:
         body: The request's body.
         max_texts: Rows one request may hold.
         columns: The head's encoders' input columns, in spec order.
+        images: Which of `columns` hold images.
+        read_uris: Whether an image may be a path or URI that the replica reads.
 
     Raises:
         BadRequest: Not JSON (400), a field missing or of the wrong type (422), more than
@@ -74,7 +80,7 @@ def parse(body: bytes, max_texts: int, columns: tuple[str, ...] = ("text",)) -> 
             raise BadRequest(422, name, f"{name}: this head reads {len(columns)} columns; send "
                                         f'{{"inputs": {{{", ".join(map(json.dumps, columns))}'
                                         f": [...]}}}}")
-        got = {columns[0]: _strings(got, name)}
+        got = {columns[0]: _values(got, name, columns[0] in images, read_uris)}
     else:
         missing = [c for c in columns if c not in got]
         extra = sorted(set(got) - set(columns))
@@ -82,7 +88,7 @@ def parse(body: bytes, max_texts: int, columns: tuple[str, ...] = ("text",)) -> 
             field = f"inputs.{(missing or extra)[0]}"
             raise BadRequest(422, field, f"{field}: {'missing' if missing else 'not read'}; "
                                          f"this head reads columns {list(columns)}")
-        got = {c: _strings(got[c], f"inputs.{c}") for c in columns}
+        got = {c: _values(got[c], f"inputs.{c}", c in images, read_uris) for c in columns}
         lengths = {len(v) for v in got.values()}
         if len(lengths) > 1:
             raise BadRequest(422, "inputs", f"inputs: columns of different lengths "
@@ -97,6 +103,44 @@ def parse(body: bytes, max_texts: int, columns: tuple[str, ...] = ("text",)) -> 
         raise BadRequest(422, "embeddings", f"embeddings: expected true or false, got "
                                             f"{json.dumps(query.embeddings)[:80]}")
     return query
+
+
+def _values(values: object, field: str, image: bool, read_uris: bool) -> list[str | bytes]:
+    """A column's values: strings, or for an image column each image's bytes (or its path or
+    URI where `read_uris`)."""
+    if not image:
+        return _strings(values, field)
+    if isinstance(values, str | dict):
+        values = [values]
+    if not isinstance(values, list) or not values:
+        raise BadRequest(422, field, f"{field}: expected a non-empty list of images, each "
+                                     '{"base64": "..."} or a data: URI')
+    return [_image(v, f"{field}[{i}]", read_uris) for i, v in enumerate(values)]
+
+
+def _image(value: object, field: str, read_uris: bool) -> str | bytes:
+    """One image's encoded bytes from `{"base64": ...}` or a data: URI; a path or URI as it is
+    where the replica may read it."""
+    if isinstance(value, dict) and set(value) == {"base64"} and isinstance(value["base64"], str):
+        text = value["base64"]
+    elif isinstance(value, str) and value.startswith("data:"):
+        head, _, text = value.partition(",")
+        if not head.endswith(";base64"):
+            raise BadRequest(422, field, f"{field}: a data: URI without ;base64 (got "
+                                         f"{head[:40]!r}); send data:image/png;base64,<bytes>")
+    elif isinstance(value, str) and read_uris:
+        return value
+    else:
+        what = "a path or URI" if isinstance(value, str) else json.dumps(value)[:80]
+        fix = "" if not isinstance(value, str) else (" (this server reads no paths or URIs of "
+                                                     "its own; serve with read_uris: true)")
+        raise BadRequest(422, field, f"{field}: expected an image as {{\"base64\": \"...\"}} "
+                                     f"or a data: URI, got {what}{fix}")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BadRequest(422, field, f"{field}: not base64 ({exc}); send the image file's "
+                                     "bytes base64-encoded") from exc
 
 
 def _strings(values: object, field: str) -> list[str]:

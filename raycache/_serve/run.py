@@ -32,7 +32,7 @@ def application(cfg: ServeConfig | dict[str, Any] | str | Path) -> Any:
         max_ongoing_requests=max(2 * cfg.max_batch_size, 8), **replicas)
     return deployment.bind(cfg.checkpoint, cfg.options, "cuda" if gpus else "cpu",
                            cfg.max_batch_size, cfg.batch_wait_timeout_s, cfg.max_texts,
-                           cfg.route_prefix)
+                           cfg.route_prefix, cfg.read_uris)
 
 
 def build(args: dict[str, Any]) -> Any:
