@@ -77,11 +77,12 @@ def cluster(s3_endpoint):
     finally:
         for p in reversed(procs):
             with_group(p, signal.SIGTERM)
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=60)
+        for p in reversed(procs):  # a graceful stop, then the group killed: a node's
+            try:  # processes hold nothing the next test needs
+                p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 with_group(p, signal.SIGKILL)
+                p.wait(timeout=30)
         log.close()
         shutil.rmtree(temp, ignore_errors=True)
 
