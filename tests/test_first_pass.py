@@ -14,8 +14,8 @@ import toy_heads
 import raycache
 from raycache._errors import ConfigError, FillFailed
 from raycache._pipeline import pipeline
-from raycache._train.data.overlap import problems
-from raycache._train.plan import load_config as load_train
+from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.plan import overlap_problems
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(180)
@@ -132,7 +132,7 @@ def test_a_fill_failing_part_way_stops_training_clearly_and_resumes(
 def test_overlap_refuses_what_it_cannot_do_before_any_work():
     pairs = load_train({"cache": "toy", "objective": "pairs",
                                "pairs": {"path": "p.parquet", "left": "a", "right": "b"}})
-    assert any("'pairs'" in p and "overlap: false" in p for p in problems(pairs))
-    assert problems(load_train({"cache": "toy", "num_workers": 2})) == []
+    assert any("'pairs'" in p and "overlap: false" in p for p in overlap_problems(pairs))
+    assert overlap_problems(load_train({"cache": "toy", "num_workers": 2})) == []
     with pytest.raises(ConfigError, match="overlap='yes'"):
         pipeline({"fill": {}, "train": {}, "overlap": "yes"})

@@ -14,8 +14,8 @@ import raycache
 from raycache._errors import ConfigError, RaycacheError
 from raycache._heads.specs import HeadSpec, build_head
 from raycache._train.config import TrainConfig
+from raycache._train.driver.plan import load_config as load_train
 from raycache._train.optim import build_optimizer
-from raycache._train.plan import load_config as load_train
 from raycache._train.sweep.members import Members
 from raycache._train.sweep.stack import Stack
 from raycache._train.sweep.stack_optim import BUFFERS, UPDATES
@@ -195,7 +195,7 @@ def results(history: list[dict]) -> list[float]:
 @pytest.mark.timeout(300)
 def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(store,
                                                                            monkeypatch):
-    from raycache._train import assemble
+    from raycache._train.worker import assemble
 
     built = []
     monkeypatch.setattr(assemble, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
@@ -248,7 +248,7 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
 @pytest.mark.timeout(300)
 def test_a_sweep_of_linear_heads_trains_as_one_stack_and_each_ends_as_a_lone_run(store,
                                                                                 monkeypatch):
-    from raycache._train import assemble
+    from raycache._train.worker import assemble
 
     built = []
     monkeypatch.setattr(assemble, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
@@ -319,7 +319,7 @@ def test_a_sweep_under_ddp_all_reduces_every_member(store):
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_a_64_member_grid_of_linear_and_mlp_heads_trains_in_one_pass(store, monkeypatch):
-    from raycache._train import assemble, epoch
+    from raycache._train.worker import assemble, epoch
 
     built, steps = [], []
     monkeypatch.setattr(assemble, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])

@@ -96,7 +96,8 @@ class Member:
 class RunSpec:
     """What a training run does, decided once on the driver, never mutated, sent to every worker.
 
-    Built by raycache._train.plan.prepare from a TrainConfig and the cache; `TrainResult.spec`.
+    Built by raycache._train.driver.plan.prepare from a TrainConfig and the cache;
+    `TrainResult.spec`.
 
     Example:
         ```python

@@ -31,30 +31,17 @@ from raycache._errors import FillFailed
 from raycache._fill.commit import manifest_of, resumable
 from raycache._fill.plan import Plan
 from raycache._fill.run import FillResult, complete
-from raycache._train.config import TrainConfig
 from raycache._train.data.split import validation_mask
 from raycache._train.data.streamed import Streamed
 from raycache._train.runspec import RunSpec, keeps
 
-__all__ = ["POLL_S", "Feed", "FirstPass", "OverlapFill", "first_pass", "problems"]
+__all__ = ["POLL_S", "Feed", "FirstPass", "OverlapFill", "first_pass"]
 
 POLL_S = 0.2
 """Seconds between two looks for newly written shard records."""
 
 RUNNING: dict[str, OverlapFill] = {}
 """Fills under way in this process, by their id (what a RunSpec's `landing` names)."""
-
-
-def problems(cfg: TrainConfig) -> list[str]:
-    """What keeps a train config from overlapping with its fill (checked before any work)."""
-    from raycache._train.objectives import OBJECTIVES
-
-    out = []
-    family = OBJECTIVES[cfg.objective]
-    if family.data_sources is not None or family.labels == "none":
-        out.append(f"overlap: true needs an objective that trains on the cache's own rows and "
-                   f"labels; objective {cfg.objective!r} reads other data. Set overlap: false")
-    return out
 
 
 class OverlapFill:

@@ -9,9 +9,9 @@ from typing import Any
 import torch
 
 from raycache._train import checkpoint as ckpt
-from raycache._train.best_epoch import saved_epoch, serves_best, sweep_rows
 from raycache._train.metrics_log import write_metrics, write_sweep
-from raycache._train.worker_heads import Parts, Progress, WorkerHeads
+from raycache._train.worker.best_epoch import saved_epoch, serves_best, sweep_rows
+from raycache._train.worker.heads import Parts, Progress, WorkerHeads
 
 __all__ = ["KEEP_CHECKPOINTS", "load_member", "member_state", "restore", "save"]
 

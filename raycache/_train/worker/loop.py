@@ -12,11 +12,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from raycache._train.assemble import build_team, data_sources, wrap
-from raycache._train.best_epoch import end_sweep_epoch, sweep_rows, track_best
 from raycache._train.console import epoch_text, quiet_ray_train, say_progress
-from raycache._train.diverged import check_finite
-from raycache._train.epoch import (
+from raycache._train.metrics_log import write_artifacts
+from raycache._train.runspec import RunSpec
+from raycache._train.worker.assemble import build_team, data_sources, wrap
+from raycache._train.worker.best_epoch import end_sweep_epoch, sweep_rows, track_best
+from raycache._train.worker.diverged import check_finite
+from raycache._train.worker.epoch import (
     FINITE,
     SAVE_NOW,
     SLOTS,
@@ -26,10 +28,8 @@ from raycache._train.epoch import (
     evaluate,
     train_epoch,
 )
-from raycache._train.metrics_log import write_artifacts
-from raycache._train.runspec import RunSpec
-from raycache._train.state import restore, save
-from raycache._train.worker_heads import WorkerHeads
+from raycache._train.worker.heads import WorkerHeads
+from raycache._train.worker.state import restore, save
 
 __all__ = ["quiet_ray_train", "train_loop"]
 
@@ -51,7 +51,7 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     epochs, last_save, started = spec.recipe.loop.epochs, time.monotonic(), time.monotonic()
     first = team.run.epoch
     if spec.recipe.optim.solver == "lbfgs" and not team.run.epoch:  # one epoch: the solve
-        from raycache._train.solved import solve_head
+        from raycache._train.worker.solved import solve_head
 
         rows, extras, seconds = solve_head(team, train_data, val_data)
         record(team, 0, rows, extras, seconds, time.monotonic() - started)

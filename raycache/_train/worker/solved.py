@@ -12,9 +12,16 @@ from typing import Any
 
 import torch
 
-from raycache._train.epoch import SLOTS, TRAIN_HIT, TRAIN_LOSS, TRAIN_N, epoch_metrics, evaluate
 from raycache._train.logreg import GRID, MAX_ITER, TOL, solve
-from raycache._train.worker_heads import WorkerHeads
+from raycache._train.worker.epoch import (
+    SLOTS,
+    TRAIN_HIT,
+    TRAIN_LOSS,
+    TRAIN_N,
+    epoch_metrics,
+    evaluate,
+)
+from raycache._train.worker.heads import WorkerHeads
 
 __all__ = ["CHOOSE_SHARE", "choose", "fit_pass", "inner_split", "place", "solve_head"]
 

@@ -23,12 +23,12 @@ from raycache._heads.specs import HEAD_CONFIG
 from raycache._train import checkpoint as ckpt
 from raycache._train.config import TrainConfig
 from raycache._train.console import quiet_ray_train
+from raycache._train.driver.plan import check, cluster, prepare
+from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.resources import check_local
+from raycache._train.driver.result import TrainResult
+from raycache._train.driver.runs import read_record, runs_dir, write_record
 from raycache._train.metrics_log import read_sweep
-from raycache._train.plan import check, cluster, prepare
-from raycache._train.plan import load_config as load_train
-from raycache._train.resources import check_local
-from raycache._train.result import TrainResult
-from raycache._train.runs import read_record, runs_dir, write_record
 from raycache._train.runspec import RunSpec
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
         ScalingConfig,
     )
 
-    from raycache._train.failures import Trainer
+    from raycache._train.driver.failures import Trainer
 
     quiet_ray_train()  # the driver's Ray Train logs
     resources = {"CPU": cpus_per_worker, **({"GPU": 1} if spec.use_gpu else {})}
@@ -78,7 +78,7 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
 def _train_loop(config: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from raycache._train.loop import train_loop
+    from raycache._train.worker.loop import train_loop
 
     if config["spec"].num_workers:  # on a Ray Train worker
         _quiet_reports()
@@ -198,7 +198,7 @@ def _check_cluster(cfg: TrainConfig, workers: int) -> None:
     """The workers against the cluster's nodes (asked of an autoscaling one), before Ray Train
     starts: a ConfigError rather than a wait without end."""
     from raycache._compute.pool import nodes
-    from raycache._train import resources
+    from raycache._train.driver import resources
 
     found = resources.problems(cfg.resources, workers, nodes())
     if found:

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from raycache._errors import ConfigError
-from raycache._train.worker_heads import Parts, Progress, WorkerHeads
+from raycache._train.worker.heads import Parts, Progress, WorkerHeads
 
 __all__ = ["end_sweep_epoch", "saved_epoch", "serves_best", "score", "sweep_rows",
            "track_best"]

@@ -11,7 +11,7 @@ import torch
 from raycache._train.objectives import Evaluator
 from raycache._train.objectives.gather import lockstep
 from raycache._train.runspec import RunSpec
-from raycache._train.worker_heads import Parts, WorkerHeads
+from raycache._train.worker.heads import Parts, WorkerHeads
 
 __all__ = ["FINITE", "SAVE_NOW", "SLOTS", "TRAIN_LOSS", "VAL_LOSS", "autocast", "epoch_metrics",
            "epoch_seed", "evaluate", "train_epoch"]

@@ -17,7 +17,7 @@ from raycache._train.optim import Schedule, build_optimizer
 from raycache._train.runspec import RunSpec
 from raycache._train.sweep.members import Members
 from raycache._train.sweep.stack import Stack, stackable
-from raycache._train.worker_heads import Parts, Progress, Trained, WorkerHeads
+from raycache._train.worker.heads import Parts, Progress, Trained, WorkerHeads
 
 __all__ = ["build_parts", "build_team", "compile_or_eager", "data_sources", "fused_for",
            "steps_per_epoch", "wrap"]

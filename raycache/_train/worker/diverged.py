@@ -10,8 +10,8 @@ import math
 import torch
 
 from raycache._errors import DivergedError
-from raycache._train.epoch import TRAIN_LOSS, VAL_LOSS
-from raycache._train.worker_heads import WorkerHeads
+from raycache._train.worker.epoch import TRAIN_LOSS, VAL_LOSS
+from raycache._train.worker.heads import WorkerHeads
 
 __all__ = ["check_finite", "message", "stop"]
 
