@@ -315,7 +315,7 @@ def cum(module, name):
 parts = {"import raycache": imported, "import torch": torch_s,
     "config, cache hit, run plan": cum("train/driver/plan.py", "prepare"),
     "load and check the share": cum("train/worker/assemble.py", "data_sources"),
-    "build head, optimizer": cum("train/worker/assemble.py", "build_team"),
+    "build head, optimizer": cum("train/worker/assemble.py", "build_heads"),
     "10 epochs: training steps": cum("train/worker/epoch.py", "train_epoch"),
     "10 epochs: validation": cum("train/worker/epoch.py", "evaluate"),
     "checkpoints (each epoch's best, the last)": cum("train/worker/state.py", "save"),

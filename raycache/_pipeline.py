@@ -161,11 +161,11 @@ def overlapped(fill_cfg: FillConfig, train_cfg: TrainConfig, progress: bool | No
         filled = fill(fill_cfg)
         print(filled.summary(), flush=True)
         return PipelineResult(filled, train(train_cfg, progress=progress))
-    landing = OverlapFill.start(p, train_cfg.verify)
+    filling = OverlapFill.start(p, train_cfg.verify)
     try:
-        trained = train(train_cfg, progress=progress, landing=landing)
+        trained = train(train_cfg, progress=progress, filling=filling)
     finally:
-        landing.close()
-    filled = landing.result()
+        filling.close()
+    filled = filling.result()
     print(filled.summary(), flush=True)
     return PipelineResult(filled, trained)

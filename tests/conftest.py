@@ -167,9 +167,9 @@ def killed_after_epoch(epoch: int):
 
     saved = loop.save
 
-    def save_then_fail(team, rank):
-        saved(team, rank)
-        if team.run.epoch == epoch:
+    def save_then_fail(heads, rank):
+        saved(heads, rank)
+        if heads.run.epoch == epoch:
             raise RuntimeError(f"killed after epoch {epoch}")
 
     loop.save = save_then_fail

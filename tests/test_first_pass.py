@@ -102,9 +102,9 @@ def test_ddp_workers_share_the_landing_shards_and_end_near_fill_then_train(
     assert overlapped.train.spec.num_workers == 2
     # each shard read by one worker only: epoch 1 saw every training row once, as later ones
     check_near_fill_then_train(overlapped, cfg, store)
-    boards = [a for a in ray.util.list_named_actors(all_namespaces=True)
-              if a["name"].startswith("raycache-landing-")]
-    assert boards == []  # the board went with its pipeline
+    feeds = [a for a in ray.util.list_named_actors(all_namespaces=True)
+              if a["name"].startswith("raycache-filling-")]
+    assert feeds == []  # the ShardFeed actor went with its pipeline
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -545,3 +545,12 @@ def test_a_streamed_validation_side_keeps_its_rows_from_the_first_training_pass(
     for _ in range(2):
         x, y = (torch.cat(t) for t in zip(*val.batches(16, seed=None), strict=True))
         assert torch.equal(x, want.x) and torch.equal(y, want.y)
+
+
+def test_train_takes_the_old_landing_keyword_with_a_deprecation_warning():
+    import raycache
+
+    with pytest.warns(DeprecationWarning, match="pass filling="), pytest.raises(ConfigError):
+        raycache.train({"cache": "c", "head": "nope"}, landing=object())  # then refused
+    with pytest.raises(TypeError, match="filling= alone"):
+        raycache.train({"cache": "c"}, landing=object(), filling=object())

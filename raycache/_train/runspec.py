@@ -147,7 +147,7 @@ class RunSpec:
     checks: tuple[tuple[int, str], ...] = ()
     """(bytes, sha256) of every shard, in `shards` order, what a worker checks a shard against
     on its first read in a run; empty: shards are read unchecked (TrainConfig.verify false)."""
-    landing: str = ""
+    filling: str = ""
     """The id of a fill still under way on the driver, whose shards the first training pass
     reads as they land (`_train.data.overlap`; DDP workers ask its ShardFeed actor by that
     name);
