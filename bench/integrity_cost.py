@@ -27,8 +27,8 @@ import raycache
 from raycache._demo import MODEL
 from raycache._source.demo_data import stdlib_docs
 from raycache._train.data.share_reads import expected, load_share, pieces, read_piece
-from raycache._train.plan import load_config as load_train
-from raycache._train.plan import prepare
+from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.plan import prepare
 
 
 def interleaved(variants: dict, repeats: int) -> dict[str, float]:

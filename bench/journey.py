@@ -313,12 +313,12 @@ stats = pstats.Stats(profile).stats
 def cum(module, name):
     return sum(v[3] for (f, _, n), v in stats.items() if f.endswith(module) and n == name)
 parts = {"import raycache": imported, "import torch": torch_s,
-    "config, cache hit, run plan": cum("train/plan.py", "prepare"),
-    "load and check the share": cum("train/assemble.py", "data_sources"),
-    "build head, optimizer": cum("train/assemble.py", "build_team"),
-    "10 epochs: training steps": cum("train/epoch.py", "train_epoch"),
-    "10 epochs: validation": cum("train/epoch.py", "evaluate"),
-    "checkpoints (each epoch's best, the last)": cum("train/state.py", "save"),
+    "config, cache hit, run plan": cum("train/driver/plan.py", "prepare"),
+    "load and check the share": cum("train/worker/assemble.py", "data_sources"),
+    "build head, optimizer": cum("train/worker/assemble.py", "build_heads"),
+    "10 epochs: training steps": cum("train/worker/epoch.py", "train_epoch"),
+    "10 epochs: validation": cum("train/worker/epoch.py", "evaluate"),
+    "checkpoints (each epoch's best, the last)": cum("train/worker/state.py", "save"),
     "TensorBoard, curves.png, metrics": cum("train/metrics_log.py", "write_artifacts")}
 parts["the rest: the loop's modules, store checks, run records"] = total - sum(parts.values())
 print(json.dumps({"whole": total, **parts}))

@@ -250,7 +250,7 @@ def sweep(folder: str, rows: int, epochs: int, before: bool, bf16: bool,
     from sweep_speed import source
 
     import raycache
-    from raycache._train import assemble
+    from raycache._train.worker import assemble
 
     root = Path(folder)
     (root / "src").mkdir()

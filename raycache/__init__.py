@@ -83,8 +83,8 @@ from raycache._train.config import (
     ScheduleConfig,
     TrainConfig,
 )
-from raycache._train.run import TrainResult, train
-from raycache._train.runs import RunInfo, list_runs
+from raycache._train.driver.run import TrainResult, train
+from raycache._train.driver.runs import RunInfo, list_runs
 from raycache._train.runspec import RunSpec
 from raycache._upkeep.compact import compact
 from raycache._upkeep.du import Usage, du

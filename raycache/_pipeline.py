@@ -16,8 +16,8 @@ from raycache._fill.config import FillConfig
 from raycache._fill.plan import load_config as load_fill
 from raycache._fill.run import FillResult, fill
 from raycache._train.config import TrainConfig
-from raycache._train.plan import load_config as load_train
-from raycache._train.run import TrainResult, train
+from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.run import TrainResult, train
 
 __all__ = ["PipelineResult", "configs", "document", "pipeline"]
 
@@ -143,11 +143,12 @@ def overlapped(fill_cfg: FillConfig, train_cfg: TrainConfig, progress: bool | No
     training error waits for the fill to end, so that its work is committed (or resumable)."""
     from raycache._cache.manifests import read_manifest
     from raycache._fill.plan import plan
-    from raycache._train.data.overlap import OverlapFill, problems
+    from raycache._train.data.overlap import OverlapFill
+    from raycache._train.driver.plan import overlap_problems
 
     if progress is not None:
         fill_cfg = dataclasses.replace(fill_cfg, progress=progress)
-    bad = problems(train_cfg)
+    bad = overlap_problems(train_cfg)
     if bad:
         raise ConfigError(bad)
     p = plan(fill_cfg)
@@ -160,11 +161,11 @@ def overlapped(fill_cfg: FillConfig, train_cfg: TrainConfig, progress: bool | No
         filled = fill(fill_cfg)
         print(filled.summary(), flush=True)
         return PipelineResult(filled, train(train_cfg, progress=progress))
-    landing = OverlapFill.start(p, train_cfg.verify)
+    filling = OverlapFill.start(p, train_cfg.verify)
     try:
-        trained = train(train_cfg, progress=progress, landing=landing)
+        trained = train(train_cfg, progress=progress, filling=filling)
     finally:
-        landing.close()
-    filled = landing.result()
+        filling.close()
+    filled = filling.result()
     print(filled.summary(), flush=True)
     return PipelineResult(filled, trained)

@@ -163,13 +163,13 @@ def fill_in_fresh_process(cfg: dict, timeout: float = 240) -> dict:
 def killed_after_epoch(epoch: int):
     """Training dies right after the checkpoint of `epoch` (a crash between epochs) while in
     the block; saving works again after it."""
-    from raycache._train import loop
+    from raycache._train.worker import loop
 
     saved = loop.save
 
-    def save_then_fail(team, rank):
-        saved(team, rank)
-        if team.run.epoch == epoch:
+    def save_then_fail(heads, rank):
+        saved(heads, rank)
+        if heads.run.epoch == epoch:
             raise RuntimeError(f"killed after epoch {epoch}")
 
     loop.save = save_then_fail

@@ -21,8 +21,8 @@ from raycache._errors import (
     RaycacheError,
     SourceError,
 )
-from raycache._train.plan import load_config
-from raycache._train.runs import list_runs
+from raycache._train.driver.plan import load_config
+from raycache._train.driver.runs import list_runs
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -219,7 +219,7 @@ def test_the_failure_policy_raises_deterministic_errors_and_retries_the_rest():
     from ray.train.v2._internal.execution.failure_handling import FailureDecision
     from ray.train.v2.api.exceptions import WorkerGroupError
 
-    from raycache._train.failures import FailFast
+    from raycache._train.driver.failures import FailFast
 
     policy = FailFast(FailureConfig(max_failures=3))
     corrupt = WorkerGroupError("rank 1", {0: RuntimeError("peer"), 1: CorruptShard("bad")})

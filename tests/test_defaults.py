@@ -203,7 +203,7 @@ def test_a_resumed_run_ends_where_an_uninterrupted_one_does(store):
 def test_auto_settings_resolve_per_head_and_sweeps_take_them_as_their_base():
     from raycache._heads.specs import HeadSpec
     from raycache._train.defaults import LINEAR_LR, LINEAR_STEP
-    from raycache._train.plan import sweep_members
+    from raycache._train.driver.plan import sweep_members
 
     def recipe(rows=None, l1=None, **over):
         return Recipe.from_config(load(TrainConfig, {"cache": "c", **over}), rows, 0, l1)

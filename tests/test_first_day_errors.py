@@ -50,7 +50,7 @@ def test_a_model_folder_that_does_not_exist_says_so(tmp_path):
     ({"optim": {"lrr": 0.1}}, "optim.lrr: unknown field (did you mean optim.lr?)"),
 ])
 def test_a_config_typo_says_what_was_meant(wrong, meant):
-    from raycache._train.plan import load_config
+    from raycache._train.driver.plan import load_config
 
     with pytest.raises(ConfigError) as err:
         load_config({"cache": "docs", **wrong})
@@ -58,7 +58,7 @@ def test_a_config_typo_says_what_was_meant(wrong, meant):
 
 
 def test_a_field_far_from_every_name_gets_no_guess():
-    from raycache._train.plan import load_config
+    from raycache._train.driver.plan import load_config
 
     with pytest.raises(ConfigError) as err:
         load_config({"cache": "docs", "zzzqqq": 1})
@@ -96,7 +96,7 @@ def test_a_filesystem_registered_at_run_time_is_a_known_scheme():
 def test_ctrl_c_is_one_line_that_says_running_again_resumes(tmp_path, capsys, monkeypatch,
                                                            command, said):
     import raycache._fill.run as fill_run
-    import raycache._train.run as train_run
+    import raycache._train.driver.run as train_run
     from raycache._cli import main
 
     def interrupted(*args, **kwargs):

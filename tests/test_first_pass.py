@@ -14,8 +14,8 @@ import toy_heads
 import raycache
 from raycache._errors import ConfigError, FillFailed
 from raycache._pipeline import pipeline
-from raycache._train.data.overlap import problems
-from raycache._train.plan import load_config as load_train
+from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.plan import overlap_problems
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(180)
@@ -102,9 +102,9 @@ def test_ddp_workers_share_the_landing_shards_and_end_near_fill_then_train(
     assert overlapped.train.spec.num_workers == 2
     # each shard read by one worker only: epoch 1 saw every training row once, as later ones
     check_near_fill_then_train(overlapped, cfg, store)
-    boards = [a for a in ray.util.list_named_actors(all_namespaces=True)
-              if a["name"].startswith("raycache-landing-")]
-    assert boards == []  # the board went with its pipeline
+    feeds = [a for a in ray.util.list_named_actors(all_namespaces=True)
+              if a["name"].startswith("raycache-filling-")]
+    assert feeds == []  # the ShardFeed actor went with its pipeline
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -132,7 +132,7 @@ def test_a_fill_failing_part_way_stops_training_clearly_and_resumes(
 def test_overlap_refuses_what_it_cannot_do_before_any_work():
     pairs = load_train({"cache": "toy", "objective": "pairs",
                                "pairs": {"path": "p.parquet", "left": "a", "right": "b"}})
-    assert any("'pairs'" in p and "overlap: false" in p for p in problems(pairs))
-    assert problems(load_train({"cache": "toy", "num_workers": 2})) == []
+    assert any("'pairs'" in p and "overlap: false" in p for p in overlap_problems(pairs))
+    assert overlap_problems(load_train({"cache": "toy", "num_workers": 2})) == []
     with pytest.raises(ConfigError, match="overlap='yes'"):
         pipeline({"fill": {}, "train": {}, "overlap": "yes"})

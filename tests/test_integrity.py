@@ -18,7 +18,7 @@ from raycache._cache.manifests import read_manifest
 from raycache._cache.vectors import unpack
 from raycache._cli import main
 from raycache._errors import CorruptShard
-from raycache._train.plan import load_config as load_train
+from raycache._train.driver.plan import load_config as load_train
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(120)
@@ -75,7 +75,7 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
     from raycache._train.data.in_memory import InMemory
     from raycache._train.data.share_reads import load_share
     from raycache._train.data.streamed import Streamed
-    from raycache._train.plan import prepare
+    from raycache._train.driver.plan import prepare
 
     _, spec = prepare(load_train({"cache": "toy", "store": {"uri": cache.store.uri},
                                          "num_workers": 0, "placement": "cpu"}))
@@ -91,7 +91,7 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
 def test_streamed_checks_each_shard_once_per_run(cache, monkeypatch):
     from raycache._train.data import share_reads as shares
     from raycache._train.data.streamed import Streamed
-    from raycache._train.plan import prepare
+    from raycache._train.driver.plan import prepare
 
     _, spec = prepare(load_train({"cache": "toy", "store": {"uri": cache.store.uri},
                                          "num_workers": 0, "placement": "stream"}))

@@ -100,3 +100,24 @@ def test_every_module_says_its_job_and_stays_small():
         assert ast.get_docstring(tree), f"{path.relative_to(ROOT)}: no module docstring"
         lines = len(path.read_text().splitlines())
         assert lines <= 420, f"{path.relative_to(ROOT)}: {lines} lines (split it by job)"
+
+
+TRAIN_ROOMS = ["shared", "worker", "driver"]
+"""Inside _train, bottom to top: what both sides share (configs, the RunSpec, data/,
+objectives/, sweep/), what runs in each worker, what runs on the driver."""
+
+
+def train_room(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[2] in TRAIN_ROOMS else "shared"
+
+
+def test_training_code_is_placed_by_where_it_runs():
+    graph = imports()
+    train = {m: t for m, t in graph.items() if m.startswith("raycache._train.")}
+    assert any(train_room(m) == "worker" for m in train)
+    assert any(train_room(m) == "driver" for m in train)
+    upward = sorted(f"{a} -> {b}" for a, targets in train.items() for b in targets
+                    if b.startswith("raycache._train.")
+                    and TRAIN_ROOMS.index(train_room(b)) > TRAIN_ROOMS.index(train_room(a)))
+    assert not upward, "training imports that run back up:\n" + "\n".join(upward)

@@ -18,10 +18,10 @@ from raycache._cache.store import Store
 from raycache._errors import ConfigError
 from raycache._heads.specs import HeadSpec
 from raycache._train.config import GroupsConfig
+from raycache._train.driver.plan import load_config as load_train
 from raycache._train.objectives.groups import Groups
 from raycache._train.objectives.pairs import Pairs
 from raycache._train.objectives.retrieval import retrieval_metrics
-from raycache._train.plan import load_config as load_train
 from raycache._train.runspec import Recipe, RunSpec
 
 DIM, GROUPS, SIGNAL = 32, 8, 4
@@ -78,9 +78,9 @@ def run_spec(tmp_path, head="linear", normalize=False, out_dim=16, **over) -> Ru
 
 def fit(spec: RunSpec, epochs: int) -> tuple[list[float], dict, dict]:
     """(train loss per epoch, validation metrics before training, after training)."""
-    from raycache._train.assemble import build_parts
-    from raycache._train.epoch import SLOTS, evaluate, train_epoch
-    from raycache._train.worker_heads import WorkerHeads
+    from raycache._train.worker.assemble import build_parts
+    from raycache._train.worker.epoch import SLOTS, evaluate, train_epoch
+    from raycache._train.worker.heads import WorkerHeads
 
     torch.manual_seed(0)
     parts = build_parts(spec, torch.device("cpu"), 600)
@@ -193,9 +193,9 @@ def test_retrieval_metrics_match_a_brute_force_computation_and_torchmetrics():
 
 
 def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
-    from raycache._train.assemble import build_parts
-    from raycache._train.epoch import SLOTS, evaluate, train_epoch
-    from raycache._train.worker_heads import WorkerHeads
+    from raycache._train.worker.assemble import build_parts
+    from raycache._train.worker.epoch import SLOTS, evaluate, train_epoch
+    from raycache._train.worker.heads import WorkerHeads
 
     spec = run_spec(tmp_path, objective="classification", out_dim=GROUPS, lr=0.05)
     spec = dataclasses.replace(spec, head=dataclasses.replace(spec.head,

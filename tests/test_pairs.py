@@ -17,9 +17,9 @@ import raycache
 from raycache._cache.store import Store
 from raycache._errors import ConfigError
 from raycache._heads.specs import HeadSpec
+from raycache._train.driver.plan import load_config as load_train
 from raycache._train.objectives.pair_table import PairShare
 from raycache._train.objectives.pairs import Pairs
-from raycache._train.plan import load_config as load_train
 from raycache._train.runspec import Recipe, RunSpec
 from tests.conftest import separable, toy_fill
 
@@ -102,9 +102,9 @@ LEARNERS = [  # (pairs settings, table, the metric that must rise above 0.7, lr)
                          ids=[f"{p['loss']}-{t}" for p, t, _, _ in LEARNERS])
 def test_each_pair_loss_learns_what_a_random_projection_misses(tmp_path, pairs, target, metric,
                                                                lr):
-    from raycache._train.assemble import build_parts
-    from raycache._train.epoch import SLOTS, evaluate, train_epoch
-    from raycache._train.worker_heads import WorkerHeads
+    from raycache._train.worker.assemble import build_parts
+    from raycache._train.worker.epoch import SLOTS, evaluate, train_epoch
+    from raycache._train.worker.heads import WorkerHeads
 
     torch.manual_seed(0)
     parts = build_parts(run_spec(tmp_path, pairs, lr=lr), torch.device("cpu"), 1200)

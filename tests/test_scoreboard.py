@@ -92,7 +92,7 @@ def test_a_solved_head_chooses_c_on_training_rows_and_reports_validation_it_neve
 
 
 def test_runs_lines_show_accuracy_and_macro_f1_beside_the_monitored_metric(store):
-    from raycache._train.runs import list_runs
+    from raycache._train.driver.runs import list_runs
 
     raycache.train({"cache": "toy", "store": {"uri": store}, "head": "mlp", "epochs": 3,
                     "num_workers": 0, "progress": False, "run_name": "listed"})

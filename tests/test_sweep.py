@@ -14,8 +14,8 @@ import raycache
 from raycache._errors import ConfigError, RaycacheError
 from raycache._heads.specs import HeadSpec, build_head
 from raycache._train.config import TrainConfig
+from raycache._train.driver.plan import load_config as load_train
 from raycache._train.optim import build_optimizer
-from raycache._train.plan import load_config as load_train
 from raycache._train.sweep.members import Members
 from raycache._train.sweep.stack import Stack
 from raycache._train.sweep.stack_optim import BUFFERS, UPDATES
@@ -49,10 +49,10 @@ def test_members_module_runs_linear_heads_as_one_product_and_others_alone():
     torch.manual_seed(0)
     heads = [build_head(spec), build_head(HeadSpec(**{**spec.__dict__, "head": "mlp"})),
              build_head(spec)]
-    team = Members(heads)
-    assert team.stacked == [0, 2] and team.looped == [1]
+    members = Members(heads)
+    assert members.stacked == [0, 2] and members.looped == [1]
     x = torch.randn(4, 6)
-    for head, out in zip(heads, team(x), strict=True):
+    for head, out in zip(heads, members(x), strict=True):
         torch.testing.assert_close(out, head(x))
 
 
@@ -195,7 +195,7 @@ def results(history: list[dict]) -> list[float]:
 @pytest.mark.timeout(300)
 def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(store,
                                                                            monkeypatch):
-    from raycache._train import assemble
+    from raycache._train.worker import assemble
 
     built = []
     monkeypatch.setattr(assemble, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
@@ -248,7 +248,7 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
 @pytest.mark.timeout(300)
 def test_a_sweep_of_linear_heads_trains_as_one_stack_and_each_ends_as_a_lone_run(store,
                                                                                 monkeypatch):
-    from raycache._train import assemble
+    from raycache._train.worker import assemble
 
     built = []
     monkeypatch.setattr(assemble, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
@@ -319,12 +319,12 @@ def test_a_sweep_under_ddp_all_reduces_every_member(store):
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_a_64_member_grid_of_linear_and_mlp_heads_trains_in_one_pass(store, monkeypatch):
-    from raycache._train import assemble, epoch
+    from raycache._train.worker import assemble, epoch
 
     built, steps = [], []
     monkeypatch.setattr(assemble, "Stack", lambda *a: built.append(Stack(*a)) or built[-1])
     real_step = epoch.step
-    monkeypatch.setattr(epoch, "step", lambda team: steps.append(1) or real_step(team))
+    monkeypatch.setattr(epoch, "step", lambda heads: steps.append(1) or real_step(heads))
     sweep = {"head": ["linear", "mlp"], "lr": [0.003, 0.01, 0.03, 0.1],
              "weight_decay": [0.0, 0.01, 0.1, 0.3], "hidden": [[8], [16]]}
     run = raycache.train(cfg(store, epochs=2, sweep=sweep, run_name="grid64"))
@@ -356,18 +356,18 @@ def test_mlp_members_of_one_shape_run_as_batched_products_equal_to_lone_heads():
     wide = HeadSpec(**{**spec.__dict__, "hidden": (7,)})
     heads = [build_head(spec), build_head(wide), build_head(spec), build_head(spec),
              build_head(HeadSpec(**{**spec.__dict__, "head": "linear"}))]
-    team = Members(heads)
-    assert team.grouped == [[0, 2, 3]] and team.looped == [1] and team.stacked == [4]
+    members = Members(heads)
+    assert members.grouped == [[0, 2, 3]] and members.looped == [1] and members.stacked == [4]
     x = torch.randn(9, 6)
-    outs = team(x)
+    outs = members(x)
     lone = [head(x) for head in heads]
     for out, want in zip(outs, lone, strict=True):
         torch.testing.assert_close(out, want)  # forward, to float rounding
     sum(o.square().sum() for o in outs).backward()
     grads = [[p.grad.clone() for p in h.parameters()] for h in heads]
-    team.zero_grad()
+    members.zero_grad()
     sum(w.square().sum() for w in lone).backward()  # the lone heads' own graphs
     for head, got in zip(heads, grads, strict=True):
         for p, g in zip(head.parameters(), got, strict=True):
             torch.testing.assert_close(g, p.grad)
-    assert team(torch.randn(2, 3, 6))[0].shape == (2, 3, 3)  # any leading shape
+    assert members(torch.randn(2, 3, 6))[0].shape == (2, 3, 3)  # any leading shape

@@ -18,9 +18,9 @@ from raycache._errors import ConfigError
 from raycache._heads.specs import HEAD_CONFIG, HeadSpec, build_head
 from raycache._train import checkpoint as ckpt
 from raycache._train.config import LossConfig, TrainConfig
+from raycache._train.driver.plan import load_config as load_train
 from raycache._train.metrics_log import CURVES, METRICS, TENSORBOARD, write_artifacts
 from raycache._train.optim import OPTIMIZERS, SCHEDULES, Schedule, build_optimizer
-from raycache._train.plan import load_config as load_train
 from raycache._train.runspec import Recipe, RunSpec, digest
 from tests.conftest import free_port
 
@@ -171,9 +171,9 @@ class Fixed:
 
 
 def one_epoch(tmp_path, model=None, **over):
-    from raycache._train.assemble import build_parts
-    from raycache._train.epoch import SLOTS, train_epoch
-    from raycache._train.worker_heads import WorkerHeads
+    from raycache._train.worker.assemble import build_parts
+    from raycache._train.worker.epoch import SLOTS, train_epoch
+    from raycache._train.worker.heads import WorkerHeads
 
     s = spec(tmp_path, optimizer="sgd", momentum=0.0, lr=0.5, **over)
     torch.manual_seed(0)
@@ -188,8 +188,8 @@ def one_epoch(tmp_path, model=None, **over):
 def test_heads_step_fused_on_a_gpu_and_in_a_sweep_per_tensor_alone_on_a_cpu(tmp_path):
     import dataclasses
 
-    from raycache._train.assemble import build_parts, fused_for
     from raycache._train.runspec import Member
+    from raycache._train.worker.assemble import build_parts, fused_for
 
     lone = spec(tmp_path)
     swept = dataclasses.replace(lone, sweep=tuple(
@@ -243,21 +243,21 @@ def test_gradient_clipping_bounds_the_update(tmp_path):
 def test_bf16_autocast_trains_on_cpu(tmp_path):
     parts, sums = one_epoch(tmp_path, batch_size=16, precision="bfloat16")
     assert sums[2] == 64 and torch.isfinite(sums[0])
-    from raycache._train.epoch import autocast
+    from raycache._train.worker.epoch import autocast
 
     with autocast(parts):
         assert parts.base(torch.zeros(1, 4)).dtype == torch.bfloat16
 
 
 def test_fp16_on_a_cpu_worker_is_a_clear_error(tmp_path):
-    from raycache._train.assemble import build_parts
+    from raycache._train.worker.assemble import build_parts
 
     with pytest.raises(RuntimeError, match="float16' needs a CUDA device.*bfloat16"):
         build_parts(spec(tmp_path, precision="float16", use_gpu=True), torch.device("cpu"), 64)
 
 
 def test_compile_falls_back_to_eager_with_a_message(monkeypatch, capsys):
-    from raycache._train.assemble import compile_or_eager
+    from raycache._train.worker.assemble import compile_or_eager
 
     def broken(model):
         raise RuntimeError("no backend here")
@@ -273,7 +273,7 @@ def test_label_smoothing_and_class_weights_change_the_loss(tmp_path):
     plain = one_epoch(tmp_path, batch_size=64)[1][0]
     smooth = one_epoch(tmp_path, batch_size=64, label_smoothing=0.3)[1][0]
     assert smooth != plain
-    from raycache._train.plan import class_weights
+    from raycache._train.driver.plan import class_weights
 
     cfg = TrainConfig(cache="c", loss=LossConfig(class_weights="balanced"))
     assert class_weights(cfg, np.array([30, 10, 20])) == pytest.approx((60 / 90, 2.0, 1.0))
@@ -282,9 +282,9 @@ def test_label_smoothing_and_class_weights_change_the_loss(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_empty_cache_every_and_fp16_on_gpu(tmp_path, monkeypatch):
-    from raycache._train.assemble import build_parts
-    from raycache._train.epoch import SLOTS, train_epoch
-    from raycache._train.worker_heads import WorkerHeads
+    from raycache._train.worker.assemble import build_parts
+    from raycache._train.worker.epoch import SLOTS, train_epoch
+    from raycache._train.worker.heads import WorkerHeads
 
     calls = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
@@ -442,8 +442,8 @@ def test_a_streamed_share_leaves_its_readers_cores_and_a_run_gives_them_back(tmp
     import pyarrow.parquet as pq
 
     import raycache
-    from raycache._train.assemble import data_sources
     from raycache._train.data.streamed import READERS
+    from raycache._train.worker.assemble import data_sources
     from tests.conftest import separable, toy_fill
 
     before = torch.get_num_threads()
@@ -545,3 +545,12 @@ def test_a_streamed_validation_side_keeps_its_rows_from_the_first_training_pass(
     for _ in range(2):
         x, y = (torch.cat(t) for t in zip(*val.batches(16, seed=None), strict=True))
         assert torch.equal(x, want.x) and torch.equal(y, want.y)
+
+
+def test_train_takes_the_old_landing_keyword_with_a_deprecation_warning():
+    import raycache
+
+    with pytest.warns(DeprecationWarning, match="pass filling="), pytest.raises(ConfigError):
+        raycache.train({"cache": "c", "head": "nope"}, landing=object())  # then refused
+    with pytest.raises(TypeError, match="filling= alone"):
+        raycache.train({"cache": "c"}, landing=object(), filling=object())

@@ -13,7 +13,7 @@ from raycache._predict.evaluation import Evaluation, evaluation_of
 
 if TYPE_CHECKING:
     from raycache._heads.loaded import Head
-    from raycache._train.result import TrainResult
+    from raycache._train.driver.result import TrainResult
 
 __all__ = ["BATCH_ROWS", "evaluate"]
 
@@ -51,7 +51,7 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
         ```
     """
     from raycache._heads.loaded import load_head
-    from raycache._train.runs import checkpoint_of
+    from raycache._train.driver.runs import checkpoint_of
 
     run = None if isinstance(checkpoint, str) else checkpoint
     path = checkpoint_of(checkpoint, options) if run is None else run.checkpoint

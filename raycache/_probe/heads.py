@@ -60,8 +60,8 @@ def run_sweep(cache: Cache, column: str, cfg: Any, method: str, workers: int = 0
     """Train `method`'s sweep on one encoder (in this process, or on `workers` DDP workers):
     (the checkpoint of its selected member, that head loaded, its settings and epochs)."""
     from raycache._heads.loaded import load_head
-    from raycache._train.plan import load_config as load_train
-    from raycache._train.run import train
+    from raycache._train.driver.plan import load_config as load_train
+    from raycache._train.driver.run import train
 
     m = cache.manifest
     tc = load_train(train_config(cfg, m.name, m.fingerprint, column, method, workers))

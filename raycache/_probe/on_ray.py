@@ -95,8 +95,8 @@ def share_spec(cfg: ProbeConfig, group: list[Target], world: int) -> Any:
     """A RunSpec of training on `world` workers over the group's cache, its head reading every
     encoder of the group: what raycache._train.data.share_reads.load_share reads a share by."""
     from raycache._probe.heads import train_config
-    from raycache._train.plan import load_config as load_train
-    from raycache._train.plan import prepare
+    from raycache._train.driver.plan import load_config as load_train
+    from raycache._train.driver.plan import prepare
 
     first = group[0]
     m = first.cache.manifest

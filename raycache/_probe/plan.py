@@ -36,7 +36,7 @@ class Target:
 def problems(cfg: ProbeConfig) -> list[str]:
     """The checks of `cfg` that consult the METHODS registry and the train settings."""
     from raycache._probe import METHODS
-    from raycache._train.plan import load_config as load_train
+    from raycache._train.driver.plan import load_config as load_train
 
     out = [f"methods: {m!r} is unknown; expected some of {sorted(METHODS)}"
            for m in cfg.methods if m not in METHODS]
@@ -59,8 +59,8 @@ def load_config(data: ProbeConfig | dict[str, Any] | str | Path) -> ProbeConfig:
 def targets(cfg: ProbeConfig, store: Store) -> list[Target]:
     """Every (cache, encoder) to probe, checked as training checks them: the label, its
     classes, the split leaving rows on both sides."""
-    from raycache._train.plan import check
-    from raycache._train.plan import load_config as load_train
+    from raycache._train.driver.plan import check
+    from raycache._train.driver.plan import load_config as load_train
 
     caches = []
     for item in cfg.caches:

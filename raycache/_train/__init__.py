@@ -1,2 +1,3 @@
-"""TRAIN: a config planned against the registries and the cache, the Ray Train driver, the
-per-worker loop, objectives, sweeps and checkpoints."""
+"""TRAIN: a config planned against the registries and the cache (`driver/`, on the driver),
+the per-worker loop (`worker/`, in each Ray Train worker), and what both share: the configs,
+the RunSpec, `data/`, `objectives/`, `sweep/`, optimizers and checkpoints."""

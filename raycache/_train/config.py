@@ -133,7 +133,7 @@ class TrainConfig:
 
     def problems(self) -> list[str]:
         """Local checks (the groups' own: the loader walks them); those that consult the head,
-        optimizer, schedule and objective registries, and the sweep, are in train.plan.
+        optimizer, schedule and objective registries, and the sweep, are in train.driver.plan.
 
         Returns:
             One line per problem, naming the field by its path (`optim.lr=...`), the value and

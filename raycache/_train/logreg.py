@@ -1,6 +1,6 @@
 """Multinomial logistic regression over a grid of L2 strengths, every C solved at once
 (raycache._train.lbfgs: one batched L-BFGS, each C with its own history and steps): the probe's
-`logreg` and a linear classifier's full-batch solve (raycache._train.solved).
+`logreg` and a linear classifier's full-batch solve (raycache._train.worker.solved).
 
 Each C's objective is scikit-learn's, C * sum_i w_i CE_i + ||W||^2 / 2 (bias not penalised),
 divided by C * n (the same minimiser; a mean loss keeps float32 well scaled); w_i is the
@@ -17,7 +17,7 @@ __all__ = ["GRID", "MAX_ITER", "TOL", "data_term", "objective", "penalty", "solv
 
 GRID = (0.1, 1.0, 10.0)
 """A linear head's inverse L2 strengths (scikit-learn's C) on its standardised features,
-solved at once; its validation rows choose one (raycache._train.solved)."""
+solved at once; its validation rows choose one (raycache._train.worker.solved)."""
 MAX_ITER = 100
 TOL = 1e-4
 """L-BFGS's iteration cap and gradient tolerance: scikit-learn's LogisticRegression defaults."""

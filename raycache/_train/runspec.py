@@ -96,7 +96,8 @@ class Member:
 class RunSpec:
     """What a training run does, decided once on the driver, never mutated, sent to every worker.
 
-    Built by raycache._train.plan.prepare from a TrainConfig and the cache; `TrainResult.spec`.
+    Built by raycache._train.driver.plan.prepare from a TrainConfig and the cache;
+    `TrainResult.spec`.
 
     Example:
         ```python
@@ -146,7 +147,7 @@ class RunSpec:
     checks: tuple[tuple[int, str], ...] = ()
     """(bytes, sha256) of every shard, in `shards` order, what a worker checks a shard against
     on its first read in a run; empty: shards are read unchecked (TrainConfig.verify false)."""
-    landing: str = ""
+    filling: str = ""
     """The id of a fill still under way on the driver, whose shards the first training pass
     reads as they land (`_train.data.overlap`; DDP workers ask its ShardFeed actor by that
     name);

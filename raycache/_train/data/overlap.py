@@ -31,30 +31,17 @@ from raycache._errors import FillFailed
 from raycache._fill.commit import manifest_of, resumable
 from raycache._fill.plan import Plan
 from raycache._fill.run import FillResult, complete
-from raycache._train.config import TrainConfig
 from raycache._train.data.split import validation_mask
 from raycache._train.data.streamed import Streamed
 from raycache._train.runspec import RunSpec, keeps
 
-__all__ = ["POLL_S", "Feed", "FirstPass", "OverlapFill", "first_pass", "problems"]
+__all__ = ["POLL_S", "Feed", "FirstPass", "OverlapFill", "first_pass"]
 
 POLL_S = 0.2
 """Seconds between two looks for newly written shard records."""
 
 RUNNING: dict[str, OverlapFill] = {}
-"""Fills under way in this process, by their id (what a RunSpec's `landing` names)."""
-
-
-def problems(cfg: TrainConfig) -> list[str]:
-    """What keeps a train config from overlapping with its fill (checked before any work)."""
-    from raycache._train.objectives import OBJECTIVES
-
-    out = []
-    family = OBJECTIVES[cfg.objective]
-    if family.data_sources is not None or family.labels == "none":
-        out.append(f"overlap: true needs an objective that trains on the cache's own rows and "
-                   f"labels; objective {cfg.objective!r} reads other data. Set overlap: false")
-    return out
+"""Fills under way in this process, by their id (what a RunSpec's `filling` names)."""
 
 
 class OverlapFill:
@@ -64,10 +51,10 @@ class OverlapFill:
     def __init__(self, plan: Plan, verify: bool):
         self.plan, self.verify = plan, verify
         self.dir = plan.dir
-        self.id = f"raycache-landing-{uuid.uuid4().hex[:12]}"
-        self.board: Any = None
+        self.id = f"raycache-filling-{uuid.uuid4().hex[:12]}"
+        self.feed_actor: Any = None
         """The ShardFeed actor that tells DDP workers of the landed shards (None in-process)."""
-        self.teller: threading.Thread | None = None
+        self.poster: threading.Thread | None = None
         self.done = threading.Event()
         self.filled: FillResult | None = None
         self.error: BaseException | None = None
@@ -76,10 +63,10 @@ class OverlapFill:
 
     @classmethod
     def start(cls, plan: Plan, verify: bool) -> OverlapFill:
-        landing = cls(plan, verify)
-        RUNNING[landing.id] = landing
-        landing.thread.start()
-        return landing
+        filling = cls(plan, verify)
+        RUNNING[filling.id] = filling
+        filling.thread.start()
+        return filling
 
     def _fill(self) -> None:
         try:
@@ -92,12 +79,12 @@ class OverlapFill:
     def close(self) -> None:
         """Wait for the fill to end (committed, or failed with its records kept)."""
         self.thread.join()
-        if self.teller is not None:
-            self.teller.join()
-        if self.board is not None:
+        if self.poster is not None:
+            self.poster.join()
+        if self.feed_actor is not None:
             import ray
 
-            ray.kill(self.board)
+            ray.kill(self.feed_actor)
         RUNNING.pop(self.id, None)
 
     def result(self) -> FillResult:
@@ -176,7 +163,7 @@ class OverlapFill:
         """What a run spec of the committed cache changes (waits for the commit; FillFailed)."""
         cache = self.result().cache
         m = cache.manifest
-        return {"landing": "", "rows": m.rows,
+        return {"filling": "", "rows": m.rows,
                 "shards": tuple((p, s.rows) for p, s in zip(cache.shard_paths(), m.shards,
                                                             strict=True)),
                 "checks": tuple((s.bytes, s.sha256) for s in m.shards) if self.verify else (),
@@ -189,30 +176,30 @@ class OverlapFill:
     def runspec(self, spec: RunSpec) -> RunSpec:
         """The spec of a run whose first pass reads this fill as it lands; with DDP workers,
         the ShardFeed that tells them of it is started here (Ray is connected)."""
-        spec = dataclasses.replace(spec, landing=self.id)
+        spec = dataclasses.replace(spec, filling=self.id)
         if spec.num_workers:
             from raycache._train.data.shard_feed import NAMESPACE, ShardFeed
 
-            self.board = ShardFeed.options(name=self.id, namespace=NAMESPACE).remote(
+            self.feed_actor = ShardFeed.options(name=self.id, namespace=NAMESPACE).remote(
                 self.dir, self.verify, [self.train_rows(spec, r) for r in range(spec.world)])
-            self.teller = threading.Thread(target=self._tell, daemon=True,
-                                           name="raycache-board")
-            self.teller.start()
+            self.poster = threading.Thread(target=self._post, daemon=True,
+                                           name="raycache-feed")
+            self.poster.start()
         return spec
 
-    def _tell(self) -> None:
-        """Post each record to the board as it lands, then the commit or the error."""
+    def _post(self) -> None:
+        """Post each record to the ShardFeed actor as it lands, then the commit or the error."""
         try:
             for record in self.records():
-                self.board.add.remote(record)
-            self.board.commit.remote(self.committed())  # no store: workers keep theirs
+                self.feed_actor.add.remote(record)
+            self.feed_actor.commit.remote(self.committed())  # no store: workers keep theirs
         except BaseException as exc:  # FillFailed: every worker raises it
-            self.board.fail.remote(str(exc))
+            self.feed_actor.fail.remote(str(exc))
 
 
 class Feed(Protocol):
     """A fill under way as a first pass reads it: the OverlapFill itself in the driver's process,
-    a raycache._train.data.shard_feed.Told in a DDP worker."""
+    a raycache._train.data.shard_feed.RemoteFeed in a DDP worker."""
 
     dir: str
     verify: bool
@@ -284,11 +271,11 @@ def first_pass(spec: RunSpec, rank: int, device: torch.device,
     """(train, validation) of a run whose fill is under way on the driver (in this process,
     or told by its ShardFeed to a DDP worker); `data_sources` builds the ordinary ones once the fill
     has committed."""
-    feed: Feed | None = RUNNING.get(spec.landing)
+    feed: Feed | None = RUNNING.get(spec.filling)
     if feed is None:
-        from raycache._train.data.shard_feed import Told
+        from raycache._train.data.shard_feed import RemoteFeed
 
-        feed = Told(spec.landing)
+        feed = RemoteFeed(spec.filling)
     built: list[tuple[Any, Any]] = []
 
     def committed() -> tuple[Any, Any]:

@@ -15,12 +15,12 @@ from raycache._cache.records import ShardRecord
 from raycache._errors import FillFailed, RaycacheError
 from raycache._train.runspec import RunSpec
 
-__all__ = ["NAMESPACE", "POLL_S", "ShardFeed", "Told"]
+__all__ = ["NAMESPACE", "POLL_S", "RemoteFeed", "ShardFeed"]
 
 NAMESPACE = "raycache"
-"""The Ray namespace of boards (workers look theirs up by name)."""
+"""The Ray namespace of ShardFeed actors (workers look theirs up by name)."""
 POLL_S = 0.2
-"""Seconds between a worker's two looks at its board."""
+"""Seconds between a worker's two looks at its ShardFeed actor."""
 
 
 @ray.remote(num_cpus=0)
@@ -52,29 +52,30 @@ class ShardFeed:
         return self.records[n:], self.final, self.error
 
 
-class Told:
-    """A DDP worker's view of the driver's fill (what train.data.landing.OverlapFill is in-process):
-    the records in the board's order, and the committed spec once there is one."""
+class RemoteFeed:
+    """A DDP worker's view of the driver's fill through its ShardFeed actor (in-process, the
+    OverlapFill of raycache._train.data.overlap is the feed): the records in the actor's order,
+    and the committed spec once there is one."""
 
     def __init__(self, name: str):
         try:
-            self.board = ray.get_actor(name, namespace=NAMESPACE)
+            self.actor = ray.get_actor(name, namespace=NAMESPACE)
         except ValueError as exc:
             raise RaycacheError(f"no fill {name!r} is under way on this cluster's driver; a "
                                 "first pass over a fill as it lands needs the pipeline that "
                                 "started it still running") from exc
-        self.dir, self.verify, self.rows = ray.get(self.board.info.remote())
+        self.dir, self.verify, self.rows = ray.get(self.actor.info.remote())
         self.committed: dict[str, Any] | None = None
 
     def train_rows(self, spec: RunSpec, rank: int) -> int:
         return self.rows[rank]
 
     def records(self) -> Iterator[ShardRecord]:
-        """Every record once, in the board's order, until the commit; FillFailed on a failure.
+        """Every record once, in the actor's order, until the commit; FillFailed on a failure.
         The driver's calls reach the actor in the order it made them: the commit comes last."""
         n = 0
         while True:
-            new, final, error = ray.get(self.board.since.remote(n))
+            new, final, error = ray.get(self.actor.since.remote(n))
             yield from new
             n += len(new)
             if error is not None:

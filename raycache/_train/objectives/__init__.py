@@ -23,7 +23,7 @@ __all__ = ["OBJECTIVES", "Evaluator", "Family", "Objective", "metric_problems"]
 
 def metric_problems(cfg: TrainConfig) -> list[str]:
     """`evaluation.monitor` and `select` must name a metric the objective reports: checked
-    when the config loads (train.plan), before any work, not after the first epoch."""
+    when the config loads (train.driver.plan), before any work, not after the first epoch."""
     known = [*EPOCH_METRICS, *OBJECTIVES[cfg.objective].metrics(cfg)]
     return [f"{where}={name!r} is not a metric of objective {cfg.objective!r}; expected one "
             f"of {known}" for where, name in (("evaluation.monitor", cfg.evaluation.monitor),

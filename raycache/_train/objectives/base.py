@@ -17,7 +17,7 @@ __all__ = ["EPOCH_METRICS", "Evaluator", "Family", "Objective"]
 
 EPOCH_METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "train_rows", "val_rows",
                  "lr", "epoch_seconds", "rows_per_s", "epoch")
-"""The numbers every epoch reports whatever the objective (raycache._train.epoch)."""
+"""The numbers every epoch reports whatever the objective (raycache._train.worker.epoch)."""
 
 
 class Evaluator(Protocol):

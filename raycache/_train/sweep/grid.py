@@ -75,7 +75,7 @@ def members(cfg: TrainConfig) -> list[dict[str, Any]]:
 
 def problems(cfg: TrainConfig, check: Callable[[TrainConfig], list[str]]) -> list[str]:
     """Unknown settings, empty or ill-typed value lists, and each member's problems by
-    `check` (a whole config's checks, passed in by train.plan)."""
+    `check` (a whole config's checks, passed in by train.driver.plan)."""
     if not cfg.sweep:
         return []
     out = []

@@ -12,27 +12,34 @@ from typing import Any
 
 import torch
 
-from raycache._train.epoch import SLOTS, TRAIN_HIT, TRAIN_LOSS, TRAIN_N, epoch_metrics, evaluate
 from raycache._train.logreg import GRID, MAX_ITER, TOL, solve
-from raycache._train.worker_heads import WorkerHeads
+from raycache._train.worker.epoch import (
+    SLOTS,
+    TRAIN_HIT,
+    TRAIN_LOSS,
+    TRAIN_N,
+    epoch_metrics,
+    evaluate,
+)
+from raycache._train.worker.heads import WorkerHeads
 
 __all__ = ["CHOOSE_SHARE", "choose", "fit_pass", "inner_split", "place", "solve_head"]
 
 
-def solve_head(team: WorkerHeads, train: Any, val: Any
+def solve_head(heads: WorkerHeads, train: Any, val: Any
                ) -> tuple[list[list[float]], list[dict], float]:
-    """Solve the team's one linear head on `train`: every L2 strength of GRID on most of the
+    """Solve the run's one linear head on `train`: every L2 strength of GRID on most of the
     training rows, one chosen on the rest (CHOOSE_SHARE of them, never the validation rows),
     then the chosen one solved again on every training row; leave its weights in the head and
     return (the epoch's slot sums on `val`, its objective metrics, seconds), as loop.record
     takes them. The validation rows are scored only: their metrics are honest."""
     t0 = time.perf_counter()
-    parts = team.members[0]
+    parts = heads.members[0]
     x, y = train.x.float(), train.y
     mu = x.mean(0)
     sd = x.std(0, correction=0)
     sd = torch.where(sd > 0, sd, torch.ones_like(sd))
-    z, classes, weights = (x - mu) / sd, parts.spec.head.num_classes, team.spec.class_weights
+    z, classes, weights = (x - mu) / sd, parts.spec.head.num_classes, heads.spec.class_weights
     fit, held = inner_split(len(y), parts.spec.recipe.loop.seed, y.device)
     w, b, _ = solve(z[fit], y[fit], classes, list(GRID), MAX_ITER, TOL, weights)
     chosen = [_scored(z[held], y[held], w[g], b[g]) for g in range(len(GRID))]
@@ -42,8 +49,8 @@ def solve_head(team: WorkerHeads, train: Any, val: Any
     w = w[0] / sd[:, None]
     place(parts.base, w, b[0] - mu @ w)
     sums = torch.zeros(1, SLOTS, dtype=torch.float64, device=parts.device)
-    extra = evaluate(team, val, sums)[0].compute()
-    fit_pass(team, train, sums)
+    extra = evaluate(heads, val, sums)[0].compute()
+    fit_pass(heads, train, sums)
     extra = {**epoch_metrics(parts, sums[0].tolist(), 0, 0.0, extra), "solver": "lbfgs",
              "lr": 0.0, "l2_C": GRID[pick], "lbfgs_iterations": int(iters[0]),
              "l2_chosen_on": int(len(held)),
@@ -103,9 +110,9 @@ def place(head: torch.nn.Module, w: torch.Tensor, b: torch.Tensor) -> None:
         layer.bias.copy_(b)
 
 
-def fit_pass(team: WorkerHeads, train: Any, sums: torch.Tensor) -> None:
+def fit_pass(heads: WorkerHeads, train: Any, sums: torch.Tensor) -> None:
     """The training rows' loss and hits under the chosen head, into `sums`' training slots."""
-    parts = team.members[0]
+    parts = heads.members[0]
     parts.base.eval()
     with torch.inference_mode():
         for x, y in train.batches(len(train) or 1, seed=None):

@@ -10,46 +10,46 @@ import math
 import torch
 
 from raycache._errors import DivergedError
-from raycache._train.epoch import TRAIN_LOSS, VAL_LOSS
-from raycache._train.worker_heads import WorkerHeads
+from raycache._train.worker.epoch import TRAIN_LOSS, VAL_LOSS
+from raycache._train.worker.heads import WorkerHeads
 
 __all__ = ["check_finite", "message", "stop"]
 
 
-def check_finite(team: WorkerHeads, epoch: int, total: list[list[float]], local: torch.Tensor,
+def check_finite(heads: WorkerHeads, epoch: int, total: list[list[float]], local: torch.Tensor,
                  steps_before: int, rank: int) -> None:
     """Each head whose summed losses of the epoch (`total`: every worker's) are not finite:
     a lone head, or every member of a sweep, raises a DivergedError; a sweep member whose
     others are finite stops alone (`stop`), and the others go on. `local`: this worker's
     (TRAIN_LOSS, FINITE) per head before the sum, `steps_before`: optimizer steps taken
     before the epoch."""
-    bad = [i for i, row in enumerate(total) if not team.progress[i].diverged
+    bad = [i for i, row in enumerate(total) if not heads.progress[i].diverged
            and not (math.isfinite(row[TRAIN_LOSS]) and math.isfinite(row[VAL_LOSS]))]
     if not bad:
         return
-    texts = {i: message(team, i, epoch, total, local, steps_before, rank) for i in bad}
-    left = [i for i, p in enumerate(team.progress) if not p.diverged and i not in texts]
-    if not team.spec.sweep or not left:
-        every = " (as did every other member of the sweep)" if team.spec.sweep else ""
+    texts = {i: message(heads, i, epoch, total, local, steps_before, rank) for i in bad}
+    left = [i for i, p in enumerate(heads.progress) if not p.diverged and i not in texts]
+    if not heads.spec.sweep or not left:
+        every = " (as did every other member of the sweep)" if heads.spec.sweep else ""
         raise DivergedError(texts[bad[0]].replace(" diverged in", f"{every} diverged in", 1))
     for i in bad:
-        stop(team, i, texts[i])
+        stop(heads, i, texts[i])
 
 
-def stop(team: WorkerHeads, i: int, text: str) -> None:
+def stop(heads: WorkerHeads, i: int, text: str) -> None:
     """Sweep member i diverged: it stops here (this epoch not recorded, as for a lone run),
     its learning rate set to 0 and its gradients dropped from now on."""
-    progress = team.progress[i]
+    progress = heads.progress[i]
     progress.diverged, progress.stopped = text, True
-    for group in team.members[i].opt.param_groups:
+    for group in heads.members[i].opt.param_groups:
         group["lr"] = 0.0
 
 
-def message(team: WorkerHeads, i: int, epoch: int, total: list[list[float]], local: torch.Tensor,
+def message(heads: WorkerHeads, i: int, epoch: int, total: list[list[float]], local: torch.Tensor,
             steps_before: int, rank: int) -> str:
     """Where head i diverged and what to change."""
-    spec = team.spec
-    r = team.members[i].spec.recipe
+    spec = heads.spec
+    r = heads.members[i].spec.recipe
     who = f"sweep member {dict(spec.sweep[i].settings)} " if spec.sweep else ""
     if math.isfinite(total[i][TRAIN_LOSS]):
         where = ("the validation loss is NaN or infinite (the training loss is finite): the "

@@ -17,15 +17,15 @@ from raycache._train.optim import Schedule, build_optimizer
 from raycache._train.runspec import RunSpec
 from raycache._train.sweep.members import Members
 from raycache._train.sweep.stack import Stack, stackable
-from raycache._train.worker_heads import Parts, Progress, Trained, WorkerHeads
+from raycache._train.worker.heads import Parts, Progress, Trained, WorkerHeads
 
-__all__ = ["build_parts", "build_team", "compile_or_eager", "data_sources", "fused_for",
+__all__ = ["build_parts", "build_heads", "compile_or_eager", "data_sources", "fused_for",
            "steps_per_epoch", "wrap"]
 
 
 def data_sources(spec: RunSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
     """(train, validation) data of this worker, in the spec's placement."""
-    if spec.landing:  # the fill is still under way: epoch 1 reads its shards as they land
+    if spec.filling:  # the fill is still under way: epoch 1 reads its shards as they land
         from raycache._train.data.overlap import first_pass
 
         return first_pass(spec, rank, device, data_sources)
@@ -72,7 +72,7 @@ def fused_for(spec: RunSpec, device: torch.device) -> bool:
     return bool(spec.sweep) or device.type == "cuda"
 
 
-def build_team(spec: RunSpec, device: torch.device, train_rows: int | None) -> WorkerHeads:
+def build_heads(spec: RunSpec, device: torch.device, train_rows: int | None) -> WorkerHeads:
     """Each head's parts, seeded alike: a sweep's member starts from the weights a lone run of
     its settings would start from."""
     members = []
@@ -81,23 +81,23 @@ def build_team(spec: RunSpec, device: torch.device, train_rows: int | None) -> W
         members.append(build_parts(member, device, train_rows, fused=fused_for(spec, device)))
     progress = [Progress() for _ in members]
     run = progress[0] if not spec.sweep else Progress()
-    team = WorkerHeads(spec, members, progress, run)
+    heads = WorkerHeads(spec, members, progress, run)
     learnable = any(list(p.objective.criterion.parameters()) for p in members)
     recipes = [p.spec.recipe for p in members]
     if spec.sweep and stackable([p.base for p in members], recipes, learnable):
-        team.stack = Stack([p.base for p in members], recipes, spec.class_weights)
-        for parts, view in zip(members, team.stack.members, strict=True):
+        heads.stack = Stack([p.base for p in members], recipes, spec.class_weights)
+        for parts, view in zip(members, heads.stack.members, strict=True):
             parts.opt = view  # the member's slice of the stack's optimizer
             parts.schedule = Schedule(view, parts.spec.recipe, parts.schedule.spe)
-    return team
+    return heads
 
 
-def wrap(team: WorkerHeads) -> None:
+def wrap(heads: WorkerHeads) -> None:
     """DDP across workers (after the weights are restored), then torch.compile if asked: each
     head alone, or a sweep's heads as one module (so one DDP all-reduces all of them)."""
-    spec = team.spec
+    spec = heads.spec
     if not spec.sweep:
-        parts = team.members[0]
+        parts = heads.members[0]
         if spec.world > 1:  # a pre-trained encoder may hold parameters the model never uses
             import ray.train.torch
 
@@ -110,16 +110,16 @@ def wrap(team: WorkerHeads) -> None:
         elif spec.recipe.loop.compile:
             parts.model = compile_or_eager(parts.model, spec.head.in_dim, parts.device)
         return
-    if team.stack is not None:
-        team.stack.push()  # the members' (maybe restored) weights
-    team.heads = team.model = (team.stack.module if team.stack is not None
-                               else Members([p.model for p in team.members]))
+    if heads.stack is not None:
+        heads.stack.push()  # the members' (maybe restored) weights
+    heads.base = heads.model = (heads.stack.module if heads.stack is not None
+                               else Members([p.model for p in heads.members]))
     if spec.world > 1:
         import ray.train.torch
 
-        team.model = ray.train.torch.prepare_model(team.model, move_to_device=False)
+        heads.model = ray.train.torch.prepare_model(heads.model, move_to_device=False)
     if spec.recipe.loop.compile:
-        team.model = compile_or_eager(team.model, spec.head.in_dim, team.members[0].device)
+        heads.model = compile_or_eager(heads.model, spec.head.in_dim, heads.members[0].device)
 
 
 def compile_or_eager(model: torch.nn.Module, in_dim: int, device: torch.device) -> Any:

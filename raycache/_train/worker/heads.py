@@ -62,31 +62,31 @@ class WorkerHeads:
     progress: list[Progress]
     run: Progress
     """The one head's progress; a sweep's: its epochs and its leading member's metrics."""
-    heads: Members | None = None
+    base: Members | None = None
     """A sweep's heads as one module; None for a single head (its parts.model runs it)."""
     model: Any = None
-    """What a sweep's training step calls: `heads`, maybe DDP-wrapped and compiled."""
+    """What a sweep's training step calls: `base`, maybe DDP-wrapped and compiled."""
     leader: int = 0
     """The member best by the run's select metric so far."""
     stack: Stack | None = None
-    """A stackable sweep's heads as one (then `heads` is its module); None otherwise."""
+    """A stackable sweep's heads as one (then `base` is its module); None otherwise."""
 
     @classmethod
     def of(cls, parts: Parts) -> WorkerHeads:
-        """A team of one head."""
+        """One head alone."""
         progress = Progress()
         return cls(parts.spec, [parts], [progress], progress)
 
     def runner(self) -> Any:
         """The module the training step calls."""
-        return self.members[0].model if self.heads is None else self.model
+        return self.members[0].model if self.base is None else self.model
 
     def forward(self, x: torch.Tensor, training: bool) -> Any:
         """Every head's output for the batch x: a tuple, or a Stack's [B, M, out] tensor."""
-        if self.heads is None:
+        if self.base is None:
             p = self.members[0]
             return ((p.model if training else p.base)(x),)
-        return (self.model if training else self.heads)(x)
+        return (self.model if training else self.base)(x)
 
 
 class Trained(torch.nn.Module):

@@ -1,4 +1,4 @@
-"""A team's training state in and out of checkpoints: what state.pt holds, restoring it on a
+"""The heads' training state in and out of checkpoints: what state.pt holds, restoring it on a
 worker, and saving it (with the head to keep) through Ray Train or into the run folder."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 import torch
 
 from raycache._train import checkpoint as ckpt
-from raycache._train.best_epoch import saved_epoch, serves_best, sweep_rows
 from raycache._train.metrics_log import write_metrics, write_sweep
-from raycache._train.worker_heads import Parts, Progress, WorkerHeads
+from raycache._train.worker.best_epoch import saved_epoch, serves_best, sweep_rows
+from raycache._train.worker.heads import Parts, Progress, WorkerHeads
 
 __all__ = ["KEEP_CHECKPOINTS", "load_member", "member_state", "restore", "save"]
 
@@ -40,11 +40,11 @@ def load_member(parts: Parts, state: dict[str, Any]) -> Progress:
     return Progress(**state["progress"])
 
 
-def restore(team: WorkerHeads) -> None:
+def restore(heads: WorkerHeads) -> None:
     """Load the latest checkpoint of this run: Ray Train's (after a worker restart, or a driver
     restart under DDP), else the newest complete one in the run folder (in-process)."""
     given = None
-    if team.spec.num_workers:
+    if heads.spec.num_workers:
         import ray.train
 
         given = ray.train.get_checkpoint()
@@ -53,27 +53,27 @@ def restore(team: WorkerHeads) -> None:
         with given.as_directory() as d, open(f"{d}/{ckpt.STATE}", "rb") as f:
             state = torch.load(f, map_location="cpu", weights_only=False)
     else:
-        path = ckpt.latest(team.spec.store, team.spec.run_dir)
+        path = ckpt.latest(heads.spec.store, heads.spec.run_dir)
         if path is not None:
-            state = ckpt.read_state(team.spec.store, path)
+            state = ckpt.read_state(heads.spec.store, path)
     if state is None:
         return
-    if team.spec.sweep:
-        team.progress = [load_member(p, s)
-                         for p, s in zip(team.members, state["members"], strict=True)]
-        team.run = Progress(**state["progress"])
-        team.leader = state["leader"]
+    if heads.spec.sweep:
+        heads.progress = [load_member(p, s)
+                         for p, s in zip(heads.members, state["members"], strict=True)]
+        heads.run = Progress(**state["progress"])
+        heads.leader = state["leader"]
     else:
-        team.run = load_member(team.members[0], state)
-        team.progress = [team.run]
+        heads.run = load_member(heads.members[0], state)
+        heads.progress = [heads.run]
     ckpt.set_rng_state(state["rng"])
-    team.run.resumed_from.append(team.run.epoch)
+    heads.run.resumed_from.append(heads.run.epoch)
 
 
-def save(team: WorkerHeads, rank: int) -> None:
+def save(heads: WorkerHeads, rank: int) -> None:
     """Report to Ray Train with the whole state attached by rank 0 (in-process: write it to
     the run folder here). The head saved is the one head's, or a sweep's leader's."""
-    spec, progress = team.spec, team.run
+    spec, progress = heads.spec, heads.run
     metrics = progress.history[-1]
     name = ckpt.checkpoint_name(progress.epoch)
     if rank != 0:
@@ -81,22 +81,22 @@ def save(team: WorkerHeads, rank: int) -> None:
 
         ray.train.report(metrics, checkpoint_dir_name=name)
         return
-    states = [member_state(p, g) for p, g in zip(team.members, team.progress, strict=True)]
+    states = [member_state(p, g) for p, g in zip(heads.members, heads.progress, strict=True)]
     if spec.sweep:
-        state = {"members": states, "leader": team.leader, "progress": vars(progress)}
+        state = {"members": states, "leader": heads.leader, "progress": vars(progress)}
     else:
         state = states[0]
     state["rng"] = ckpt.rng_state()
-    lead = team.members[team.leader]
+    lead = heads.members[heads.leader]
     use_best = serves_best(lead)
     head_weights = lead.best_weights if use_best else lead.base.state_dict()
     key = spec.select if spec.sweep else spec.recipe.evaluation.monitor
-    served = saved_epoch(lead, team.progress[team.leader])["epoch"]
+    served = saved_epoch(lead, heads.progress[heads.leader])["epoch"]
     info = {"metrics": metrics, "best": {key: progress.best, "epoch": progress.best_epoch},
             "weights": "best" if use_best else "last", "weights_epoch": served,
             "history": progress.history,
             "key": spec.key}  # the cache's key column: what predict keeps by default
-    rows = sweep_rows(team) if spec.sweep else []
+    rows = sweep_rows(heads) if spec.sweep else []
     if rows:
         info["sweep"] = [{k: v for k, v in row.items() if k != "history"} for row in rows]
     with tempfile.TemporaryDirectory() as tmp:

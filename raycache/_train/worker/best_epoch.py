@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from raycache._errors import ConfigError
-from raycache._train.worker_heads import Parts, Progress, WorkerHeads
+from raycache._train.worker.heads import Parts, Progress, WorkerHeads
 
 __all__ = ["end_sweep_epoch", "saved_epoch", "serves_best", "score", "sweep_rows",
            "track_best"]
@@ -44,47 +44,47 @@ def saved_epoch(parts: Parts, progress: Progress) -> dict[str, Any]:
     return next(m for m in progress.history if m["epoch"] == epoch)
 
 
-def score(team: WorkerHeads, i: int) -> float:
+def score(heads: WorkerHeads, i: int) -> float:
     """Member i's value of the select metric, at the epoch whose weights it saves; a member
     that diverged is never picked (its weights are not finite): the worst value."""
-    spec = team.spec
-    if team.progress[i].diverged or not team.progress[i].history:
+    spec = heads.spec
+    if heads.progress[i].diverged or not heads.progress[i].history:
         return math.inf if spec.select_mode == "min" else -math.inf
-    metrics = saved_epoch(team.members[i], team.progress[i])
+    metrics = saved_epoch(heads.members[i], heads.progress[i])
     if spec.select not in metrics:
         raise ConfigError([f"select={spec.select!r} is not a metric; expected one of "
                            f"{sorted(k for k in metrics if k != 'placement')}"])
     return metrics[spec.select]
 
 
-def end_sweep_epoch(team: WorkerHeads, latest: list[dict[str, Any]]) -> None:
+def end_sweep_epoch(heads: WorkerHeads, latest: list[dict[str, Any]]) -> None:
     """A sweep's run-level progress after an epoch: the leader by the select metric, whose
     metrics this epoch are the run's; stopped when every member has stopped."""
-    spec, run = team.spec, team.run
-    scores = [score(team, i) for i in range(len(team.members))]
+    spec, run = heads.spec, heads.run
+    scores = [score(heads, i) for i in range(len(heads.members))]
     pick = max if spec.select_mode == "max" else min
-    team.leader = scores.index(pick(scores))
-    lead = saved_epoch(team.members[team.leader], team.progress[team.leader])
+    heads.leader = scores.index(pick(scores))
+    lead = saved_epoch(heads.members[heads.leader], heads.progress[heads.leader])
     run.epoch += 1
-    run.history.append({**latest[team.leader], "member": team.leader,
-                        "active": sum(not p.stopped for p in team.progress),
-                        "diverged": sum(bool(p.diverged) for p in team.progress),
-                        "leader_best": scores[team.leader], "leader_epoch": lead["epoch"]})
-    run.best, run.best_epoch = scores[team.leader], lead["epoch"]
-    run.stopped = all(p.stopped for p in team.progress)
+    run.history.append({**latest[heads.leader], "member": heads.leader,
+                        "active": sum(not p.stopped for p in heads.progress),
+                        "diverged": sum(bool(p.diverged) for p in heads.progress),
+                        "leader_best": scores[heads.leader], "leader_epoch": lead["epoch"]})
+    run.best, run.best_epoch = scores[heads.leader], lead["epoch"]
+    run.stopped = all(p.stopped for p in heads.progress)
 
 
-def sweep_rows(team: WorkerHeads) -> list[dict[str, Any]]:
+def sweep_rows(heads: WorkerHeads) -> list[dict[str, Any]]:
     """One record per member: its settings, score, best epoch, last metrics and history."""
     out = []
-    for i, (m, progress) in enumerate(zip(team.spec.sweep, team.progress, strict=True)):
-        value = score(team, i)
+    for i, (m, progress) in enumerate(zip(heads.spec.sweep, heads.progress, strict=True)):
+        value = score(heads, i)
         out.append({
             "member": i, "settings": m.settings_dict(),
-            team.spec.select: value if math.isfinite(value) else None,
-            "epoch": saved_epoch(team.members[i], progress)["epoch"] if progress.history
+            heads.spec.select: value if math.isfinite(value) else None,
+            "epoch": saved_epoch(heads.members[i], progress)["epoch"] if progress.history
             else 0,
-            "selected": i == team.leader, "stopped": progress.stopped,
+            "selected": i == heads.leader, "stopped": progress.stopped,
             "diverged": progress.diverged, "epochs": len(progress.history),
             "metrics": {k: v for k, v in (progress.history or [{}])[-1].items()
                         if k != "placement"},

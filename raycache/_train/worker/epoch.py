@@ -1,4 +1,4 @@
-"""One epoch of a team on a worker: training steps, validation, and the epoch's metrics from
+"""One epoch of a worker's heads: training steps, validation, and the epoch's metrics from
 the per-head sums all-reduced across workers."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from raycache._train.objectives import Evaluator
 from raycache._train.objectives.gather import lockstep
 from raycache._train.runspec import RunSpec
-from raycache._train.worker_heads import Parts, WorkerHeads
+from raycache._train.worker.heads import Parts, WorkerHeads
 
 __all__ = ["FINITE", "SAVE_NOW", "SLOTS", "TRAIN_LOSS", "VAL_LOSS", "autocast", "epoch_metrics",
            "epoch_seed", "evaluate", "train_epoch"]
@@ -37,13 +37,13 @@ def epoch_seed(spec: RunSpec, epoch: int, rank: int) -> int:
     return spec.recipe.loop.seed * 1_000_003 + epoch * 7_919 + rank
 
 
-def train_epoch(team: WorkerHeads, data: Any, seed: int, sums: torch.Tensor,
+def train_epoch(heads: WorkerHeads, data: Any, seed: int, sums: torch.Tensor,
                 then: int | None = None) -> None:
     """One pass over the training share: micro-batches, accumulation, clipping, stepping
-    (`then`: the next epoch's seed, so a streamed share can read ahead for it). Every head of
-    the team sees every batch; `sums` holds one row of slots per head."""
-    lead, sums = team.members[0], sums.view(-1, SLOTS)
-    r, model = lead.spec.recipe, team.runner()
+    (`then`: the next epoch's seed, so a streamed share can read ahead for it). Every head
+    sees every batch; `sums` holds one row of slots per head."""
+    lead, sums = heads.members[0], sums.view(-1, SLOTS)
+    r, model = lead.spec.recipe, heads.runner()
     model.train()
     accum = r.optim.grad_accum
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
@@ -51,7 +51,7 @@ def train_epoch(team: WorkerHeads, data: Any, seed: int, sums: torch.Tensor,
     micro = rows = 0
     loss_sum, finite = sums[:, TRAIN_LOSS], sums[:, FINITE]  # views, taken once
     batches = data.batches(r.loop.batch_size, seed=seed, then=then)
-    if any(p.objective.gathers for p in team.members):
+    if any(p.objective.gathers for p in heads.members):
         batches = lockstep(batches, lead.device)  # every worker at every gathering step
     with join:
         for x, y in batches:
@@ -61,31 +61,31 @@ def train_epoch(team: WorkerHeads, data: Any, seed: int, sums: torch.Tensor,
             sync = contextlib.nullcontext() if (last or not ddp) else model.no_sync()
             with sync:
                 with autocast(lead):
-                    outs = team.forward(x, training=True)
-                total, values, hits = losses(team, outs, y)
+                    outs = heads.forward(x, training=True)
+                total, values, hits = losses(heads, outs, y)
                 lead.scaler.scale(total / accum if accum > 1 else total).backward()
             loss_sum.add_(values, alpha=len(y))  # one kernel: on a GPU each launch counts
             sums[:, TRAIN_HIT] += hits
             finite += loss_sum.isfinite()  # no sync: read once, after the epoch
             rows += len(y)
             if last:
-                step(team)
+                step(heads)
     sums[:, TRAIN_N] += rows
     if micro % accum:
-        step(team)  # the epoch's last, partial accumulation
+        step(heads)  # the epoch's last, partial accumulation
 
 
-def losses(team: WorkerHeads, outs: Any, y: torch.Tensor
+def losses(heads: WorkerHeads, outs: Any, y: torch.Tensor
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(what to back-propagate, each head's loss [M], each head's hits [M]) of a batch."""
-    if team.stack is not None:
-        return team.stack.losses(outs.float(), y)
-    if len(team.members) == 1:  # views, where stacking would copy
-        p = team.members[0]
+    if heads.stack is not None:
+        return heads.stack.losses(outs.float(), y)
+    if len(heads.members) == 1:  # views, where stacking would copy
+        p = heads.members[0]
         loss, value = p.objective.loss(outs[0].float(), y)
         return loss, value.reshape(1), p.objective.hits(outs[0].detach().float(), y).reshape(1)
     total, values, hits = None, [], []
-    for p, out in zip(team.members, outs, strict=True):
+    for p, out in zip(heads.members, outs, strict=True):
         loss, value = p.objective.loss(out.float(), y)
         total = loss if total is None else total + loss
         values.append(value)
@@ -93,27 +93,27 @@ def losses(team: WorkerHeads, outs: Any, y: torch.Tensor
     return total, torch.stack(values), torch.stack(hits)
 
 
-def step(team: WorkerHeads) -> None:
+def step(heads: WorkerHeads) -> None:
     """An optimizer step of every head still training (a stopped head's gradients dropped)."""
-    lead = team.members[0]
-    if team.stack is not None:  # one step for every member: a stopped one's is a no-op
-        active = [not p.stopped for p in team.progress]
-        team.stack.step(active)
-        for parts, on in zip(team.members, active, strict=True):
+    lead = heads.members[0]
+    if heads.stack is not None:  # one step for every member: a stopped one's is a no-op
+        active = [not p.stopped for p in heads.progress]
+        heads.stack.step(active)
+        for parts, on in zip(heads.members, active, strict=True):
             if on:
                 parts.schedule.step_batch()
     else:
-        step_each(team)
+        step_each(heads)
     lead.scaler.update()
     every = lead.spec.recipe.loop.empty_cache_every
     if every and lead.device.type == "cuda" and lead.schedule.step_no % every == 0:
         torch.cuda.empty_cache()
 
 
-def step_each(team: WorkerHeads) -> None:
+def step_each(heads: WorkerHeads) -> None:
     """Each head's own optimizer step, one after another."""
-    lead = team.members[0]
-    for parts, progress in zip(team.members, team.progress, strict=True):
+    lead = heads.members[0]
+    for parts, progress in zip(heads.members, heads.progress, strict=True):
         if progress.stopped:
             parts.opt.zero_grad(set_to_none=True)
             continue
@@ -127,27 +127,27 @@ def step_each(team: WorkerHeads) -> None:
         parts.schedule.step_batch()
 
 
-def evaluate(team: WorkerHeads, data: Any, sums: torch.Tensor) -> list[Evaluator]:
+def evaluate(heads: WorkerHeads, data: Any, sums: torch.Tensor) -> list[Evaluator]:
     """Validation loss and hits into `sums`, one row each head; the objective's metrics fed
     (computed later, when every worker is done, since computing them is a collective). One
     Evaluator per head (a Stack: one for all its heads, whose compute_each gives each
     head's)."""
-    lead, rows = team.members[0], sums.view(-1, SLOTS)
-    team.runner().eval()
-    metrics = ([lead.objective.evaluator(members=len(team.members))]
-               if team.stack is not None else [p.objective.evaluator() for p in team.members])
+    lead, rows = heads.members[0], sums.view(-1, SLOTS)
+    heads.runner().eval()
+    metrics = ([lead.objective.evaluator(members=len(heads.members))]
+               if heads.stack is not None else [p.objective.evaluator() for p in heads.members])
     with torch.inference_mode():
         for x, y in data.batches(lead.spec.recipe.loop.batch_size * 4, seed=None):
             x, y = x.to(lead.device, non_blocking=True), y.to(lead.device, non_blocking=True)
             with autocast(lead):
-                outs = team.forward(x, training=False)
-            if team.stack is not None:
+                outs = heads.forward(x, training=False)
+            if heads.stack is not None:
                 outs = outs.float()
-                loss, hits = team.stack.eval_losses(outs, y), team.stack.hits(outs, y)
+                loss, hits = heads.stack.eval_losses(outs, y), heads.stack.hits(outs, y)
                 metrics[0].update(outs, y)
             else:
                 values, counts = [], []
-                for p, out, evaluator in zip(team.members, outs, metrics, strict=True):
+                for p, out, evaluator in zip(heads.members, outs, metrics, strict=True):
                     out = out.float()
                     values.append(p.objective.eval_loss(out, y))
                     counts.append(p.objective.hits(out, y))

@@ -24,13 +24,13 @@ from raycache._heads import HEADS
 from raycache._heads.specs import HeadSpec
 from raycache._train.config import TrainConfig
 from raycache._train.defaults import feature_l1, resolve_solver
+from raycache._train.driver.placement import cluster, resolve_placement, resolve_workers
+from raycache._train.driver.runs import read_record, runs_dir
 from raycache._train.objectives import OBJECTIVES
-from raycache._train.placement import cluster, resolve_placement, resolve_workers
-from raycache._train.runs import read_record, runs_dir
 from raycache._train.runspec import Member, Recipe, RunSpec, digest, keeps, sweep_record
 from raycache._train.sweep.grid import apply, members
 
-__all__ = ["check", "cluster", "config_problems", "guard_run_folder",
+__all__ = ["check", "cluster", "config_problems", "guard_run_folder", "overlap_problems",
            "load_config", "prepare", "problems", "resolve_views"]
 
 
@@ -62,6 +62,16 @@ def problems(cfg: TrainConfig) -> list[str]:
 def config_problems(cfg: TrainConfig) -> list[str]:
     """Every problem of `cfg`: its local checks and those against the registries."""
     return walk_problems(cfg) + problems(cfg)
+
+
+def overlap_problems(cfg: TrainConfig) -> list[str]:
+    """What keeps a train config from overlapping with its fill (checked before any work)."""
+    out = []
+    family = OBJECTIVES[cfg.objective]
+    if family.data_sources is not None or family.labels == "none":
+        out.append(f"overlap: true needs an objective that trains on the cache's own rows and "
+                   f"labels; objective {cfg.objective!r} reads other data. Set overlap: false")
+    return out
 
 
 def load_config(data: TrainConfig | dict[str, Any] | str | Path) -> TrainConfig:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from raycache._cache.committed import Cache
@@ -23,12 +24,12 @@ from raycache._heads.specs import HEAD_CONFIG
 from raycache._train import checkpoint as ckpt
 from raycache._train.config import TrainConfig
 from raycache._train.console import quiet_ray_train
+from raycache._train.driver.plan import check, cluster, prepare
+from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.resources import check_local
+from raycache._train.driver.result import TrainResult
+from raycache._train.driver.runs import read_record, runs_dir, write_record
 from raycache._train.metrics_log import read_sweep
-from raycache._train.plan import check, cluster, prepare
-from raycache._train.plan import load_config as load_train
-from raycache._train.resources import check_local
-from raycache._train.result import TrainResult
-from raycache._train.runs import read_record, runs_dir, write_record
 from raycache._train.runspec import RunSpec
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
         ScalingConfig,
     )
 
-    from raycache._train.failures import Trainer
+    from raycache._train.driver.failures import Trainer
 
     quiet_ray_train()  # the driver's Ray Train logs
     resources = {"CPU": cpus_per_worker, **({"GPU": 1} if spec.use_gpu else {})}
@@ -78,7 +79,7 @@ def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: flo
 def _train_loop(config: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from raycache._train.loop import train_loop
+    from raycache._train.worker.loop import train_loop
 
     if config["spec"].num_workers:  # on a Ray Train worker
         _quiet_reports()
@@ -101,13 +102,15 @@ def _quiet_reports() -> None:
 
 
 def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
-          landing: OverlapFill | None = None) -> TrainResult:
+          filling: OverlapFill | None = None, landing: OverlapFill | None = None
+          ) -> TrainResult:
     """Train a head on a committed cache; the same config again resumes its run (or returns it).
 
     Args:
         config: A TrainConfig, a dict of its fields, or a YAML file's path.
         progress: Print a line per epoch (None: as `config.progress` says).
-        landing: A fill under way, whose shards epoch 1 reads as they land (pipeline's overlap).
+        filling: A fill under way, whose shards epoch 1 reads as they land (pipeline's overlap).
+        landing: The old name of `filling` (a DeprecationWarning).
 
     Returns:
         The run's history, checkpoint, best epoch and sweep.
@@ -117,7 +120,7 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         CacheNotFound: No committed cache of that name (or fingerprint) is in the store.
         CorruptShard: A shard does not match its manifest (`raycache repair` it).
         StoreError: The store cannot be reached or written (StoreUnavailable: run it again).
-        FillFailed: The fill under way (`landing`) stopped with an error.
+        FillFailed: The fill under way (`filling`) stopped with an error.
         RaycacheError: Training failed otherwise (DivergedError: a loss became NaN or inf).
 
     Example:
@@ -125,20 +128,26 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         run = raycache.train({"cache": "docs", "head": "mlp", "loop": {"epochs": 20}})
         ```
     """
+    if landing is not None:
+        if filling is not None:
+            raise TypeError("raycache.train: pass filling= alone (landing= is its old name)")
+        warnings.warn("raycache.train(landing=...) is deprecated: pass filling=...",
+                      DeprecationWarning, stacklevel=2)
+        filling = landing
     cfg = load_train(config)
     if progress is not None:
         cfg.progress = progress
     start = time.perf_counter()
     store = Store.from_config(cfg.store)
     store.check_reachable()
-    if landing is None:
+    if filling is None:
         checked = check(cfg, store)  # bad input fails here, before Ray starts
     else:
-        checked = check(cfg, store, landing.cache(), landing.column)
+        checked = check(cfg, store, filling.cache(), filling.column)
 
-    cache, spec = prepare(cfg, checked, None if landing is None else
-                          len(landing.column(checked[0].manifest.key_column)),
-                          first_pass=landing is not None)
+    cache, spec = prepare(cfg, checked, None if filling is None else
+                          len(filling.column(checked[0].manifest.key_column)),
+                          first_pass=filling is not None)
     if spec.num_workers:  # local mode runs in this process: no Ray cluster to start or join
         from raycache._compute.cluster import check_store_for_cluster
 
@@ -147,8 +156,8 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         _check_cluster(cfg, spec.num_workers)
     else:
         check_local(cfg.resources)
-    if landing is not None:
-        spec = landing.runspec(spec)
+    if filling is not None:
+        spec = filling.runspec(spec)
     store = spec.store
     record = read_record(store, spec.run_dir)
     if record and record["status"] == "finished" and ckpt.latest(store, spec.run_dir):
@@ -172,8 +181,8 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         if error is exc:
             raise
         raise error from exc
-    if landing is not None:
-        cache = landing.result().cache  # committed: the first epoch's validation waited for it
+    if filling is not None:
+        cache = filling.result().cache  # committed: the first epoch's validation waited for it
     out = _result(cache, spec, start, value, first_epoch=first_epoch)
     best = dict(out.monitored)
     if out.sweep:
@@ -198,7 +207,7 @@ def _check_cluster(cfg: TrainConfig, workers: int) -> None:
     """The workers against the cluster's nodes (asked of an autoscaling one), before Ray Train
     starts: a ConfigError rather than a wait without end."""
     from raycache._compute.pool import nodes
-    from raycache._train import resources
+    from raycache._train.driver import resources
 
     found = resources.problems(cfg.resources, workers, nodes())
     if found:
