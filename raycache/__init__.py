@@ -68,7 +68,7 @@ from raycache._probe.config import KnnConfig, LogregConfig, ProbeConfig
 from raycache._probe.result import ProbeResult
 from raycache._probe.run import probe
 from raycache._serve.config import ServeConfig
-from raycache._serve.run import serve
+from raycache._serve.run import serve, serve_app
 from raycache._serve.st_export import export_head
 from raycache._source.config import SourceConfig
 from raycache._train.config import (
@@ -168,6 +168,7 @@ __all__ = [
     "repair",
     "retrieval_metrics",
     "serve",
+    "serve_app",
     "stdlib_docs",
     "train",
     "verify",
