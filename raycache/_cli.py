@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("cache", help=CACHE_HELP)
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
     p.add_argument("--below", type=float, default=None,
-                   help="compact shared shards that keep less than this share of their rows "
+                   help="compact shared shards that keep less than this fraction of their rows "
                         "(default: the fill's compact_below, 0.9)")
     p.add_argument("--no-progress", action="store_true", help="print no progress bar")
     text = "bytes, rows and shards of every cache folder in a store"

@@ -163,15 +163,15 @@ class ProbeConfig:
     runs it for caches with a text encoder whose source is still readable, of at most 200,000
     rows, where scikit-learn is installed; true runs it or fails saying why; false never."""
     val_fraction: float = 0.2
-    """Share of rows held out by a hash of the key: the same split training uses for it."""
+    """Fraction of rows held out by a hash of the key: the same split training uses for it."""
     select: str = "val_acc"
     """What picks each method's setting and the best row: val_acc, macro_f1, balanced_acc."""
     device: str = "auto"
     """Where logreg and knn compute in this process: cpu, cuda, or auto (cuda where there is
     one); Ray workers compute on their CPUs."""
     num_workers: int | str = "auto"
-    """Ray workers that each hold a share of the rows (logreg summed over them, knn searched
-    per share and merged, linear and mlp as DDP workers); 0 runs in this process; auto: 0 where
+    """Ray workers that each hold a part of the rows (logreg summed over them, knn searched
+    per part and merged, linear and mlp as DDP workers); 0 runs in this process; auto: 0 where
     the features take under a quarter of this machine's available memory, else enough workers
     for them (raycache._probe.placement)."""
     cpus_per_worker: float = 0.5
