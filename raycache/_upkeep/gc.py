@@ -27,7 +27,14 @@ __all__ = ["GcResult", "Removal", "Stray", "gc"]
 @dataclass(frozen=True)
 class Stray:
     """A file in a kept committed cache's folder that its manifest does not name
-    (raycache._upkeep.strays), older than the grace period."""
+    (raycache._upkeep.strays), older than the grace period.
+
+    Example:
+        ```python
+        for stray in raycache.gc(grace="1h").strays:  # a dry run
+            print(stray.usage.id, stray.path, stray.bytes)
+        ```
+    """
 
     usage: Usage
     """The cache folder it is in."""
@@ -39,6 +46,14 @@ class Stray:
     """Seconds since it was last written."""
 
     def line(self, verb: str) -> str:
+        """The file as `raycache gc` prints it.
+
+        Args:
+            verb: What happens to it: "removed" or "would remove".
+
+        Returns:
+            One line: the file, its size and age.
+        """
         return (f"{verb} {self.usage.id}/{self.path}  {human_bytes(self.bytes)}: stray (not in the "
                 f"manifest), written {human_duration(self.age)} ago")
 
