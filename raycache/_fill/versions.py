@@ -1,7 +1,7 @@
-"""Versions that share storage: a new version of a cache refers to the rows of the newest
-earlier version that are still valid, in that version's shard files, and leaves only the rest
-to the fill: the rows that changed or are new to encode, and the kept rows of shards too sparse
-to share to copy (compaction).
+"""Versions that share storage, planned: a new version of a cache refers to the rows of the
+newest earlier version that are still valid, in that version's shard files, and leaves only
+the rest to the fill: the rows that changed or are new to encode, and the kept rows of shards
+too sparse to share to copy (compaction). The `Version` planned is raycache._fill.shared's.
 
 A row is still valid when its key, labels and every encoder input (by its sha256) are equal,
 under the same encoders, views and shard size (anything else is a new row, its embedding

@@ -60,7 +60,7 @@ def serve_app(args: dict[str, Any]) -> Any:
 
 
 build = serve_app
-"""The builder's path before 0.3 (`raycache._serve.run:build`), kept for deployed configs."""
+"""The builder's earlier path (`raycache._serve.run:build`), kept for deployed configs."""
 
 
 def serve(config: ServeConfig | dict[str, Any] | str | Path, blocking: bool = False) -> str:
