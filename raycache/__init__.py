@@ -127,6 +127,7 @@ __all__ = [
     "GroupsConfig",
     "Head",
     "HeadSpec",
+    "Inputs",
     "KnnConfig",
     "LogregConfig",
     "LoopConfig",
@@ -188,7 +189,8 @@ __all__ = [
 ]
 
 
-_LAZY = {"Head": "raycache._heads.loaded", "load_head": "raycache._heads.loaded",
+_LAZY = {"Head": "raycache._heads.loaded", "Inputs": "raycache._heads.joint",
+         "load_head": "raycache._heads.loaded",
          "retrieval_metrics": "raycache._train.objectives.retrieval",
          "stdlib_docs": "raycache._source.demo_data"}
 """Names whose modules import torch: loaded on first use."""
@@ -203,6 +205,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from raycache._heads.joint import Inputs
     from raycache._heads.loaded import Head, load_head
     from raycache._source.demo_data import stdlib_docs
     from raycache._train.objectives.retrieval import retrieval_metrics

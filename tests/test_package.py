@@ -18,7 +18,6 @@ def test_import_is_light_and_exports_the_sdk():
 
 
 LEFT_INTERNAL = {"Store": "Cache.store and every store= parameter (a Store or a URI)",
-                 "Inputs": "Head's trainable-encoder batches (torch)",
                  "Recipe": "RunSpec, the driver-to-worker contract",
                  "Member": "RunSpec, the driver-to-worker contract",
                  "Candidate": "Outcome.candidate, the probe's best-head weights"}
