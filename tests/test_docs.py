@@ -176,3 +176,15 @@ def test_readme_is_short_and_links_into_the_docs():
     assert len(text.splitlines()) <= 150
     for link in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (ROOT / link).is_file(), f"README links to a missing page: {link}"
+
+
+def test_user_facing_pages_name_no_internal_path():
+    """What users read and copy (the manual, the READMEs, deploy/ and the job configs, the
+    notebooks) names public entries only: `raycache demo-data`, `raycache:serve_app`, never a
+    module under a `_` name."""
+    pages = [*PAGES, ROOT / "jobs" / "README.md", ROOT / "deploy" / "README.md",
+             *(ROOT / "deploy").glob("*.yaml"), *(ROOT / "jobs" / "configs").glob("*.yaml"),
+             *(ROOT / "examples").glob("*.ipynb")]
+    found = [f"{page.relative_to(ROOT)}: {m.group(0)}" for page in pages if page.is_file()
+             for m in re.finditer(r"raycache\._(?!_)\w+(\.\w+)*", page.read_text())]
+    assert not found, found
