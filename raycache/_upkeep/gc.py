@@ -169,10 +169,10 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
           result)
     going = {r.usage.id for r in result.removed}
     refs = references(m for k, m in manifests.items() if k not in going)
-    for u in found:
-        if u.committed and u.id not in going and not leased(u, now):  # a repair's new shards
-            _find_strays(store, u, now, grace_s, result,  # are no strays
-                         damaged and not u.live_runs, set(refs.get(u.id, ())))
+    for u in found:  # the strays of the committed folders kept (a repair's new shards: none)
+        if u.committed and u.id not in going and not leased(u, now):
+            _find_strays(store, u, now, grace_s, result, damaged and not u.live_runs,
+                         set(refs.get(u.id, ())))
     result.removed = hold(store, result.removed, refs, unknown(store, found, going, now),
                           keep_runs)
     if delete:
