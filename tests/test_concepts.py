@@ -1,7 +1,8 @@
-"""docs/concepts.md defines raycache's words once; public docstrings use each in that meaning
-only. A word's other meanings are listed here as phrases (regular expressions) that must not
-appear in any public docstring, with the word docs/concepts.md says to use instead. Read with
-`inspect` and `ast`, no Ray: the public callables and dataclass fields test_docstrings reads."""
+"""docs/concepts.md defines raycache's words once; public docstrings and the manual use each
+in that meaning only. A word's other meanings are listed here as phrases (regular expressions)
+that must not appear in a public docstring or a page of docs/ or the README, with the word
+docs/concepts.md says to use instead. Read with `inspect` and `ast`, no Ray: the public
+callables and dataclass fields test_docstrings reads."""
 
 from __future__ import annotations
 
@@ -77,6 +78,12 @@ def test_public_docstrings_use_each_defined_word_in_its_one_meaning():
     texts = docstrings()
     assert len(texts) > 300  # the fields and methods were read, not just the names
     assert not (found := misuses(texts)), "\n".join(found)
+
+
+def test_the_manual_uses_each_defined_word_in_its_one_meaning():
+    pages = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
+    found = misuses([(str(p.relative_to(ROOT)), p.read_text()) for p in pages])
+    assert not found, "\n".join(found)
 
 
 def test_the_check_catches_a_word_used_in_another_meaning():
