@@ -136,8 +136,9 @@ def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
 
 
 def _shares(p: Plan, replace: bool) -> Shares:
-    """What the fill's version shares with an older one: nothing for a repair, nor with
-    `share: false`, nor where no older version fits."""
+    """What the fill's version shares with an older one, planned: nothing for a fill over a
+    manifest (`replace`; a repair passes its version), nor with `share: false`, nor where no
+    older version fits."""
     from raycache._fill.versions import plan_version
 
     return (plan_version(p) if p.cfg.share and not replace else None) or Whole()

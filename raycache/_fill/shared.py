@@ -65,7 +65,7 @@ class Shares(Protocol):
 @dataclass(frozen=True)
 class Whole:
     """A version that shares nothing: every row is the fill's own (a first fill, `share:
-    false`, a repair)."""
+    false`, no older version that fits, a fill over a manifest given no version)."""
 
     carried: tuple[()] = ()
     totals: None = None
