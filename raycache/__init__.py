@@ -33,10 +33,13 @@ from raycache import _moved
 from raycache._cache.committed import Cache
 from raycache._cache.config import StoreConfig
 from raycache._cache.finding import ls, open_cache
-from raycache._cache.manifest import Manifest
+from raycache._cache.manifest import EncoderEntry, Manifest
+from raycache._cache.order import Place
+from raycache._cache.records import RowRange, ShardEntry, SkippedRow
 from raycache._compute.pool_config import PoolConfig
 from raycache._core.notebook import quiet_widget_notices
 from raycache._core.version import package_version
+from raycache._encoders.batching import Batching
 from raycache._encoders.config import EncoderConfig
 from raycache._errors import (
     BadInput,
@@ -63,12 +66,11 @@ from raycache._predict.config import PredictConfig
 from raycache._predict.evaluate import evaluate
 from raycache._predict.evaluation import Evaluation
 from raycache._predict.run import PredictResult, predict_file
-from raycache._probe.config import HeadsConfig as ProbeHeadsConfig
-from raycache._probe.config import KnnConfig, LogregConfig, ProbeConfig
-from raycache._probe.result import ProbeResult
+from raycache._probe.config import KnnConfig, LogregConfig, ProbeConfig, ProbeHeadsConfig
+from raycache._probe.result import Outcome, ProbeResult
 from raycache._probe.run import probe
 from raycache._serve.config import ServeConfig
-from raycache._serve.run import serve
+from raycache._serve.run import serve, serve_app
 from raycache._serve.st_export import export_head
 from raycache._source.config import SourceConfig
 from raycache._train.config import (
@@ -88,9 +90,10 @@ from raycache._train.driver.runs import RunInfo, list_runs
 from raycache._train.runspec import RunSpec
 from raycache._upkeep.compact import compact
 from raycache._upkeep.du import Usage, du
-from raycache._upkeep.gc import GcResult, gc
+from raycache._upkeep.gc import GcResult, Stray, gc
 from raycache._upkeep.repair import repair
-from raycache._upkeep.verify import Report, verify
+from raycache._upkeep.sweep import Removal
+from raycache._upkeep.verify import Duplicates, Report, verify
 
 __version__ = package_version()
 """The installed raycache's version (its package metadata); `raycache --version` prints it."""
@@ -100,6 +103,7 @@ _moved.install()  # old internal import paths: aliased, or refused with the new 
 
 __all__ = [
     "BadInput",
+    "Batching",
     "Cache",
     "CacheNotFound",
     "CheckpointConfig",
@@ -108,7 +112,9 @@ __all__ = [
     "CorruptShard",
     "DamagedCacheWarning",
     "DivergedError",
+    "Duplicates",
     "EncoderConfig",
+    "EncoderEntry",
     "EncoderError",
     "EvalConfig",
     "Evaluation",
@@ -121,14 +127,17 @@ __all__ = [
     "GroupsConfig",
     "Head",
     "HeadSpec",
+    "Inputs",
     "KnnConfig",
     "LogregConfig",
     "LoopConfig",
     "LossConfig",
     "Manifest",
     "OptimConfig",
+    "Outcome",
     "PairsConfig",
     "PipelineResult",
+    "Place",
     "PoolConfig",
     "PredictConfig",
     "PredictResult",
@@ -136,17 +145,22 @@ __all__ = [
     "ProbeHeadsConfig",
     "ProbeResult",
     "RaycacheError",
+    "Removal",
     "Report",
     "ResourcesConfig",
+    "RowRange",
     "RunInfo",
     "RunSpec",
     "ScheduleConfig",
     "ServeConfig",
+    "ShardEntry",
+    "SkippedRow",
     "SourceConfig",
     "SourceError",
     "StoreConfig",
     "StoreError",
     "StoreUnavailable",
+    "Stray",
     "TrainConfig",
     "TrainResult",
     "Usage",
@@ -168,13 +182,15 @@ __all__ = [
     "repair",
     "retrieval_metrics",
     "serve",
+    "serve_app",
     "stdlib_docs",
     "train",
     "verify",
 ]
 
 
-_LAZY = {"Head": "raycache._heads.loaded", "load_head": "raycache._heads.loaded",
+_LAZY = {"Head": "raycache._heads.loaded", "Inputs": "raycache._heads.joint",
+         "load_head": "raycache._heads.loaded",
          "retrieval_metrics": "raycache._train.objectives.retrieval",
          "stdlib_docs": "raycache._source.demo_data"}
 """Names whose modules import torch: loaded on first use."""
@@ -189,6 +205,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from raycache._heads.joint import Inputs
     from raycache._heads.loaded import Head, load_head
     from raycache._source.demo_data import stdlib_docs
     from raycache._train.objectives.retrieval import retrieval_metrics

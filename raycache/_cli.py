@@ -8,6 +8,7 @@ import sys
 import warnings
 
 from raycache._cache.config import default_store
+from raycache._cli_demo import DEMO_COMMANDS, add_demo
 from raycache._cli_evaluate import add_evaluate, run_evaluate
 from raycache._cli_interrupted import interrupted
 from raycache._cli_serve import SERVING_COMMANDS, add_serving
@@ -101,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("cache", help=CACHE_HELP)
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
     p.add_argument("--below", type=float, default=None,
-                   help="compact shared shards that keep less than this share of their rows "
+                   help="compact shared shards that keep less than this fraction of their rows "
                         "(default: the fill's compact_below, 0.9)")
     p.add_argument("--no-progress", action="store_true", help="print no progress bar")
     text = "bytes, rows and shards of every cache folder in a store"
@@ -126,15 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="caches whose manifest or shard list cannot be read go too (else kept)")
     add_json(p)
     add_export(sub, STORE_HELP, CACHE_HELP, default_store())
-    text = "fill and train on a real dataset and encoder, locally"
-    p = sub.add_parser("demo", help=text, description=text)
-    p.add_argument("--store", default=".raycache/store",
-                   help="store URI for the demo's cache (default .raycache/store)")
-    p.add_argument("--epochs", type=int, default=30, help="epochs to train (default 30)")
-    p.add_argument("--workers", type=_workers, default="auto",
-                   help="DDP workers; 0 trains in-process; auto picks by cache size")
-    p.add_argument("--no-progress", action="store_true",
-                   help="print no progress bars or per-epoch lines")
+    add_demo(sub)
     add_evaluate(sub)
     add_serving(sub)
     return parser
@@ -319,10 +312,6 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workers(text: str) -> int | str:
-    return text if text == "auto" else int(text)
-
-
 def _runs(args: argparse.Namespace) -> int:
     from raycache._cache.finding import open_cache
     from raycache._train.driver.runs import list_runs
@@ -392,17 +381,9 @@ def _gc(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from raycache._demo import run
-
-    run(store=args.store, epochs=args.epochs, workers=args.workers,
-        progress=not args.no_progress)
-    return 0
-
-
 COMMANDS = {
     "fill": _fill, "train": _train, "pipeline": _pipeline, "probe": _probe, "predict": _predict,
     "evaluate": run_evaluate, "ls": _ls, "inspect": _inspect, "repair": _repair,
-    "compact": _compact, "runs": _runs, "verify": _verify, "du": _du, "gc": _gc, "demo": _demo,
+    "compact": _compact, "runs": _runs, "verify": _verify, "du": _du, "gc": _gc, **DEMO_COMMANDS,
     "export": lambda args: export(args, _store(args.store)), **SERVING_COMMANDS,
 }

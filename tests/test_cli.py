@@ -50,3 +50,16 @@ def test_raycache_errors_exit_3_with_the_message(tmp_path, capsys):
     assert "encoders: empty" in err
     assert main(["inspect", "ghost", "--store", str(tmp_path)]) == 3
     assert "no committed cache named 'ghost'" in capsys.readouterr().err
+
+
+def test_demo_data_writes_the_demo_dataset_where_asked(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "d" / "docs.parquet"
+    assert main(["demo-data", str(path), "--per-topic", "2"]) == 0
+    assert capsys.readouterr().out.strip() == str(path)
+    table = pq.read_table(path)
+    assert table.num_rows == 12 and {"id", "text", "label"} <= set(table.column_names)
+    with pytest.raises(SystemExit):
+        main(["demo-data", str(path), "--per-topic", "0"])
+    assert "'0': expected a whole number >= 1" in capsys.readouterr().err

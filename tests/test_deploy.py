@@ -205,15 +205,15 @@ def rayservice_problems(spec: dict[str, Any]) -> list[str]:
         for field in ("import_path", "route_prefix"):
             if not app.get(field):
                 problems.append(f"application {name!r}: {field} must be set")
-        if app.get("import_path") != "raycache._serve.run:build":
+        if app.get("import_path") != "raycache:serve_app":
             problems.append(f"application {name!r}: import_path {app.get('import_path')!r} is "
-                            "not raycache._serve.run:build")
+                            "not raycache:serve_app")
             continue
-        from raycache._errors import ConfigError
-        from raycache._serve.run import build
+        from raycache import ConfigError
+        from raycache import serve_app as build_app
 
         try:
-            build(app.get("args") or {})
+            build_app(app.get("args") or {})
         except ConfigError as error:
             problems.append(f"application {name!r}: args: {error}")
         if CREDENTIAL_NAME.search(yaml.safe_dump(app.get("runtime_env") or {})):
@@ -496,7 +496,7 @@ RAYSERVICE_CASES = [
     pytest.param(lambda d: d["spec"].update(serveConfigV2="applications: []\n"),
                  "serveConfigV2 must list applications", id="no-applications"),
     pytest.param(lambda d: set_serve_app(d, import_path="app:main"),
-                 "is not raycache._serve.run:build", id="other-import-path"),
+                 "is not raycache:serve_app", id="other-import-path"),
     pytest.param(lambda d: set_serve_app(d, args={**serve_app(d)["args"], "max_batch_size": 0}),
                  "max_batch_size=0: expected a whole number >= 1", id="bad-serve-args"),
     pytest.param(lambda d: set_serve_app(d, args={"chekpoint": "x"}),

@@ -139,8 +139,52 @@ def test_old_import_paths_alias_or_name_the_new_one():
     assert callable(raycache.train) and callable(raycache.fill)  # not clobbered by the attempt
 
 
+def test_renamed_modules_map_real_old_paths_to_modules_that_exist():
+    import importlib.util
+
+    from raycache import _moved
+
+    for old, new in _moved.RENAMED.items():
+        assert old != new, f"{old} maps to itself"
+        assert importlib.util.find_spec(f"raycache.{new}") is not None, f"{new} does not exist"
+        parent, _, leaf = old.rpartition(".")
+        assert importlib.util.find_spec(f"raycache.{parent}.{leaf}") is None, f"{old} exists"
+    with pytest.raises(ImportError, match=r"'raycache\.train\.team' moved to "
+                                          r"'raycache\._train\.worker_heads'"):
+        __import__("raycache.train.team")
+
+
+def _run_module(path: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", path], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=120)
+
+
+def test_python_m_on_an_old_path_says_where_it_moved():
+    refused = _run_module("raycache.train.team")
+    assert refused.returncode != 0
+    assert "'raycache.train.team' moved to 'raycache._train.worker_heads'" in refused.stderr
+    assert "Traceback" not in refused.stderr and "get_code" not in refused.stderr
+    aliased = _run_module("raycache.cache.columns")  # runs as the new module, with the notice
+    assert aliased.returncode == 0, aliased.stderr
+    assert "'raycache.cache.columns' is internal since raycache 0.2 and moved to " \
+           "'raycache._cache.columns'" in aliased.stderr
+
+
 def test_readme_is_short_and_links_into_the_docs():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 150
     for link in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (ROOT / link).is_file(), f"README links to a missing page: {link}"
+
+
+def test_user_facing_pages_name_no_internal_path():
+    """What users read and copy (the manual, the READMEs, deploy/ and the job configs, the
+    notebooks) names public entries only: `raycache demo-data`, `raycache:serve_app`, never a
+    module under a `_` name."""
+    pages = [*PAGES, ROOT / "jobs" / "README.md", ROOT / "deploy" / "README.md",
+             *(ROOT / "deploy").glob("*.yaml"), *(ROOT / "jobs" / "configs").glob("*.yaml"),
+             *(ROOT / "examples").glob("*.ipynb")]
+    found = [f"{page.relative_to(ROOT)}: {m.group(0)}" for page in pages if page.is_file()
+             for m in re.finditer(r"raycache\._(?!_)\w+(\.\w+)*", page.read_text())]
+    assert not found, found

@@ -18,9 +18,9 @@ from raycache._compute.pool_config import PoolConfig
 from raycache._compute.runner import FEED_MIN_ROWS, ONE_THREAD, feed_rows
 from raycache._encoders.base import in_compute_dtype
 from raycache._encoders.batching import by_length, encode_sorted
+from raycache._fill.encode import build_pipeline, job
 from raycache._fill.plan import load_config as load_fill
 from raycache._fill.plan import plan
-from raycache._fill.run import build_pipeline, job
 from raycache._source import files as sources
 from tests.conftest import toy_fill
 

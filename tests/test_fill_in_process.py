@@ -11,9 +11,9 @@ import pytest
 import raycache
 from raycache._compute.pool import size_pool
 from raycache._errors import ConfigError
+from raycache._fill.encode import run_in_process
 from raycache._fill.plan import load_config as load_fill
 from raycache._fill.plan import plan
-from raycache._fill.run import run_in_process
 from raycache._source import files as sources
 from tests.conftest import fill_in_fresh_process, separable, toy_fill
 

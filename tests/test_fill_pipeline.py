@@ -12,9 +12,9 @@ import raycache
 from raycache._compute.pool import Pool
 from raycache._encoders.batching import Batching
 from raycache._errors import ConfigError, EncoderError
+from raycache._fill.encode import build_pipeline
 from raycache._fill.plan import load_config as load_fill
 from raycache._fill.plan import plan
-from raycache._fill.run import build_pipeline
 from raycache._source import files as sources
 from tests.conftest import toy_fill
 

@@ -223,8 +223,8 @@ def test_a_fill_whose_shards_another_fill_deduplicated_and_committed_returns_tha
     cfg = toy_fill(duplicated(tmp_path), str(tmp_path / "store"), rows_per_shard=150,
                    in_process=True, reuse=False)
     cfg["source"]["duplicates"] = "last"
-    run = sys.modules["raycache._fill.run"]
-    original = run.scan_keys
+    shared = sys.modules["raycache._fill.shared"]  # where the key scan step calls it
+    original = shared.scan_keys
     first = []
 
     def other_fill_commits_first(*args, **kwargs):
@@ -233,7 +233,7 @@ def test_a_fill_whose_shards_another_fill_deduplicated_and_committed_returns_tha
             first[0] = raycache.fill(cfg)  # resumes this fill's shards, rewrites, commits
         return original(*args, **kwargs)
 
-    with mock.patch.object(run, "scan_keys", other_fill_commits_first):
+    with mock.patch.object(shared, "scan_keys", other_fill_commits_first):
         second = raycache.fill(cfg)
     assert second.hit and not first[0].hit
     assert second.cache.manifest.shards == first[0].cache.manifest.shards

@@ -16,9 +16,9 @@ import raycache
 from raycache._compute.pool import nodes, size_pool
 from raycache._encoders import ENCODERS
 from raycache._encoders.config import EncoderConfig
+from raycache._fill.encode import build_pipeline
 from raycache._fill.plan import load_config as load_fill
 from raycache._fill.plan import plan
-from raycache._fill.run import build_pipeline
 from raycache._source import files as sources
 from tests.conftest import separable, toy_fill
 

@@ -78,7 +78,7 @@ def test_gc_keeps_the_files_of_a_fill_that_starts_after_it_looked(src, tmp_path,
     edit(src / "b.parquet", 3)
     v2 = raycache.fill(cfg).cache
     edit(src / "b.parquet", 60)
-    unknown, late = gc_module._unknown, {}
+    unknown, late = gc_module.unknown, {}  # (raycache._upkeep.policies)
 
     def fill_starts(*args, **kwargs):  # gc has looked: no lease, no third version
         out = unknown(*args, **kwargs)
@@ -87,7 +87,7 @@ def test_gc_keeps_the_files_of_a_fill_that_starts_after_it_looked(src, tmp_path,
         else:  # a whole fill that shares v2's files, committed before gc sweeps
             late["v3"] = raycache.fill(cfg).cache
         return out
-    monkeypatch.setattr(gc_module, "_unknown", fill_starts)
+    monkeypatch.setattr(gc_module, "unknown", fill_starts)
     result = raycache.gc(str(store), keep_last=0, include_newest=True, delete=True)
     monkeypatch.undo()
     shared = [s for s in v2.manifest.shards if s.home] + list(v2.manifest.shards)

@@ -205,8 +205,8 @@ def test_the_fingerprint_follows_weights_preprocessor_and_pooling(vit, tmp_path)
 def test_image_fills_cut_blocks_to_a_gigabyte_of_pixels(vit, tmp_path):
     import shutil
 
+    from raycache._fill.encode import block_rows
     from raycache._fill.plan import load_config
-    from raycache._fill.run import block_rows
 
     big = tmp_path / "vit224"
     shutil.copytree(vit, big)

@@ -9,8 +9,8 @@ import pytest
 
 from raycache._compute import where
 from raycache._compute.where import AUTO_IN_PROCESS_ROWS, LOCAL_CORES, Cluster
+from raycache._fill.encode import in_process
 from raycache._fill.plan import load_config as load_fill
-from raycache._fill.run import in_process
 from raycache._predict.config import AUTO_IN_PROCESS_BYTES, PredictConfig
 from raycache._predict.run import in_process as predict_in_process
 from raycache._train.driver.placement import AUTO_LOCAL_BYTES, resolve_workers

@@ -35,7 +35,14 @@ READABLE = (1, 2, 3, 4, 5)
 
 @dataclass(frozen=True)
 class EncoderEntry:
-    """One encoder of a cache, as its manifest records it."""
+    """One encoder of a cache, as its manifest records it.
+
+    Example:
+        ```python
+        entry = raycache.open_cache("docs").manifest.encoder("minilm")
+        print(entry.kind, entry.dim, entry.weights_digest[:12])
+        ```
+    """
 
     name: str
     """The encoder's name, which is also its embedding column's."""

@@ -21,7 +21,14 @@ T = TypeVar("T")
 @dataclass(frozen=True, order=True)
 class Place:
     """Where a version stands among its name's versions; compared as (sequence, first commit,
-    fingerprint)."""
+    fingerprint).
+
+    Example:
+        ```python
+        place = raycache.open_cache("docs").manifest.place
+        print(place.sequence, place.first_committed)
+        ```
+    """
 
     sequence: int
     """1 + the highest sequence among the name's versions when it was first committed; 0 for a

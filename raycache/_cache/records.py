@@ -13,7 +13,14 @@ __all__ = ["RowRange", "ShardEntry", "ShardRecord", "SkippedRow", "spans_by_bloc
 @dataclass(frozen=True, order=True)
 class RowRange:
     """Consecutive source rows [start, stop) of one file version (its block id); in a progress
-    record also the file's URI and row count. JSON: [block, start, stop(, source, source_rows)]."""
+    record also the file's URI and row count. JSON: [block, start, stop(, source, source_rows)].
+
+    Example:
+        ```python
+        first = raycache.open_cache("docs").manifest.shards[0].ranges[0]
+        print(first.block, first.start, first.stop)
+        ```
+    """
 
     block: str
     """The id of the source file's version the rows are in."""
@@ -28,30 +35,55 @@ class RowRange:
 
     @property
     def rows(self) -> int:
+        """Rows in the range."""
         return self.stop - self.start
 
     def bare(self) -> RowRange:
-        """Block, start and stop only: what names a shard and what the manifest keeps."""
+        """Block, start and stop only: what names a shard and what the manifest records.
+
+        Returns:
+            The range without its source and source_rows.
+        """
         if self.source is None and self.source_rows is None:
             return self
         return RowRange(self.block, self.start, self.stop)
 
     def to_json(self) -> list[Any]:
+        """Its JSON form.
+
+        Returns:
+            [block, start, stop], with source and source_rows where they are set.
+        """
         head = [self.block, self.start, self.stop]
         return head if self.source is None else [*head, self.source, self.source_rows]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> RowRange:
+        """The range a JSON form (`to_json`) describes.
+
+        Args:
+            data: [block, start, stop], optionally with source and source_rows.
+
+        Returns:
+            The range.
+        """
         return cls(*data)
 
 
 @dataclass(frozen=True)
 class ShardEntry:
     """One shard as the manifest records it: a file of this cache's folder, or (format 5) one
-    that an older version of it wrote and this version shares, with the rows it keeps."""
+    that an older version of it wrote and this version shares, with the rows it keeps.
+
+    Example:
+        ```python
+        for entry in raycache.open_cache("docs").manifest.shards:
+            print(entry.path, entry.rows, entry.home or "own folder")
+        ```
+    """
 
     path: str
-    """Relative to the folder that holds it, e.g. shards/part-<block>-<offset>.parquet."""
+    """Relative to the folder that holds it, e.g. `shards/part-<block>-<offset>.parquet`."""
     rows: int
     """Rows this version reads from it (its kept rows where it has a selection)."""
     bytes: int
@@ -79,7 +111,11 @@ class ShardEntry:
 
     def live_ranges(self) -> tuple[RowRange, ...]:
         """The source rows this version reads from the file: `ranges`, less the rows its
-        selection leaves out."""
+        selection leaves out.
+
+        Returns:
+            The kept rows' ranges (block, start and stop), in file order.
+        """
         if not self.keep:
             return self.ranges
         blocks, which, starts, stops = self.live_runs
@@ -118,6 +154,11 @@ class ShardEntry:
         return bool(self.home)
 
     def to_json(self) -> dict[str, Any]:
+        """Its JSON form, as the shard list stores it.
+
+        Returns:
+            The fields by name, `home`, `keep` and `stored` only where they are set.
+        """
         out = {"path": self.path, "rows": self.rows, "bytes": self.bytes,
                "sha256": self.sha256, "source": self.source,
                "ranges": [r.to_json() for r in self.ranges]}
@@ -126,6 +167,14 @@ class ShardEntry:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ShardEntry:
+        """The entry a JSON form (`to_json`) describes.
+
+        Args:
+            data: The fields by name.
+
+        Returns:
+            The entry.
+        """
         data = dict(data)
         ranges = tuple(RowRange.from_json(r) for r in data.pop("ranges", ()))
         return cls(**data, ranges=ranges)
@@ -136,7 +185,7 @@ _OPTIONAL = ("dims", "reused", "encoded", "encode_started", "written")
 
 @dataclass(frozen=True)
 class ShardRecord:
-    """A written shard's progress record (_progress/<name>.json): what resume, the commit and a
+    """A written shard's progress record (`_progress/<name>.json`): what resume, the commit and a
     first pass over landing shards read. Optional fields absent from the JSON are None."""
 
     path: str
@@ -189,7 +238,14 @@ class ShardRecord:
 class SkippedRow:
     """A source row a fill left out (on_bad_rows: skip): where it is, its key, and why. A
     manifest lists them (`Manifest.skipped`); the next fill of the cache retries them. JSON:
-    [block, row, key, source, reason]."""
+    [block, row, key, source, reason].
+
+    Example:
+        ```python
+        for row in raycache.open_cache("docs").manifest.skipped:
+            print(row.source, row.row, row.key, row.reason)
+        ```
+    """
 
     block: str
     """The id of the source file's version it is in."""
@@ -203,10 +259,23 @@ class SkippedRow:
     """Why it could not be cached (the encoder and its error)."""
 
     def to_json(self) -> list[Any]:
+        """Its JSON form.
+
+        Returns:
+            [block, row, key, source, reason].
+        """
         return [self.block, self.row, self.key, self.source, self.reason]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> SkippedRow:
+        """The row a JSON form (`to_json`) describes.
+
+        Args:
+            data: [block, row, key, source, reason].
+
+        Returns:
+            The skipped row.
+        """
         return cls(*data)
 
 

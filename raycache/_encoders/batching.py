@@ -63,7 +63,7 @@ def to_host(parts: list[torch.Tensor]) -> np.ndarray:
 
 
 def pad_ids(ids: pa.ListArray, idx: np.ndarray, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows `idx` of a list<int> column as a right-padded (n, longest) int64 matrix, and the
+    """Rows `idx` of a `list<int>` column as a right-padded (n, longest) int64 matrix, and the
     length of each row."""
     offsets = ids.offsets.to_numpy()
     values = ids.values.to_numpy(zero_copy_only=False)
@@ -79,7 +79,13 @@ def pad_ids(ids: pa.ListArray, idx: np.ndarray, pad_id: int) -> tuple[np.ndarray
 
 @dataclass(frozen=True)
 class Batching:
-    """How an encoder cuts the rows of one call into forward passes."""
+    """How an encoder cuts the rows of one call into forward passes.
+
+    Example:
+        ```python
+        head = raycache.load_head(run.checkpoint).to("cuda", raycache.Batching(max_rows=256))
+        ```
+    """
 
     max_rows: int = 64
     """Rows per forward pass at most."""

@@ -114,12 +114,12 @@ class FillConfig:
     changed and new source files only and writes shards for the rows that changed
     (raycache._fill.versions). Not part of the fingerprint: the rows are the same either way."""
     compact_below: float = 0.9
-    """Compaction: a shared shard whose version keeps less than this share of its rows is
+    """Compaction: a shared shard whose version keeps less than this fraction of its rows is
     written again (its kept rows, embeddings reused, nothing encoded), so that reads, which
     read a shard whole, stay within 1 / compact_below of the bytes they use; so are a
     version's small shards once they outnumber MAX_SMALL_SHARDS. 0: never."""
     compact_budget: float = 0.08
-    """A fill compacts at most this share of the version's rows, the sparsest shards first
+    """A fill compacts at most this fraction of the version's rows, the sparsest shards first
     (shards that keep under half their rows always go), spreading the rewrites over versions;
     `raycache compact` has no budget."""
     on_bad_rows: str = "error"
@@ -163,10 +163,10 @@ class FillConfig:
         """
         out = positive(self, "rows_per_shard")  # the nested configs' own: the loader walks
         if not 0 <= self.compact_below <= 1:
-            out.append(f"compact_below={self.compact_below}: expected a share of a shard's "
+            out.append(f"compact_below={self.compact_below}: expected a fraction of a shard's "
                        "rows between 0 (never compact) and 1, e.g. 0.9")
         if not 0 <= self.compact_budget <= 1:
-            out.append(f"compact_budget={self.compact_budget}: expected a share of the "
+            out.append(f"compact_budget={self.compact_budget}: expected a fraction of the "
                        "version's rows between 0 and 1, e.g. 0.08")
         if self.on_bad_rows not in ("error", "skip"):
             out.append(f"on_bad_rows={self.on_bad_rows!r}: expected 'error' (fail the fill) or "

@@ -1,24 +1,21 @@
-"""FILL: read the source, prepare and encode it in Ray Data stages (or, for a small CPU fill,
-the same stages in this process), write shards, commit."""
+"""FILL: plan, encode, commit. The plan (raycache._fill.plan) checks the config and names the
+cache; a hit ends there. Otherwise the fill's steps run in order: what the version shares with
+an older one and what an interrupted run left (raycache._fill.shared), the rows still to read;
+encode them, on Ray Data or in this process (raycache._fill.encode); check that every row is in
+one shard, scan keys and labels, and commit the manifest (raycache._fill.commit)."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import time
 import warnings
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from raycache._cache.committed import Cache
 from raycache._cache.lease import Lease
 from raycache._cache.manifests import read_manifest
-from raycache._cache.records import ShardRecord, SkippedRow
-from raycache._compute import runner, where
-from raycache._compute.pool import Pool
-from raycache._compute.runner import Job, Stage
-from raycache._core.config import AUTO
+from raycache._cache.records import ShardRecord
+from raycache._compute import where
 from raycache._core.transient import is_transient
 from raycache._errors import (
     CorruptCache,
@@ -28,27 +25,18 @@ from raycache._errors import (
     StoreError,
     StoreUnavailable,
 )
-from raycache._fill.commit import check_complete, commit, done_ranges, resumable, scan_keys
+from raycache._fill.commit import check_complete, commit, resumable
 from raycache._fill.config import FillConfig
+from raycache._fill.encode import Encoded, encode
 from raycache._fill.plan import Plan, load_config, plan
 from raycache._fill.result import FillResult
+from raycache._fill.shared import Resumed, Shares, Whole
 from raycache._source import files as sources
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    from raycache._fill.shared import Version
 
-    from raycache._fill.reuse import Either, Reuse
-    from raycache._fill.versions import Version
-
-MIN_BLOCKS = 8
-"""block_rows: auto leaves at least this many blocks to a fill, so every actor gets work."""
-BLOCK_ROWS_CPU, BLOCK_ROWS_GPU = 16_384, 65_536
-"""block_rows auto: rows per block and encoder call on CPU and GPU pools (whole shards)."""
-BLOCK_BYTES = 1 << 30
-"""block_rows auto: input bytes a block, where an encoder says a row's (images); >= a shard."""
-
-__all__ = ["FillResult", "block_rows", "build_pipeline", "complete", "fill",
-           "in_process", "job", "run_in_process"]
+__all__ = ["FillResult", "complete", "fill"]
 
 
 def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> FillResult:
@@ -132,92 +120,63 @@ def _removed(p: Plan) -> StoreError:
 
 def _complete(p: Plan, done: list[ShardRecord], replace: bool, lease: Lease,
               started: tuple[float, float] | None, version: Version | None) -> FillResult:
-    from raycache._compute.pool import local_pool
-    from raycache._fill.versions import copy_sparse, plan_version
-
+    """The fill's steps: what the version shares, what is resumed, the units left to read;
+    encode them; check, scan the keys and commit."""
     cfg = p.cfg
     start, start_wall = started or (time.perf_counter(), time.time())
     cluster = where.look_ahead(cfg.in_process is False)  # beside the version's plan
-    if version is None and cfg.share and not replace:
-        version = plan_version(p)
-    covered = done_ranges(done)
-    compacted: list[ShardRecord] = []
-    if version is not None:  # a resumed record never holds a row the version shares
-        shared = version.covered()
-        done = [r for r in done if version.keeps(r, shared)]
-        if version.sparse:  # compaction: kept rows copied into the version's folder
-            compacted = copy_sparse(p, version, done)
-        covered = version.covered(done + compacted)
-    resumed = sum(r.rows for r in done)
-    done = done + compacted
+    shares = version or _shares(p, replace)
+    resumed = shares.resume(p, done)  # a resumed record never holds a row the version shares
     units, totals = sources.plan_units(p.files, p.format, cfg.source.options, cfg.rows_per_shard,
-                                       covered, cfg.source.key, version and version.totals)
+                                       resumed.covered, cfg.source.key, shares.totals)
     if not sum(totals.values()):
         _no_rows(p)  # before any work
-    todo = sum(u.todo() or 0 for u in units)
-    local, why = in_process(cfg, todo, cluster)
-    if local:
-        where.check_store(p.store, len(found.nodes) if (found := cluster()) else 1)
-        pool = local_pool(cfg.pool)
-    else:  # the block size follows the GPUs an actor gets, and the pool's size the blocks
-        from raycache._compute.cluster import cluster_pool
+    encoded = encode(p, units, shares, cluster, start)
+    return _commit(p, shares, resumed, encoded, totals, replace, lease, start, start_wall)
 
-        pool = cluster_pool(cfg.pool, lambda g: todo and -(-todo // block_rows(cfg, todo, g)),
-                            autoscaling=cfg.autoscaling, progress=cfg.progress,
-                            verbose=cfg.verbose, store=p.store)
-    block = block_rows(cfg, todo, pool.gpus)
-    new: list[ShardRecord] = []
-    skipped: list[SkippedRow] = []  # on_bad_rows: skip
-    first = None
-    if units:
-        reuse = _reuse(p, version) if cfg.reuse else None
-        records = _records(runner.run(job(p, units, reuse, block), pool, local=local), skipped)
-        with runner.progress_bar(cfg.progress, todo, f"fill {cfg.name}") as bar:
-            for record in records:
-                first = first or time.perf_counter() - start
-                new.append(record)
-                bar.update(record.rows)
-    records = done + new
-    check_complete(p, records, totals, version.carried if version else (), skipped)
-    if not sum(r.rows for r in records) + (version.rows if version else 0):
+
+def _shares(p: Plan, replace: bool) -> Shares:
+    """What the fill's version shares with an older one, planned: nothing for a fill over a
+    manifest (`replace`; a repair passes its version), nor with `share: false`, nor where no
+    older version fits."""
+    from raycache._fill.versions import plan_version
+
+    return (plan_version(p) if p.cfg.share and not replace else None) or Whole()
+
+
+def _commit(p: Plan, shares: Shares, resumed: Resumed, encoded: Encoded, totals: dict[str, int],
+            replace: bool, lease: Lease, start: float, start_wall: float) -> FillResult:
+    """Every row in one shard, the keys and labels scanned, the source unchanged, the manifest
+    written; another fill of this cache that committed first is the result."""
+    records = resumed.records + encoded.new
+    check_complete(p, records, totals, shares.carried, encoded.skipped)
+    if not sum(r.rows for r in records) + shares.rows:
         _no_rows(p)  # never an empty cache committed
     try:
-        if version is None:
-            records, label_stats = scan_keys(p, records, cluster=not local)
-        else:  # the shared rows' keys and counts are known: only the new rows are scanned
-            records, counts = scan_keys(p, records, cluster=not local, raw=True) if records \
-                else (records, {})
-            label_stats = version.label_stats(counts)
+        records, label_stats = shares.keys(p, records, not encoded.local)
     except FileNotFoundError:  # another fill of this cache committed, its rewrites replacing
         manifest = read_manifest(p.store, p.dir)  # shards this one wrote too: its result
         if manifest is None or replace:
             raise
         return FillResult(Cache(p.store, manifest), True, time.perf_counter() - start, 0)
-    reused = sum(r.reused or 0 for r in new)
-    by = {e.name: sum((r.encoded or {}).get(e.name, r.rows) for r in new)
-          for e in cfg.encoders if not e.trainable}
-    encoded = sum(r.rows for r in new) - reused
-    began = min((r.encode_started for r in new if r.encode_started), default=None)
-    encode_s = max(r.written or 0.0 for r in new) - began if began else 0.0
-    sources.check_unchanged(p.files, cfg.source.options, "nothing was committed")
+    sources.check_unchanged(p.files, p.cfg.source.options, "nothing was committed")
     if lease.lost:  # never a manifest over a folder whose shards went
         raise _removed(p)
-    manifest, committed = commit(
-        p, records, time.perf_counter() - start, replace, label_stats,
-        version.carried if version else (),
-        {e.name: e.dim for e in version.base.encoders} if version else None, skipped)
+    manifest, committed = commit(p, records, time.perf_counter() - start, replace, label_stats,
+                                 shares.carried, shares.dims, encoded.skipped)
     if not committed:  # another fill of this cache committed first: that cache is the result
         return FillResult(Cache(p.store, manifest), True, time.perf_counter() - start, 0)
-    ran = runner.where(pool, local, why)
-    return FillResult(Cache(p.store, manifest), False, time.perf_counter() - start, encoded,
-                      resumed_rows=resumed, reused_rows=reused, first_shard_seconds=first or 0.0,
-                      encode_seconds=encode_s, pool=ran, encoded_by=by, repair=replace,
+    began = encoded.began
+    return FillResult(Cache(p.store, manifest), False, time.perf_counter() - start,
+                      encoded.encoded, resumed_rows=resumed.resumed_rows,
+                      reused_rows=encoded.reused, first_shard_seconds=encoded.first,
+                      encode_seconds=encoded.seconds, pool=encoded.pool,
+                      encoded_by=encoded.encoded_by(p.cfg), repair=replace,
                       startup_seconds=began - start_wall if began else 0.0,
-                      shared_rows=version.rows if version else 0,
-                      compacted_rows=sum(r.rows for r in compacted),
-                      base=version.base.fingerprint if version and
-                      version.base.fingerprint != p.fingerprint else "",
-                      written_bytes=sum(r.bytes for r in new + compacted))
+                      shared_rows=shares.rows,
+                      compacted_rows=sum(r.rows for r in resumed.compacted),
+                      base=shares.lender(p),
+                      written_bytes=sum(r.bytes for r in encoded.new + resumed.compacted))
 
 
 def _no_rows(p: Plan) -> None:
@@ -225,91 +184,3 @@ def _no_rows(p: Plan) -> None:
         f"source {p.cfg.source.path!r} holds no rows (in {len(p.files)} file(s)): a cache of "
         f"no rows would train nothing, so fill {p.cfg.name!r} commits none. Point "
         "source.path at files that hold rows")
-
-
-def block_rows(cfg: FillConfig, todo: int | None, gpus: float) -> int:
-    """Rows per block and encoder call for actors of `gpus` GPUs (PoolConfig.block_rows)."""
-    shard = cfg.rows_per_shard
-    if cfg.pool.block_rows != AUTO:
-        return max(1, int(cfg.pool.block_rows) // shard) * shard
-    from raycache._encoders import ENCODERS
-
-    rows = BLOCK_ROWS_GPU if gpus > 0 else BLOCK_ROWS_CPU
-    per_row = sum(ENCODERS[e.kind].input_bytes(e) for e in cfg.encoders
-                  if ENCODERS[e.kind].input_bytes is not None)
-    if per_row:
-        rows = min(rows, max(1, BLOCK_BYTES // per_row))
-    if todo is not None:
-        rows = min(rows, -(-todo // MIN_BLOCKS))
-    return max(1, rows // shard) * shard
-
-
-def in_process(cfg: FillConfig, todo: int | None, ask: Any = None) -> tuple[bool, str]:
-    """Whether the fill encodes its `todo` rows in this process, and why (_compute.where)."""
-    gpus = cfg.pool.num_gpus
-    return where.in_process(cfg.in_process, cpu=None if gpus == AUTO else gpus == 0,
-                            concurrency=cfg.pool.concurrency, rows=todo, ask=ask)
-
-
-def _reuse(p: Plan, version: Version | None = None, store: bool = False
-           ) -> Reuse | Either | None:
-    """What other caches hold for the encoders (_fill.reuse); a version's old rows first."""
-    from raycache._cache.finding import scan
-    from raycache._cache.reads import cache_label
-    from raycache._fill.reuse import Either, Reuse
-
-    if version is not None and not store:
-        return Either(version.reuse, functools.partial(_reuse, p, version, store=True))
-    caches, bad = scan(p.store)
-    for exc in bad:  # one warning each; this fill's own folder has had its own
-        if getattr(exc, "cache", None) != cache_label(p.dir):
-            warnings.warn(str(exc), DamagedCacheWarning, stacklevel=2)
-    leave = frozenset() if version is None else frozenset(
-        (p.store.path(e.home), e.path) for e in version.base.shards if e.home) | frozenset(
-        (p.store.cache_dir(version.base.name, version.base.fingerprint), e.path)
-        for e in version.base.shards if not e.home)
-    return Reuse.scan(p.store, [e for e in p.cfg.encoders if not e.trainable],
-                      p.inputs["encoders"], [c.manifest for c in caches if c.dir != p.dir],
-                      leave)
-
-
-def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None,
-        block: int | None = None) -> Job:
-    """The fill for the stage runner: read -> prepare -> encoder pool -> write shard records."""
-    from raycache._fill.shards import write_stage
-    from raycache._fill.stages import EncodeActor, FillPrepare
-
-    cfg = p.cfg
-    digests = {k: v["weights_digest"] for k, v in p.inputs["encoders"].items()}
-    return Job(units, p.format, cfg.source.options, block or cfg.rows_per_shard, cfg.encoders,
-               keep=list(dict.fromkeys([cfg.source.key, *cfg.source.labels])),
-               model=Stage(EncodeActor, dict(cfg=cfg, digests=digests), local=dict(lazy=True)),
-               inputs=FillPrepare(cfg.encoders, reuse, cfg.views, cfg.on_bad_rows == "skip"),
-               sink=Stage(write_stage, dict(store=p.store, cache_dir=p.dir,
-                                            fingerprint=p.fingerprint, rows=cfg.rows_per_shard,
-                                            key=cfg.source.key)))
-
-
-def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse | None = None,
-                   block: int | None = None) -> Iterator[ShardRecord]:
-    """The fill's stages called in this process: the same shards and records as on Ray."""
-    return _records(runner.run_local(job(p, units, reuse, block), pool))
-
-
-def build_pipeline(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse | None = None,
-                   block: int | None = None) -> Any:
-    """The fill as a lazy Ray Data dataset of shard records (nothing runs until consumed)."""
-    return runner.build(job(p, units, reuse, block), pool)
-
-
-def _records(tables: Iterator[pa.Table], skipped: list[SkippedRow] | None = None
-             ) -> Iterator[ShardRecord]:
-    """Shard records as the writers finish them; the rows they skipped go to `skipped`."""
-    for table in tables:
-        for text in table.column("record").to_pylist():
-            data = json.loads(text)
-            if "skipped" in data:
-                if skipped is not None:
-                    skipped.extend(SkippedRow.from_json(s) for s in data["skipped"])
-                continue
-            yield ShardRecord.from_json(data)

@@ -1,7 +1,7 @@
-"""Versions that share storage: a new version of a cache refers to the rows of the newest
-earlier version that are still valid, in that version's shard files, and leaves only the rest
-to the fill: the rows that changed or are new to encode, and the kept rows of shards too sparse
-to share to copy (compaction).
+"""Versions that share storage, planned: a new version of a cache refers to the rows of the
+newest earlier version that are still valid, in that version's shard files, and leaves only
+the rest to the fill: the rows that changed or are new to encode, and the kept rows of shards
+too sparse to share to copy (compaction). The `Version` planned is raycache._fill.shared's.
 
 A row is still valid when its key, labels and every encoder input (by its sha256) are equal,
 under the same encoders, views and shard size (anything else is a new row, its embedding
@@ -17,8 +17,6 @@ import dataclasses
 import warnings
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,11 +25,11 @@ from raycache._cache.columns import hash_column
 from raycache._cache.finding import scan
 from raycache._cache.manifest import Manifest
 from raycache._cache.reads import map_ordered, parse, shard_path
-from raycache._cache.records import RowRange, ShardEntry, ShardRecord, spans_by_block
+from raycache._cache.records import ShardEntry
 from raycache._cache.selection import decode
 from raycache._errors import CorruptCache, DamagedCacheWarning
 from raycache._fill.commit import missing
-from raycache._fill.keys import counts_of, named, stats_of
+from raycache._fill.keys import counts_of, named
 from raycache._fill.matching import (
     CODE,
     Old,
@@ -44,72 +42,12 @@ from raycache._fill.matching import (
 )
 from raycache._fill.plan import Plan
 from raycache._fill.reuse import Lookup, Reuse, Source, whole
-from raycache._source.files import Ranges, Span
+from raycache._fill.shared import Version
 
-__all__ = ["MAX_SMALL_SHARDS", "Version", "base_of", "compaction", "copy_sparse", "plan_version",
-           "within"]
+__all__ = ["MAX_SMALL_SHARDS", "base_of", "compaction", "plan_version", "within"]
 
 MAX_SMALL_SHARDS = 16
 """Shared shards under half of rows_per_shard that a version keeps before it compacts them."""
-
-
-@dataclass
-class Version:
-    """What a new version takes from an older one (`base`): the entries it shares, as its
-    shard list will name them, and what the fill still has to do."""
-
-    base: Manifest
-    carried: list[ShardEntry]
-    """Shared entries: `home` set, their `ranges` in the new source's rows."""
-    totals: dict[str, int]
-    """Rows of each source file the version did not read (unchanged: known from the base)."""
-    counts: dict[str, Counter]
-    """Each counted label column's count per value over the carried rows (None: nulls)."""
-    reuse: Reuse | None
-    """The embeddings of the rows it no longer shares (changed, compacted), by input hash."""
-    read_rows: int = 0
-    """Rows of changed or new source files read and hashed to match them."""
-    sparse: list[ShardEntry] = dataclasses.field(default_factory=list)
-    """Shared shards to write again in the version's folder (compaction), their kept rows
-    copied."""
-    files: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
-    """Each source file block's URI and rows (what a copied shard's ranges name)."""
-    stats: dict[str, Any] | None = None
-    """The version's label stats where they are known whole (a repair or a compaction of a
-    committed version: the same rows), else counted from `counts` and the new rows."""
-
-    @property
-    def rows(self) -> int:
-        return sum(e.rows for e in self.carried)
-
-    def covered(self, records: list[ShardRecord] = ()) -> dict[str, Ranges]:
-        """The new source's rows the carried entries hold (and `records`, a fill's own shards),
-        per file block, merged."""
-        return {b: _merged(*ab) for b, ab in spans_by_block(records, self.carried).items()}
-
-    def keeps(self, record: ShardRecord, covered: dict[str, Ranges]) -> bool:
-        """Whether a resumed shard record holds no row the carried entries hold (`covered`)."""
-        return not any(s.start < r.stop and r.start < s.stop
-                       for r in record.ranges for s in covered.get(r.block, ()))
-
-    def label_stats(self, new: dict[str, Counter]) -> dict[str, Any]:
-        """The version's label stats: the carried rows' counts and the new rows' (`new`, the
-        counts of the shards the fill wrote)."""
-        if self.stats is not None:
-            return self.stats
-        return {c: stats_of(counts + new.get(c, Counter())) for c, counts in self.counts.items()}
-
-
-def _merged(starts: np.ndarray, stops: np.ndarray) -> Ranges:
-    """Row spans as sorted, merged Spans."""
-    order = np.argsort(starts, kind="stable")
-    starts, stops = starts[order], np.maximum.accumulate(stops[order])
-    cut = np.ones(len(starts), bool)
-    cut[1:] = starts[1:] > stops[:-1]
-    first = np.flatnonzero(cut)
-    last = np.append(first[1:], len(starts)) - 1
-    return tuple(Span(a, b) for a, b in zip(starts[first].tolist(), stops[last].tolist(),
-                                            strict=True))
 
 
 def counted(p: Plan) -> list[str]:
@@ -301,28 +239,3 @@ def within(p: Plan, m: Manifest, keep: list[ShardEntry], sparse: list[ShardEntry
             rows[r.block] += r.rows
     return Version(m, keep, {}, {}, None, 0, stats=m.label_stats, sparse=list(sparse),
                    files={f.block: (f.uri, rows[f.block]) for f in p.files})
-
-
-def copy_sparse(p: Plan, version: Version, done: list[ShardRecord]) -> list[ShardRecord]:
-    """Compaction: the sparse shared shards' kept rows copied into shards of the version's
-    folder, small ones gathered up to rows_per_shard a shard (a resumed fill's copies kept);
-    their records."""
-    from raycache._cache.store import shard_name
-    from raycache._fill.shards import copy_kept
-
-    have = {r.path for r in done}
-    dims = {e.name: e.dim for e in version.base.encoders if not e.trainable}
-    out, group = [], []
-    order = sorted(version.sparse, key=lambda e: min((r.block, r.start)
-                                                     for r in e.live_ranges()))
-    for e in [*order, None]:
-        if e is not None and (not group or sum(g.rows for g in group) + e.rows
-                              <= p.cfg.rows_per_shard):
-            group.append(e)
-            continue
-        ranges = tuple(RowRange(r.block, r.start, r.stop, *version.files[r.block])
-                       for g in group for r in g.live_ranges())
-        if shard_name(ranges) not in have:
-            out.append(copy_kept(p.store, p.dir, p.fingerprint, group, ranges, dims))
-        group = [e]
-    return out

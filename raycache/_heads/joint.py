@@ -21,10 +21,20 @@ __all__ = ["Inputs", "Joint", "build_model", "encoder_config", "inputs", "output
 @dataclass
 class Inputs:
     """A batch of model inputs: the cached frozen features (n, d) and each trainable encoder's
-    input rows (its family's `rows`), by encoder name. Indexed and moved like a tensor."""
+    input rows (its family's `rows`), by encoder name. Indexed and moved like a tensor: what
+    `Head.features` returns for a head with trainable encoders.
+
+    Example:
+        ```python
+        x = head.features(["Return the cosine of x."])  # Inputs where encoders are trainable
+        head.logits(x[:1])
+        ```
+    """
 
     cached: torch.Tensor
+    """The frozen encoders' embeddings, concatenated: (rows, their total dimension)."""
     live: dict[str, torch.Tensor]
+    """Each trainable encoder's prepared input rows, by encoder name."""
 
     def __len__(self) -> int:
         return len(self.cached)
@@ -33,13 +43,22 @@ class Inputs:
         return Inputs(self.cached[idx], {k: v[idx] for k, v in self.live.items()})
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Inputs:
+        """The same inputs on another device.
+
+        Args:
+            device: The device to move every tensor to.
+            non_blocking: Copy asynchronously where the device allows it.
+
+        Returns:
+            A new Inputs on `device`.
+        """
         return Inputs(self.cached.to(device, non_blocking=non_blocking),
                       {k: v.to(device, non_blocking=non_blocking) for k, v in self.live.items()})
 
 
 class Joint(nn.Module):
     """Trainable encoders and the head as one module (one DDP, one optimizer, one state_dict:
-    head.* and encoders.<name>.*)."""
+    `head.*` and `encoders.<name>.*`)."""
 
     def __init__(self, head: nn.Module, encoders: dict[str, nn.Module]):
         super().__init__()

@@ -41,7 +41,7 @@ class Evaluation:
     confusion: np.ndarray
     """counts[i, j]: rows of true class i predicted as class j (classes order)."""
     accuracy: float = 0.0
-    """The share of rows predicted right."""
+    """The fraction of rows predicted right."""
     macro_f1: float = 0.0
     """F1 averaged over the classes that occur or are predicted (scikit-learn's macro)."""
     balanced_accuracy: float = 0.0

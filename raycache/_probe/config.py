@@ -9,7 +9,7 @@ from typing import Any
 from raycache._cache.config import StoreConfig
 from raycache._core.config import is_name, non_finite
 
-__all__ = ["DEFAULT_C", "SELECT", "HeadsConfig", "KnnConfig", "LogregConfig", "ProbeConfig"]
+__all__ = ["DEFAULT_C", "SELECT", "ProbeHeadsConfig", "KnnConfig", "LogregConfig", "ProbeConfig"]
 
 DEFAULT_C = [1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]
 """logreg's default grid of inverse L2 strengths (scikit-learn's C), one batched solve."""
@@ -106,7 +106,7 @@ class KnnConfig:
 
 
 @dataclass(frozen=True)
-class HeadsConfig:
+class ProbeHeadsConfig:
     """linear, mlp: heads trained by raycache's sweep (every member on the same batches, in
     one run), the best member picked on validation.
 
@@ -153,9 +153,9 @@ class ProbeConfig:
     """logreg's settings: the C grid, iterations, tolerance."""
     knn: KnnConfig = field(default_factory=KnnConfig)
     """knn's settings: the k values, the metric, the temperature."""
-    linear: HeadsConfig = field(default_factory=HeadsConfig)
+    linear: ProbeHeadsConfig = field(default_factory=ProbeHeadsConfig)
     """linear's settings: the sweep's grid and other training settings."""
-    mlp: HeadsConfig = field(default_factory=HeadsConfig)
+    mlp: ProbeHeadsConfig = field(default_factory=ProbeHeadsConfig)
     """mlp's settings: the sweep's grid and other training settings."""
     lexical: bool | str = "auto"
     """A lexical baseline as a row of the table (TF-IDF of word and character n-grams and a
@@ -163,15 +163,15 @@ class ProbeConfig:
     runs it for caches with a text encoder whose source is still readable, of at most 200,000
     rows, where scikit-learn is installed; true runs it or fails saying why; false never."""
     val_fraction: float = 0.2
-    """Share of rows held out by a hash of the key: the same split training uses for it."""
+    """Fraction of rows held out by a hash of the key: the same split training uses for it."""
     select: str = "val_acc"
     """What picks each method's setting and the best row: val_acc, macro_f1, balanced_acc."""
     device: str = "auto"
     """Where logreg and knn compute in this process: cpu, cuda, or auto (cuda where there is
     one); Ray workers compute on their CPUs."""
     num_workers: int | str = "auto"
-    """Ray workers that each hold a share of the rows (logreg summed over them, knn searched
-    per share and merged, linear and mlp as DDP workers); 0 runs in this process; auto: 0 where
+    """Ray workers that each hold a part of the rows (logreg summed over them, knn searched
+    per part and merged, linear and mlp as DDP workers); 0 runs in this process; auto: 0 where
     the features take under a quarter of this machine's available memory, else enough workers
     for them (raycache._probe.placement)."""
     cpus_per_worker: float = 0.5

@@ -29,7 +29,14 @@ LEXICAL = "tfidf-logreg"
 
 @dataclass
 class Outcome:
-    """One (encoder, method): its selected setting, its scores and its confusion matrix."""
+    """One (encoder, method): its selected setting, its scores and its confusion matrix.
+
+    Example:
+        ```python
+        best = raycache.probe("probe.yaml").best_outcome
+        print(best.encoder, best.method, best.setting, best.scores["val_acc"])
+        ```
+    """
 
     encoder: str
     """The embedding column probed."""
@@ -55,11 +62,21 @@ class Outcome:
     """The selected setting's predictions and weights (what the report's best head is from)."""
 
     def row(self) -> dict[str, Any]:
+        """Its row of the probe's table.
+
+        Returns:
+            encoder, method, setting, the scores, train_rows, val_rows and seconds.
+        """
         return {"encoder": self.encoder, "method": self.method, "setting": self.setting,
                 **self.scores, "train_rows": self.train_rows, "val_rows": self.val_rows,
                 "seconds": self.seconds}
 
     def per_class(self) -> dict[str, dict[str, float]]:
+        """Precision, recall, F1 and support of each class, from the confusion matrix.
+
+        Returns:
+            class name -> {"precision", "recall", "f1", "support"}.
+        """
         return per_class(self.confusion, self.classes)
 
 

@@ -54,7 +54,7 @@ def probe(config: ProbeConfig | dict | str | Path, *, progress: bool | None = No
 
     Every encoder gets the same key split as training; logreg and knn run in this process
     where the features fit its memory (or num_workers: 0), else on Ray workers that each hold a
-    share of the rows, with the same results; linear and mlp train a sweep (on as many DDP
+    part of the rows, with the same results; linear and mlp train a sweep (on as many DDP
     workers). The report and best head are saved under the first cache.
 
     Args:

@@ -9,7 +9,7 @@ from typing import Any
 from raycache._core.config import AUTO, load
 from raycache._serve.config import ServeConfig
 
-__all__ = ["application", "build", "serve"]
+__all__ = ["application", "build", "serve", "serve_app"]
 
 
 def application(cfg: ServeConfig | dict[str, Any] | str | Path) -> Any:
@@ -35,10 +35,32 @@ def application(cfg: ServeConfig | dict[str, Any] | str | Path) -> Any:
                            cfg.route_prefix, cfg.read_uris)
 
 
-def build(args: dict[str, Any]) -> Any:
-    """The application from a ServeConfig's fields: what a Serve config file's `import_path:
-    raycache._serve.run:build` with `args:` runs (a RayService's serveConfigV2)."""
+def serve_app(args: dict[str, Any]) -> Any:
+    """The Serve application of a head from a ServeConfig's fields, for a Serve config file.
+
+    Ray Serve calls it for an application whose `import_path` is `raycache:serve_app`, with the
+    application's `args` (`serve run config.yaml`, `serve deploy`, a RayService's
+    serveConfigV2); nothing runs until Serve deploys what it returns.
+
+    Args:
+        args: ServeConfig's fields (`checkpoint` at least).
+
+    Returns:
+        The application, bound but not running.
+
+    Raises:
+        ConfigError: Every problem of `args`, each naming its field.
+
+    Example:
+        ```python
+        app = raycache.serve_app({"checkpoint": run.checkpoint, "num_gpus": 1})
+        ```
+    """
     return application(dict(args))
+
+
+build = serve_app
+"""The builder's earlier path (`raycache._serve.run:build`), kept for deployed configs."""
 
 
 def serve(config: ServeConfig | dict[str, Any] | str | Path, blocking: bool = False) -> str:

@@ -97,7 +97,7 @@ def write_stdlib_docs(path: str | Path, per_topic: int = 150) -> Path:
     return path
 
 
-if __name__ == "__main__":  # python -m raycache._source.demo_data [PATH [PER_TOPIC]]
+if __name__ == "__main__":  # as `raycache demo-data [PATH] [--per-topic N]` does
     import sys
 
     args = sys.argv[1:]

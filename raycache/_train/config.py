@@ -84,7 +84,7 @@ class TrainConfig:
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     """Validation rows, the monitored metric, early stopping, the weights served."""
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
-    """Workers, GPUs and where each keeps its share of the rows."""
+    """Workers, GPUs and where each holds its part of the rows."""
     checkpoints: CheckpointConfig = field(default_factory=CheckpointConfig)
     """How often the run saves, and how often Ray Train restarts it."""
     views: bool | str = "auto"

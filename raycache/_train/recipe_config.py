@@ -225,7 +225,8 @@ class EvalConfig:
     min_delta: float = 0.0
     """The least change of `monitor` that counts as an improvement; 0: any."""
     val_fraction: float = 0.2
-    """Share of rows held out for validation, chosen by a hash of the key (stable across runs)."""
+    """Fraction of rows held out for validation, chosen by a hash of the key (stable across
+    runs)."""
     metrics_k: list[int] = field(default_factory=lambda: [1, 5, 10])
     """k of the top-k metrics: top-k accuracy (classification); precision, recall and mAP at
     k over the validation rows (groups)."""
@@ -257,7 +258,7 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class ResourcesConfig:
-    """resources: the workers, and where each keeps its share of the rows.
+    """resources: the workers, and where each holds its part of the rows.
 
     Example:
         ```python
@@ -274,7 +275,8 @@ class ResourcesConfig:
     use_gpu: bool = False
     """One GPU per worker, NCCL between them."""
     placement: str = "auto"
-    """Where each worker keeps its share: stream (read every epoch), cpu, gpu, or auto."""
+    """Where each worker holds its part of the rows: stream (read every epoch), cpu, gpu, or
+    auto."""
     prefetch_batches: int = 4
     """stream: batches read ahead of the training step."""
     autoscaling: bool = False

@@ -35,7 +35,7 @@ def compact(name: str, store: Store | str | None = None, fingerprint: str | None
         store: The store: a Store, or its URI ($RAYCACHE_STORE, else .raycache/store, when
             None).
         fingerprint: Compact this version rather than the newest.
-        below: Compact shards keeping less than this share of their rows (None: the fill's
+        below: Compact shards keeping less than this fraction of their rows (None: the fill's
             compact_below, 0.9).
         source_options: fsspec storage options for the source (never recorded in the cache).
         progress: Show the progress bar and summary.

@@ -5,24 +5,21 @@ reads, nor a shard file that a kept version shares (mark and sweep)."""
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from raycache._cache.committed import Cache
-from raycache._cache.lease import live
 from raycache._cache.manifest import human_bytes
 from raycache._cache.manifests import read_manifest
-from raycache._cache.order import history
 from raycache._cache.store import MANIFEST, Store
 from raycache._core.units import human_duration, parse_duration, parse_size
 from raycache._errors import ConfigError, CorruptCache, RaycacheError
 from raycache._upkeep.du import Usage, scan
+from raycache._upkeep.policies import by_size, leased, oldest_first, picked, protected, unknown
 from raycache._upkeep.refs import references
 from raycache._upkeep.strays import strays
-from raycache._upkeep.sweep import Removal, hold, lease_only, recheck, remove
+from raycache._upkeep.sweep import Removal, hold, recheck, remove
 
 __all__ = ["GcResult", "Removal", "Stray", "gc"]
 
@@ -30,7 +27,14 @@ __all__ = ["GcResult", "Removal", "Stray", "gc"]
 @dataclass(frozen=True)
 class Stray:
     """A file in a kept committed cache's folder that its manifest does not name
-    (raycache._upkeep.strays), older than the grace period."""
+    (raycache._upkeep.strays), older than the grace period.
+
+    Example:
+        ```python
+        for stray in raycache.gc(grace="1h").strays:  # a dry run
+            print(stray.usage.id, stray.path, stray.bytes)
+        ```
+    """
 
     usage: Usage
     """The cache folder it is in."""
@@ -42,6 +46,14 @@ class Stray:
     """Seconds since it was last written."""
 
     def line(self, verb: str) -> str:
+        """The file as `raycache gc` prints it.
+
+        Args:
+            verb: What happens to it: "removed" or "would remove".
+
+        Returns:
+            One line: the file, its size and age.
+        """
         return (f"{verb} {self.usage.id}/{self.path}  {human_bytes(self.bytes)}: stray (not in the "
                 f"manifest), written {human_duration(self.age)} ago")
 
@@ -90,55 +102,6 @@ class GcResult:
             out.append(f"dry run: would remove {what}, {human_bytes(self.bytes)} "
                        f"({self.bytes} bytes); pass --delete (delete=True) to remove them")
         return out
-
-
-def _oldest_first(usages: list[Usage]) -> list[Usage]:
-    """Oldest first, each name's versions in their history (raycache._cache.order: fixed at
-    their first commit, whatever a repair or compaction wrote since), so every policy sees one
-    order."""
-    return history(usages, lambda u: u.name, lambda u: u.place)
-
-
-def _picked(committed: list[Usage], now: float, keep_last: int | None,
-            older_than: float | None) -> dict[str, str]:
-    """Committed folders picked by keep-last and older-than: id -> why."""
-    picked: dict[str, list[str]] = defaultdict(list)
-    by_name: dict[str, list[Usage]] = defaultdict(list)
-    for u in committed:
-        by_name[u.name].append(u)
-    for group in by_name.values():
-        for i, u in enumerate(_oldest_first(group)[::-1]):
-            if keep_last is not None and i >= keep_last:
-                picked[u.id].append(f"not among the newest {keep_last} of {u.name!r}")
-            age = now - u.place.first
-            if older_than is not None and age > older_than:
-                picked[u.id].append(f"first committed {human_duration(age)} ago, older than "
-                                    f"{human_duration(older_than)}")
-    return {k: "; ".join(v) for k, v in picked.items()}
-
-
-def _leased(u: Usage, now: float) -> str | None:
-    """Why a fill in progress protects the folder (a lease refreshed lately), or None."""
-    held = live(u.leases, now)
-    return f"a fill is writing it (lease {', '.join(held)})" if held else None
-
-
-def _protected(u: Usage, newest: dict[str, str], include_newest: bool, now: float,
-               grace_s: float | None) -> str | None:
-    if leased := _leased(u, now):
-        return leased
-    if u.live_runs:
-        return f"run(s) in progress read it: {', '.join(u.live_runs)}"
-    waiting = [f"{name} (last written {human_duration(now - when)} ago)"
-               for name, when in u.resumable_runs if grace_s is None or now - when <= grace_s]
-    if waiting:
-        return (f"run(s) that died with a checkpoint read it and can resume: "
-                f"{', '.join(waiting)}; resume them, or pass a --grace (grace=...) shorter "
-                f"than that to let it go")
-    if newest.get(u.name) == u.id and not include_newest:
-        return (f"the newest committed fingerprint of {u.name!r}; pass --include-newest "
-                "(include_newest=True) to remove it")
-    return None
 
 
 def gc(store: Store | str | None = None, keep_last: int | None = None,
@@ -197,6 +160,31 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
         raycache.gc(keep_last=2, older_than="30d", delete=True)  # remove it
         ```
     """
+    grace_s, older_s, limit = _arguments(keep_last, older_than, max_size, grace)
+    store = store if isinstance(store, Store) else Store(store or _default())
+    now = time.time() if now is None else now
+    found, manifests = scan(store)
+    result = GcResult(deleted=delete)
+    _mark(store, found, now, keep_last, older_s, limit, grace_s, include_newest, damaged,
+          result)
+    going = {r.usage.id for r in result.removed}
+    refs = references(m for k, m in manifests.items() if k not in going)
+    for u in found:  # the strays of the committed folders kept (a repair's new shards: none)
+        if u.committed and u.id not in going and not leased(u, now):
+            _find_strays(store, u, now, grace_s, result, damaged and not u.live_runs,
+                         set(refs.get(u.id, ())))
+    result.removed = hold(store, result.removed, refs, unknown(store, found, going, now),
+                          keep_runs)
+    if delete:
+        _sweep(store, found, refs, keep_runs, result)
+    return result
+
+
+def _arguments(keep_last: int | None, older_than: str | float | None,
+               max_size: str | int | None, grace: str | float | None
+               ) -> tuple[float | None, float | None, int | None]:
+    """(grace, older_than, max_size) read as seconds and bytes; every bad value named in one
+    ConfigError."""
     problems = []
     if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int)
                                   or keep_last < 0):
@@ -206,66 +194,59 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     limit = _parsed(parse_size, max_size, "max_size", problems)
     if problems:
         raise ConfigError(problems)
-    store = store if isinstance(store, Store) else Store(store or _default())
-    now = time.time() if now is None else now
-    found, manifests = scan(store)
+    return grace_s, older_s, limit
+
+
+def _mark(store: Store, found: list[Usage], now: float, keep_last: int | None,
+          older_s: float | None, limit: int | None, grace_s: float | None,
+          include_newest: bool, damaged: bool, result: GcResult) -> None:
+    """The folders the policies pick, into `result.removed` (or `result.kept`, with why):
+    damaged ones, unfinished fills past the grace, committed ones by keep-last, older-than
+    and max-size."""
     committed = [u for u in found if u.committed]
-    newest = {u.name: u.id for u in _oldest_first(committed)}
-    result = GcResult(deleted=delete)
+    newest = {u.name: u.id for u in oldest_first(committed)}
     for u in found:
-        leased = _leased(u, now)
+        held = leased(u, now)
         if u.damaged:
-            why = (f"its manifest {store.url(f'{u.dir}/{MANIFEST}')} cannot be read" if u.corrupt
-                   else u.damaged)
-            _damaged(u, why, u.corrupt, damaged, leased, result)
+            why = (f"its manifest {store.url(f'{u.dir}/{MANIFEST}')} cannot be read"
+                   if u.corrupt else u.damaged)
+            _damaged(u, why, u.corrupt, damaged, held, result)
         elif not u.committed and grace_s is not None and now - u.newest > grace_s:
-            if leased:
-                result.kept.append(Removal(u, f"unfinished fill: {leased}"))
+            if held:
+                result.kept.append(Removal(u, f"unfinished fill: {held}"))
             else:
                 result.removed.append(Removal(u, f"unfinished fill, newest file written "
                                                  f"{human_duration(now - u.newest)} ago"))
-    picked = _picked(committed, now, keep_last, older_s)
+    chosen = picked(committed, now, keep_last, older_s)
 
-    def protected(u: Usage) -> str | None:
-        return _protected(u, newest, include_newest, now, grace_s)
+    def guarded(u: Usage) -> str | None:
+        return protected(u, newest, include_newest, now, grace_s)
 
     if limit is not None:
-        doomed = {u.id for u in committed if u.id in picked and protected(u) is None}
-        left = (sum(u.bytes for u in found) - sum(r.usage.own_bytes for r in result.removed)
-                - sum(u.own_bytes for u in committed if u.id in doomed))
-        for u in _oldest_first(committed):
-            if left <= limit:
-                break
-            if u.id not in doomed:
-                picked[u.id] = f"oldest while the store's caches exceed {human_bytes(limit)}"
-                left -= 0 if protected(u) else u.own_bytes
+        total = sum(u.bytes for u in found) - sum(r.usage.own_bytes for r in result.removed)
+        by_size(committed, total, limit, chosen, guarded)
     for u in committed:
-        if u.id in picked:
-            why = protected(u)
-            target = result.kept if why else result.removed
-            target.append(Removal(u, why or picked[u.id]))
-    going = {r.usage.id for r in result.removed}
-    refs = references(m for k, m in manifests.items() if k not in going)
-    for u in committed:
-        if u.id not in going and not _leased(u, now):  # a repair's new shards are no strays
-            _find_strays(store, u, now, grace_s, result, damaged and not u.live_runs,
-                         set(refs.get(u.id, ())))
-    result.removed = hold(store, result.removed, refs, _unknown(store, found, going, now),
-                          keep_runs)
-    if delete:
-        swept = []
-        for r in result.removed:  # each with its name's leases and manifests read again
-            again, why = recheck(store, r, refs, {u.id for u in found if u.committed or u.damaged},
-                                 keep_runs)
-            if again is None:
-                result.kept.append(Removal(r.usage, why))
-                continue
-            remove(store, again)
-            swept.append(again)
-        result.removed = swept
-        for s in result.strays:
-            store.rm(f"{s.usage.dir}/{s.path}")
-    return result
+        if u.id in chosen:
+            why = guarded(u)
+            (result.kept if why else result.removed).append(Removal(u, why or chosen[u.id]))
+
+
+def _sweep(store: Store, found: list[Usage], refs: dict, keep_runs: bool,
+           result: GcResult) -> None:
+    """Remove what was marked, each folder after its name's leases and manifests are read
+    again (one that must stay now is kept, with why), then the stray files."""
+    swept = []
+    listed = {u.id for u in found if u.committed or u.damaged}
+    for r in result.removed:
+        again, why = recheck(store, r, refs, listed, keep_runs)
+        if again is None:
+            result.kept.append(Removal(r.usage, why))
+            continue
+        remove(store, again)
+        swept.append(again)
+    result.removed = swept
+    for s in result.strays:
+        store.rm(f"{s.usage.dir}/{s.path}")
 
 
 def _damaged(u: Usage, why: str, corrupt: bool, remove: bool, leased: str | None,
@@ -279,28 +260,6 @@ def _damaged(u: Usage, why: str, corrupt: bool, remove: bool, leased: str | None
                                       f"{leased or 'pass --damaged to remove it'}"))
     else:
         result.kept.append(Removal(u, f"not read: {why}"))
-
-
-def _unknown(store: Store, found: list[Usage], going: set[str], now: float) -> dict[str, str]:
-    """Names whose shard files stay wherever gc removes, as what may read them is not known:
-    a kept manifest of a newer format (not read), a fill writing a new version (it may
-    share the files of any committed one), or a run in progress on a version committed again
-    since it started (it reads the earlier shard list) -> why, in words."""
-    out = {}
-    for u in found:
-        if u.damaged and not u.corrupt and u.id not in going:
-            out[u.name] = f"{u.id} (of a newer format: it may share them)"
-        elif not u.committed and not u.damaged and _leased(u, now):
-            out[u.name] = f"the fill writing {u.id} (it may share them)"
-        elif u.committed and u.live_since and _before(u.live_since, u.created):
-            out[u.name] = (f"the run(s) in progress on {u.id}, started before its last commit "
-                           "(they may read the files of its earlier shard list)")
-    seen = {u.id for u in found}
-    for name in store.listdir(store.root):  # a fill not yet past its plan: a lease alone
-        for fp in store.listdir(store.path(name)):
-            if f"{name}/{fp}" not in seen and lease_only(store, name, fp, now):
-                out[name] = f"the fill writing {name}/{fp} (it may share them)"
-    return out
 
 
 def _find_strays(store: Store, u: Usage, now: float, grace_s: float | None, result: GcResult,
@@ -337,11 +296,6 @@ def _parsed(parse: Callable[[Any, str], float], value: Any, what: str, problems:
     except ConfigError as exc:
         problems += exc.problems
         return None
-
-
-def _before(a: str, b: str) -> bool:
-    """Whether the ISO 8601 time `a` is before `b`."""
-    return datetime.fromisoformat(a).timestamp() < datetime.fromisoformat(b).timestamp()
 
 
 def _default() -> str:

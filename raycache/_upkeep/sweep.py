@@ -21,7 +21,14 @@ __all__ = ["ORDER", "Removal", "hold", "lease_only", "recheck", "remove"]
 
 @dataclass(frozen=True)
 class Removal:
-    """A cache folder gc removes (or would), or keeps although a policy picked it, and why."""
+    """A cache folder gc removes (or would), or keeps although a policy picked it, and why.
+
+    Example:
+        ```python
+        for removal in raycache.gc(keep_last=2).removed:  # a dry run
+            print(removal.usage.id, removal.freed, removal.reason)
+        ```
+    """
 
     usage: Usage
     """The cache folder."""
@@ -39,6 +46,14 @@ class Removal:
         return self.usage.bytes - sum(self.held.values())
 
     def line(self, verb: str) -> str:
+        """The folder as `raycache gc` prints it.
+
+        Args:
+            verb: What happens to it: "removed", "would remove" or "keep".
+
+        Returns:
+            One line: the folder, the bytes it frees, why, and the files that stay.
+        """
         u = self.usage
         runs = f", {human_bytes(u.runs_bytes)} of runs" if u.runs_bytes else ""
         out = f"{verb} {u.id}  {human_bytes(self.freed)}{runs}: {self.reason}"

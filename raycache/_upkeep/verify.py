@@ -34,7 +34,14 @@ EXAMPLES = 5
 
 @dataclass
 class Duplicates:
-    """Keys held by more than one row of a cache."""
+    """Keys held by more than one row of a cache.
+
+    Example:
+        ```python
+        duplicates = raycache.verify(raycache.open_cache("docs")).duplicate_keys
+        print(duplicates.count, list(duplicates.examples)[:3])
+        ```
+    """
 
     count: int = 0
     """Distinct keys that appear more than once."""

@@ -1,0 +1,58 @@
+"""`raycache demo` and `raycache demo-data`: the demo run, and its dataset written alone."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["DEMO_COMMANDS", "add_demo"]
+
+
+def _workers(text: str) -> int | str:
+    return text if text == "auto" else int(text)
+
+
+def _per_topic(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1 "
+                                         "(docstrings a topic; default 150)")
+    return value
+
+
+def add_demo(sub: argparse._SubParsersAction) -> None:
+    """The demo and demo-data commands and their options."""
+    text = "fill and train on a real dataset and encoder, locally"
+    p = sub.add_parser("demo", help=text, description=text)
+    p.add_argument("--store", default=".raycache/store",
+                   help="store URI for the demo's cache (default .raycache/store)")
+    p.add_argument("--epochs", type=int, default=30, help="epochs to train (default 30)")
+    p.add_argument("--workers", type=_workers, default="auto",
+                   help="DDP workers; 0 trains in-process; auto picks by cache size")
+    p.add_argument("--no-progress", action="store_true",
+                   help="print no progress bars or per-epoch lines")
+    text = ("write the demo's dataset (stdlib docstrings labelled by topic) as a Parquet file, "
+            "and print its path; an identical file is left untouched")
+    p = sub.add_parser("demo-data", help=text, description=text)
+    p.add_argument("path", nargs="?", default="data/stdlib-docs.parquet",
+                   help="the Parquet file to write (default data/stdlib-docs.parquet)")
+    p.add_argument("--per-topic", type=_per_topic, default=150,
+                   help="docstrings a topic, of six topics (default 150)")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from raycache._demo import run
+
+    run(store=args.store, epochs=args.epochs, workers=args.workers,
+        progress=not args.no_progress)
+    return 0
+
+
+def _demo_data(args: argparse.Namespace) -> int:
+    from raycache._source.demo_data import write_stdlib_docs
+
+    print(write_stdlib_docs(args.path, args.per_topic))
+    return 0
+
+
+DEMO_COMMANDS = {"demo": _demo, "demo-data": _demo_data}
+"""The commands this module adds, by name."""
