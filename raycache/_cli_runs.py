@@ -53,7 +53,7 @@ def runs(args: argparse.Namespace) -> int:
          f"{args.metric or r.monitor or 'val_loss'} {number(served(r, args.metric))}"
          + (f" (epoch {r.served['epoch']})" if "epoch" in r.served else ""),
          number(r.best.get(r.monitor or "val_loss")), r.updated, r.checkpoint or "-"]
-        for v, r in found], plain=[f"{v.name}/{v.fingerprint[:12]}  {r.line()}" for v, r in found])
+        for v, r in found], plain=[r.line() for _, r in found])
     return OK
 
 
