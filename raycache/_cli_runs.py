@@ -45,14 +45,17 @@ def runs(args: argparse.Namespace) -> int:
         where = ", ".join(f"{v.name}/{v.fingerprint[:12]}" for v in versions)
         print(f"no training runs of {where} in {args.store}")
         return OK
-    columns = ["version", "run", "status", "epochs", "objective/head", "served", "best",
-               "updated", "checkpoint"]
+    metrics = {args.metric or r.monitor or "val_loss" for _, r in found}
+    metric = metrics.pop() if len(metrics) == 1 else "metric"
+    columns = ["version", "run", "status", "epochs", "head", f"served {metric}", "epoch",
+               "best", "updated", "checkpoint"]
     print_table(columns, [
         [v.fingerprint[:12], r.name, r.status, f"{r.epochs_done}/{r.epochs}",
          f"{r.objective or '-'}/{r.head or '-'}",
-         f"{args.metric or r.monitor or 'val_loss'} {number(served(r, args.metric))}"
-         + (f" (epoch {r.served['epoch']})" if "epoch" in r.served else ""),
-         number(r.best.get(r.monitor or "val_loss")), r.updated, r.checkpoint or "-"]
+         number(served(r, args.metric)) + ("" if metric != "metric" else
+                                           f" {args.metric or r.monitor or 'val_loss'}"),
+         r.served.get("epoch", "-"), number(r.best.get(r.monitor or "val_loss")),
+         r.updated[:16].replace("T", " "), r.checkpoint or "-"]
         for v, r in found], plain=[r.line() for _, r in found])
     return OK
 

@@ -256,3 +256,19 @@ def test_a_summarys_json_holds_no_storage_options_or_credentials(store):
     text = json.dumps(jsonable(result.to_dict()))
     assert json.loads(text)["fingerprint"] == opened.fingerprint
     assert "hunter2" not in text and "eu-west-9" not in text and "redacted" not in text
+
+
+def test_tables_are_drawn_by_rich_on_a_wide_terminal_and_plain_in_a_pipe(capsys, monkeypatch):
+    from raycache._cli_tables import print_table
+
+    rows = [["toy/abc", 300], ["docs/def", 12]]
+    print_table(["cache", "rows"], rows, plain=["toy/abc rows=300", "docs/def rows=12"])
+    assert capsys.readouterr().out == "toy/abc rows=300\ndocs/def rows=12\n"  # not a TTY
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "100")
+    print_table(["cache", "rows"], rows, plain=["plain"])
+    drawn = capsys.readouterr().out
+    assert "┃" in drawn and "docs/def" in drawn and "plain" not in drawn
+    monkeypatch.setenv("COLUMNS", "20")  # too narrow for the table: the plain lines
+    print_table(["cache", "rows"], rows, plain=["plain"])
+    assert capsys.readouterr().out == "plain\n"
