@@ -38,8 +38,7 @@ def runs(args: argparse.Namespace) -> int:
         open_cache(name, store)]  # none: open_cache names what is missing
     found = ranked([(v, r) for v in versions for r in list_runs(v)], args.sort, args.metric)
     if args.json:
-        print_json([{**vars(r), "cache": f"{v.name}/{v.fingerprint}",
-                     "served_metric": served(r, args.metric)} for v, r in found])
+        print_json([{**vars(r), "served_metric": served(r, args.metric)} for _, r in found])
         return OK
     if not found:
         where = ", ".join(f"{v.name}/{v.fingerprint[:12]}" for v in versions)

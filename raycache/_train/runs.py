@@ -173,7 +173,8 @@ def list_runs(cache: Cache) -> list[RunInfo]:
         try:
             record = read_record(store, f"{root}/{name}")
         except ValueError:  # a damaged run.json: listed as such, never trusted (du, gc)
-            out.append(RunInfo(name, UNREADABLE, 0, 0, {}, {}, ""))
+            out.append(RunInfo(name, UNREADABLE, 0, 0, {}, {}, "",
+                               cache=f"{cache.name}/{cache.fingerprint}"))
             continue
         if record is None:
             continue
