@@ -206,6 +206,9 @@ def test_json_summaries_are_one_document_on_stdout_with_the_results_fields(store
     assert [r["id"] for r in out] == [f"row-{i:05d}" for i in range(5)]
     assert all(isinstance(r["prediction"], int) for r in out)
     assert "predict: 5 rows -> -" in piped.err
+    from raycache._cli_predict import sniff
+
+    assert (sniff(b' \n{"id": 1}'), sniff(b"id,text\n1,a\n")) == ("jsonl", "csv")
 
     probe = {"caches": ["toy"], "store": {"uri": db}, "label": "name", "methods": ["logreg"],
              "progress": False, "report": False, "num_workers": 0, "logreg": {"C": [1.0]}}
