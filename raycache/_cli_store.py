@@ -119,8 +119,13 @@ def du(args: argparse.Namespace) -> int:
     if args.json:
         print_json(found)
         return OK
-    for u in found:
-        print(u.line())
+    from raycache._cli_tables import print_table
+
+    print_table(["cache folder", "state", "rows", "shards", "size", "runs", "created", "notes"],
+                [[u.id, u.state, "-" if u.rows is None else u.rows, u.shards,
+                  human_bytes(u.bytes), human_bytes(u.runs_bytes), u.created,
+                  u.notes().strip()] for u in found],
+                plain=[u.line() for u in found])
     total = sum(u.bytes for u in found)
     print(f"total {human_bytes(total)} ({total} bytes) in {len(found)} cache folder(s) of "
           f"{args.store}")
