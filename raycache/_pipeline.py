@@ -48,6 +48,14 @@ class PipelineResult:
         """
         return f"{self.fill.summary()}\n{self.train.summary()}"
 
+    def to_dict(self) -> dict[str, Any]:
+        """Both results as JSON-ready values (`--json`).
+
+        Returns:
+            {"fill": FillResult.to_dict(), "train": TrainResult.to_dict()}.
+        """
+        return {"fill": self.fill.to_dict(), "train": self.train.to_dict()}
+
 
 def document(config: dict[str, Any] | str | Path) -> dict[str, Any]:
     """The pipeline config as a dict (read from YAML where it is a path), its sections checked.

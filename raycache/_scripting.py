@@ -1,18 +1,20 @@
 """The command line for scripts: its exit codes, the --json form of what a command prints (the
-SDK results' fields), `--config -` (the YAML from stdin) and `raycache export` (`--to -`: the
-Parquet file to stdout)."""
+SDK results' fields; a summary's to_dict() on stdout, the rest on stderr), `--config -` (the YAML
+from stdin) and `raycache export` (`--to -`: the Parquet file to stdout)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
 import sys
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
 
 __all__ = ["CRASH", "DAMAGED", "ERROR", "EXIT_CODES", "OK", "USAGE", "add_export", "add_json",
-           "config_arg", "export", "jsonable", "print_json"]
+           "config_arg", "export", "jsonable", "print_json", "summary"]
 
 OK = 0
 DAMAGED = 1
@@ -137,3 +139,22 @@ def export(args: argparse.Namespace, store: Any) -> int:
     else:
         print(result.summary(), file=sys.stderr if args.to == "-" else sys.stdout)
     return OK
+
+
+@contextlib.contextmanager
+def summary(as_json: bool, to: TextIO | None = None) -> Iterator[Callable[..., None]]:
+    """Where a command's result goes: `out(result, *lines)` prints the lines (default: its
+    summary()) at once; with `as_json` (or `to`, a stream other than stdout) stdout is sent to
+    stderr while the block runs (progress, logs), and the result's to_dict() (or the lines)
+    is written at the end as one document to `to` (default: stdout)."""
+    if not as_json and to is None:
+        yield lambda result, *lines: print(*(lines or [result.summary()]), sep="\n")
+        return
+    stream, found = to or sys.stdout, []
+    with contextlib.redirect_stdout(sys.stderr):
+        yield lambda result, *lines: found.append((result, lines))
+    for result, lines in found:
+        if as_json:
+            print(json.dumps(jsonable(result.to_dict()), indent=2, sort_keys=True), file=stream)
+        else:
+            print(*(lines or [result.summary()]), sep="\n", file=stream)

@@ -159,3 +159,119 @@ def test_a_config_piped_to_stdin_with_config_dash(store, tmp_path):
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert bad.returncode == ERROR
     assert "config from stdin (--config -): expected a mapping of settings, got list" in bad.stderr
+
+
+def test_json_summaries_are_one_document_on_stdout_with_the_results_fields(store, tmp_path,
+                                                                          capsys, monkeypatch):
+    """fill, train, pipeline, predict (and --input - / --output -), probe, repair, compact and
+    evaluate with --json: stdout parses as one JSON object with the key fields; progress and
+    logs go to stderr. A second version's run: `runs` lists both versions', sorted by the
+    served head's metric."""
+    import shutil
+
+    root = tmp_path / "copy"
+    shutil.copytree(Path(store).parent, root)
+    db, source = str(root / "store"), str(root / "source")
+    first = raycache.open_cache("toy", db)  # r1's version; its source was elsewhere
+    (root / "fill.yaml").write_text(json.dumps(toy_fill(source, db, in_process=True)))
+    done = run_json(capsys, "fill", "--config", str(root / "fill.yaml"), "--json")
+    cache = raycache.open_cache("toy", db)
+    assert done["hit"] is False and done["fingerprint"] == cache.fingerprint != first.fingerprint
+    assert done["rows"] == 300 and done["uri"] == cache.uri and "options" not in done
+    train = {"cache": "toy", "store": {"uri": db}, "epochs": 2, "num_workers": 0,
+             "label": "label", "run_name": "j1"}
+    (root / "train.yaml").write_text(json.dumps(train))
+    run = run_json(capsys, "train", "--config", str(root / "train.yaml"), "--json")
+    assert run["run_name"] == "j1" and Path(run["checkpoint"], "head.json").is_file()
+    assert run["epochs"] == 2 and run["served"]["epoch"] == run["weights_epoch"]
+    assert 0 <= run["served"]["val_acc"] <= 1 and run["fingerprint"] == cache.fingerprint
+    (root / "pipeline.yaml").write_text(json.dumps({
+        "fill": toy_fill(source, db, in_process=True), "train": {**train, "run_name": "j2"}}))
+    both = run_json(capsys, "pipeline", "--config", str(root / "pipeline.yaml"), "--json")
+    assert both["fill"]["hit"] is True and both["train"]["run_name"] == "j2"
+
+    rows = tmp_path / "rows.parquet"
+    pq.write_table(separable(n=300).slice(0, 40), rows)
+    predicted = run_json(capsys, "predict", "--checkpoint", run["checkpoint"], "--input",
+                         str(rows), "--output", str(tmp_path / "p.parquet"), "--in-process",
+                         "true", "--no-progress", "--json")
+    assert predicted["rows"] == 40 and predicted["columns"][0] == "id"
+    lines = "".join(json.dumps(r) + "\n" for r in separable(n=300).slice(0, 5).to_pylist())
+    monkeypatch.setattr(sys, "stdin", __import__("io").TextIOWrapper(
+        __import__("io").BytesIO(lines.encode())))
+    assert main(["predict", "--checkpoint", run["checkpoint"], "--input", "-", "--output", "-",
+                 "--in-process", "true", "--no-progress"]) == 0
+    piped = capsys.readouterr()
+    out = [json.loads(line) for line in piped.out.splitlines()]
+    assert [r["id"] for r in out] == [f"row-{i:05d}" for i in range(5)]
+    assert all(isinstance(r["prediction"], int) for r in out)
+    assert "predict: 5 rows -> -" in piped.err
+    from raycache._cli_predict import sniff
+
+    assert (sniff(b' \n{"id": 1}'), sniff(b"id,text\n1,a\n")) == ("jsonl", "csv")
+
+    probe = {"caches": ["toy"], "store": {"uri": db}, "label": "name", "methods": ["logreg"],
+             "progress": False, "report": False, "num_workers": 0, "logreg": {"C": [1.0]}}
+    (root / "probe.yaml").write_text(json.dumps(probe))
+    probed = run_json(capsys, "probe", "--config", str(root / "probe.yaml"), "--json")
+    assert probed["select"] and probed["best"]["method"] == "logreg"
+    assert probed["rows"] and "config" not in probed
+    repaired = run_json(capsys, "repair", "toy", "--store", db, "--json", "--no-progress")
+    assert repaired["repair"] is True and repaired["hit"] is True and repaired["rows"] == 300
+    compacted = run_json(capsys, "compact", "toy", "--store", db, "--json", "--no-progress")
+    assert compacted["compaction"] is True and compacted["fingerprint"] == cache.fingerprint
+    labelled = tmp_path / "labelled.parquet"
+    pq.write_table(separable(n=300).slice(0, 60), labelled)
+    scored = run_json(capsys, "evaluate", "--checkpoint", run["checkpoint"], "--input",
+                      str(labelled), "--json")
+    assert 0 <= scored["accuracy"] <= 1
+
+    pq.write_table(separable(n=320), root / "source" / "a.parquet")  # a second version
+    newer = raycache.fill(toy_fill(source, db, in_process=True)).cache
+    raycache.train({**train, "fingerprint": newer.fingerprint, "run_name": "v2", "epochs": 1})
+    capsys.readouterr()  # the SDK call's own epoch line
+    listed = run_json(capsys, "runs", "toy", "--store", db, "--json", "--sort", "metric")
+    assert {r["cache"] for r in listed} == {f"toy/{first.fingerprint}",
+                                             f"toy/{cache.fingerprint}",
+                                             f"toy/{newer.fingerprint}"}
+    assert {"r1", "j1", "j2", "v2"} <= {r["name"] for r in listed}
+    assert {r["monitor"] for r in listed} == {"val_loss"}  # lowest first
+    values = [r["served_metric"] for r in listed]
+    assert None not in values and values == sorted(values) and len(set(values)) > 1
+    assert main(["runs", "toy", "--store", db, "--sort", "name"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    names = [line.split()[0] for line in text[::2]]
+    assert names == sorted(names) and text[names.index("v2") * 2].endswith(
+        f"toy/{newer.fingerprint}") and "; served " in text[0]
+
+
+def test_a_summarys_json_holds_no_storage_options_or_credentials(store):
+    """FillResult.to_dict of a cache opened with a password in its store's options: the
+    options are not in it, in any form."""
+    from raycache._cache.committed import Cache
+    from raycache._cache.store import Store
+    from raycache._fill.result import FillResult
+
+    opened = raycache.open_cache("toy", store)
+    secret = Store(store, {"password": "hunter2-XYZ", "region": "eu-west-9"})
+    result = FillResult(cache=Cache(secret, opened.manifest), hit=True, seconds=1.0,
+                        encoded_rows=0)
+    text = json.dumps(jsonable(result.to_dict()))
+    assert json.loads(text)["fingerprint"] == opened.fingerprint
+    assert "hunter2" not in text and "eu-west-9" not in text and "redacted" not in text
+
+
+def test_tables_are_drawn_by_rich_on_a_wide_terminal_and_plain_in_a_pipe(capsys, monkeypatch):
+    from raycache._cli_tables import print_table
+
+    rows = [["toy/abc", 300], ["docs/def", 12]]
+    print_table(["cache", "rows"], rows, plain=["toy/abc rows=300", "docs/def rows=12"])
+    assert capsys.readouterr().out == "toy/abc rows=300\ndocs/def rows=12\n"  # not a TTY
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "100")
+    print_table(["cache", "rows"], rows, plain=["plain"])
+    drawn = capsys.readouterr().out
+    assert "┃" in drawn and "docs/def" in drawn and "plain" not in drawn
+    monkeypatch.setenv("COLUMNS", "20")  # too narrow for the table: the plain lines
+    print_table(["cache", "rows"], rows, plain=["plain"])
+    assert capsys.readouterr().out == "plain\n"

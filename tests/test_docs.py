@@ -163,7 +163,7 @@ def _run_module(path: str) -> subprocess.CompletedProcess:
 def test_python_m_on_an_old_path_says_where_it_moved():
     refused = _run_module("raycache.train.team")
     assert refused.returncode != 0
-    assert "'raycache.train.team' moved to 'raycache._train.worker_heads'" in refused.stderr
+    assert "'raycache.train.team' moved to 'raycache._train.worker.heads'" in refused.stderr
     assert "Traceback" not in refused.stderr and "get_code" not in refused.stderr
     aliased = _run_module("raycache.cache.columns")  # runs as the new module, with the notice
     assert aliased.returncode == 0, aliased.stderr

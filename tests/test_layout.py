@@ -11,7 +11,8 @@ LAYERS = ["_errors", "_core", "_source", "_cache", "_encoders", "_compute", "_fi
           "_train", "_probe", "_predict", "_upkeep", "_export", "_serve", "public"]
 """Bottom to top: a module may import from its own layer and those below it."""
 PUBLIC = {"__init__", "__main__", "_cli", "_cli_demo", "_cli_evaluate", "_cli_interrupted",
-          "_cli_serve", "_cli_words", "_scripting", "_pipeline", "_demo", "_moved"}
+          "_cli_jobs", "_cli_predict", "_cli_runs", "_cli_serve", "_cli_store", "_cli_tables",
+          "_cli_upkeep", "_cli_words", "_scripting", "_pipeline", "_demo", "_moved"}
 
 
 def module_name(path: Path) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from raycache._cache.committed import Cache
 from raycache._cache.manifest import human_bytes
@@ -105,6 +106,22 @@ class FillResult:
                       "`raycache inspect` lists them, the next fill retries them)")
         return head + (f"{what}{m.shard_count} shards, {human_bytes(m.bytes)}{wrote}, "
                        f"{self._timings()}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready values (`--json`): the version, its URI and counts, and
+        every field but the Cache (never its store's options or credentials).
+
+        Returns:
+            A dict of plain values.
+        """
+        m = self.cache.manifest
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name != "cache"}
+        return {"cache": m.name, "fingerprint": m.fingerprint, "uri": self.cache.uri,
+                "rows": m.rows, "shards": m.shard_count, "bytes": m.bytes,
+                "skipped": len(m.skipped), "label_problems": list(m.label_problems), **out,
+                "encoded_by": dict(self.encoded_by), "rows_per_second": self.rows_per_second,
+                "encode_rows_per_second": self.encode_rows_per_second}
 
     def _timings(self) -> str:
         """The call's wall time split so that it adds up: start-up, encoding, the rest."""

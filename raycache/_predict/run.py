@@ -79,6 +79,15 @@ class PredictResult:
         return (f"predict: {self.rows} rows -> {self.output} ({', '.join(self.columns)}), "
                 f"{self.seconds:.1f} s, {rate:.1f} rows/s, {self.where}")
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values (`--json`), with rows_per_second.
+
+        Returns:
+            A dict of plain values.
+        """
+        rate = self.rows / self.seconds if self.seconds else 0.0
+        return {**dataclasses.asdict(self), "rows_per_second": rate}
+
     def __repr__(self) -> str:
         return f"PredictResult({self.summary()})"
 

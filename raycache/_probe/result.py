@@ -202,6 +202,17 @@ class ProbeResult:
                 f"{self.select} {b[self.select]:.4f}, macro_f1 {b['macro_f1']:.4f}{report}"
                 + (f"\n{beats}" if (beats := self.lexical_note()) else ""))
 
+    def to_dict(self) -> dict[str, Any]:
+        """The probe as JSON-ready values (`--json`): the table's rows best first, the best
+        row, where it ran, the report and checkpoint; never the config (its store's options).
+
+        Returns:
+            A dict of plain values.
+        """
+        return {"select": self.select, "where": self.where, "report": self.report,
+                "checkpoint": self.checkpoint, "best": self.best,
+                "rows": self.table.to_dict(orient="records"), "note": self.lexical_note()}
+
     def lexical_note(self) -> str:
         """A plain line where the lexical baseline beats every encoder's best row.
 

@@ -116,12 +116,20 @@ class Usage:
         """
         state = self.state
         rows = "-" if self.rows is None else str(self.rows)
+        return (f"{self.id:<40} {state:<10} {rows:>9} rows {self.shards:>5} shards "
+                f"{human_bytes(self.bytes):>10}  runs {human_bytes(self.runs_bytes):>10}  "
+                f"{self.created}{self.notes()}")
+
+    def notes(self) -> str:
+        """What `line` adds after the created time: sharing, live and resumable runs.
+
+        Returns:
+            Each note after two spaces; "" where there is none.
+        """
         live = f"  live runs: {', '.join(self.live_runs)}" if self.live_runs else ""
         if self.resumable_runs:
             live += f"  resumable runs: {', '.join(n for n, _ in self.resumable_runs)}"
-        return (f"{self.id:<40} {state:<10} {rows:>9} rows {self.shards:>5} shards "
-                f"{human_bytes(self.bytes):>10}  runs {human_bytes(self.runs_bytes):>10}  "
-                f"{self.created}{self._sharing()}{live}")
+        return f"{self._sharing()}{live}"
 
     def _sharing(self) -> str:
         """What it holds alone and shares, where it shares anything (format 5)."""

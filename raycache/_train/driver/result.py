@@ -149,6 +149,28 @@ class TrainResult:
                                                      if k not in ("settings", "history")}}
                              for row in self.sweep])
 
+    def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready values (`--json`): the version, run, checkpoint, the served
+        epoch's metrics, the last's, the history and a sweep's members; never the Cache's or
+        RunSpec's store (its options, credentials).
+
+        Returns:
+            A dict of plain values.
+        """
+        s = self.spec
+        return {"cache": self.cache.name, "fingerprint": self.cache.fingerprint,
+                "run_name": s.run_name, "run_dir": self.run_dir, "checkpoint": self.checkpoint,
+                "head": s.head.head, "objective": s.recipe.objective,
+                "monitor": s.select if self.sweep else s.recipe.evaluation.monitor,
+                "num_workers": s.num_workers, "seconds": self.seconds,
+                "epochs": len(self.history), "first_epoch": self.first_epoch,
+                "resumed_from": list(self.resumed_from), "weights": self.weights,
+                "weights_epoch": self.weights_epoch, "served": self.served_metrics(),
+                "metrics": self.metrics, "best": self.best, "history": self.history,
+                "sweep": [{k: v for k, v in row.items() if k != "history"}
+                          for row in self.sweep],
+                "finished_before": self.finished_before}
+
     def summary(self) -> str:
         """What this call did, in one line or two.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -85,6 +85,11 @@ class RunInfo:
     newest complete one); empty when the run has none yet."""
     started: str = ""
     """When the run started, ISO 8601 in UTC (empty where its record does not say)."""
+    served: dict[str, Any] = field(default_factory=dict)
+    """The metrics of the epoch whose weights the checkpoint holds (what predict serves): its
+    head.json's weights_epoch in the history; the last epoch's where it does not say."""
+    cache: str = ""
+    """The version the run trained on, "name/fingerprint"."""
 
     def line(self) -> str:
         """The run as `raycache runs` prints it.
@@ -101,10 +106,13 @@ class RunInfo:
                   if "member" in best else "")
         more = "".join(f", {k} {number(self.metrics[k])}" for k in MAIN
                        if k != key and k in self.metrics)  # the objective's main metrics too
+        served = (f"; served {number(self.served.get(key))} at epoch {self.served['epoch']}"
+                  if "epoch" in self.served else "")
         return (f"{self.name:<28} {self.status:<10} {self.epochs_done:>4}/{self.epochs:<4} "
                 f"{self.objective or '-'}/{self.head or '-'}  {key} "
-                f"{number(self.metrics.get(key))} (best {number(best.get(key))}{at}{chosen})"
-                f"{more}  {self.updated}\n{'':<4}checkpoint {self.checkpoint or '- (none yet)'}")
+                f"{number(self.metrics.get(key))} (best {number(best.get(key))}{at}{chosen}"
+                f"{served}){more}  {self.updated}  {self.cache}\n{'':<4}checkpoint "
+                f"{self.checkpoint or '- (none yet)'}")
 
 
 def checkpoint_of(path: str, options: dict[str, Any] | None = None) -> str:
@@ -165,7 +173,8 @@ def list_runs(cache: Cache) -> list[RunInfo]:
         try:
             record = read_record(store, f"{root}/{name}")
         except ValueError:  # a damaged run.json: listed as such, never trusted (du, gc)
-            out.append(RunInfo(name, UNREADABLE, 0, 0, {}, {}, ""))
+            out.append(RunInfo(name, UNREADABLE, 0, 0, {}, {}, "",
+                               cache=f"{cache.name}/{cache.fingerprint}"))
             continue
         if record is None:
             continue
@@ -193,8 +202,19 @@ def list_runs(cache: Cache) -> list[RunInfo]:
                   else record.get("head", {}).get("head", "")),
             monitor=record.get("select") or recipe.get("evaluation", {}).get("monitor", ""),
             checkpoint=store.url(final) if final else "", started=record.get("started", ""),
+            served=_served(store, final, history), cache=f"{cache.name}/{cache.fingerprint}",
         ))
     return sorted(out, key=lambda r: r.updated)
+
+
+def _served(store: Store, final: str | None, history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The served epoch's metrics: the final checkpoint's head.json names the epoch."""
+    if final is None or not history:
+        return {}
+    with contextlib.suppress(ValueError, OSError, KeyError):
+        epoch = store.read_json(f"{final}/{HEAD_CONFIG}").get("weights_epoch")
+        return next((m for m in history if epoch and m.get("epoch") == epoch), history[-1])
+    return history[-1]
 
 
 def recipe_epochs(recipe: dict[str, Any]) -> int:

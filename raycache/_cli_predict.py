@@ -1,0 +1,109 @@
+"""`raycache predict`: a trained head over a file; `--input -` reads JSONL or CSV from stdin,
+`--output -` writes JSONL to stdout (the summary then goes to stderr)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from raycache._cli_jobs import EXAMPLES, add_overrides
+from raycache._cli_words import PREDICT_FLAGS, flags_named
+from raycache._core.overrides import overridden
+from raycache._scripting import OK, add_json, summary
+
+__all__ = ["COMMANDS", "PARSERS", "sniff"]
+
+
+def add_predict(sub: argparse._SubParsersAction) -> None:
+    text = "run a trained head over a file, write Parquet"
+    p = sub.add_parser("predict", help=text, description=text)
+    p.add_argument("--checkpoint", required=True,
+                   help="a head checkpoint folder (path or URI), or a run folder (its final "
+                        "checkpoint, else its newest): `raycache runs` prints it")
+    p.add_argument("--input", required=True,
+                   help="Parquet, JSONL or CSV file, folder or glob (-: JSONL or CSV from stdin)")
+    p.add_argument("--output", required=True,
+                   help="Parquet file to write (path or URI; -: JSONL to stdout)")
+    p.add_argument("--keep", nargs="+", metavar="COLUMN",
+                   help="input columns to copy to the output (default: the cache's key)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--in-process", choices=["auto", "true", "false"], default="auto",
+                   help="run without Ray (auto: for small CPU jobs with no cluster)")
+    p.add_argument("--num-gpus", type=_gpus, default="auto",
+                   help="GPUs per actor (auto: 1 where the cluster has GPUs)")
+    add_overrides(p, EXAMPLES["predict"], "the PredictConfig these flags make")
+    p.add_argument("--no-progress", action="store_true", help="print no progress bar")
+    add_json(p, "the summary's fields (with --output -: to stderr)")
+
+
+def sniff(data: bytes) -> str:
+    """The format of text piped in: jsonl where its first character is `{`, else csv."""
+    return "jsonl" if data.lstrip()[:1] == b"{" else "csv"
+
+
+def predict(args: argparse.Namespace) -> int:
+    from raycache._predict.run import predict_file
+    from raycache._train.driver.runs import checkpoint_of
+
+    flags = {"auto": "auto", "true": True, "false": False}
+    config = overridden({"checkpoint": args.checkpoint, "input": args.input,
+                         "output": args.output, "keep": args.keep, "overwrite": args.overwrite,
+                         "in_process": flags[args.in_process], "pool": {"num_gpus": args.num_gpus}},
+                        args.overrides)
+    config["checkpoint"] = checkpoint_of(config["checkpoint"], config.get("options"))
+    with piped(config) as config, flags_named(PREDICT_FLAGS):
+        piping = args.output == "-"
+        with summary(args.json, sys.stderr if piping else None) as out:
+            result = predict_file(config, progress=not args.no_progress)
+            out(dataclasses.replace(result, output="-") if piping else result)
+        if piping:
+            _jsonl(config["output"], sys.stdout)
+    return OK
+
+
+@contextlib.contextmanager
+def piped(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The config with `-` replaced: stdin written to a file, the output to a temporary
+    Parquet file (which `_jsonl` then writes to stdout); both removed after."""
+    if "-" not in (config["input"], config["output"]):
+        yield config
+        return
+    with tempfile.TemporaryDirectory(prefix="raycache-predict-") as tmp:
+        config = dict(config)
+        if config["input"] == "-":
+            data = sys.stdin.buffer.read()
+            fmt = config.get("format") or sniff(data)
+            path = Path(tmp) / f"stdin.{fmt}"
+            path.write_bytes(data)
+            config.update(input=str(path), format=fmt)
+        if config["output"] == "-":
+            config.update(output=str(Path(tmp) / "out.parquet"), overwrite=True)
+        yield config
+
+
+def _jsonl(path: str, stream: Any) -> None:
+    """A Parquet file's rows as JSON lines."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from raycache._scripting import jsonable
+
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+        for row in batch.to_pylist():
+            stream.write(json.dumps(jsonable(row)) + "\n")
+    stream.flush()
+
+
+def _gpus(text: str) -> float | str:
+    return text if text == "auto" else float(text)
+
+
+PARSERS = {"predict": add_predict}
+COMMANDS = {"predict": predict}

@@ -1,0 +1,80 @@
+"""`raycache runs`: a cache's training runs, across its versions (or of one), with the served
+head's metric, sorted as asked; a table, or JSON."""
+
+from __future__ import annotations
+
+import argparse
+
+from raycache._cli_store import add_cache, checked_store
+from raycache._scripting import OK, add_json, print_json
+
+__all__ = ["COMMANDS", "PARSERS", "SORTS"]
+
+SORTS = ("updated", "started", "name", "metric")
+"""What `raycache runs --sort` orders by (metric: the served head's, best first)."""
+
+
+def add_runs(sub: argparse._SubParsersAction) -> None:
+    p = add_cache(sub, "runs", "list a cache's training runs, across its versions (NAME/"
+                               "FINGERPRINT: of that one): status, epochs, objective, head, the "
+                               "served head's metric and the checkpoint predict takes")
+    add_json(p)
+    p.add_argument("--sort", choices=SORTS, default="updated",
+                   help="order by: updated (default, oldest first), started, name, or metric "
+                        "(the served head's, best first)")
+    p.add_argument("--metric", help="the metric of the served column (default: each run's "
+                                    "monitored metric)")
+
+
+def runs(args: argparse.Namespace) -> int:
+    from raycache._cache.finding import ls, open_cache
+    from raycache._cli_tables import print_table
+    from raycache._train.console import number
+    from raycache._train.driver.runs import list_runs
+
+    name, _, fp = args.cache.partition("/")
+    store = checked_store(args.store)
+    versions = [open_cache(name, store, fp)] if fp else ls(store, name) or [
+        open_cache(name, store)]  # none: open_cache names what is missing
+    found = ranked([(v, r) for v in versions for r in list_runs(v)], args.sort, args.metric)
+    if args.json:
+        print_json([{**vars(r), "served_metric": served(r, args.metric)} for _, r in found])
+        return OK
+    if not found:
+        where = ", ".join(f"{v.name}/{v.fingerprint[:12]}" for v in versions)
+        print(f"no training runs of {where} in {args.store}")
+        return OK
+    metrics = {args.metric or r.monitor or "val_loss" for _, r in found}
+    metric = metrics.pop() if len(metrics) == 1 else "metric"
+    columns = ["version", "run", "status", "epochs", "head", f"served {metric}", "epoch",
+               "best", "updated", "checkpoint"]
+    print_table(columns, [
+        [v.fingerprint[:12], r.name, r.status, f"{r.epochs_done}/{r.epochs}",
+         f"{r.objective or '-'}/{r.head or '-'}",
+         number(served(r, args.metric)) + ("" if metric != "metric" else
+                                           f" {args.metric or r.monitor or 'val_loss'}"),
+         r.served.get("epoch", "-"), number(r.best.get(r.monitor or "val_loss")),
+         r.updated[:16].replace("T", " "), r.checkpoint or "-"]
+        for v, r in found], plain=[r.line() for _, r in found])
+    return OK
+
+
+def served(run, metric: str | None = None) -> float | None:
+    """The served head's value of `metric` (default: the run's monitored one)."""
+    return run.served.get(metric or run.monitor or "val_loss")
+
+
+def ranked(found: list, sort: str, metric: str | None) -> list:
+    """(version, run) pairs in the order --sort asks: metric best first (lowest for a loss),
+    runs without it last."""
+    if sort != "metric":
+        return sorted(found, key=lambda vr: str(getattr(vr[1], sort)))
+    def key(vr):
+        value = served(vr[1], metric)
+        lower = (metric or vr[1].monitor or "val_loss").endswith("loss")
+        return (value is None, 0.0 if value is None else value if lower else -value)
+    return sorted(found, key=key)
+
+
+PARSERS = {"runs": add_runs}
+COMMANDS = {"runs": runs}

@@ -1,0 +1,115 @@
+"""The command line's upkeep commands: verify, repair, compact and gc."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from raycache._cache.config import default_store
+from raycache._cli_store import STORE_HELP, add_cache, checked_store
+from raycache._cli_words import GC_FLAGS, flags_named
+from raycache._scripting import DAMAGED, OK, add_json, print_json, summary
+
+__all__ = ["COMMANDS", "PARSERS"]
+
+
+def add_repair(sub: argparse._SubParsersAction) -> None:
+    p = add_cache(sub, "repair", "re-encode a cache's bad or missing shards from its source")
+    p.add_argument("--no-progress", action="store_true", help="print no progress bar")
+    add_json(p)
+
+
+def add_verify(sub: argparse._SubParsersAction) -> None:
+    p = add_cache(sub, "verify", "check every shard of a cache against its manifest")
+    add_json(p)
+    p.add_argument("--fingerprint", help="this fill (default: the newest)")
+
+
+def add_compact(sub: argparse._SubParsersAction) -> None:
+    p = add_cache(sub, "compact", "copy a version's sparse or small shared shards' kept rows "
+                                  "into its own shards (nothing encoded), so its reads stay at "
+                                  "memory speed")
+    p.add_argument("--below", type=float, default=None,
+                   help="compact shared shards that keep less than this share of their rows "
+                        "(default: the fill's compact_below, 0.9)")
+    p.add_argument("--no-progress", action="store_true", help="print no progress bar")
+    add_json(p)
+
+
+def add_gc(sub: argparse._SubParsersAction) -> None:
+    text = "remove unfinished fills and old fingerprints (dry run unless --delete)"
+    p = sub.add_parser("gc", help=text, description=text)
+    p.add_argument("--store", default=default_store(), help=STORE_HELP)
+    p.add_argument("--keep-last", type=int, help="keep the newest N committed fingerprints of "
+                                                 "each name")
+    p.add_argument("--older-than", help="remove fingerprints first committed longer ago (7d)")
+    p.add_argument("--max-size", help="remove the oldest until the caches fit, e.g. 50GB")
+    p.add_argument("--grace", default="24h",
+                   help="unfinished fills untouched for this long are removed; a cache whose run "
+                   "died with a checkpoint is kept this long, to resume (default 24h, or 0)")
+    p.add_argument("--include-newest", action="store_true", help="a name's newest may go too")
+    p.add_argument("--keep-runs", action="store_true",
+                   help="keep the trained heads (runs/) of the cache folders it removes")
+    p.add_argument("--delete", action="store_true", help="remove; without it, only list")
+    p.add_argument("--damaged", action="store_true",
+                   help="caches whose manifest or shard list cannot be read go too (else kept)")
+    add_json(p)
+
+
+def repair(args: argparse.Namespace) -> int:
+    from raycache._upkeep.repair import repair as run
+
+    name, _, fp = args.cache.partition("/")
+    with summary(args.json) as out:
+        out(run(name, checked_store(args.store), fp or None, progress=not args.no_progress))
+    return OK
+
+
+def compact(args: argparse.Namespace) -> int:
+    from raycache._upkeep.compact import compact as run
+
+    name, _, fp = args.cache.partition("/")
+    with summary(args.json) as out:
+        out(run(name, checked_store(args.store), fp or None, below=args.below,
+                progress=not args.no_progress))
+    return OK
+
+
+def verify(args: argparse.Namespace) -> int:
+    from raycache._cache.finding import open_cache
+    from raycache._upkeep.verify import verify as run
+
+    name, _, fp = args.cache.partition("/")
+    report = run(open_cache(name, checked_store(args.store), args.fingerprint or fp or None))
+    for line in [] if args.json else report.lines():
+        print(line)
+    if report.shared:
+        print(f"{report.cache}: {len(report.bad)} of {report.shards} shards bad, "
+              f"{len(report.shared)} of them shared from older versions "
+              f"({', '.join(sorted(set(report.shared.values())))}); `raycache repair "
+              f"{report.cache} --store {args.store}` says how to fill it again", file=sys.stderr)
+    elif not report.ok:
+        print(f"{report.cache}: {len(report.bad)} of {report.shards} shards bad; re-encode them "
+              f"with `raycache repair {name} --store {args.store}`", file=sys.stderr)
+    if args.json:
+        print_json(report)
+    return OK if report.ok else DAMAGED
+
+
+def gc(args: argparse.Namespace) -> int:
+    from raycache._upkeep.gc import gc as run
+
+    with flags_named(GC_FLAGS):
+        result = run(checked_store(args.store), keep_last=args.keep_last,
+                     older_than=args.older_than, max_size=args.max_size, grace=args.grace,
+                     delete=args.delete, include_newest=args.include_newest,
+                     damaged=args.damaged, keep_runs=args.keep_runs)
+    for line in [] if args.json else result.lines():
+        print(line)
+    if args.json:
+        print_json(result)
+    return OK
+
+
+PARSERS = {"repair": add_repair, "verify": add_verify, "compact": add_compact, "gc": add_gc}
+COMMANDS = {"repair": repair, "verify": verify, "compact": compact, "gc": gc}
