@@ -150,7 +150,7 @@ def test_renamed_modules_map_real_old_paths_to_modules_that_exist():
         parent, _, leaf = old.rpartition(".")
         assert importlib.util.find_spec(f"raycache.{parent}.{leaf}") is None, f"{old} exists"
     with pytest.raises(ImportError, match=r"'raycache\.train\.team' moved to "
-                                          r"'raycache\._train\.worker_heads'"):
+                                          r"'raycache\._train\.worker\.heads'"):
         __import__("raycache.train.team")
 
 
