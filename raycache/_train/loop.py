@@ -26,6 +26,7 @@ from raycache._train.epoch import (
     evaluate,
     train_epoch,
 )
+from raycache._train.input_stats import fit_inputs
 from raycache._train.metrics_log import write_artifacts
 from raycache._train.runspec import RunSpec
 from raycache._train.state import restore, save
@@ -47,6 +48,8 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     train_data, val_data = data_sources(spec, rank, device)
     team = build_team(spec, device, len(train_data) or None)
     restore(team)
+    if not team.run.epoch:  # a resumed run's heads hold their standardisation already
+        fit_inputs(team, train_data)
     wrap(team)
     epochs, last_save, started = spec.recipe.loop.epochs, time.monotonic(), time.monotonic()
     first = team.run.epoch
