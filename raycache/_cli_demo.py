@@ -25,7 +25,8 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help=text, description=text)
     p.add_argument("--store", default=".raycache/store",
                    help="store URI for the demo's cache (default .raycache/store)")
-    p.add_argument("--epochs", type=int, default=30, help="epochs to train (default 30)")
+    p.add_argument("--epochs", type=int, help="epochs to train (default: training's defaults, "
+                                              "a solved head or epochs until a plateau)")
     p.add_argument("--workers", type=_workers, default="auto",
                    help="DDP workers; 0 trains in-process; auto picks by cache size")
     p.add_argument("--no-progress", action="store_true",

@@ -76,3 +76,31 @@ def test_in_process_setting_is_checked():
     with pytest.raises(ConfigError) as err:
         load_fill(toy_fill("src", "store", in_process=True, num_gpus=1))
     assert "num_gpus" in str(err.value)
+
+
+def test_an_interrupted_fill_of_less_than_a_shard_keeps_what_it_wrote(tmp_path, monkeypatch):
+    """3,000 rows, rows_per_shard 8,192 (the default): blocks and shards of 1,024 rows
+    (SMALL_BLOCK_ROWS), each with its resume record, so Ctrl-C during the third keeps two."""
+    from raycache._fill import shards
+
+    (tmp_path / "source").mkdir()
+    pq.write_table(separable(n=3000), tmp_path / "source" / "a.parquet")
+    cfg = toy_fill(str(tmp_path / "source"), str(tmp_path / "store"), in_process=True,
+                   rows_per_shard=8192)
+    real, calls = shards._write, []
+
+    def write(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shards, "_write", write)
+    with pytest.raises(KeyboardInterrupt):
+        raycache.fill(cfg)
+    monkeypatch.setattr(shards, "_write", real)
+    result = raycache.fill(cfg)
+    assert result.resumed_rows == 2048 and result.encoded_rows == 952
+    assert [s.rows for s in result.cache.manifest.shards] == [1024, 1024, 952]
+    keys = result.cache.read_table().column("id").to_pylist()
+    assert len(keys) == len(set(keys)) == 3000

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from safetensors.torch import load_file
 
 import raycache
@@ -151,7 +152,16 @@ def test_ddp_training_from_cache_without_the_source(ray_session, separable_sourc
     assert head_cfg["head"]["head"] == "mlp" and head_cfg["metrics"]["val_acc"] == last["val_acc"]
     assert head_cfg["head"]["encoders"] == ["proj", "proj16"] and store not in json.dumps(head_cfg)
     state = load_file(ckpt / "head.safetensors")
-    assert state["0.weight"].shape == (32, 20)
+    assert state["inner.0.weight"].shape == (32, 20)
+    # the mlp standardises its inputs: both workers' training rows' statistics, summed
+    assert head_cfg["head"]["standardize"] and state["mean"].shape == state["scale"].shape == (20,)
+    from raycache._train.data.in_memory import InMemory
+
+    rows = torch.cat([InMemory.for_worker(run.spec, rank, torch.device("cpu"))[0].x
+                      for rank in range(2)])
+    assert len(rows) == last["train_rows"]
+    torch.testing.assert_close(state["mean"], rows.mean(0))
+    torch.testing.assert_close(state["scale"], rows.std(0, correction=0))
 
 
 def test_streamed_placement_trains_too(ray_session, separable_source, tmp_path):

@@ -40,19 +40,28 @@ class _Spec:
 
 def test_logreg_matches_scikit_learn_on_the_same_rows_and_grid():
     from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
 
     x, y, xv, yv = blobs()
+    x = x * np.linspace(0.2, 5, x.shape[1]).astype(np.float32) + 3  # features of other scales
+    xv = xv * np.linspace(0.2, 5, x.shape[1]).astype(np.float32) + 3
     w, b, iters = solve(torch.from_numpy(x), torch.from_numpy(y), 4, GRID, 1000, 1e-6)
     ours, theirs = [], []
     for i, c in enumerate(GRID):
-        ref = LogisticRegression(C=c, max_iter=2000, tol=1e-8).fit(x, y)
+        ref = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=2000, tol=1e-8))
+        ref.fit(x, y)
         pred = (torch.from_numpy(xv) @ w[i] + b[i]).argmax(1).numpy()
         ours.append(float((pred == yv).mean()))
         theirs.append(float((ref.predict(xv) == yv).mean()))
-        # the same minimiser: C means what it means to scikit-learn
-        scale = np.abs(ref.coef_).max()
-        assert np.abs(w[i].numpy().T - ref.coef_).max() <= 0.02 * scale, c
-        assert np.abs(b[i].numpy() - ref.intercept_).max() <= 0.02 * max(1.0, scale), c
+        # the same minimiser: C means scikit-learn's C on standardised features, and the
+        # solution comes back for the raw ones
+        scaler, lr = ref[0], ref[1]
+        coef = lr.coef_ / scaler.scale_
+        intercept = lr.intercept_ - coef @ scaler.mean_
+        scale = np.abs(coef).max()
+        assert np.abs(w[i].numpy().T - coef).max() <= 0.02 * scale, c
+        assert np.abs(b[i].numpy() - intercept).max() <= 0.02 * max(1.0, np.abs(intercept).max()), c
     assert np.allclose(ours, theirs, atol=0.005), (ours, theirs)
     assert max(ours) >= max(theirs) - 0.005
     assert len(set(theirs)) > 1  # the grid matters on these rows: the test can tell them apart
@@ -184,3 +193,34 @@ def test_metrics_equal_scikit_learn_with_an_absent_and_a_never_predicted_class()
     for i, n in enumerate(names):
         assert rows[n] == pytest.approx({"precision": p[i], "recall": r[i], "f1": f[i],
                                          "support": s[i]})
+
+
+def test_logreg_on_shares_standardises_every_share_alike_and_solves_what_one_process_solves():
+    """One meaning of C on Ray too: the workers' moment sums added up standardise each share
+    (raycache._probe.on_ray.logreg), and the solution mapped back to the raw features is the
+    in-process solve's."""
+    from raycache._probe.worker import ShareWorker
+    from raycache._train.lbfgs import minimize
+    from raycache._train.logreg import penalty, standardizer, to_raw
+
+    x, y, _, _ = blobs(n=400, d=6, k=3)
+    x = x * np.array([0.1, 1, 3, 10, 0.5, 2], dtype=np.float32) + 4
+    shares = [ShareWorker(), ShareWorker()]
+    for share, (lo, hi) in zip(shares, ((0, 90), (90, 300)), strict=True):
+        share.rows["e"] = (x[lo:hi], y[lo:hi], x[:0], y[:0])
+    cs, n = [0.1, 10.0], 300
+    scale = standardizer(sum(s.logreg_sums("e") for s in shares))
+    torch.testing.assert_close(scale[0], torch.from_numpy(x).mean(0))
+    torch.testing.assert_close(scale[1], torch.from_numpy(x).std(0, correction=0))
+
+    def f(params):
+        parts = [s.logreg_term("e", params, 3, len(cs), n, scale) for s in shares]
+        more = penalty(params, 6, 3, cs, n)
+        return parts[0][0] + parts[1][0] + more[0], parts[0][1] + parts[1][1] + more[1]
+
+    out = minimize(f, torch.zeros(len(cs), 6 * 3 + 3), 500, 1e-6, ftol=0.0)
+    w, b = to_raw(out.params[:, :18].view(2, 6, 3), out.params[:, 18:], *scale)
+    want_w, want_b, _ = solve(torch.from_numpy(x), torch.from_numpy(y), 3, cs, 500, 1e-6)
+    gap = (w - want_w).abs().max()
+    assert gap <= 5e-3 * want_w.abs().max(), float(gap)
+    assert (b - want_b).abs().max() <= 5e-3 * max(1.0, float(want_b.abs().max()))

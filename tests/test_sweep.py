@@ -12,6 +12,7 @@ import torch
 
 import raycache
 from raycache._errors import ConfigError, RaycacheError
+from raycache._heads.modules import standardized
 from raycache._heads.specs import HeadSpec, build_head
 from raycache._train.config import TrainConfig
 from raycache._train.driver.plan import load_config as load_train
@@ -114,12 +115,15 @@ def test_a_stack_steps_each_member_as_its_own_torch_optimizer_would(optimizer):
         torch.testing.assert_close(stack.opts[0].state[0][k][1], saved["state"][0][k])
 
 
+@pytest.mark.parametrize("standardize", [False, True])
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
-def test_mlp_members_stack_by_shape_and_step_as_lone_heads_would(optimizer):
+def test_mlp_members_stack_by_shape_and_step_as_lone_heads_would(optimizer, standardize):
     spec = HeadSpec(head="mlp", in_dim=6, num_classes=3, hidden=(5, 4), dropout=0.0,
-                    encoders=("e",), label="y", cache="c", fingerprint="f")
-    shapes = [{"hidden": (5, 4)}, {"head": "linear"}, {"hidden": (7,)}, {"hidden": (5, 4)},
-              {"hidden": (7,)}, {"head": "linear"}]
+                    encoders=("e",), label="y", cache="c", fingerprint="f",
+                    standardize=standardize)
+    linear = {"head": "linear", "standardize": False}  # a linear head reads its inputs as is
+    shapes = [{"hidden": (5, 4)}, linear, {"hidden": (7,)}, {"hidden": (5, 4)},
+              {"hidden": (7,)}, linear]
     recipes = [SimpleNamespace(optim=SimpleNamespace(optimizer=optimizer, lr=lr, weight_decay=wd,
                                                      momentum=0.9, nesterov=False,
                                                      grad_clip=clip),
@@ -129,14 +133,21 @@ def test_mlp_members_stack_by_shape_and_step_as_lone_heads_would(optimizer):
     torch.manual_seed(0)
     lone = [build_head(HeadSpec(**{**spec.__dict__, **s})) for s in shapes]
     copies = [build_head(HeadSpec(**{**spec.__dict__, **s})) for s in shapes]
+    mean, scale = torch.randn(6) * 2, torch.rand(6) * 3 + 0.2  # as the training rows set them
+    for head in lone:
+        if standardized(head) is not None:
+            standardized(head).mean.copy_(mean)
+            standardized(head).scale.copy_(scale)
+    assert sum(standardized(h) is not None for h in lone) == (4 if standardize else 0)
     for head, copy in zip(lone, copies, strict=True):
         copy.load_state_dict(head.state_dict())
     stack = Stack(copies, recipes, None)
+    stack.push()  # the members' weights and input statistics, as before a run's first step
     # three blocks (MLP [5, 4], linear, MLP [7]), the outputs in the members' order
     assert stack.groups == [[0, 3], [1, 5], [2, 4]]
     opts = [build_optimizer(head.parameters(), r) for head, r in zip(lone, recipes, strict=True)]
     for t in range(5):
-        x, y = torch.randn(16, 6) * 3, torch.randint(0, 3, (16,))
+        x, y = torch.randn(16, 6) * 3 + mean, torch.randint(0, 3, (16,))
         active = [True, True, True, True, t < 2, True]  # member 4 stops after 2 steps
         out = stack.module(x)
         total, values, _ = stack.losses(out, y)

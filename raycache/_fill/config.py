@@ -93,7 +93,9 @@ class FillConfig:
     rows_per_shard: int = 8192
     """Rows per Parquet shard (the unit of resume, reuse and training reads; part of the
     fingerprint). Every shard costs a file, its checksum, a progress record and a manifest
-    entry, so shards are large (8,192 rows of 384 float32 are 12 MiB)."""
+    entry, so shards are large (8,192 rows of 384 float32 are 12 MiB). A fill of fewer rows
+    than this (at least 1,024) writes smaller ones, an eighth of its rows each, so that an
+    interrupted small fill keeps what it encoded."""
     autoscaling: bool = False
     """The cluster adds nodes on demand (KubeRay autoscaler): ask for the pool's resources
     and wait for them, instead of refusing a pool the cluster cannot hold now."""

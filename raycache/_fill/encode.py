@@ -31,6 +31,10 @@ MIN_BLOCKS = 8
 """block_rows: auto leaves at least this many blocks to a fill, so every actor gets work."""
 BLOCK_ROWS_CPU, BLOCK_ROWS_GPU = 16_384, 65_536
 """block_rows auto: rows per block and encoder call on CPU and GPU pools (whole shards)."""
+SMALL_BLOCK_ROWS = 1024
+"""block_rows auto, for a fill of fewer rows than one shard: blocks (and so shards, each with
+its resume record) of a MIN_BLOCKS-th of its rows, at least this many, so that an interrupted
+small fill keeps what it encoded; fills under this many rows stay one shard."""
 BLOCK_BYTES = 1 << 30
 """block_rows auto: input bytes a block, where an encoder says a row's (images); >= a shard."""
 
@@ -115,7 +119,8 @@ def encode(p: Plan, units: list[sources.Unit], version: Shares, cluster: Callabl
 
 
 def block_rows(cfg: FillConfig, todo: int | None, gpus: float) -> int:
-    """Rows per block and encoder call for actors of `gpus` GPUs (PoolConfig.block_rows)."""
+    """Rows per block and encoder call for actors of `gpus` GPUs (PoolConfig.block_rows): whole
+    shards, but for a fill of less than one shard (SMALL_BLOCK_ROWS)."""
     shard = cfg.rows_per_shard
     if cfg.pool.block_rows != AUTO:
         return max(1, int(cfg.pool.block_rows) // shard) * shard
@@ -126,6 +131,8 @@ def block_rows(cfg: FillConfig, todo: int | None, gpus: float) -> int:
                   if ENCODERS[e.kind].input_bytes is not None)
     if per_row:
         rows = min(rows, max(1, BLOCK_BYTES // per_row))
+    if todo is not None and todo < shard:  # less than a shard: smaller blocks keep progress
+        return min(shard, rows, max(SMALL_BLOCK_ROWS, -(-todo // MIN_BLOCKS)))
     if todo is not None:
         rows = min(rows, -(-todo // MIN_BLOCKS))
     return max(1, rows // shard) * shard

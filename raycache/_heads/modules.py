@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["Gated", "Normalized", "Skip"]
+__all__ = ["Gated", "Normalized", "Skip", "Standardized", "standardized"]
 
 
 class Gated(nn.Module):
@@ -47,3 +47,29 @@ class Normalized(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.inner(x), dim=-1)
+
+
+class Standardized(nn.Module):
+    """A head that reads its inputs standardised, (x - mean) / scale: the training rows'
+    per-feature mean and standard deviation (1 where it is 0), buffers saved with the head, so
+    that predict, export and serve need nothing else. They start as the identity (0, 1);
+    training sets them (raycache._train.worker.input_stats)."""
+
+    mean: torch.Tensor
+    scale: torch.Tensor
+
+    def __init__(self, inner: nn.Module, in_dim: int):
+        super().__init__()
+        self.inner = inner
+        self.register_buffer("mean", torch.zeros(in_dim))
+        self.register_buffer("scale", torch.ones(in_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner((x - self.mean) / self.scale)
+
+
+def standardized(module: nn.Module) -> Standardized | None:
+    """The Standardized layer of a head (inside a Normalized one too), else None."""
+    if isinstance(module, Normalized):
+        module = module.inner
+    return module if isinstance(module, Standardized) else None

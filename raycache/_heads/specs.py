@@ -25,6 +25,7 @@ __all__ = [
     "LEGACY_WEIGHTS",
     "READABLE_VERSIONS",
     "HEADS",
+    "STANDARDIZED",
     "HeadSpec",
     "build_head",
     "gated",
@@ -33,6 +34,7 @@ __all__ = [
     "resolve",
     "skip",
     "stacked",
+    "standardizes",
     "widening",
 ]
 
@@ -115,6 +117,17 @@ HEADS: dict[str, Builder] = {
 }
 
 
+STANDARDIZED = frozenset({"mlp"})
+"""Head families that standardise their inputs with their training rows' mean and standard
+deviation, as the solved linear head does (HeadSpec.standardize)."""
+
+
+def standardizes(family: str, trainable: bool = False) -> bool:
+    """Whether a new head of `family` standardises its inputs: a family of STANDARDIZED, on
+    frozen features only (a trainable encoder's outputs move as it trains)."""
+    return family in STANDARDIZED and not trainable
+
+
 def resolve(name: str) -> Builder:
     """A registered head family, or "package.module:function" with the same signature."""
     if name in HEADS:
@@ -177,6 +190,10 @@ class HeadSpec:
     class_names: tuple[str, ...] = ()
     """A classifier on a named label (strings): class i's name; empty for integer labels,
     whose class i is the value i."""
+    standardize: bool = False
+    """The head standardises its inputs with its training rows' mean and standard deviation,
+    held as buffers in its weights (families of STANDARDIZED; heads saved before it read as
+    false and predict as they did)."""
     format_version: int = HEAD_FORMAT_VERSION
     """The head.json layout version (HEAD_FORMAT_VERSION; older ones are read)."""
 
@@ -194,7 +211,8 @@ class HeadSpec:
         """The spec as JSON-ready values: what head.json holds under "head".
 
         Returns:
-            The fields, tuples as lists (`trainable` and `class_names` left out when empty).
+            The fields, tuples as lists (`trainable`, `class_names` and `standardize` left
+            out when empty or false).
 
         Example:
             ```python
@@ -209,6 +227,8 @@ class HeadSpec:
         d["class_names"] = list(self.class_names)
         if not self.class_names:
             del d["class_names"]
+        if not self.standardize:  # so heads and run digests without it read as before
+            del d["standardize"]
         return d
 
     @classmethod
@@ -245,8 +265,13 @@ class HeadSpec:
 
 
 def build_head(spec: HeadSpec) -> nn.Module:
-    """A fresh (untrained) head of the spec's family and shape (normalised when asked)."""
+    """A fresh (untrained) head of the spec's family and shape (its inputs standardised, its
+    outputs normalised, when asked)."""
     module = resolve(spec.head)(spec.in_dim, spec.width, list(spec.hidden), spec.dropout)
+    if spec.standardize:
+        from raycache._heads.modules import Standardized
+
+        module = Standardized(module, spec.in_dim)
     if spec.normalize:
         from raycache._heads.modules import Normalized
 

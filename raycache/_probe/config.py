@@ -12,7 +12,8 @@ from raycache._core.config import is_name, non_finite
 __all__ = ["DEFAULT_C", "SELECT", "ProbeHeadsConfig", "KnnConfig", "LogregConfig", "ProbeConfig"]
 
 DEFAULT_C = [1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]
-"""logreg's default grid of inverse L2 strengths (scikit-learn's C), one batched solve."""
+"""logreg's default grid of inverse L2 strengths (scikit-learn's C on standardised features),
+one batched solve."""
 SELECT = ("val_acc", "macro_f1", "balanced_acc")
 """Metrics that may pick a method's setting and the best row."""
 
@@ -20,8 +21,10 @@ SELECT = ("val_acc", "macro_f1", "balanced_acc")
 @dataclass(frozen=True)
 class LogregConfig:
     """logreg: multinomial logistic regression, every C solved together by one full-batch
-    L-BFGS (minimising C * sum of cross-entropies + ||W||^2 / 2, bias not penalised: what C
-    means to scikit-learn's LogisticRegression).
+    L-BFGS on the standardised features (each centred and divided by its standard deviation
+    over the training rows), minimising C * sum of cross-entropies + ||W||^2 / 2, bias not
+    penalised: what C means to scikit-learn's `make_pipeline(StandardScaler(),
+    LogisticRegression(C=C))`, and to a solved linear head in training.
 
     Example:
         ```python

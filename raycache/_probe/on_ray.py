@@ -110,25 +110,27 @@ def share_spec(cfg: ProbeConfig, group: list[Target], world: int) -> Any:
 
 def logreg(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
     """Every C solved together by the batched L-BFGS here, each evaluation the sum of the
-    workers' data terms (their shares' rows) and one L2 penalty: the in-process objective."""
+    workers' data terms (their shares' rows, standardised by every share's moments) and one
+    L2 penalty: the in-process objective; the solution mapped back to the raw features."""
     import ray
     import torch
 
     from raycache._train.lbfgs import minimize
-    from raycache._train.logreg import penalty
+    from raycache._train.logreg import penalty, standardizer, to_raw
 
     settings, k, d = cfg.logreg, data.spec.num_classes, data.spec.in_dim
     cs, n = list(settings.C), data.train_rows
+    scale = standardizer(data.workers.summed("logreg_sums", data.column))
 
     def f(params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ref = ray.put(params)
-        loss, grad = data.workers.summed("logreg_term", data.column, ref, k, len(cs), n)
+        loss, grad = data.workers.summed("logreg_term", data.column, ref, k, len(cs), n, scale)
         more, more_grad = penalty(params, d, k, cs, n)
         return loss + more, grad + more_grad
 
     start = torch.zeros(len(cs), d * k + k)
     out = minimize(f, start, settings.max_iter, settings.tol, ftol=0.0)
-    w, b = out.params[:, : d * k].view(len(cs), d, k), out.params[:, d * k:]
+    w, b = to_raw(out.params[:, : d * k].view(len(cs), d, k), out.params[:, d * k:], *scale)
     confs = data.workers.summed("logreg_confusion", data.column, w, b)
     spec = dataclasses.replace(data.spec, head="linear", hidden=(), dropout=0.0)
     return [Candidate({"C": c, "iterations": int(out.iterations[i])}, None, spec,

@@ -42,19 +42,29 @@ class ShareWorker:
             self.rows[column] = (x[~held], y[~held], x[held], y[held])
         return int((~held).sum()), int(held.sum())
 
-    def logreg_term(self, column: str, params: Any, classes: int, groups: int, rows: int
-                    ) -> tuple[Any, Any]:
-        """This share's part of every C's data term (raycache._train.logreg.data_term), over
-        `rows` training rows of all shares: ([G], [G, m])."""
+    def logreg_sums(self, column: str) -> Any:
+        """This share's training rows' moment sums (raycache._train.logreg.moment_sums): every
+        share's added up standardise the features as in this process."""
+        import torch
+
+        from raycache._train.logreg import moment_sums
+
+        return moment_sums(torch.from_numpy(self._train(column)[0]))
+
+    def logreg_term(self, column: str, params: Any, classes: int, groups: int, rows: int,
+                    scale: tuple[Any, Any]) -> tuple[Any, Any]:
+        """This share's part of every C's data term (raycache._train.logreg.data_term) on its
+        training rows standardised by `scale` (every share's mean, sd), over `rows` training
+        rows of all shares: ([G], [G, m])."""
         import torch
 
         from raycache._core.threads import sized
         from raycache._train.logreg import data_term
 
         x, y = self._train(column)
+        z = (torch.from_numpy(x) - scale[0]) / scale[1]
         with sized(4 * x.shape[0] * x.shape[1] * groups * classes):
-            return data_term(torch.from_numpy(x), torch.from_numpy(y), classes, groups,
-                             rows)(params)
+            return data_term(z, torch.from_numpy(y), classes, groups, rows)(params)
 
     def logreg_confusion(self, column: str, w: Any, b: Any) -> np.ndarray:
         """Each C's confusion counts on this share's validation rows: [G, K, K]."""

@@ -114,9 +114,11 @@ def _denses(head: Head) -> list[tuple[nn.Linear, str]]:
     """The head's layers as (Linear, the activation after it): Dropout is dropped (eval mode)."""
     from torch import nn
 
-    from raycache._heads.modules import Normalized
+    from raycache._heads.modules import Normalized, Standardized
 
     model = head.model.inner if isinstance(head.model, Normalized) else head.model
+    inputs = model if isinstance(model, Standardized) else None
+    model = model.inner if inputs is not None else model
     layers = list(model) if isinstance(model, nn.Sequential) else [model]
     out: list[tuple[nn.Linear, str]] = []
     for layer in layers:
@@ -132,7 +134,24 @@ def _denses(head: Head) -> list[tuple[nn.Linear, str]]:
                 f"head family {head.spec.head!r} has a {type(layer).__name__} layer, which "
                 "sentence-transformers' Dense cannot hold; export heads of families linear, "
                 "mlp or widening (Linear, GELU, Dropout), or serve this one with raycache.serve")
+    if inputs is not None and out:
+        out[0] = (_folded(out[0][0], inputs), out[0][1])
     return out
+
+
+def _folded(linear: nn.Linear, inputs: Any) -> nn.Linear:
+    """A Linear on raw inputs equal to `linear` on inputs standardised by `inputs`
+    (Standardized): W / scale, and b - (W / scale) @ mean."""
+    import torch
+    from torch import nn
+
+    folded = nn.Linear(linear.in_features, linear.out_features, bias=True)
+    with torch.no_grad():
+        w = linear.weight.double() / inputs.scale.double()
+        b = (linear.bias.double() if linear.bias is not None else 0.0) - w @ inputs.mean.double()
+        folded.weight.copy_(w)
+        folded.bias.copy_(b)
+    return folded
 
 
 def _dense(folder: Path, linear: nn.Linear, activation: str) -> None:

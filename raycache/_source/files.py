@@ -197,12 +197,22 @@ def _infer_format(uris: list[str]) -> str:
     return kinds.pop()
 
 
+SCHEMA_BYTES = 1 << 20
+"""A JSONL or CSV file's schema comes from its first SCHEMA_BYTES (pyarrow's block size) and
+the rest of the line they end in, read into memory first: a streaming reader left on the open
+file reads ahead on pyarrow's threads, and a process that exits while they wait on the file (a
+command refusing the input, say) aborts with exit 134 ("terminate called without an active
+exception")."""
+
+
 def read_schema(file: SourceFile, fmt: str, options: dict[str, Any]) -> pa.Schema:
     """The schema of one file, read cheaply (a footer, or the first block)."""
-    with _reading(file, fmt), file.open(options) as f:
-        if fmt == "parquet":
-            return pq.read_schema(f)
-        reader = pjson.open_json(f) if fmt == "jsonl" else pcsv.open_csv(f)
+    with _reading(file, fmt):
+        with file.open(options) as f:
+            if fmt == "parquet":
+                return pq.read_schema(f)
+            head = pa.BufferReader(f.read(SCHEMA_BYTES) + f.readline())
+        reader = pjson.open_json(head) if fmt == "jsonl" else pcsv.open_csv(head)
         return reader.schema
 
 

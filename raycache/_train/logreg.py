@@ -1,26 +1,67 @@
 """Multinomial logistic regression over a grid of L2 strengths, every C solved at once
 (raycache._train.lbfgs: one batched L-BFGS, each C with its own history and steps): the probe's
-`logreg` and a linear classifier's full-batch solve (raycache._train.worker.solved).
+`logreg` (in this process and on Ray) and a linear classifier's full-batch solve
+(raycache._train.worker.solved).
 
-Each C's objective is scikit-learn's, C * sum_i w_i CE_i + ||W||^2 / 2 (bias not penalised),
-divided by C * n (the same minimiser; a mean loss keeps float32 well scaled); w_i is the
-row's class weight (torch's CrossEntropyLoss `weight`, scaled to a mean of 1 over the rows),
-1 without weights. The C values' weights are stacked as a batch dimension, W [G, D, K]: one
-matrix product gives every C's logits, one more every C's gradient.
+What C means, everywhere in raycache: scikit-learn's C on standardised features, as
+`make_pipeline(StandardScaler(), LogisticRegression(C=C))` has it. Each feature is centred
+and divided by its standard deviation over the training rows (`standardizer`; 1 for a
+constant feature), then each C's objective is C * sum_i w_i CE_i + ||W||^2 / 2 (bias not
+penalised), divided by C * n (the same minimiser; a mean loss keeps float32 well scaled); w_i
+is the row's class weight (torch's CrossEntropyLoss `weight`, scaled to a mean of 1 over the
+rows), 1 without weights. The solution is returned for the raw features (`to_raw`), so a
+linear head applies it as is. The C values' weights are stacked as a batch dimension,
+W [G, D, K]: one matrix product gives every C's logits, one more every C's gradient.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GRID", "MAX_ITER", "TOL", "data_term", "objective", "penalty", "solve"]
+__all__ = ["GRID", "MAX_ITER", "TOL", "data_term", "moment_sums", "objective", "penalty", "solve",
+           "standardizer", "to_raw"]
 
 GRID = (0.1, 1.0, 10.0)
-"""A linear head's inverse L2 strengths (scikit-learn's C) on its standardised features,
-solved at once; its validation rows choose one (raycache._train.worker.solved)."""
+"""A linear head's inverse L2 strengths (scikit-learn's C on standardised features, above),
+solved at once; a share of its training rows chooses one (raycache._train.worker.solved)."""
 MAX_ITER = 100
 TOL = 1e-4
 """L-BFGS's iteration cap and gradient tolerance: scikit-learn's LogisticRegression defaults."""
+
+
+def moment_sums(x: Any) -> Any:
+    """[sum of each feature, sum of its squares, rows] of rows `x` [n, D], float64 [2D + 1]:
+    what shares of the rows add up before `standardizer`."""
+    import torch
+
+    x = x.reshape(-1, x.shape[-1]).to(torch.float64)
+    n = torch.tensor([float(len(x))], dtype=torch.float64, device=x.device)
+    return torch.cat([x.sum(0), x.pow(2).sum(0), n])
+
+
+def standardizer(sums: Any) -> tuple[Any, Any]:
+    """(mean, standard deviation) [D], float32, of the rows whose `moment_sums` (added up over
+    shares) are `sums`; a constant feature (its deviation 0, or only the rounding of its sums)
+    gets 1; no rows: (0, 1)."""
+    import torch
+
+    d = (len(sums) - 1) // 2
+    n = float(sums[-1])
+    if n == 0:
+        return torch.zeros(d, device=sums.device), torch.ones(d, device=sums.device)
+    mean = sums[:d] / n
+    sd = (sums[d:-1] / n - mean.pow(2)).clamp(min=0).sqrt()
+    sd = torch.where(sd > 1e-6 * mean.abs(), sd, torch.ones_like(sd))
+    return mean.float(), sd.float()
+
+
+def to_raw(w: Any, b: Any, mean: Any, sd: Any) -> tuple[Any, Any]:
+    """A solution on standardised features (W [G, D, K], b [G, K]) for the raw ones:
+    (z @ W + b) == x @ (W / sd) + (b - mean @ (W / sd))."""
+    import torch
+
+    raw = w / sd.to(w.dtype)[None, :, None]
+    return raw, b - torch.einsum("d,gdk->gk", mean.to(w.dtype), raw)
 
 
 def objective(x: Any, y: Any, classes: int, cs: list[float], weights: Any = None) -> Any:
@@ -88,9 +129,12 @@ def penalty(params: Any, dim: int, classes: int, cs: list[float], rows: int) -> 
 
 
 def solve(x: Any, y: Any, classes: int, cs: list[float], max_iter: int = 500,
-          tol: float = 1e-6, weights: Any = None) -> tuple[Any, Any, Any]:
-    """(W [G, D, K], b [G, K], iterations [G]) minimising each C's objective on rows `x`
-    [n, D] (a float tensor) with class ids `y` [n] (`weights`: one per class, or None)."""
+          tol: float = 1e-6, weights: Any = None, scale: tuple[Any, Any] | None = None
+          ) -> tuple[Any, Any, Any]:
+    """(W [G, D, K], b [G, K] for the raw features, iterations [G]) minimising each C's
+    objective on rows `x` [n, D] (a float tensor) standardised, with class ids `y` [n]
+    (`weights`: one per class, or None; `scale`: the (mean, sd) to standardise with, else
+    these rows' own)."""
     import torch
 
     from raycache._core.threads import sized
@@ -98,8 +142,11 @@ def solve(x: Any, y: Any, classes: int, cs: list[float], max_iter: int = 500,
 
     n, d = x.shape
     g = len(cs)
+    mean, sd = scale if scale is not None else standardizer(moment_sums(x))
+    z = (x - mean.to(x.dtype)) / sd.to(x.dtype)
     start = torch.zeros(g, d * classes + classes, dtype=x.dtype, device=x.device)
     with sized(4 * n * d * g * classes, x.device.type):
-        out = minimize(objective(x, y, classes, cs, weights), start, max_iter, tol, ftol=0.0)
-    w = out.params[:, : d * classes].view(g, d, classes)
-    return w, out.params[:, d * classes:], out.iterations
+        out = minimize(objective(z, y, classes, cs, weights), start, max_iter, tol, ftol=0.0)
+    w, b = to_raw(out.params[:, : d * classes].view(g, d, classes), out.params[:, d * classes:],
+                  mean, sd)
+    return w, b, out.iterations

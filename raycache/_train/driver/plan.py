@@ -21,7 +21,7 @@ from raycache._core.config import load, walk_problems
 from raycache._encoders.config import EncoderConfig
 from raycache._errors import ConfigError
 from raycache._heads import HEADS
-from raycache._heads.specs import HeadSpec
+from raycache._heads.specs import HeadSpec, standardizes
 from raycache._train.config import TrainConfig
 from raycache._train.defaults import feature_l1, resolve_solver
 from raycache._train.driver.placement import cluster, resolve_placement, resolve_workers
@@ -118,6 +118,7 @@ def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
         weights_digests={e: m.encoder(e).weights_digest for e in encoders
                          if e not in trainable},
         trainable=tuple(trainable), class_names=names,
+        standardize=standardizes(cfg.head, bool(trainable)),
     )
     return cache, head, counts
 
@@ -307,7 +308,8 @@ def sweep_members(cfg: TrainConfig, head: HeadSpec, rows: int | None = None,
             settings=tuple((k, tuple(v) if isinstance(v, list) else v)
                            for k, v in settings.items()),
             head=dataclasses.replace(head, head=c.head, hidden=tuple(c.hidden),
-                                     dropout=c.dropout),
+                                     dropout=c.dropout,
+                                     standardize=standardizes(c.head, bool(head.trainable))),
             recipe=Recipe.from_config(c, rows, workers, l1)))
     return tuple(out)
 

@@ -1,5 +1,6 @@
 """A stack's blocks: the members of one shape (plain linear, or MLP of the same widths, depth
-and dropout) as stacked weights [M, out, in] that one call runs for every member."""
+and dropout, its inputs standardised or not) as stacked weights [M, out, in] that one call runs
+for every member."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from raycache._heads.modules import Standardized
 from raycache._train.sweep.members import mlp_layers, plain_linear
 
 __all__ = ["Block", "StackedLinear", "StackedMLP", "block_key", "build_block", "layers_of"]
@@ -14,7 +16,11 @@ __all__ = ["Block", "StackedLinear", "StackedMLP", "block_key", "build_block", "
 
 def block_key(module: nn.Module) -> tuple | None:
     """What members must share to run as one block (the kind, every layer's weight shape and
-    the dropout); None: the head is neither a plain linear head nor an MLP."""
+    the dropout); None: the head is neither a plain linear head nor an MLP (its inputs
+    standardised or not)."""
+    if isinstance(module, Standardized):
+        inner = block_key(module.inner)
+        return ("standardized", *inner[1:]) if inner is not None and inner[0] == "mlp" else None
     linear = plain_linear(module)
     if linear is not None:
         return ("linear", tuple(linear.weight.shape)) if linear.bias is not None else None
@@ -27,6 +33,8 @@ def block_key(module: nn.Module) -> tuple | None:
 
 def layers_of(module: nn.Module) -> list[nn.Linear]:
     """A stackable head's Linears, input side first."""
+    if isinstance(module, Standardized):
+        module = module.inner
     linear = plain_linear(module)
     if linear is not None:
         return [linear]
@@ -95,13 +103,31 @@ class StackedLinear(Block):
 
 class StackedMLP(Block):
     """MLP heads of one shape ((Linear, GELU, Dropout) x L, then Linear): the first layer one
-    matrix product for every member, each later one a batched product over the members."""
+    matrix product for every member, each later one a batched product over the members. With
+    `standardized`, their inputs are standardised first, as each member's Standardized does
+    (its members' mean and scale are alike: the same training rows set them)."""
 
-    def __init__(self, heads: list[list[nn.Linear]], dropout: float):
+    mean: torch.Tensor | None
+    scale: torch.Tensor | None
+
+    def __init__(self, heads: list[list[nn.Linear]], dropout: float,
+                 standardized: bool = False):
         super().__init__(heads)
         self.dropout = dropout
+        width = heads[0][0].weight.shape[1]
+        self.register_buffer("mean", torch.zeros(width) if standardized else None)
+        self.register_buffer("scale", torch.ones(width) if standardized else None)
+
+    @torch.no_grad()
+    def load_inputs(self, member: Standardized) -> None:
+        """A member's mean and scale (every member's are alike)."""
+        if self.mean is not None and self.scale is not None:
+            self.mean.copy_(member.mean)
+            self.scale.copy_(member.scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mean is not None:
+            x = (x - self.mean) / self.scale
         h = self._first(x)  # [..., M, hidden]
         for w, b in zip(self.weights[1:], self.biases[1:], strict=True):
             h = F.dropout(F.gelu(h), self.dropout, self.training)
@@ -111,4 +137,6 @@ class StackedMLP(Block):
 
 def build_block(key: tuple, heads: list[list[nn.Linear]]) -> Block:
     """The block of members that share `key` (block_key), from their Linears."""
-    return StackedLinear(heads) if key[0] == "linear" else StackedMLP(heads, key[-1])
+    if key[0] == "linear":
+        return StackedLinear(heads)
+    return StackedMLP(heads, key[-1], standardized=key[0] == "standardized")

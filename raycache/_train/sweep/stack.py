@@ -11,7 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from raycache._train.sweep.blocks import Block, block_key, build_block, layers_of
+from raycache._heads.modules import Standardized
+from raycache._train.sweep.blocks import Block, StackedMLP, block_key, build_block, layers_of
 from raycache._train.sweep.stack_optim import UPDATES, MemberOptimizer, StackedOptimizer
 
 __all__ = ["Stack", "Stacked", "stackable"]
@@ -61,6 +62,8 @@ class Stack:
         self.groups = list(groups.values())
         """Each block's members (indices into the sweep), in block order."""
         self.heads = [layers_of(base) for base in bases]
+        self.inputs = [base if isinstance(base, Standardized) else None for base in bases]
+        """Each member's input standardisation (None: it reads its inputs as they are)."""
         device = self.heads[0][0].weight.device
         blocks = [build_block(key, [self.heads[i] for i in group])
                   for (key, _), group in groups.items()]
@@ -81,9 +84,13 @@ class Stack:
         """Each block's members' grad_clip (0: none)."""
 
     def push(self) -> None:
-        """Members' heads -> the stack (after they were loaded from a checkpoint)."""
+        """Members' heads -> the stack (after they were loaded from a checkpoint, or their
+        inputs' mean and scale set)."""
         for block, group in zip(self.module.blocks, self.groups, strict=True):
             block.load_from([self.heads[i] for i in group])
+            first = self.inputs[group[0]]
+            if isinstance(block, StackedMLP) and first is not None:
+                block.load_inputs(first)
 
     def pull(self) -> None:
         """The stack -> members' heads (before their weights are kept or saved)."""

@@ -29,6 +29,7 @@ from raycache._train.worker.epoch import (
     train_epoch,
 )
 from raycache._train.worker.heads import WorkerHeads
+from raycache._train.worker.input_stats import fit_inputs
 from raycache._train.worker.state import restore, save
 
 __all__ = ["quiet_ray_train", "train_loop"]
@@ -47,6 +48,8 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     train_data, val_data = data_sources(spec, rank, device)
     heads = build_heads(spec, device, len(train_data) or None)
     restore(heads)
+    if not heads.run.epoch:  # a resumed run's heads hold their standardisation already
+        fit_inputs(heads, train_data)
     wrap(heads)
     epochs, last_save, started = spec.recipe.loop.epochs, time.monotonic(), time.monotonic()
     first = heads.run.epoch

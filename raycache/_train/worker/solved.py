@@ -1,9 +1,9 @@
 """A linear classifier solved full batch (optim.solver: lbfgs): the multinomial logistic
-regression of its training rows, standardised, for every L2 strength of GRID at once
-(raycache._train.logreg's batched L-BFGS), the strength chosen on a share of the training rows
-left out of that solve (never the validation rows), solved again on every training row, and
-the solution mapped back to the raw features and recorded as the run's one epoch, so the head
-is saved, loaded and served as any linear head is."""
+regression of its training rows, standardised (C means what it means to the probe's logreg:
+raycache._train.logreg), for every L2 strength of GRID at once (its batched L-BFGS), the
+strength chosen on a share of the training rows left out of that solve (never the validation
+rows), solved again on every training row, and the solution (for the raw features) recorded as
+the run's one epoch, so the head is saved, loaded and served as any linear head is."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from raycache._train.logreg import GRID, MAX_ITER, TOL, solve
+from raycache._train.logreg import GRID, MAX_ITER, TOL, moment_sums, solve, standardizer
 from raycache._train.worker.epoch import (
     SLOTS,
     TRAIN_HIT,
@@ -36,18 +36,14 @@ def solve_head(heads: WorkerHeads, train: Any, val: Any
     t0 = time.perf_counter()
     parts = heads.members[0]
     x, y = train.x.float(), train.y
-    mu = x.mean(0)
-    sd = x.std(0, correction=0)
-    sd = torch.where(sd > 0, sd, torch.ones_like(sd))
-    z, classes, weights = (x - mu) / sd, parts.spec.head.num_classes, heads.spec.class_weights
+    scale = standardizer(moment_sums(x))  # every training row's, for both solves
+    classes, weights = parts.spec.head.num_classes, heads.spec.class_weights
     fit, held = inner_split(len(y), parts.spec.recipe.loop.seed, y.device)
-    w, b, _ = solve(z[fit], y[fit], classes, list(GRID), MAX_ITER, TOL, weights)
-    chosen = [_scored(z[held], y[held], w[g], b[g]) for g in range(len(GRID))]
+    w, b, _ = solve(x[fit], y[fit], classes, list(GRID), MAX_ITER, TOL, weights, scale)
+    chosen = [_scored(x[held], y[held], w[g], b[g]) for g in range(len(GRID))]
     pick = choose(chosen, parts.spec.recipe)
-    w, b, iters = solve(z, y, classes, [GRID[pick]], MAX_ITER, TOL, weights)
-    # (z @ w + b) == x @ (w / sd) + (b - (mu / sd) @ w)
-    w = w[0] / sd[:, None]
-    place(parts.base, w, b[0] - mu @ w)
+    w, b, iters = solve(x, y, classes, [GRID[pick]], MAX_ITER, TOL, weights, scale)
+    place(parts.base, w[0], b[0])  # for the raw features already
     sums = torch.zeros(1, SLOTS, dtype=torch.float64, device=parts.device)
     extra = evaluate(heads, val, sums)[0].compute()
     fit_pass(heads, train, sums)
@@ -79,8 +75,8 @@ def inner_split(n: int, seed: int, device: Any = None) -> tuple[torch.Tensor, to
 
 def _scored(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, b: torch.Tensor
             ) -> dict[str, float]:
-    """Accuracy and mean cross-entropy of the solution (w [D, K], b [K]) on standardised rows
-    `z` with class ids `y`."""
+    """Accuracy and mean cross-entropy of the solution (w [D, K], b [K], for raw features) on
+    rows `z` with class ids `y`."""
     logits = z @ w + b
     return {"val_acc": float((logits.argmax(1) == y).float().mean()),
             "val_loss": float(torch.nn.functional.cross_entropy(logits, y))}
