@@ -58,7 +58,7 @@ def test_sentence_transformers_export_equals_head_predict(minilm_heads, tmp_path
     folder = raycache.export_head(minilm_heads[family], str(tmp_path / "st"))
     about = json.loads((Path(folder) / "config_sentence_transformers.json").read_text())
     assert about["raycache"]["classes"] == list(head.spec.class_names)
-    assert about["raycache"]["label"] == "topic"
+    assert about["raycache"]["label"] == "topic" and about["raycache"]["precision"] == "float32"
     assert sorted(about["raycache"]["classes"]) == ["files", "math", "network"]
 
     model = SentenceTransformer(folder, device="cpu")

@@ -39,7 +39,8 @@ def export_head(checkpoint: str, output: str, overwrite: bool = False,
 
     Returns:
         The folder written. Its config_sentence_transformers.json holds, under "raycache", the
-        label, its class names in logit order, the objective and the cache's fingerprint.
+        label, its class names in logit order, the objective, the cache's fingerprint and the
+        precision the fill ran the encoder in (the folder loads in float32).
 
     Raises:
         RaycacheError: The head is not one encoder of kind hf-text, trains an encoder, or has
@@ -92,7 +93,8 @@ def export_head(checkpoint: str, output: str, overwrite: bool = False,
     _write(out / "modules.json",
            [{"idx": i, "name": str(i), "path": p, "type": f"sentence_transformers.models.{t}"}
             for i, (p, t) in enumerate(modules)])
-    _write(out / "config_sentence_transformers.json", {"raycache": _about(head)})
+    _write(out / "config_sentence_transformers.json",
+           {"raycache": {**_about(head), "precision": encoder.precision}})
     return str(out)
 
 
