@@ -113,7 +113,8 @@ def shared_from(entry: ShardEntry, folder: str) -> ShardEntry:
 
 def whole_file(entry: ShardEntry) -> ShardEntry:
     """The entry as its whole file in the folder that holds it (every row, kept or not; no
-    home: the caller names the folder)."""
+    home: the caller names the folder): content reuse looks rows up by their place in the file,
+    and an embedding stays valid for its input whether a version keeps its row or not."""
     return dataclasses.replace(entry, home="", keep="", stored=0, rows=entry.file_rows)
 
 
