@@ -122,3 +122,47 @@ def test_training_code_is_placed_by_where_it_runs():
                     if b.startswith("raycache._train.")
                     and TRAIN_ROOMS.index(train_room(b)) > TRAIN_ROOMS.index(train_room(a)))
     assert not upward, "training imports that run back up:\n" + "\n".join(upward)
+
+
+
+ENTRY_FIELDS = {"home", "keep", "stored"}
+"""Format 5's fields of a shard entry: where its file lives and which of its rows a version
+reads. Only `_cache/` reads or sets them; the rest asks raycache._cache.entry_rows."""
+OTHER_KEEP = {"_cli_predict", "_predict.run", "_compute.runner", "_compute.prepare"}
+"""Modules where `.keep` is predict's output columns, never a shard entry's kept rows."""
+
+
+def entry_format_uses(source: str, module: str) -> list[str]:
+    """Where a module (`module`: its path under raycache, dotted) reads or sets a shard entry's
+    home or kept rows itself: an attribute `.home`/`.keep`/`.stored`, a `replace(...)` or
+    `ShardEntry(...)` given one, or an import of the selection's codec."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        where = f"{module}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Attribute) and node.attr in ENTRY_FIELDS and not (
+                node.attr == "keep" and module in OTHER_KEEP):
+            out.append(f"{where} .{node.attr}")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in {
+                "replace", "ShardEntry"}:
+            out += [f"{where} {k.arg}=" for k in node.keywords if k.arg in ENTRY_FIELDS]
+        elif isinstance(node, ast.ImportFrom) and node.module == "raycache._cache.selection":
+            out.append(f"{where} imports raycache._cache.selection")
+    return out
+
+
+def test_only_the_cache_follows_an_entrys_home_or_decodes_its_kept_rows():
+    sites = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = module_name(path).removeprefix("raycache.")
+        if module.split(".")[0] != "_cache":
+            sites += entry_format_uses(path.read_text(), module)
+    assert not sites, ("code outside raycache/_cache/ that reads a shard entry's home or kept "
+                       "rows itself (ask raycache._cache.entry_rows):\n" + "\n".join(sites))
+
+
+def test_the_entry_check_finds_each_way_back():
+    source = ("from raycache._cache.selection import decode\nx = e.home\n"
+              "y = dataclasses.replace(e, keep='')\nz = e.stored\nw = cfg.keep\n")
+    found = sorted(use.split(" ", 1)[1] for use in entry_format_uses(source, "_fill.x"))
+    assert found == [".home", ".keep", ".stored", "imports raycache._cache.selection", "keep="]
+    assert ".keep" not in " ".join(entry_format_uses(source, "_predict.run"))

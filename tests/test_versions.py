@@ -2,6 +2,7 @@
 last one instead of copying them, writes shards only for changed or new rows, and reads, trains
 and counts exactly as the same rows written whole."""
 
+import dataclasses
 import json
 import os
 import time
@@ -14,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache._cache import entry_rows
 from raycache._cache.records import ShardEntry
 from raycache._cache.selection import decode, encode
 from raycache._cache.store import Store
@@ -86,6 +88,32 @@ def test_selection_round_trip_is_compact():
     assert len(encode(np.ones(8192, bool))) < 40
     with pytest.raises(ValueError, match="8192"):
         decode(text, 9000)
+
+
+def test_an_entrys_rows_and_file_are_answered_wherever_it_lives(tmp_path):
+    own = ShardEntry("shards/p1.parquet", 10, 100, "0" * 64, "src")
+    mask = np.arange(10) % 3 != 0
+    shared = entry_rows.keeping(entry_rows.shared_from(own, "toy/aaa"), mask)
+    store = Store(str(tmp_path))
+    assert (shared.rows, shared.file_rows, entry_rows.is_shared(shared)) == (6, 10, True)
+    assert entry_rows.file_path(store, "ignored", shared) == \
+        f"{store.path('toy/aaa')}/shards/p1.parquet"
+    assert entry_rows.file_path(store, "mine", own) == "mine/shards/p1.parquet"
+    assert entry_rows.label(shared) == "toy/aaa/shards/p1.parquet"
+    assert entry_rows.label(own) == "shards/p1.parquet"
+    assert np.array_equal(entry_rows.kept_index(shared), np.flatnonzero(mask))
+    assert np.array_equal(entry_rows.kept_index(own), np.arange(10))
+    table = pa.table({"k": list(range(10))})
+    assert entry_rows.take_kept(shared, table).column("k").to_pylist() == [1, 2, 4, 5, 7, 8]
+    assert entry_rows.take_kept(own, table) is table
+    assert entry_rows.selection(shared) == (shared.keep, 10) and not entry_rows.reads_whole(shared)
+    kept, problems = entry_rows.selection_problems(shared)
+    assert np.array_equal(kept, mask) and problems == []
+    whole = entry_rows.whole_file(shared)
+    assert entry_rows.reads_whole(whole) and not entry_rows.is_shared(whole) and whole.rows == 10
+    assert entry_rows.keeping(own, np.ones(10, bool)) == own  # all kept: no selection
+    with pytest.raises(entry_rows.BadSelection, match="16 bits for a shard of 20 rows"):
+        entry_rows.kept_index(dataclasses.replace(shared, stored=20))
 
 
 def test_an_edited_file_writes_only_its_changed_rows(source, tmp_path):

@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from raycache._cache.entry_rows import folder_of, kept_index, reads_whole
 from raycache._cache.records import ShardEntry
-from raycache._cache.selection import decode
 from raycache._errors import CorruptShard
 
 __all__ = ["KEPT_ROWS", "KEPT_ROWS_FILE", "file_of", "in_part", "kept_rows", "kept_rows_blob",
@@ -30,17 +30,17 @@ SCHEMA = pa.schema([("file", pa.string()), ("row", pa.int64())])
 
 def file_of(name: str, fingerprint: str, entry: ShardEntry) -> str:
     """An entry's file relative to the store root: `<name>/<fingerprint>/shards/...`."""
-    return f"{entry.home or f'{name}/{fingerprint}'}/{entry.path}"
+    return f"{folder_of(entry, f'{name}/{fingerprint}')}/{entry.path}"
 
 
 def read_whole(entries: Sequence[ShardEntry]) -> list[ShardEntry]:
     """The entries whose every row the version reads (no selection)."""
-    return [e for e in entries if not e.keep]
+    return [e for e in entries if reads_whole(e)]
 
 
 def in_part(entries: Sequence[ShardEntry]) -> list[ShardEntry]:
     """The entries of which the version reads only the rows its selection keeps."""
-    return [e for e in entries if e.keep]
+    return [e for e in entries if not reads_whole(e)]
 
 
 def kept_rows(name: str, fingerprint: str, entries: Sequence[ShardEntry],
@@ -53,7 +53,7 @@ def kept_rows(name: str, fingerprint: str, entries: Sequence[ShardEntry],
     names, counts, rows = [], [], []
     for e in in_part(entries):
         try:
-            where = np.flatnonzero(decode(e.keep, e.file_rows))
+            where = kept_index(e)
         except ValueError as exc:
             label = f"{name}/{fingerprint}"
             raise CorruptShard(

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from raycache._cache.entry_rows import file_path
 from raycache._cache.records import ShardEntry
 from raycache._cache.selection import BadSelection, select
 from raycache._cache.store import Store
@@ -125,8 +126,8 @@ def cache_label(cache_dir: str) -> str:
 
 def shard_path(store: Store, cache_dir: str, entry: ShardEntry) -> str:
     """Where a manifest entry's file is: in the cache folder, or in the older version's folder
-    it shares (entry.home)."""
-    return f"{store.path(entry.home) if entry.home else cache_dir}/{entry.path}"
+    it shares (raycache._cache.entry_rows)."""
+    return file_path(store, cache_dir, entry)
 
 
 def read_shard(store: Store, cache_dir: str, entry: ShardEntry,

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from raycache._cache.columns import input_column
+from raycache._cache.entry_rows import folder_of, folder_path, is_shared
 from raycache._cache.finding import scan as scan_versions
 from raycache._cache.manifest import LABEL_PROBLEMS, SKIPPED, EncoderEntry, Manifest
 from raycache._cache.manifests import read_manifest
@@ -156,7 +157,7 @@ def missing(store: Store, entries: Sequence[ShardEntry]) -> list[ShardEntry]:
     """The shared entries whose file is gone or of another size (one listing per folder)."""
     by_home: dict[str, list[ShardEntry]] = defaultdict(list)
     for e in entries:
-        by_home[e.home].append(e)
+        by_home[folder_of(e)].append(e)
     out = []
     for home, group in by_home.items():
         folder = store.path(home)
@@ -169,14 +170,15 @@ def missing(store: Store, entries: Sequence[ShardEntry]) -> list[ShardEntry]:
 def check_shared(p: Plan, shared: Sequence[ShardEntry]) -> None:
     """Every file of older versions that the version shares still there, just before its
     commit: a StoreError naming those gone and the fix where one is not, nothing committed."""
-    gone = missing(p.store, [e for e in shared if e.home])
+    gone = missing(p.store, [e for e in shared if is_shared(e)])
     if gone:
         raise StoreError(
             f"fill {p.cfg.name}/{p.fingerprint}: {len(gone)} shard file(s) it shares from older "
-            f"version(s) {', '.join(sorted({e.home for e in gone}))} were removed while it ran "
-            f"(by `raycache gc`, or by hand), e.g. {p.store.url(p.store.path(gone[0].home))}/"
-            f"{gone[0].path}; nothing was committed. Run the fill again: it encodes their rows "
-            "anew, and keeps the shards it wrote")
+            f"version(s) {', '.join(sorted({folder_of(e) for e in gone}))} were removed while it "
+            f"ran (by `raycache gc`, or by hand), e.g. "
+            f"{p.store.url(folder_path(p.store, '', gone[0]))}/{gone[0].path}; nothing was "
+            "committed. Run the fill again: it encodes their rows anew, and keeps the shards it "
+            "wrote")
 
 
 def place(p: Plan, now: str) -> dict:
@@ -197,7 +199,7 @@ def place(p: Plan, now: str) -> dict:
 def superseded(p: Plan, manifest: Manifest) -> list[str]:
     """Shards that a committed shard was rewritten from (duplicate keys dropped) and that are
     still there: the manifest names the rewritten one, never them."""
-    own = [s for s in manifest.shards if not s.home]
+    own = [s for s in manifest.shards if not is_shared(s)]
     named = {s.path for s in own}
     there = set(p.store.listdir(f"{p.dir}/{SHARDS}"))
     out = []

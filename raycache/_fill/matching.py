@@ -4,7 +4,6 @@ where every column that decides validity is equal; the kept rows selected in the
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
@@ -14,9 +13,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raycache._cache.columns import hash_column
-from raycache._cache.reads import map_ordered, parse, shard_path
+from raycache._cache.entry_rows import file_path, keeping, kept_index, reads_whole, take_kept
+from raycache._cache.reads import map_ordered, parse
 from raycache._cache.records import RowRange, ShardEntry
-from raycache._cache.selection import decode, encode
 from raycache._fill.plan import Plan
 from raycache._fill.reuse import input_hashes
 from raycache._source import files as sources
@@ -89,10 +88,10 @@ class Old:
 
 def read_old(p: Plan, touched: list[ShardEntry], codes: dict[str, int]) -> Old | None:
     def read(e: ShardEntry) -> tuple[pa.Table, np.ndarray]:
-        with p.store.fs.open(shard_path(p.store, "", e), "rb") as f:
+        with p.store.fs.open(file_path(p.store, "", e), "rb") as f:
             table = parse(f, validity_columns(p))
-        at = np.flatnonzero(decode(e.keep, e.file_rows)) if e.keep else np.arange(e.file_rows)
-        return (table.take(pa.array(at)) if e.keep else table), at
+        at = kept_index(e)
+        return (table if reads_whole(e) else table.take(pa.array(at))), at
 
     if not touched:
         return None
@@ -172,10 +171,7 @@ def rebuilt(touched: list[ShardEntry], old: Old | None, alive: np.ndarray,
         mask = np.zeros(e.file_rows, bool)
         mask[at] = True
         places = _places(e.file_rows, at, code[lo:hi][live], row[lo:hi][live])
-        whole = bool(mask.all())
-        out.append(dataclasses.replace(
-            e, rows=int(live.sum()), ranges=_runs(*places, names),
-            keep="" if whole else encode(mask), stored=0 if whole else e.file_rows))
+        out.append(keeping(e, mask, ranges=_runs(*places, names)))
     return out
 
 
@@ -227,7 +223,7 @@ def _in_shards(p: Plan, keys: pa.ChunkedArray, carried: list[ShardEntry]) -> boo
     key = p.cfg.source.key
 
     def hit(e: ShardEntry) -> bool:
-        with p.store.fs.open(shard_path(p.store, "", e), "rb") as f:
+        with p.store.fs.open(file_path(p.store, "", e), "rb") as f:
             pf = pq.ParquetFile(f)
             i = pf.schema_arrow.get_field_index(key)
             bounds = [pf.metadata.row_group(g).column(i).statistics
@@ -235,9 +231,7 @@ def _in_shards(p: Plan, keys: pa.ChunkedArray, carried: list[ShardEntry]) -> boo
             if all(s is not None and s.has_min_max and (s.max < low.as_py() or s.min > high.as_py())
                    for s in bounds):
                 return False
-            column = pf.read(columns=[key]).column(0)
-        if e.keep:
-            column = column.filter(pa.array(decode(e.keep, e.file_rows)))
+            column = take_kept(e, pf.read(columns=[key]).column(0))
         return bool(pc.any(pc.is_in(column, value_set=keys)).as_py())
 
     return any(map_ordered(hit, carried))

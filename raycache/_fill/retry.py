@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from raycache._cache.committed import Cache
+from raycache._cache.entry_rows import BadSelection, is_shared
 from raycache._cache.records import RowRange, ShardEntry, ShardRecord
-from raycache._cache.selection import BadSelection
 from raycache._source.files import SourceFile
 
 __all__ = ["live", "own_records"]
@@ -27,7 +27,7 @@ def own_records(cache: Cache, bad: set[str]) -> list[ShardRecord]:
     return [ShardRecord(s.path, s.rows, s.bytes, s.sha256, dims=dims,
                         ranges=tuple(RowRange(r.block, r.start, r.stop, uri[r.block],
                                               total[r.block]) for r in s.ranges))
-            for s in m.shards if s.path not in bad and not s.home]
+            for s in m.shards if s.path not in bad and not is_shared(s)]
 
 
 def live(entry: ShardEntry) -> tuple[RowRange, ...]:

@@ -3,7 +3,6 @@ every embedding the store already holds for the same encoder identity and input 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import warnings
@@ -19,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raycache._cache.columns import hash_column
+from raycache._cache.entry_rows import folder_path, whole_file
 from raycache._errors import DamagedCacheWarning, StoreError
 
 if TYPE_CHECKING:
@@ -221,8 +221,8 @@ class Reuse:
             cache_dir = store.cache_dir(m.name, m.fingerprint)
             for name, entry in same:
                 dims[name] = entry.dim
-                jobs[name] += [Source(store.path(s.home) if s.home else cache_dir, s.path,
-                                      entry.name, hash_column(entry.input), whole(s))
+                jobs[name] += [Source(folder_path(store, cache_dir, s), s.path,
+                                      entry.name, hash_column(entry.input), whole_file(s))
                                for s in shards]
         for name, srcs in jobs.items():  # versions share files: each file once
             jobs[name] = list({(s.cache_dir, s.path): s for s in srcs
@@ -301,12 +301,6 @@ class Either:
             at = np.flatnonzero(need)[~more[1]]
             emb[at], need[at] = more[0][~more[1]], False
         return emb, need
-
-
-def whole(entry: ShardEntry) -> ShardEntry:
-    """An entry as its whole file in the folder that holds it: reuse looks rows up by their
-    place in the file, kept by the version or not (an embedding stays valid for its input)."""
-    return dataclasses.replace(entry, home="", keep="", stored=0, rows=entry.file_rows)
 
 
 def _read_hashes(store: Store, src: Source) -> pa.Array:

@@ -13,9 +13,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raycache._cache.columns import HASH_PREFIX, input_column, is_views_column
-from raycache._cache.reads import cache_label, read_bytes_checked, shard_path
+from raycache._cache.entry_rows import file_path, take_kept
+from raycache._cache.reads import cache_label, read_bytes_checked
 from raycache._cache.records import RowRange, ShardEntry, ShardRecord, SkippedRow
-from raycache._cache.selection import decode
 from raycache._cache.store import PROGRESS, Store, shard_name
 from raycache._cache.vectors import is_packed, pack
 from raycache._fill.finite import BAD
@@ -133,10 +133,10 @@ def copy_kept(store: Store, cache_dir: str, fingerprint: str, entries: list[Shar
     and its progress record: rows are copied, never encoded."""
     tables = []
     for e in entries:
-        blob = read_bytes_checked(store, shard_path(store, cache_dir, e), e.bytes, e.sha256,
+        blob = read_bytes_checked(store, file_path(store, cache_dir, e), e.bytes, e.sha256,
                                   cache_label(cache_dir))
         table = pq.read_table(pa.BufferReader(blob))  # packed vectors stay packed
-        tables.append(table.filter(pa.array(decode(e.keep, e.file_rows))) if e.keep else table)
+        tables.append(take_kept(e, table))
     table = pa.concat_tables(tables).replace_schema_metadata(
         {"raycache.fingerprint": fingerprint})
     rel = shard_name(ranges)

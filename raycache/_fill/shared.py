@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from raycache._cache.entry_rows import folder_path
 from raycache._cache.manifest import Manifest
 from raycache._cache.records import RowRange, ShardEntry, ShardRecord, spans_by_block
 from raycache._fill.commit import done_ranges, scan_keys
@@ -168,9 +169,8 @@ class Version:
         store's other caches (`store(leave)`, scanned only when a row is looked up there),
         leaving out the older version's own shard files."""
         base = self.base
-        leave = frozenset((p.store.path(e.home), e.path) for e in base.shards if e.home) | \
-            frozenset((p.store.cache_dir(base.name, base.fingerprint), e.path)
-                      for e in base.shards if not e.home)
+        own = p.store.cache_dir(base.name, base.fingerprint)
+        leave = frozenset((folder_path(p.store, own, e), e.path) for e in base.shards)
         return Either(self.lent, lambda: store(leave))
 
 

@@ -13,7 +13,6 @@ that changed; a shard that keeps only part of its rows carries a row selection
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -22,11 +21,18 @@ import numpy as np
 import pyarrow as pa
 
 from raycache._cache.columns import hash_column
+from raycache._cache.entry_rows import (
+    file_path,
+    folder_path,
+    reads_whole,
+    shared_from,
+    take_kept,
+    whole_file,
+)
 from raycache._cache.finding import scan
 from raycache._cache.manifest import Manifest
-from raycache._cache.reads import map_ordered, parse, shard_path
+from raycache._cache.reads import map_ordered, parse
 from raycache._cache.records import ShardEntry
-from raycache._cache.selection import decode
 from raycache._errors import CorruptCache, DamagedCacheWarning
 from raycache._fill.commit import missing
 from raycache._fill.keys import counts_of, named
@@ -41,7 +47,7 @@ from raycache._fill.matching import (
     values,
 )
 from raycache._fill.plan import Plan
-from raycache._fill.reuse import Lookup, Reuse, Source, whole
+from raycache._fill.reuse import Lookup, Reuse, Source
 from raycache._fill.shared import Version
 
 __all__ = ["MAX_SMALL_SHARDS", "base_of", "compaction", "plan_version", "within"]
@@ -102,7 +108,7 @@ def plan_version(p: Plan) -> Version | None:
     if base is None:
         return None
     own = f"{base.name}/{base.fingerprint}"
-    entries = [e if e.home else dataclasses.replace(e, home=own) for e in base.shards]
+    entries = [shared_from(e, own) for e in base.shards]
     if _lost(p, entries):
         return None
     live = {id(e): _per_block(e) for e in entries}  # kept rows per file block
@@ -175,7 +181,7 @@ def compaction(p: Plan, carried: list[ShardEntry], budget: float | None = None
     budget = p.cfg.compact_budget if budget is None else budget
     rows = sum(e.rows for e in carried)
     sparse, spent = [], 0
-    for e in sorted((e for e in carried if e.keep and e.rows < below * e.file_rows),
+    for e in sorted((e for e in carried if not reads_whole(e) and e.rows < below * e.file_rows),
                     key=lambda e: e.rows / e.file_rows):
         if e.rows < 0.5 * e.file_rows or spent + e.rows <= budget * rows:
             sparse.append(e)
@@ -190,9 +196,8 @@ def compaction(p: Plan, carried: list[ShardEntry], budget: float | None = None
 def _labels_of(p: Plan, entries: list[ShardEntry], labels: list[str]) -> dict[str, Counter]:
     """The counts of each label's values over the kept rows of `entries`."""
     def read(e: ShardEntry) -> pa.Table:
-        with p.store.fs.open(shard_path(p.store, "", e), "rb") as f:
-            table = parse(f, labels)
-        return table.filter(pa.array(decode(e.keep, e.file_rows))) if e.keep else table
+        with p.store.fs.open(file_path(p.store, "", e), "rb") as f:
+            return take_kept(e, parse(f, labels))
 
     out = {c: Counter() for c in labels}
     if labels:
@@ -215,7 +220,8 @@ def _gone(p: Plan, base: Manifest, touched: list[ShardEntry], old: Old | None,
     for enc in p.cfg.encoders:
         if enc.trainable:
             continue
-        srcs = [Source(p.store.path(e.home), e.path, enc.name, hash_column(enc.input), whole(e))
+        srcs = [Source(folder_path(p.store, "", e), e.path, enc.name, hash_column(enc.input),
+                       whole_file(e))
                 for e in touched]
         lookup = Lookup(srcs, base.encoder(enc.name).dim)
         hashes = old.table.column(hash_column(enc.input)).take(pa.array(gone)).combine_chunks()

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from raycache._cache.entry_rows import reads_whole, selection
 from raycache._cache.records import ShardEntry
 from raycache._cache.store import Store
 from raycache._heads.specs import HeadSpec
@@ -158,8 +159,8 @@ class RunSpec:
     """The head's encoders whose views columns it trains on (the rest give their clean rows)."""
     keeps: tuple[tuple[str, int], ...] = ()
     """(row selection, rows in the file) of every shard, in `shards` order, where a version
-    shares older versions' shards (raycache._cache.selection; "" keeps every row); empty:
-    every shard is read whole."""
+    shares older versions' shards (raycache._cache.entry_rows.Selection; "" keeps every row);
+    empty: every shard is read whole."""
     why: str = ""
     """Why it trains where it does (num_workers: auto's reason), for the summary."""
     version: int = RUN_SPEC_VERSION
@@ -221,9 +222,9 @@ class RunSpec:
 
 def keeps(shards: Sequence[ShardEntry]) -> tuple[tuple[str, int], ...]:
     """RunSpec.keeps of a manifest's shards: empty where every shard is read whole."""
-    if not any(s.keep for s in shards):
+    if all(map(reads_whole, shards)):
         return ()
-    return tuple((s.keep, s.file_rows) for s in shards)
+    return tuple(selection(s) for s in shards)
 
 
 def sweep_record(sweep: tuple[Member, ...], select: str, mode: str) -> dict[str, Any]:

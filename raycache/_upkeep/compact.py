@@ -8,6 +8,7 @@ import dataclasses
 import time
 from typing import Any
 
+from raycache._cache.entry_rows import is_shared
 from raycache._cache.finding import open_cache
 from raycache._cache.store import Store
 from raycache._errors import RaycacheError
@@ -70,7 +71,7 @@ def compact(name: str, store: Store | str | None = None, fingerprint: str | None
             f"since the fill (they now give fingerprint {p.fingerprint}). Fill the cache "
             "again instead: the new version shares what is still valid, and compacts")
     m = cache.manifest
-    keep, sparse = compaction(p, [e for e in m.shards if e.home], budget=1.0)
+    keep, sparse = compaction(p, [e for e in m.shards if is_shared(e)], budget=1.0)
     if not sparse:
         return FillResult(cache, True, time.perf_counter() - started[0], 0, compaction=True)
     version = within(p, m, keep, sparse)

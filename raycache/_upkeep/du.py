@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from raycache._cache.committed import Cache
+from raycache._cache.entry_rows import is_shared, label
 from raycache._cache.lease import LEASES
 from raycache._cache.manifest import Manifest, human_bytes
 from raycache._cache.manifests import read_manifest
@@ -206,8 +207,8 @@ def _with_sharing(u: Usage, manifest: Manifest | None, sizes: dict[str, int], re
     shared = 0
     if manifest is not None:
         with contextlib.suppress(CorruptCache):  # no shard list: nothing known to share
-            shared = sum({(e.home, e.path): e.bytes for e in manifest.shards
-                          if e.home}.values())
+            shared = sum({label(e): e.bytes for e in manifest.shards
+                          if is_shared(e)}.values())
     return dataclasses.replace(u, lent_bytes=lent, shared_bytes=shared)
 
 

@@ -6,25 +6,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from raycache._cache.entry_rows import folder_of
 from raycache._cache.manifest import Manifest
-from raycache._cache.records import ShardEntry
 from raycache._errors import CorruptCache
 
-__all__ = ["Refs", "folder_of", "label", "references"]
+__all__ = ["Refs", "references"]
 
 Refs = dict[str, dict[str, set[str]]]
 """Folder id ("name/fingerprint") -> path relative to it -> ids of the versions that read it."""
-
-
-def folder_of(manifest: Manifest, entry: ShardEntry) -> str:
-    """The id of the folder that holds an entry's file."""
-    return entry.home or f"{manifest.name}/{manifest.fingerprint}"
-
-
-def label(entry: ShardEntry) -> str:
-    """A name for an entry's file that no other version's file has: its path for a file of
-    the cache's own folder, "<home>/<path>" for a shared one."""
-    return f"{entry.home}/{entry.path}" if entry.home else entry.path
 
 
 def references(manifests: Iterable[Manifest]) -> Refs:
@@ -36,6 +25,7 @@ def references(manifests: Iterable[Manifest]) -> Refs:
             entries = list(m.shards)
         except CorruptCache:
             continue
+        me = f"{m.name}/{m.fingerprint}"
         for e in entries:
-            out[folder_of(m, e)][e.path].add(f"{m.name}/{m.fingerprint}")
+            out[folder_of(e, me)][e.path].add(me)
     return out

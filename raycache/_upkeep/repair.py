@@ -9,6 +9,7 @@ from typing import Any
 
 from raycache._cache.committed import Cache
 from raycache._cache.config import StoreConfig
+from raycache._cache.entry_rows import is_shared, label
 from raycache._cache.finding import open_cache
 from raycache._cache.store import Store
 from raycache._encoders.config import EncoderConfig
@@ -19,7 +20,6 @@ from raycache._fill.retry import own_records
 from raycache._fill.run import FillResult, complete
 from raycache._fill.versions import within
 from raycache._source.config import SourceConfig
-from raycache._upkeep.refs import label
 
 __all__ = ["config_of", "own_records", "repair"]
 
@@ -82,8 +82,8 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
     for path in bad - set(report.shared):  # never reused, never adopted: re-encoded instead
         with contextlib.suppress(FileNotFoundError):
             cache.store.rm(f"{cache.dir}/{path}")
-    shared = [e for e in cache.manifest.shards if e.home and label(e) not in bad]
-    version = within(p, cache.manifest, shared) if any(e.home for e in cache.manifest.shards) \
+    shared = [e for e in cache.manifest.shards if is_shared(e) and label(e) not in bad]
+    version = within(p, cache.manifest, shared) if any(map(is_shared, cache.manifest.shards)) \
         else None  # a bad shared file stays (other versions may read it): its rows are
     return complete(p, own_records(cache, bad), replace=True, started=started,  # encoded anew
                     version=version)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from raycache._cache.committed import Cache
+from raycache._cache.entry_rows import is_shared
 from raycache._cache.lease import LEASES
 from raycache._cache.manifests import read_manifest
 from raycache._cache.outside import KEPT_ROWS
@@ -27,7 +28,7 @@ def strays(cache: Cache, referenced: Collection[str] = ()) -> dict[str, tuple[in
     epoch). A shard the manifest shares from another folder is that folder's, never named
     here."""
     m = cache.manifest
-    named = {MANIFEST, *(e.path for e in m.shards if not e.home), *referenced}
+    named = {MANIFEST, *(e.path for e in m.shards if not is_shared(e)), *referenced}
     if m.shard_list:
         named.add(m.shard_list["path"])
     if isinstance(kept := m.extra.get(KEPT_ROWS), dict):  # the rows outside readers join

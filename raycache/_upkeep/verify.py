@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import base64
 import time
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -14,14 +12,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from raycache._cache.entry_rows import (
+    file_path,
+    folder_of,
+    is_shared,
+    label,
+    reads_whole,
+    selection_problems,
+)
 from raycache._cache.manifest import Manifest, human_bytes
-from raycache._cache.reads import THREADS, map_ordered, mismatch, shard_path
+from raycache._cache.reads import THREADS, map_ordered, mismatch
 from raycache._cache.records import ShardEntry, SkippedRow
-from raycache._cache.selection import decode
 from raycache._cache.store import Store
 from raycache._cache.vectors import is_packed, unpacked_type
 from raycache._errors import CorruptCache, StoreUnavailable
-from raycache._upkeep.refs import label
 
 if TYPE_CHECKING:
     from raycache._cache.committed import Cache
@@ -143,12 +147,12 @@ def _check(store: Store, cache_dir: str, manifest: Manifest, entry: ShardEntry
            ) -> tuple[list[str], pa.Array | None]:
     """One shard's problems, and the keys of the rows the version keeps (None where they
     cannot be read)."""
-    path = shard_path(store, cache_dir, entry)
+    path = file_path(store, cache_dir, entry)
     try:
         blob = store.read_bytes(path)
     except FileNotFoundError:
-        if entry.home:
-            return [f"missing (shared from version {entry.home}, removed?): "
+        if is_shared(entry):
+            return [f"missing (shared from version {folder_of(entry)}, removed?): "
                     f"{store.url(path)}"], None
         return ["missing"], None
     except StoreUnavailable:  # the store's service, not the shard: verify fails, run it again
@@ -162,7 +166,7 @@ def _check(store: Store, cache_dir: str, manifest: Manifest, entry: ShardEntry
         return [*problems, f"Parquet footer unreadable ({exc})"], None
     if pf.metadata.num_rows != entry.file_rows:
         problems.append(f"{pf.metadata.num_rows} rows, the manifest says {entry.file_rows}")
-    mask, why = _selection(entry)
+    mask, why = selection_problems(entry)
     problems += why
     schema = pf.schema_arrow
     for column in (manifest.key_column, *manifest.label_columns):
@@ -180,27 +184,6 @@ def _check(store: Store, cache_dir: str, manifest: Manifest, entry: ShardEntry
     return problems, keys
 
 
-def _selection(entry: ShardEntry) -> tuple[np.ndarray | None, list[str]]:
-    """The entry's row selection over its file's rows (None: all rows), and its problems: it
-    must decode to one bit per row of the file with `rows` of them set."""
-    if not entry.keep:
-        if entry.stored and entry.stored != entry.rows:
-            return None, [f"{entry.stored} rows stored but {entry.rows} read, with no row "
-                          "selection to say which"]
-        return None, []
-    try:
-        packed = len(zlib.decompress(base64.b64decode(entry.keep, validate=True)))
-        mask = decode(entry.keep, entry.file_rows)
-    except (ValueError, zlib.error) as exc:
-        return None, [f"row selection unreadable ({exc})"]
-    if packed != -(-entry.file_rows // 8):
-        return None, [f"row selection of {packed * 8} bits for a file of {entry.file_rows} "
-                      f"rows, expected {-(-entry.file_rows // 8) * 8}"]
-    if (kept := int(mask.sum())) != entry.rows:
-        return mask, [f"row selection keeps {kept} rows, the manifest says {entry.rows}"]
-    return mask, []
-
-
 def _overlaps(entries: Sequence[ShardEntry]) -> dict[str, list[str]]:
     """Shards whose row selection keeps two rows at one place in the source: a selection
     that keeps a row its version left out (a removed row takes the place of the row after it)
@@ -208,11 +191,11 @@ def _overlaps(entries: Sequence[ShardEntry]) -> dict[str, list[str]]:
     at one place hold one key twice: duplicate keys say so.)"""
     out = {}
     for e in entries:
-        if not e.keep or sum(r.rows for r in e.ranges) != e.file_rows:
+        if reads_whole(e) or sum(r.rows for r in e.ranges) != e.file_rows:
             continue  # ranges of the rows it reads alone cannot say
         try:
             blocks, which, starts, stops = e.live_runs
-        except ValueError:  # a selection that does not decode: named by _selection
+        except ValueError:  # a selection that does not decode: named by selection_problems
             continue
         order = np.lexsort((starts, which))
         which, starts, stops = which[order], starts[order], stops[order]
@@ -281,7 +264,7 @@ def verify(cache: Cache, threads: int = THREADS) -> Report:
            if problems}
     for name, problems in _overlaps(m.shards).items():  # rows a selection brought back
         bad.setdefault(name, []).extend(problems)
-    shared = {label(e): e.home for e in m.shards if e.home and label(e) in bad}
+    shared = {label(e): folder_of(e) for e in m.shards if is_shared(e) and label(e) in bad}
     dup = _duplicates([label(e) for e in m.shards], [keys for _, keys in results])
     stray = {rel: size for rel, (size, _) in strays(cache, read_by_others(cache)).items()}
     return Report(cache=f"{m.name}/{m.fingerprint}", shards=len(m.shards), rows=m.rows,

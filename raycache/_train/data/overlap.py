@@ -24,7 +24,7 @@ import pyarrow as pa
 import torch
 
 from raycache._cache.committed import Cache
-from raycache._cache.reads import shard_path
+from raycache._cache.entry_rows import file_path, is_shared, reads_whole, selection
 from raycache._cache.records import ShardEntry, ShardRecord
 from raycache._cache.store import PROGRESS
 from raycache._errors import FillFailed
@@ -120,7 +120,7 @@ class OverlapFill:
                 yield record
             if finished:  # the rest: a resumed fill's, or shared with an older version
                 for s in self.result().cache.manifest.shards:
-                    if s.path not in seen or s.home:
+                    if s.path not in seen or is_shared(s):
                         yield s
                 return
             self.done.wait(POLL_S)
@@ -245,12 +245,12 @@ class FirstPass:
                 continue
             path = f"{self.feed.dir}/{record.path}"
             if isinstance(record, ShardEntry):  # committed: maybe shared, maybe in part
-                path = shard_path(self.spec.store, self.feed.dir, record)
-                if record.keep:
+                path = file_path(self.spec.store, self.feed.dir, record)
+                if not reads_whole(record):
                     stream.spec = dataclasses.replace(
                         stream.spec, shards=(*stream.spec.shards, (path, record.rows)),
                         keeps=(*(stream.spec.keeps or [("", 0)] * len(stream.spec.shards)),
-                               (record.keep, record.file_rows)))
+                               selection(record)))
             stream.pieces.append((path, 0, record.rows))
             if self.feed.verify:
                 stream.checks[path] = (record.bytes, record.sha256)

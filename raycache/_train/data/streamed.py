@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from raycache._cache.entry_rows import Selection
 from raycache._cache.reads import read_unchecked
-from raycache._cache.selection import decode
 from raycache._train.data.share_reads import (
     Batches,
     all_views,
@@ -136,7 +136,7 @@ class Streamed:
     def places(self, i: int, path: str, start: int, stop: int) -> np.ndarray:
         """The file rows of piece i's rows, in a shard its version reads in part (kept)."""
         if i not in self.at:
-            self.at[i] = np.flatnonzero(decode(*self.spec.selections[path]))[start:stop]
+            self.at[i] = Selection(*self.spec.selections[path]).index()[start:stop]
         return self.at[i]
 
     def order(self, seed: int | None) -> list[int]:
