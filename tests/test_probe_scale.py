@@ -3,6 +3,7 @@ described sizes); on Ray workers that each hold a share of the rows, the same ta
 this process (knn's very predictions, logreg's weights to float rounding, the same per-class
 metrics), those metrics from the workers' confusion counts summed, never their predictions."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -61,11 +62,23 @@ def test_training_and_the_probe_share_one_decision_and_differ_only_in_streaming(
 @pytest.mark.parametrize(("value", "words"), [
     (-1, "num_workers=-1: expected 'auto', 0"), ("two", "num_workers='two'"),
     (True, "num_workers=True")])
-def test_a_bad_worker_count_is_named_with_the_fix(value, words):
-    problems = ProbeConfig(caches=["docs"], num_workers=value).problems()
+@pytest.mark.parametrize("make", [lambda **kw: ProbeConfig(caches=["docs"], **kw),
+                                  lambda **kw: raycache.ResourcesConfig(**kw)],
+                         ids=["probe", "training"])
+def test_a_bad_worker_count_is_named_with_the_fix(make, value, words):
+    problems = make(num_workers=value).problems()
     assert any(words in p for p in problems), problems
-    assert any("cpus_per_worker=0" in p for p in
-               ProbeConfig(caches=["docs"], cpus_per_worker=0).problems())
+    assert any("cpus_per_worker=0" in p for p in make(cpus_per_worker=0).problems())
+
+
+def test_training_and_the_probe_spell_their_workers_the_same_way():
+    """num_workers and cpus_per_worker: the same names, types and defaults in both configs."""
+    def fields(cls):
+        return {f.name: (str(f.type), f.default) for f in dataclasses.fields(cls)
+                if f.name in ("num_workers", "cpus_per_worker")}
+
+    assert fields(ProbeConfig) == fields(raycache.ResourcesConfig)
+    assert len(fields(ProbeConfig)) == 2
 
 
 def test_more_workers_than_the_cluster_holds_are_refused_before_any_start():
