@@ -1,5 +1,5 @@
 """A training run planned on the driver: the config checked against the registries it names
-(heads, optimizers, schedules, objectives, the sweep) and against the cache, and the RunSpec
+(heads, optimizers, schedules, objectives, the sweep) and against the cache, and the WorkerSpec
 built once from both; no Ray."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from raycache._train.defaults import feature_l1, resolve_solver
 from raycache._train.driver.placement import cluster, resolve_placement, resolve_workers
 from raycache._train.driver.runs import read_record, runs_dir
 from raycache._train.objectives import OBJECTIVES
-from raycache._train.runspec import Member, Recipe, RunSpec, digest, keeps, sweep_record
+from raycache._train.runspec import Member, Recipe, WorkerSpec, digest, keeps, sweep_record
 from raycache._train.sweep.grid import apply, members
 
 __all__ = ["check", "cluster", "config_problems", "guard_run_folder", "overlap_problems",
@@ -351,8 +351,8 @@ def run_name(cfg: TrainConfig, head: HeadSpec, recipe: Recipe,
 
 
 def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = None,
-            first_pass: bool = False) -> tuple[Cache, RunSpec]:
-    """Everything checked and resolved, and the RunSpec built (Ray is joined only where an auto
+            first_pass: bool = False) -> tuple[Cache, WorkerSpec]:
+    """Everything checked and resolved, and the WorkerSpec built (Ray is joined only where an auto
     choice needs the cluster; `checked` is check()'s result when the caller already ran it;
     `rows`, the cache's rows where its manifest does not list them yet; `first_pass`: the run
     trains on a fill as it lands)."""
@@ -373,7 +373,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
     placement = resolve_placement(cfg, head, held, workers)
     recipe = resolve_solver(cfg, recipe, head, rows, workers, placement, views, first_pass)
     name = run_name(cfg, head, recipe, sweep_record(sweep, select, select_mode), views)
-    spec = RunSpec(
+    spec = WorkerSpec(
         head=head, recipe=recipe, run_name=name, key=cache.manifest.key_column, rows=rows,
         placement=placement, num_workers=workers,
         use_gpu=cfg.resources.use_gpu, class_weights=class_weights(cfg, counts), store=store,
@@ -390,7 +390,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
     return cache, spec
 
 
-def guard_run_folder(cfg: TrainConfig, spec: RunSpec) -> None:
+def guard_run_folder(cfg: TrainConfig, spec: WorkerSpec) -> None:
     """Never train over another run: the folder must be empty, or hold this config's run."""
     record = read_record(spec.store, spec.run_dir)
     if record is None:
