@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -72,6 +73,31 @@ def test_what_a_user_reads_of_a_run_spec_holds_no_plumbing_and_digests_the_same(
     fields = {f.name for f in dataclasses.fields(RunSpec)}
     assert not fields & plumbing
     assert fields | plumbing == {f.name for f in dataclasses.fields(WorkerSpec)}
+
+
+def test_the_plan_reads_each_column_of_the_cache_once():
+    """A cache without label_stats whose labels have nulls: the stats, then the null rows'
+    keys, read the label column once and the key column once."""
+    import pyarrow as pa
+
+    from raycache._train.driver.columns import Columns
+    from raycache._train.driver.plan import class_counts
+
+    table = pa.table({"id": ["a", "b", "c"], "label": pa.array([0, None, 1], pa.int64())})
+    asked = []
+
+    def read_table(columns, verify=True):
+        asked.append(tuple(columns))
+        return table.select(columns)
+
+    manifest = SimpleNamespace(name="c", rows=3, key_column="id", label_columns=["label"],
+                               label_types={"label": "int64"}, label_stats={})
+    cache = SimpleNamespace(manifest=manifest, read_table=read_table)
+    with pytest.raises(ConfigError, match=r"null in 1 row\(s\) \(keys \['b'\]"):
+        class_counts(load_train({"cache": "c"}), cache, [], Columns(cache))
+    assert sorted(asked) == [("id",), ("label",)]
+    filling = Columns(cache, lambda name: table.column(name))
+    assert filling.filling and filling("id") is filling("id") and len(asked) == 2
 
 
 def test_headspec_round_trip_and_version_check():
