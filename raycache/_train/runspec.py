@@ -134,7 +134,8 @@ class RunSpec:
     """
 
     head: HeadSpec
-    """The head trained: family, shape, encoders, label (a sweep: its first member's)."""
+    """The head trained: family, shape, encoders, label (a sweep: the config's head, each
+    member's own settings in `sweep`)."""
     recipe: Recipe
     """How it trains: the loop, optimizer, schedule, loss and evaluation, autos resolved."""
     run_name: str
