@@ -87,7 +87,7 @@ from raycache._train.config import (
 )
 from raycache._train.driver.run import TrainResult, train
 from raycache._train.driver.runs import RunInfo, list_runs
-from raycache._train.runspec import RunSpec
+from raycache._train.runspec import Recipe, RunSpec
 from raycache._upkeep.compact import compact
 from raycache._upkeep.du import Usage, du
 from raycache._upkeep.gc import GcResult, Stray, gc
@@ -145,6 +145,7 @@ __all__ = [
     "ProbeHeadsConfig",
     "ProbeResult",
     "RaycacheError",
+    "Recipe",
     "Removal",
     "Report",
     "ResourcesConfig",

@@ -104,7 +104,7 @@ def test_every_module_says_its_job_and_stays_small():
 
 
 TRAIN_ROOMS = ["shared", "worker", "driver"]
-"""Inside _train, bottom to top: what both sides share (configs, the RunSpec, data/,
+"""Inside _train, bottom to top: what both sides share (configs, the WorkerSpec, data/,
 objectives/, sweep/), what runs in each worker, what runs on the driver."""
 
 

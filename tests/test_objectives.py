@@ -22,7 +22,7 @@ from raycache._train.driver.plan import load_config as load_train
 from raycache._train.objectives.groups import Groups
 from raycache._train.objectives.pairs import Pairs
 from raycache._train.objectives.retrieval import retrieval_metrics
-from raycache._train.runspec import Recipe, RunSpec
+from raycache._train.runspec import Recipe, WorkerSpec
 
 DIM, GROUPS, SIGNAL = 32, 8, 4
 
@@ -63,20 +63,20 @@ class Holder:
             yield self.x[order[i:i + batch_size]], self.y[order[i:i + batch_size]]
 
 
-def run_spec(tmp_path, head="linear", normalize=False, out_dim=16, **over) -> RunSpec:
+def run_spec(tmp_path, head="linear", normalize=False, out_dim=16, **over) -> WorkerSpec:
     cfg = load_train({"cache": "c", "objective": "groups", "metrics_k": [1, 5],
                              "lr": 0.01, "batch_size": 64, **over})
     spec = HeadSpec(head=head, in_dim=DIM, num_classes=GROUPS, hidden=(32,), dropout=0.0,
                     encoders=("e",), label="label", cache="c", fingerprint="f" * 24,
                     objective=cfg.objective, out_dim=out_dim, normalize=normalize)
-    return RunSpec(head=spec, recipe=Recipe.from_config(cfg), run_name="r", key="id",
+    return WorkerSpec(head=spec, recipe=Recipe.from_config(cfg), run_name="r", key="id",
                    rows=900, placement="cpu", num_workers=0, use_gpu=False, class_weights=None,
                    store=Store(str(tmp_path)), shards=(), run_dir=str(tmp_path / "run"),
                    checkpoint_every=0, checkpoint_seconds=0, prefetch_batches=1,
                    progress=False)
 
 
-def fit(spec: RunSpec, epochs: int) -> tuple[list[float], dict, dict]:
+def fit(spec: WorkerSpec, epochs: int) -> tuple[list[float], dict, dict]:
     """(train loss per epoch, validation metrics before training, after training)."""
     from raycache._train.worker.assemble import build_parts
     from raycache._train.worker.epoch import SLOTS, evaluate, train_epoch
@@ -271,7 +271,7 @@ def global_batch() -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
 
 
-def groups_spec(loss: dict) -> RunSpec:
+def groups_spec(loss: dict) -> WorkerSpec:
     return run_spec(Path(tempfile.gettempdir()), out_dim=6, groups=loss)
 
 

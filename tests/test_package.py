@@ -18,8 +18,6 @@ def test_import_is_light_and_exports_the_sdk():
 
 
 LEFT_INTERNAL = {"Store": "Cache.store and every store= parameter (a Store or a URI)",
-                 "Recipe": "RunSpec, the driver-to-worker contract",
-                 "Member": "RunSpec, the driver-to-worker contract",
                  "Candidate": "Outcome.candidate, the probe's best-head weights"}
 """Internal types public signatures still name, each with where: the list only shrinks (an
 entry that no public signature names any more must go)."""

@@ -20,7 +20,7 @@ from raycache._heads.specs import HeadSpec
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.objectives.pair_table import PairShare
 from raycache._train.objectives.pairs import Pairs
-from raycache._train.runspec import Recipe, RunSpec
+from raycache._train.runspec import Recipe, WorkerSpec
 from tests.conftest import separable, toy_fill
 
 DIM, GROUPS, SIGNAL = 32, 8, 4
@@ -77,13 +77,13 @@ def pair_share(n_items: int, n_pairs: int, seed: int, target: str) -> PairShare:
     return PairShare(x, torch.stack([left, right], dim=1), y)
 
 
-def run_spec(tmp_path, pairs: dict, **over) -> RunSpec:
+def run_spec(tmp_path, pairs: dict, **over) -> WorkerSpec:
     cfg = load_train({"cache": "c", "objective": "pairs", "lr": 0.01, "batch_size": 64,
                              "pairs": {"path": "unused.parquet", **pairs}, **over})
     head = HeadSpec(head="linear", in_dim=DIM, num_classes=0, hidden=(), dropout=0.0,
                     encoders=("e",), label="", cache="c", fingerprint="f" * 24,
                     objective="pairs", out_dim=16)
-    return RunSpec(head=head, recipe=Recipe.from_config(cfg), run_name="r", key="id",
+    return WorkerSpec(head=head, recipe=Recipe.from_config(cfg), run_name="r", key="id",
                    rows=600, placement="cpu", num_workers=0, use_gpu=False, class_weights=None,
                    store=Store(str(tmp_path)), shards=(), run_dir=str(tmp_path / "run"),
                    checkpoint_every=0, checkpoint_seconds=0, prefetch_batches=1,

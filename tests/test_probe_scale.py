@@ -3,6 +3,7 @@ described sizes); on Ray workers that each hold a share of the rows, the same ta
 this process (knn's very predictions, logreg's weights to float rounding, the same per-class
 metrics), those metrics from the workers' confusion counts summed, never their predictions."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,12 +13,14 @@ import torch
 from sklearn.metrics import precision_recall_fscore_support
 
 import raycache
+from raycache._compute.placement import Room, decide
+from raycache._compute.where import Cluster
 from raycache._errors import ConfigError
 from raycache._probe.config import ProbeConfig
 from raycache._probe.data import Candidate
 from raycache._probe.knn import merge, neighbours, predict
 from raycache._probe.metrics import confusion, per_class
-from raycache._probe.placement import decide, feature_bytes
+from raycache._probe.placement import target_bytes
 from raycache._probe.run import score
 from tests.conftest import separable, toy_fill
 
@@ -25,29 +28,57 @@ GIB = 2**30
 
 
 def test_the_decision_is_pinned_on_described_sizes():
-    assert decide("auto", 1 * GIB, 16 * GIB)[0] == 0  # 1 GiB <= a quarter of 16
-    assert decide("auto", 4 * GIB, 16 * GIB)[0] == 0  # exactly a quarter still fits
-    workers, why = decide("auto", 5 * GIB, 16 * GIB)
+    here = Room(16 * GIB)
+    five = Room(16 * GIB, Cluster(({"CPU": 2.0},) * 5, "head:6379"))
+    assert decide("auto", 1 * GIB, here)[0] == 0  # 1 GiB <= a quarter of 16
+    assert decide("auto", 4 * GIB, here)[0] == 0  # exactly a quarter still fits
+    workers, why = decide("auto", 5 * GIB, here)
     assert workers == 2 and "5.00 GiB of features do not fit" in why and "16.0 GiB" in why
-    assert decide("auto", 10 * GIB, 16 * GIB)[0] == 3  # shares of at most 4 GiB each
-    assert decide("auto", 10 * GIB, 16 * GIB, nodes=5)[0] == 5  # one per node at least
-    assert decide("auto", 1 * GIB, 16 * GIB, nodes=5)[0] == 0  # fits: no Ray, however many
-    assert decide(0, 100 * GIB, GIB) == (0, "num_workers: 0")  # forced either way
-    assert decide(3, 1, 16 * GIB) == (3, "num_workers: 3")
-    assert "fit in this process" in decide("auto", GIB, 16 * GIB)[1]
+    assert decide("auto", 10 * GIB, here)[0] == 3  # shares of at most 4 GiB each
+    assert decide("auto", 10 * GIB, five)[0] == 5  # one per node at least
+    assert decide("auto", 1 * GIB, five)[0] == 0  # fits: no Ray, however many
+    assert decide(0, 100 * GIB, Room(GIB)) == (0, "num_workers: 0")  # forced either way
+    assert decide(3, 1, here) == (3, "num_workers: 3")
+    assert "fit in this process" in decide("auto", GIB, here)[1]
     target = SimpleNamespace(cache=SimpleNamespace(manifest=SimpleNamespace(rows=1000)),
                              spec=SimpleNamespace(in_dim=384))
-    assert feature_bytes([target, target]) == 2 * 1000 * (384 * 4 + 8)
+    assert target_bytes([target, target]) == 2 * 1000 * (384 * 4 + 8)
+
+
+def test_training_and_the_probe_share_one_decision_and_differ_only_in_streaming():
+    """The same features and room: both stay here while they fit; beyond, training streams
+    them on one node and spreads over the nodes of a cluster, the probe splits them."""
+    five = Room(16 * GIB, Cluster(({"CPU": 2.0},) * 5, "head:6379"))
+    one = Room(16 * GIB, Cluster(({"CPU": 2.0},), "head:6379"))
+    assert decide("auto", GIB, one, streams=True)[0] == decide("auto", GIB, one)[0] == 0
+    assert decide("auto", 10 * GIB, one, streams=True) == (
+        0, "one node with 2 CPUs; 10.00 GiB of features are streamed: they do not fit in memory")
+    assert decide("auto", 10 * GIB, one)[0] == 3
+    assert decide("auto", GIB, five, streams=True)[0] == 5  # DDP is faster over nodes
+    assert decide(4, GIB, one, key="resources.num_workers", streams=True) == (
+        4, "resources.num_workers: 4")
 
 
 @pytest.mark.parametrize(("value", "words"), [
     (-1, "num_workers=-1: expected 'auto', 0"), ("two", "num_workers='two'"),
     (True, "num_workers=True")])
-def test_a_bad_worker_count_is_named_with_the_fix(value, words):
-    problems = ProbeConfig(caches=["docs"], num_workers=value).problems()
+@pytest.mark.parametrize("make", [lambda **kw: ProbeConfig(caches=["docs"], **kw),
+                                  lambda **kw: raycache.ResourcesConfig(**kw)],
+                         ids=["probe", "training"])
+def test_a_bad_worker_count_is_named_with_the_fix(make, value, words):
+    problems = make(num_workers=value).problems()
     assert any(words in p for p in problems), problems
-    assert any("cpus_per_worker=0" in p for p in
-               ProbeConfig(caches=["docs"], cpus_per_worker=0).problems())
+    assert any("cpus_per_worker=0" in p for p in make(cpus_per_worker=0).problems())
+
+
+def test_training_and_the_probe_spell_their_workers_the_same_way():
+    """num_workers and cpus_per_worker: the same names, types and defaults in both configs."""
+    def fields(cls):
+        return {f.name: (str(f.type), f.default) for f in dataclasses.fields(cls)
+                if f.name in ("num_workers", "cpus_per_worker")}
+
+    assert fields(ProbeConfig) == fields(raycache.ResourcesConfig)
+    assert len(fields(ProbeConfig)) == 2
 
 
 def test_more_workers_than_the_cluster_holds_are_refused_before_any_start():

@@ -1,4 +1,4 @@
-"""Training pieces without a cluster: RunSpec, HeadSpec, optimizers, schedules, the step
+"""Training pieces without a cluster: WorkerSpec, HeadSpec, optimizers, schedules, the step
 (accumulation, no_sync, clipping, precision, compile fallback), checkpoints, logs, load_head."""
 
 import dataclasses
@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from raycache._train.config import LossConfig, TrainConfig
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.metrics_log import CURVES, METRICS, TENSORBOARD, write_artifacts
 from raycache._train.optim import OPTIMIZERS, SCHEDULES, Schedule, build_optimizer
-from raycache._train.runspec import Recipe, RunSpec, digest
+from raycache._train.runspec import Recipe, WorkerSpec, digest
 from tests.conftest import free_port
 
 HEAD = HeadSpec(head="linear", in_dim=4, num_classes=3, hidden=(), dropout=0.0,
@@ -34,8 +35,8 @@ def recipe(**over) -> Recipe:
     return Recipe.from_config(load(TrainConfig, {"cache": "c", **over}))
 
 
-def spec(tmp_path, **over) -> RunSpec:
-    return RunSpec(head=HEAD, recipe=recipe(**over), run_name="r", key="id", rows=64,
+def spec(tmp_path, **over) -> WorkerSpec:
+    return WorkerSpec(head=HEAD, recipe=recipe(**over), run_name="r", key="id", rows=64,
                    placement="cpu", num_workers=0, use_gpu=False, class_weights=None,
                    store=Store(str(tmp_path)), shards=(), run_dir=str(tmp_path / "run"),
                    checkpoint_every=0, checkpoint_seconds=0, prefetch_batches=1, progress=False)
@@ -52,6 +53,51 @@ def test_runspec_is_frozen_and_its_digest_follows_what_decides_the_result(tmp_pa
     assert dataclasses.replace(s, placement="stream").digest() == s.digest()  # placement: how,
     record = json.dumps(s.record())  # not what; and the record never holds the store
     assert str(tmp_path) not in record and "options" not in record
+
+
+def test_what_a_user_reads_of_a_run_spec_holds_no_plumbing_and_digests_the_same(tmp_path):
+    from raycache._train.runspec import Member, RunSpec
+
+    lone = spec(tmp_path)
+    swept = dataclasses.replace(lone, sweep=tuple(
+        Member((("optim.lr", lr), ("hidden", (8,))), lone.head, lone.recipe)
+        for lr in (0.1, 0.01)), select="val_acc", select_mode="max")
+    for s in (lone, swept):
+        view = s.view()
+        assert isinstance(view, RunSpec) and view.digest() == s.digest()
+        assert (view.run_name, view.run_dir, view.recipe) == (s.run_name, s.run_dir, s.recipe)
+    assert swept.view().sweep == ({"optim.lr": 0.1, "hidden": [8]},
+                                  {"optim.lr": 0.01, "hidden": [8]})
+    plumbing = {"store", "shards", "checks", "keeps", "filling", "checkpoint_every",
+                "checkpoint_seconds", "prefetch_batches", "progress", "key"}
+    fields = {f.name for f in dataclasses.fields(RunSpec)}
+    assert not fields & plumbing
+    assert fields | plumbing == {f.name for f in dataclasses.fields(WorkerSpec)}
+
+
+def test_the_plan_reads_each_column_of_the_cache_once():
+    """A cache without label_stats whose labels have nulls: the stats, then the null rows'
+    keys, read the label column once and the key column once."""
+    import pyarrow as pa
+
+    from raycache._train.driver.columns import Columns
+    from raycache._train.driver.plan import class_counts
+
+    table = pa.table({"id": ["a", "b", "c"], "label": pa.array([0, None, 1], pa.int64())})
+    asked = []
+
+    def read_table(columns, verify=True):
+        asked.append(tuple(columns))
+        return table.select(columns)
+
+    manifest = SimpleNamespace(name="c", rows=3, key_column="id", label_columns=["label"],
+                               label_types={"label": "int64"}, label_stats={})
+    cache = SimpleNamespace(manifest=manifest, read_table=read_table)
+    with pytest.raises(ConfigError, match=r"null in 1 row\(s\) \(keys \['b'\]"):
+        class_counts(load_train({"cache": "c"}), cache, [], Columns(cache))
+    assert sorted(asked) == [("id",), ("label",)]
+    filling = Columns(cache, lambda name: table.column(name))
+    assert filling.filling and filling("id") is filling("id") and len(asked) == 2
 
 
 def test_headspec_round_trip_and_version_check():

@@ -8,12 +8,13 @@ from types import SimpleNamespace
 import pytest
 
 from raycache._compute import where
+from raycache._compute.placement import AUTO_LOCAL_BYTES
 from raycache._compute.where import AUTO_IN_PROCESS_ROWS, LOCAL_CORES, Cluster
 from raycache._fill.encode import in_process
 from raycache._fill.plan import load_config as load_fill
 from raycache._predict.config import AUTO_IN_PROCESS_BYTES, PredictConfig
 from raycache._predict.run import in_process as predict_in_process
-from raycache._train.driver.placement import AUTO_LOCAL_BYTES, resolve_workers
+from raycache._train.driver.placement import resolve_workers
 from raycache._train.driver.plan import load_config
 from tests.conftest import toy_fill
 
@@ -94,8 +95,8 @@ def test_training_auto_trains_in_process_on_one_node(nothing_there, monkeypatch)
     rows = AUTO_LOCAL_BYTES // (384 * 4) * 3  # 1.5 GiB: DDP before, for no gain on one node
     workers, why = resolve_workers(cfg, head, rows)
     assert workers == 0 and why.startswith("one node with ") and "fit in memory" in why
-    monkeypatch.setattr(sys.modules["raycache._train.driver.placement"], "_memory",
-                        lambda: 2 * 2**30)
+    monkeypatch.setattr(sys.modules["raycache._compute.placement"], "memory",
+                        lambda available=False: 2 * 2**30)
     assert "are streamed: they do not fit in memory" in resolve_workers(cfg, head, rows)[1]
     cluster_of(monkeypatch, NODE)
     assert resolve_workers(cfg, head, rows) == (

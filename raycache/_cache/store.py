@@ -100,7 +100,7 @@ class Store:
 
     def for_workers(self) -> Store:
         """This store as Ray workers get it: its credentials in Ray's object store, only a
-        reference to them in what Ray records (a RunSpec in a train loop config, a run config's
+        reference to them in what Ray records (a WorkerSpec in a train loop config, a run config's
         filesystem). Needs a connected Ray; a store without credentials comes back as it is."""
         secret = split(self.options)[1]
         if not secret:

@@ -18,7 +18,7 @@ from raycache._core.env import expand_env
 from raycache._errors import ConfigError
 
 __all__ = ["AUTO", "at", "is_name", "load", "non_finite", "parse_value", "positive",
-           "positive_or_auto", "read_yaml", "sweepable", "walk_problems"]
+           "positive_or_auto", "read_yaml", "sweepable", "walk_problems", "worker_problems"]
 
 AUTO = "auto"
 
@@ -33,6 +33,21 @@ def positive_or_auto(cfg: Any, *names: str) -> list[str]:
         v = getattr(cfg, n)
         if v != AUTO and (isinstance(v, str) or v < 1):
             out.append(f"{n}={v!r}: expected a whole number >= 1, or 'auto'")
+    return out
+
+
+def worker_problems(cfg: Any, kind: str) -> list[str]:
+    """The checks of the worker settings every config that runs Ray workers spells the same
+    way: `num_workers` ('auto', 0 for this process, or a count) and `cpus_per_worker` (> 0);
+    `kind` says what the workers are (DDP, Ray)."""
+    out = []
+    count = cfg.num_workers
+    if not (count == AUTO or (isinstance(count, int) and not isinstance(count, bool)
+                              and count >= 0)):
+        out.append(f"num_workers={count!r}: expected 'auto', 0 (in this process) or a number "
+                   f"of {kind} workers, e.g. 4")
+    if cfg.cpus_per_worker <= 0:
+        out.append(f"cpus_per_worker={cfg.cpus_per_worker}: must be > 0, e.g. 0.5")
     return out
 
 

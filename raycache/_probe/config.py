@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raycache._cache.config import StoreConfig
-from raycache._core.config import is_name, non_finite
+from raycache._core.config import is_name, non_finite, worker_problems
 
 __all__ = ["DEFAULT_C", "SELECT", "ProbeHeadsConfig", "KnnConfig", "LogregConfig", "ProbeConfig"]
 
@@ -176,7 +176,7 @@ class ProbeConfig:
     """Ray workers that each hold a part of the rows (logreg summed over them, knn searched
     per part and merged, linear and mlp as DDP workers); 0 runs in this process; auto: 0 where
     the features take under a quarter of this machine's available memory, else enough workers
-    for them (raycache._probe.placement)."""
+    for them (raycache._compute.placement)."""
     cpus_per_worker: float = 0.5
     """CPUs Ray reserves per worker: fractional ones leave room for Ray's own tasks."""
     name: str | None = None
@@ -208,13 +208,7 @@ class ProbeConfig:
             out.append(f"select={self.select!r}: expected one of {SELECT}")
         if self.device not in ("auto", "cpu", "cuda"):
             out.append(f"device={self.device!r}: expected 'auto', 'cpu' or 'cuda'")
-        if not (self.num_workers == "auto" or (isinstance(self.num_workers, int)
-                                               and not isinstance(self.num_workers, bool)
-                                               and self.num_workers >= 0)):
-            out.append(f"num_workers={self.num_workers!r}: expected 'auto', 0 (in this "
-                       "process) or a number of Ray workers, e.g. 4")
-        if self.cpus_per_worker <= 0:
-            out.append(f"cpus_per_worker={self.cpus_per_worker}: must be > 0, e.g. 0.5")
+        out += worker_problems(self, "Ray")
         if self.name is not None and not is_name(self.name):
             out.append(f"name={self.name!r}: use letters, digits, '-', '_' or '.'")
         if self.lexical not in (True, False, "auto"):

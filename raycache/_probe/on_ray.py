@@ -92,7 +92,7 @@ def check(count: int, cpus: float, nodes: list[dict[str, float]], training: bool
 
 
 def share_spec(cfg: ProbeConfig, group: list[Target], world: int) -> Any:
-    """A RunSpec of training on `world` workers over the group's cache, its head reading every
+    """A WorkerSpec of training on `world` workers over the group's cache, its head reading every
     encoder of the group: what raycache._train.data.share_reads.load_share reads a share by."""
     from raycache._probe.heads import train_config
     from raycache._train.driver.plan import load_config as load_train

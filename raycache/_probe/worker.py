@@ -13,7 +13,7 @@ from raycache._probe.knn import QUERY_ROWS, merge, neighbours, predict, prepared
 from raycache._probe.metrics import confusion
 from raycache._train.data.share_reads import features, label_ids, load_share
 from raycache._train.data.split import validation_mask
-from raycache._train.runspec import RunSpec
+from raycache._train.runspec import WorkerSpec
 
 __all__ = ["ShareWorker"]
 
@@ -26,7 +26,7 @@ class ShareWorker:
         self.rows: dict[str, tuple[np.ndarray, ...]] = {}
         self.preds: dict[tuple[str, str], list[np.ndarray]] = {}
 
-    def load(self, spec: RunSpec, rank: int, world: int, val_fraction: float
+    def load(self, spec: WorkerSpec, rank: int, world: int, val_fraction: float
              ) -> tuple[int, int]:
         """Read this rank's share of the cache (the rows and shards training's rank would
         read, each shard checked) and split it by key: (training rows, validation rows)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from raycache._core.config import AUTO, positive, positive_or_auto, sweepable
+from raycache._core.config import AUTO, positive, positive_or_auto, sweepable, worker_problems
 
 __all__ = ["MONITOR_MODES", "PLACEMENTS", "SOLVERS", "TRAIN_PRECISIONS", "CheckpointConfig",
            "EvalConfig", "LoopConfig", "LossConfig", "OptimConfig", "ResourcesConfig",
@@ -295,13 +295,7 @@ class ResourcesConfig:
             out.append(f"placement={self.placement!r}: expected one of {PLACEMENTS}")
         if self.placement == "gpu" and not self.use_gpu:
             out.append("placement='gpu' needs use_gpu: true (or use placement: cpu)")
-        if self.cpus_per_worker <= 0:
-            out.append(f"cpus_per_worker={self.cpus_per_worker}: must be > 0, e.g. 0.5")
-        if not (self.num_workers == "auto" or (isinstance(self.num_workers, int)
-                                               and self.num_workers >= 0)):
-            out.append(f"num_workers={self.num_workers!r}: expected 'auto', 0 (in-process) or "
-                       "a number of DDP workers")
-        return out
+        return out + worker_problems(self, "DDP")
 
 
 @dataclass(frozen=True)

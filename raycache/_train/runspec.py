@@ -1,4 +1,6 @@
-"""RunSpec: the typed, versioned, frozen contract between the training driver and its workers."""
+"""A run's spec, decided once on the driver: what a user reads of it (RunSpec, with its Recipe)
+and the typed, versioned, frozen contract the driver sends its workers (WorkerSpec: the same
+and the plumbing: the store, the shards, checkpoint timing)."""
 
 from __future__ import annotations
 
@@ -26,15 +28,24 @@ from raycache._train.config import (
 )
 from raycache._train.defaults import resolve, resolve_lr
 
-__all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "digest", "keeps", "sweep_record"]
+__all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "WorkerSpec", "digest", "keeps",
+           "sweep_record"]
 
 RUN_SPEC_VERSION = 1
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """How to train: the objective and TrainConfig's RECIPE_GROUPS, the groups themselves, so
-    that every setting of theirs reaches the workers and the run digest."""
+    """How a run trains, every auto setting resolved: the objective and TrainConfig's groups
+    (loop, optim, schedule, loss, evaluation, groups, pairs), so that every setting of theirs
+    reaches the workers and the run digest. `RunSpec.recipe`.
+
+    Example:
+        ```python
+        recipe = raycache.train({"cache": "docs"}).spec.recipe
+        recipe.loop.epochs, recipe.loop.batch_size, recipe.optim.lr  # what auto chose
+        ```
+    """
 
     loop: LoopConfig = LoopConfig()
     """Epochs, batch size, seed (autos resolved)."""
@@ -59,7 +70,17 @@ class Recipe:
         """The config's recipe groups as they are, but lists as tuples, `mode: auto` resolved
         by the monitored metric, and the other auto settings by raycache._train.defaults for a
         cache of `rows` (unknown: batch_size auto is its largest) trained on `workers`, whose
-        features' mean L1 norm is `l1`."""
+        features' mean L1 norm is `l1`.
+
+        Args:
+            cfg: The training config.
+            rows: The cache's rows (None: unknown).
+            workers: DDP workers (0: this process).
+            l1: The features' mean L1 norm, for lr auto (None: unknown).
+
+        Returns:
+            The recipe.
+        """
         cfg = resolve(cfg, rows, workers)
         optim = dataclasses.replace(cfg.optim, lr=resolve_lr(cfg, l1))
         loss, ev = cfg.loss, cfg.evaluation
@@ -72,7 +93,15 @@ class Recipe:
                    evaluation=ev, objective=cfg.objective, groups=cfg.groups, pairs=cfg.pairs)
 
     def better(self, new: float, old: float) -> bool:
-        """Whether `new` improves on `old` by more than min_delta, in this recipe's mode."""
+        """Whether `new` improves on `old` by more than min_delta, in this recipe's mode.
+
+        Args:
+            new: A value of the monitored metric.
+            old: The best value so far.
+
+        Returns:
+            True where `new` is better.
+        """
         if self.evaluation.mode == "max":
             return new > old + self.evaluation.min_delta
         return new < old - self.evaluation.min_delta
@@ -95,16 +124,68 @@ class Member:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What a training run does, decided once on the driver, never mutated, sent to every worker.
-
-    Built by raycache._train.driver.plan.prepare from a TrainConfig and the cache;
-    `TrainResult.spec`.
+    """What a training run does, as the driver decided it: the head, the recipe with every auto
+    resolved, where it trains and why, the run folder. `TrainResult.spec`.
 
     Example:
         ```python
         spec = raycache.train({"cache": "docs"}).spec
         spec.run_name, spec.num_workers, spec.placement, spec.recipe.loop.epochs
         ```
+    """
+
+    head: HeadSpec
+    """The head trained: family, shape, encoders, label (a sweep: the config's head, each
+    member's own settings in `sweep`)."""
+    recipe: Recipe
+    """How it trains: the loop, optimizer, schedule, loss and evaluation, autos resolved."""
+    run_name: str
+    """The run folder's name under the cache's runs/."""
+    run_dir: str
+    """The run folder in the store's filesystem form: `<cache>/runs/<run_name>`."""
+    rows: int
+    """The cache's rows."""
+    placement: str
+    """Where each worker holds its part of the rows: stream, cpu or gpu (auto resolved)."""
+    num_workers: int
+    """0: in the driver process, without Ray Train; else DDP workers."""
+    use_gpu: bool
+    """One GPU per worker."""
+    why: str = ""
+    """Why it trains where it does (num_workers: auto's reason)."""
+    class_weights: tuple[float, ...] | None = None
+    """Per-class loss weights ("balanced" resolved from the label counts)."""
+    sweep: tuple[dict[str, Any], ...] = ()
+    """A sweep's members' settings, one dict each; empty for a single head."""
+    select: str = "val_loss"
+    """Sweep: the metric that picks the best member."""
+    select_mode: str = "min"
+    """Sweep: min or max for `select` (auto resolved)."""
+    views: int = 0
+    """K: training draws one of each row's K cached views per epoch; 0 trains on clean rows."""
+    view_encoders: tuple[str, ...] = ()
+    """The head's encoders whose views columns it trains on."""
+    version: int = RUN_SPEC_VERSION
+    """The spec's layout version, recorded in run.json."""
+
+    def digest(self) -> str:
+        """A hash of what decides the run's result (run.json's `digest`).
+
+        Returns:
+            The sha256, hex: the same for runs that must train the same head.
+        """
+        record = ({"sweep": [dict(m) for m in self.sweep], "select": self.select,
+                   "select_mode": self.select_mode} if self.sweep else {})
+        return digest(self.head, self.recipe, record, self.views)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a training run does, decided once on the driver, never mutated, sent to every
+    worker: the RunSpec a user reads (`view`) and the plumbing the workers need (the store,
+    shards and their checks, checkpoint timing, a fill under way).
+
+    Built by raycache._train.driver.plan.prepare from a TrainConfig and the cache.
     """
 
     head: HeadSpec
@@ -179,7 +260,17 @@ class RunSpec:
         """Processes that train: the DDP workers, or 1 in local mode."""
         return max(self.num_workers, 1)
 
-    def members(self) -> list[RunSpec]:
+    def view(self) -> RunSpec:
+        """What a user reads of this spec (TrainResult.spec): no plumbing."""
+        return RunSpec(head=self.head, recipe=self.recipe, run_name=self.run_name,
+                       run_dir=self.run_dir, rows=self.rows, placement=self.placement,
+                       num_workers=self.num_workers, use_gpu=self.use_gpu, why=self.why,
+                       class_weights=self.class_weights,
+                       sweep=tuple(m.settings_dict() for m in self.sweep), select=self.select,
+                       select_mode=self.select_mode, views=self.views,
+                       view_encoders=self.view_encoders, version=self.version)
+
+    def members(self) -> list[WorkerSpec]:
         """One spec per head trained: the sweep's members, or this run's one head.
 
         Returns:
@@ -221,7 +312,7 @@ class RunSpec:
 
 
 def keeps(shards: Sequence[ShardEntry]) -> tuple[tuple[str, int], ...]:
-    """RunSpec.keeps of a manifest's shards: empty where every shard is read whole."""
+    """WorkerSpec.keeps of a manifest's shards: empty where every shard is read whole."""
     if all(map(reads_whole, shards)):
         return ()
     return tuple(selection(s) for s in shards)

@@ -24,7 +24,7 @@ from raycache._train.data.share_reads import (
 )
 from raycache._train.data.split import validation_mask
 from raycache._train.data.views import draw, row_ids
-from raycache._train.runspec import RunSpec
+from raycache._train.runspec import WorkerSpec
 
 if TYPE_CHECKING:
     from raycache._heads.joint import Inputs
@@ -43,13 +43,13 @@ class InMemory:
         self.x, self.y, self.views, self.ids = x, y, views, ids
 
     @classmethod
-    def empty(cls, spec: RunSpec, where: torch.device) -> InMemory:
+    def empty(cls, spec: WorkerSpec, where: torch.device) -> InMemory:
         """No rows: never indexed."""
         return cls(torch.empty(0, spec.head.in_dim, device=where),
                    torch.empty(0, dtype=torch.int64, device=where))
 
     @classmethod
-    def of_table(cls, table: pa.Table, spec: RunSpec, where: torch.device,
+    def of_table(cls, table: pa.Table, spec: WorkerSpec, where: torch.device,
                  ids: np.ndarray | None = None, rows: np.ndarray | None = None) -> InMemory:
         """A table's `rows` (all: None; a boolean mask); with `ids` and a spec with views, their
         views too."""
@@ -82,7 +82,7 @@ class InMemory:
             yield x[idx], self.y[idx]
 
     @staticmethod
-    def for_worker(spec: RunSpec, rank: int, where: torch.device) -> tuple[InMemory, InMemory]:
+    def for_worker(spec: WorkerSpec, rank: int, where: torch.device) -> tuple[InMemory, InMemory]:
         """(training, validation) of this worker's share: training on views when the spec has
         them, validation on the clean embeddings."""
         if not spec.views and not spec.head.trainable:
@@ -101,7 +101,7 @@ class InMemory:
                 InMemory.of_table(table, spec, where, rows=held))
 
 
-def gathered(spec: RunSpec, rank: int, where: torch.device) -> tuple[InMemory, InMemory]:
+def gathered(spec: WorkerSpec, rank: int, where: torch.device) -> tuple[InMemory, InMemory]:
     """(training, validation) of a share of frozen features only, each shard's rows copied into
     the two sides' arrays as soon as it is read and checked, shards read in parallel: the share
     is held once (its arrays, and the few shards under way), never also as a table."""

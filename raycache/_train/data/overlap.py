@@ -33,7 +33,7 @@ from raycache._fill.plan import Plan
 from raycache._fill.run import FillResult, complete
 from raycache._train.data.split import validation_mask
 from raycache._train.data.streamed import Streamed
-from raycache._train.runspec import RunSpec, keeps
+from raycache._train.runspec import WorkerSpec, keeps
 
 __all__ = ["POLL_S", "Feed", "FirstPass", "OverlapFill", "first_pass"]
 
@@ -41,7 +41,7 @@ POLL_S = 0.2
 """Seconds between two looks for newly written shard records."""
 
 RUNNING: dict[str, OverlapFill] = {}
-"""Fills under way in this process, by their id (what a RunSpec's `filling` names)."""
+"""Fills under way in this process, by their id (what a WorkerSpec's `filling` names)."""
 
 
 class OverlapFill:
@@ -150,7 +150,7 @@ class OverlapFill:
             self.source = pa.concat_tables(pieces)
         return self.source.column(name)
 
-    def train_rows(self, spec: RunSpec, rank: int) -> int:
+    def train_rows(self, spec: WorkerSpec, rank: int) -> int:
         """Rank's training rows in the committed cache (its contiguous share, less the
         validation split): what its schedule counts steps by, known before the commit."""
         keys = self.column(spec.key)
@@ -169,11 +169,11 @@ class OverlapFill:
                 "checks": tuple((s.bytes, s.sha256) for s in m.shards) if self.verify else (),
                 "keeps": keeps(m.shards)}
 
-    def final(self, spec: RunSpec) -> RunSpec:
+    def final(self, spec: WorkerSpec) -> WorkerSpec:
         """The run spec of the committed cache (waits for the commit; FillFailed)."""
         return dataclasses.replace(spec, **self.committed())
 
-    def runspec(self, spec: RunSpec) -> RunSpec:
+    def runspec(self, spec: WorkerSpec) -> WorkerSpec:
         """The spec of a run whose first pass reads this fill as it lands; with DDP workers,
         the ShardFeed that tells them of it is started here (Ray is connected)."""
         spec = dataclasses.replace(spec, filling=self.id)
@@ -205,8 +205,8 @@ class Feed(Protocol):
     verify: bool
 
     def records(self) -> Iterator[ShardRecord | ShardEntry]: ...
-    def train_rows(self, spec: RunSpec, rank: int) -> int: ...
-    def final(self, spec: RunSpec) -> RunSpec: ...
+    def train_rows(self, spec: WorkerSpec, rank: int) -> int: ...
+    def final(self, spec: WorkerSpec) -> WorkerSpec: ...
 
 
 class FirstPass:
@@ -214,7 +214,7 @@ class FirstPass:
     over its deal of the shards as they land; everything else from the committed cache
     (validation waits)."""
 
-    def __init__(self, feed: Feed, committed: Callable[[], tuple[Any, Any]], spec: RunSpec,
+    def __init__(self, feed: Feed, committed: Callable[[], tuple[Any, Any]], spec: WorkerSpec,
                  rank: int, validation: bool):
         self.feed, self.committed, self.spec, self.rank = feed, committed, spec, rank
         self.validation, self.passed = validation, False
@@ -265,8 +265,8 @@ class FirstPass:
         stream.pool.shutdown()
 
 
-def first_pass(spec: RunSpec, rank: int, device: torch.device,
-               data_sources: Callable[[RunSpec, int, torch.device], tuple[Any, Any]]
+def first_pass(spec: WorkerSpec, rank: int, device: torch.device,
+               data_sources: Callable[[WorkerSpec, int, torch.device], tuple[Any, Any]]
                ) -> tuple[FirstPass, FirstPass]:
     """(train, validation) of a run whose fill is under way on the driver (in this process,
     or told by its ShardFeed to a DDP worker); `data_sources` builds the ordinary ones once the fill

@@ -13,7 +13,7 @@ import ray
 
 from raycache._cache.records import ShardRecord
 from raycache._errors import FillFailed, RaycacheError
-from raycache._train.runspec import RunSpec
+from raycache._train.runspec import WorkerSpec
 
 __all__ = ["NAMESPACE", "POLL_S", "RemoteFeed", "ShardFeed"]
 
@@ -67,7 +67,7 @@ class RemoteFeed:
         self.dir, self.verify, self.rows = ray.get(self.actor.info.remote())
         self.committed: dict[str, Any] | None = None
 
-    def train_rows(self, spec: RunSpec, rank: int) -> int:
+    def train_rows(self, spec: WorkerSpec, rank: int) -> int:
         return self.rows[rank]
 
     def records(self) -> Iterator[ShardRecord]:
@@ -86,7 +86,7 @@ class RemoteFeed:
             if not new:
                 time.sleep(POLL_S)
 
-    def final(self, spec: RunSpec) -> RunSpec:
+    def final(self, spec: WorkerSpec) -> WorkerSpec:
         """The run spec of the committed cache (waits for the commit; FillFailed)."""
         while self.committed is None:
             for _ in self.records():

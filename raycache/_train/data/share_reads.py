@@ -14,7 +14,7 @@ import torch
 from raycache._cache.columns import input_column, views_column
 from raycache._cache.reads import kept_of, map_ordered, read_checked, read_unchecked
 from raycache._errors import RaycacheError
-from raycache._train.runspec import RunSpec
+from raycache._train.runspec import WorkerSpec
 
 if TYPE_CHECKING:
     from raycache._heads.joint import Inputs
@@ -88,12 +88,12 @@ def features(batch: pa.Table, encoders: tuple[str, ...], keep: np.ndarray | None
     return x
 
 
-def view_columns(spec: RunSpec) -> list[str]:
+def view_columns(spec: WorkerSpec) -> list[str]:
     """The views columns a run trains on (none when it uses no views)."""
     return [views_column(e) for e in spec.head.encoders if e in spec.view_encoders]
 
 
-def all_views(batch: pa.Table, spec: RunSpec) -> np.ndarray:
+def all_views(batch: pa.Table, spec: WorkerSpec) -> np.ndarray:
     """Every row's K views as float32 (rows, K, in_dim), the encoders concatenated in order; an
     encoder without views gives its clean embedding to every view."""
     k, parts = spec.views, []
@@ -107,7 +107,7 @@ def all_views(batch: pa.Table, spec: RunSpec) -> np.ndarray:
     return np.concatenate(parts, axis=2, dtype=np.float32)
 
 
-def load_share(spec: RunSpec, rank: int, world: int) -> pa.Table | None:
+def load_share(spec: WorkerSpec, rank: int, world: int) -> pa.Table | None:
     """This worker's contiguous 1/world of the cache's rows, read straight from the store (each
     shard whole and checked against the manifest when the spec carries checks), in parallel."""
     columns = [spec.key, spec.head.label, *cached_columns(spec), *view_columns(spec)]
@@ -118,13 +118,13 @@ def load_share(spec: RunSpec, rank: int, world: int) -> pa.Table | None:
     return pa.concat_tables(tables, promote_options="default") if tables else None
 
 
-def cached_columns(spec: RunSpec) -> list[str]:
+def cached_columns(spec: WorkerSpec) -> list[str]:
     """The shard columns a worker reads besides key and label: the frozen encoders' embeddings,
     and the trainable encoders' inputs."""
     return [*spec.head.frozen, *(input_column(e) for e in spec.head.trainable)]
 
 
-def rows_of(table: pa.Table, spec: RunSpec, rows: np.ndarray | None = None
+def rows_of(table: pa.Table, spec: WorkerSpec, rows: np.ndarray | None = None
             ) -> tuple[torch.Tensor | Inputs, torch.Tensor]:
     """A table's `rows` (all: None; row numbers, or a boolean mask) as (model inputs, labels):
     the frozen features as one float32 tensor, or with trainable encoders as Inputs
@@ -143,14 +143,14 @@ def rows_of(table: pa.Table, spec: RunSpec, rows: np.ndarray | None = None
     return inputs(table, spec.head, x), torch.from_numpy(y)
 
 
-def expected(spec: RunSpec) -> dict[str, tuple[int, str]]:
+def expected(spec: WorkerSpec) -> dict[str, tuple[int, str]]:
     """Each shard path's (bytes, sha256) from the manifest; empty where the run reads unchecked."""
     if not spec.checks:
         return {}
     return {path: check for (path, _), check in zip(spec.shards, spec.checks, strict=True)}
 
 
-def read_piece(spec: RunSpec, path: str, columns: list[str],
+def read_piece(spec: WorkerSpec, path: str, columns: list[str],
                check: tuple[int, str] | None) -> pa.Table:
     """A shard read whole and checked against (bytes, sha256) (CorruptShard on a mismatch); with
     no check, only `columns`; either way only the rows its version keeps."""
@@ -162,7 +162,7 @@ def read_piece(spec: RunSpec, path: str, columns: list[str],
     return selected(spec, path, table)
 
 
-def selected(spec: RunSpec, path: str, table: pa.Table) -> pa.Table:
+def selected(spec: WorkerSpec, path: str, table: pa.Table) -> pa.Table:
     """A shard's rows that the cache's version keeps (a shard it shares in part with an older
     version: raycache._cache.selection), or all of them."""
     keep = spec.selections.get(path)
@@ -170,7 +170,7 @@ def selected(spec: RunSpec, path: str, table: pa.Table) -> pa.Table:
                    *keep) if keep else table
 
 
-def pieces(spec: RunSpec, rank: int, world: int) -> list[tuple[str, int, int]]:
+def pieces(spec: WorkerSpec, rank: int, world: int) -> list[tuple[str, int, int]]:
     """(shard path, first row, end row) of this worker's contiguous 1/world of the rows."""
     lo, hi = spec.rows * rank // world, spec.rows * (rank + 1) // world
     out, start = [], 0

@@ -25,7 +25,7 @@ from raycache._train.data.share_reads import (
 )
 from raycache._train.data.split import validation_mask
 from raycache._train.data.views import draw, row_ids
-from raycache._train.runspec import RunSpec
+from raycache._train.runspec import WorkerSpec
 
 if TYPE_CHECKING:
     from raycache._heads.joint import Inputs
@@ -60,7 +60,7 @@ class Streamed:
     of each piece in a run is of the whole shard, checked against the manifest (spec.checks).
     """
 
-    def __init__(self, spec: RunSpec, rank: int, validation: bool, device: torch.device):
+    def __init__(self, spec: WorkerSpec, rank: int, validation: bool, device: torch.device):
         self.spec, self.validation, self.device = spec, validation, device
         self.pieces = pieces(spec, rank, spec.world)
         self.masks: dict[int, np.ndarray] = {}
@@ -79,7 +79,7 @@ class Streamed:
         """The validation side the training side's first reads give their validation rows."""
 
     @staticmethod
-    def for_worker(spec: RunSpec, rank: int, device: torch.device
+    def for_worker(spec: WorkerSpec, rank: int, device: torch.device
                    ) -> tuple[Streamed, Streamed]:
         """(training, validation) of this worker's share. Where the validation rows are small
         (KEPT_VALIDATION_BYTES), the training pass's first read of each piece hands them over,

@@ -1,5 +1,5 @@
 """A training run planned on the driver: the config checked against the registries it names
-(heads, optimizers, schedules, objectives, the sweep) and against the cache, and the RunSpec
+(heads, optimizers, schedules, objectives, the sweep) and against the cache, and the WorkerSpec
 built once from both; no Ray."""
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from raycache._heads import HEADS
 from raycache._heads.specs import HeadSpec, standardizes
 from raycache._train.config import TrainConfig
 from raycache._train.defaults import feature_l1, resolve_solver
+from raycache._train.driver.columns import Columns
 from raycache._train.driver.placement import cluster, resolve_placement, resolve_workers
 from raycache._train.driver.runs import read_record, runs_dir
 from raycache._train.objectives import OBJECTIVES
-from raycache._train.runspec import Member, Recipe, RunSpec, digest, keeps, sweep_record
+from raycache._train.runspec import Member, Recipe, WorkerSpec, digest, keeps, sweep_record
 from raycache._train.sweep.grid import apply, members
 
 __all__ = ["check", "cluster", "config_problems", "guard_run_folder", "overlap_problems",
@@ -82,10 +83,11 @@ def load_config(data: TrainConfig | dict[str, Any] | str | Path) -> TrainConfig:
 def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
           column: Callable[[str], Any] | None = None) -> tuple[Cache, HeadSpec, np.ndarray]:
     """Check the config against the cache (a fill under way: `cache` with no shards yet, and
-    `column` reads a label column from its source); the head's spec and the class counts."""
+    `column` reads a label column from its source); the head's spec and the class counts.
+    Each column the checks need is read once (Columns)."""
     cache = cache or open_cache(cfg.cache, store, cfg.fingerprint)
-    m = cache.manifest
-    if column is None and not m.rows:
+    m, read = cache.manifest, Columns(cache, column)
+    if not read.filling and not m.rows:
         raise ConfigError([f"cache {m.name}/{m.fingerprint[:12]} holds no rows: nothing to train "
                            "on. Fill it again from a source that has rows"])
     problems = []
@@ -101,9 +103,9 @@ def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
             raise ConfigError(problems)
         label, counts, names = "", np.zeros(0, dtype=np.int64), ()
     else:
-        label, counts, names = class_counts(cfg, cache, problems, column)
+        label, counts, names = class_counts(cfg, cache, problems, read)
     if family.data_sources is None:  # the objective trains on the cache's rows, split by key
-        split_problems(cfg, cache, column)
+        split_problems(cfg, cache, read)
     classes = len(counts)
     saved = m.extra.get("encoder_configs", {})
     trainable = trainable_encoders(cfg, cache, encoders)
@@ -159,12 +161,11 @@ def trainable_encoders(cfg: TrainConfig, cache: Cache, encoders: list[str]) -> d
     return out
 
 
-def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
-                 column: Callable[[str], Any] | None = None
+def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str], read: Columns
                  ) -> tuple[str, np.ndarray, tuple[str, ...]]:
     """The label column, its class counts and, for a named label, its class names (sorted),
-    checked (with the problems found so far; `column` reads the label column elsewhere than
-    from the cache's shards)."""
+    checked (with the problems found so far; `read` reads a column where the manifest's
+    label_stats do not tell)."""
     from raycache._fill.keys import MAX_NAMED, label_stats, named
 
     m, family = cache.manifest, OBJECTIVES[cfg.objective]
@@ -188,11 +189,9 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
         raise ConfigError(problems)
     stats = m.label_stats.get(label)
     if stats is None or (names and "classes" not in stats):
-        stats = (label_stats(column(label) if column else cache.read_table(
-            columns=[label], verify=False).column(label)) if names
-            else _label_stats(cache, label, column))
+        stats = label_stats(read(label)) if names else _label_stats(label, read)
     if stats["nulls"]:
-        raise ConfigError([_null_labels(cache, label, stats["nulls"], column)])
+        raise ConfigError([_null_labels(cache, label, stats["nulls"], read)])
     if names:
         if "classes" not in stats:
             raise ConfigError([f"label column {label!r} has more than {MAX_NAMED:,} distinct "
@@ -205,12 +204,12 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
             raise ConfigError([f"label column {label!r}: smallest class id is {low}; expected "
                                ">= 0"])
         if "counts" not in stats:
-            if column is None and stats["max"] >= max(10 * m.rows, 2**20):  # a bincount that big
+            if not read.filling and stats["max"] >= max(10 * m.rows, 2**20):  # a bincount that big
                 raise ConfigError([
                     f"label column {label!r} holds ids up to {stats['max']} over {m.rows} rows; "
                     f"objective {cfg.objective!r} needs ids 0..K-1, and would build a head of "
                     f"{stats['max'] + 1} outputs. Map the labels to 0..K-1 and fill again"])
-            stats = _label_stats(cache, label, column)
+            stats = _label_stats(label, read)
     counts = np.asarray(stats["counts"], dtype=np.int64)
     if np.count_nonzero(counts) < 2:
         ids = "group" if family.labels == "groups" else "class"
@@ -241,12 +240,9 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str],
     return label, counts, classes
 
 
-def _null_labels(cache: Cache, label: str, nulls: int,
-                 column: Callable[[str], Any] | None) -> str:
+def _null_labels(cache: Cache, label: str, nulls: int, read: Columns) -> str:
     """The problem of a label column with null values: how many, a few of their keys, the fix."""
     key = cache.manifest.key_column
-    read = column if column else \
-        (lambda c: cache.read_table([c], verify=False).column(c))
     keys = pc.filter(read(key), pc.is_null(read(label))).slice(0, 3).to_pylist()
     return (f"label column {label!r} is null in {nulls} row(s) (keys {keys}"
             f"{', ...' if nulls > len(keys) else ''}); a classifier needs a label on every row. "
@@ -254,17 +250,14 @@ def _null_labels(cache: Cache, label: str, nulls: int,
             "label column with `label:`")
 
 
-def split_problems(cfg: TrainConfig, cache: Cache,
-                   column: Callable[[str], Any] | None = None) -> None:
+def split_problems(cfg: TrainConfig, cache: Cache, read: Columns) -> None:
     """A ConfigError where evaluation.val_fraction leaves no training or no validation rows
     (the split is by a hash of each key, so small caches are counted key by key)."""
     from raycache._train.data.split import sides
 
     key, fraction = cache.manifest.key_column, cfg.evaluation.val_fraction
-    def keys() -> Any:
-        return column(key) if column else cache.read_table([key], verify=False).column(key)
-    rows = cache.manifest.rows if column is None else len(keys())
-    found = sides(rows, fraction, keys)
+    rows = len(read(key)) if read.filling else cache.manifest.rows
+    found = sides(rows, fraction, lambda: read(key))
     if found is None or all(found):
         return
     train, held = found
@@ -277,13 +270,10 @@ def split_problems(cfg: TrainConfig, cache: Cache,
         f"{fix.capitalize()}, or fill more rows"])
 
 
-def _label_stats(cache: Cache, label: str, column: Callable[[str], Any] | None = None
-                 ) -> dict[str, Any]:
+def _label_stats(label: str, read: Columns) -> dict[str, Any]:
     """What the manifest's label_stats holds (caches before format 3 lack it, and a fill still
-    running has none): one read of the label column, from `column` where given, else of every
-    shard (unchecked here: the workers check what they read)."""
-    labels = (column(label) if column else
-              cache.read_table(columns=[label], verify=False).column(label))
+    running has none), from the label column."""
+    labels = read(label)
     low, high = pc.min(labels).as_py(), pc.max(labels).as_py()
     out = {"nulls": labels.null_count, "min": low, "max": high}
     if not labels.null_count and low is not None and low >= 0:
@@ -353,8 +343,8 @@ def run_name(cfg: TrainConfig, head: HeadSpec, recipe: Recipe,
 
 
 def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = None,
-            first_pass: bool = False) -> tuple[Cache, RunSpec]:
-    """Everything checked and resolved, and the RunSpec built (Ray is joined only where an auto
+            first_pass: bool = False) -> tuple[Cache, WorkerSpec]:
+    """Everything checked and resolved, and the WorkerSpec built (Ray is joined only where an auto
     choice needs the cluster; `checked` is check()'s result when the caller already ran it;
     `rows`, the cache's rows where its manifest does not list them yet; `first_pass`: the run
     trains on a fill as it lands)."""
@@ -375,7 +365,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
     placement = resolve_placement(cfg, head, held, workers)
     recipe = resolve_solver(cfg, recipe, head, rows, workers, placement, views, first_pass)
     name = run_name(cfg, head, recipe, sweep_record(sweep, select, select_mode), views)
-    spec = RunSpec(
+    spec = WorkerSpec(
         head=head, recipe=recipe, run_name=name, key=cache.manifest.key_column, rows=rows,
         placement=placement, num_workers=workers,
         use_gpu=cfg.resources.use_gpu, class_weights=class_weights(cfg, counts), store=store,
@@ -392,7 +382,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
     return cache, spec
 
 
-def guard_run_folder(cfg: TrainConfig, spec: RunSpec) -> None:
+def guard_run_folder(cfg: TrainConfig, spec: WorkerSpec) -> None:
     """Never train over another run: the folder must be empty, or hold this config's run."""
     record = read_record(spec.store, spec.run_dir)
     if record is None:

@@ -151,8 +151,8 @@ class TrainResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-ready values (`--json`): the version, run, checkpoint, the served
-        epoch's metrics, the last's, the history and a sweep's members; never the Cache's or
-        RunSpec's store (its options, credentials).
+        epoch's metrics, the last's, the history and a sweep's members; never the Cache's store
+        (its options, credentials).
 
         Returns:
             A dict of plain values.

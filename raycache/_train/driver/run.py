@@ -1,4 +1,4 @@
-"""TRAIN: the driver: check the config against the cache, build the RunSpec once, run the loop
+"""TRAIN: the driver: check the config against the cache, build the WorkerSpec once, run the loop
 in this process (no Ray Train: nothing of it is needed there) or on Ray Train's DDP workers,
 resume, and record the run."""
 
@@ -30,7 +30,7 @@ from raycache._train.driver.resources import check_local
 from raycache._train.driver.result import TrainResult
 from raycache._train.driver.runs import read_record, runs_dir, write_record
 from raycache._train.metrics_log import read_sweep
-from raycache._train.runspec import RunSpec
+from raycache._train.runspec import WorkerSpec
 
 if TYPE_CHECKING:
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["TrainResult", "train"]
 
 
-def trainer(cache: Cache, spec: RunSpec, max_failures: int, cpus_per_worker: float) -> Any:
+def trainer(cache: Cache, spec: WorkerSpec, max_failures: int, cpus_per_worker: float) -> Any:
     from ray.train import (
         CheckpointConfig,
         FailureConfig,
@@ -218,7 +218,7 @@ def _check_cluster(cfg: TrainConfig, workers: int) -> None:
         request_resources(**resources.request(cfg.resources, workers))
 
 
-def _failed(exc: Exception, spec: RunSpec, base: dict[str, Any]) -> RaycacheError:
+def _failed(exc: Exception, spec: WorkerSpec, base: dict[str, Any]) -> RaycacheError:
     """The error a failed run raises (a worker's raycache error as its own type), with the run
     recorded as failed; what running it again does, said only where it is true."""
     typed = next((e for e in getattr(exc, "worker_failures", {}).values()
@@ -247,7 +247,7 @@ def _failed(exc: Exception, spec: RunSpec, base: dict[str, Any]) -> RaycacheErro
                          f"{again}")
 
 
-def _best(out: TrainResult, spec: RunSpec) -> float | None:
+def _best(out: TrainResult, spec: WorkerSpec) -> float | None:
     monitor = spec.recipe.evaluation.monitor
     values = [m[monitor] for m in out.history if monitor in m]
     if not values:
@@ -255,7 +255,7 @@ def _best(out: TrainResult, spec: RunSpec) -> float | None:
     return max(values) if spec.recipe.evaluation.mode == "max" else min(values)
 
 
-def _result(cache: Cache, spec: RunSpec, start: float, value: dict[str, Any],
+def _result(cache: Cache, spec: WorkerSpec, start: float, value: dict[str, Any],
             **more: Any) -> TrainResult:
     path = ckpt.latest(spec.store, spec.run_dir)
     if path is None:
@@ -268,7 +268,7 @@ def _result(cache: Cache, spec: RunSpec, start: float, value: dict[str, Any],
     sweep = value.get("sweep")
     if sweep is None and spec.sweep:
         sweep = read_sweep(spec.store, spec.run_dir)
-    return TrainResult(cache=cache, spec=spec, history=list(history),
+    return TrainResult(cache=cache, spec=spec.view(), history=list(history),
                        checkpoint=spec.store.url(path), seconds=time.perf_counter() - start,
                        resumed_from=list(value.get("resumed_from", [])), sweep=list(sweep or []),
                        monitored=dict(saved.get("best") or {}),

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from raycache._cache.committed import Cache
     from raycache._train.config import TrainConfig
-    from raycache._train.runspec import RunSpec
+    from raycache._train.runspec import WorkerSpec
 
 __all__ = ["EPOCH_METRICS", "Evaluator", "Family", "Objective"]
 
@@ -32,7 +32,7 @@ class Evaluator(Protocol):
 
 
 class Objective(Protocol):
-    """One training objective on one worker, built from the RunSpec."""
+    """One training objective on one worker, built from the WorkerSpec."""
 
     criterion: torch.nn.Module
     """The loss with any learnable parts (ArcFace's class centres): optimised with the head,
@@ -59,7 +59,7 @@ class Objective(Protocol):
 class Family(NamedTuple):
     """An objective family, a OBJECTIVES entry: cheap checks on the driver, the build on workers."""
 
-    build: Callable[[RunSpec, torch.device], Objective]
+    build: Callable[[WorkerSpec, torch.device], Objective]
     problems: Callable[[TrainConfig], list[str]]
     """Problems with the family's settings (names the value, what was expected, the fix)."""
     out_dim: Callable[[TrainConfig, int], int]

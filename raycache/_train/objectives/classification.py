@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import torch
 
     from raycache._train.config import TrainConfig
-    from raycache._train.runspec import RunSpec
+    from raycache._train.runspec import WorkerSpec
 
 __all__ = ["CLASSIFICATION", "Classification", "ClassMetrics"]
 
@@ -25,7 +25,7 @@ class Classification:
 
     gathers = False
 
-    def __init__(self, spec: RunSpec, device: torch.device):
+    def __init__(self, spec: WorkerSpec, device: torch.device):
         import torch
 
         weight = (torch.tensor(spec.class_weights, dtype=torch.float32, device=device)

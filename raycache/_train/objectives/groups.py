@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import torch
 
     from raycache._train.config import GroupsConfig, TrainConfig
-    from raycache._train.runspec import RunSpec
+    from raycache._train.runspec import WorkerSpec
 
 __all__ = ["GROUPS", "GATHERING", "LOSSES", "MINERS", "Groups", "Retrieval", "build_loss",
            "build_miner", "nearest_hits"]
@@ -80,7 +80,7 @@ def nearest_hits(out: torch.Tensor, y: torch.Tensor, distance: str) -> torch.Ten
 class Groups:
     """A projection to embedding_dim trained so that rows of a group are close."""
 
-    def __init__(self, spec: RunSpec, device: torch.device):
+    def __init__(self, spec: WorkerSpec, device: torch.device):
         r = spec.recipe
         self.distance, self.ks, self.dim = r.loss.distance, r.evaluation.metrics_k, spec.head.width
         self.gathers = r.groups.loss in GATHERING

@@ -26,7 +26,7 @@ from raycache._train.data.split import validation_mask
 if TYPE_CHECKING:
     from raycache._cache.committed import Cache
     from raycache._train.config import TrainConfig
-    from raycache._train.runspec import RunSpec
+    from raycache._train.runspec import WorkerSpec
 
 __all__ = ["PairShare", "data_problems", "data_sources", "pair_ids", "read_pairs", "shares"]
 
@@ -182,7 +182,7 @@ def shares(table: pa.Table, p: PairsConfig, fraction: float, rank: int,
             table.take(np.flatnonzero(mask)[rank::world]))
 
 
-def join(spec: RunSpec, keys: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+def join(spec: WorkerSpec, keys: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """(keys found, their embeddings, their row numbers in the cache), read shard by shard:
     the key column first, the encoder columns only of shards that hold a wanted key."""
     found, feats, ids, start = [], [], [], 0
@@ -207,7 +207,7 @@ def join(spec: RunSpec, keys: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarra
             np.concatenate(ids))
 
 
-def data_sources(spec: RunSpec, rank: int, device: torch.device) -> tuple[PairShare, PairShare]:
+def data_sources(spec: WorkerSpec, rank: int, device: torch.device) -> tuple[PairShare, PairShare]:
     """This worker's (train, validation) pairs with their keys' embeddings, in host memory
     (device memory with placement: gpu)."""
     p = spec.recipe.pairs

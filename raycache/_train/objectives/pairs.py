@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from raycache._cache.committed import Cache
     from raycache._train.config import PairsConfig, TrainConfig
     from raycache._train.objectives.pair_table import PairShare
-    from raycache._train.runspec import RunSpec
+    from raycache._train.runspec import WorkerSpec
 
 __all__ = ["LOSSES", "PAIRS", "PairMetrics", "Pairs", "build_loss", "mnr_loss"]
 
@@ -67,7 +67,7 @@ def mnr_loss(criterion: torch.nn.Module, anchors: torch.Tensor, candidates: torc
 class Pairs:
     """A projection to embedding_dim trained so that a pair's similarity follows its score."""
 
-    def __init__(self, spec: RunSpec, device: torch.device):
+    def __init__(self, spec: WorkerSpec, device: torch.device):
         r = spec.recipe
         self.p, self.distance, self.dim = r.pairs, r.loss.distance, spec.head.width
         self.gathers = r.pairs.loss == "mnr"
@@ -230,7 +230,7 @@ def out_dim(cfg: TrainConfig, classes: int) -> int:
     return cfg.embedding_dim
 
 
-def data_sources(spec: RunSpec, rank: int, device: torch.device) -> tuple[PairShare, PairShare]:
+def data_sources(spec: WorkerSpec, rank: int, device: torch.device) -> tuple[PairShare, PairShare]:
     from raycache._train.objectives.pair_table import data_sources
 
     return data_sources(spec, rank, device)

@@ -14,7 +14,7 @@ from raycache._train.data.in_memory import InMemory
 from raycache._train.data.streamed import Streamed, beside_readers
 from raycache._train.objectives import OBJECTIVES
 from raycache._train.optim import Schedule, build_optimizer
-from raycache._train.runspec import RunSpec
+from raycache._train.runspec import WorkerSpec
 from raycache._train.sweep.members import Members
 from raycache._train.sweep.stack import Stack, stackable
 from raycache._train.worker.heads import Parts, Progress, Trained, WorkerHeads
@@ -23,7 +23,7 @@ __all__ = ["build_parts", "build_heads", "compile_or_eager", "data_sources", "fu
            "steps_per_epoch", "wrap"]
 
 
-def data_sources(spec: RunSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
+def data_sources(spec: WorkerSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
     """(train, validation) data of this worker, in the spec's placement."""
     if spec.filling:  # the fill is still under way: epoch 1 reads its shards as they land
         from raycache._train.data.overlap import first_pass
@@ -41,13 +41,13 @@ def data_sources(spec: RunSpec, rank: int, device: torch.device) -> tuple[Any, A
                                torch.device("cpu"))
 
 
-def steps_per_epoch(spec: RunSpec, train_rows: int | None) -> int:
+def steps_per_epoch(spec: WorkerSpec, train_rows: int | None) -> int:
     held_out = spec.recipe.evaluation.val_fraction
     rows = train_rows if train_rows else spec.rows * (1 - held_out) / spec.world
     return max(math.ceil(rows / spec.recipe.loop.batch_size / spec.recipe.optim.grad_accum), 1)
 
 
-def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None,
+def build_parts(spec: WorkerSpec, device: torch.device, train_rows: int | None,
                 fused: bool = False) -> Parts:
     """One head's parts (`fused`: its optimizer's fused implementation, for a sweep's many
     small heads and on a GPU, where the per-tensor one costs a kernel launch per tensor op)."""
@@ -65,14 +65,14 @@ def build_parts(spec: RunSpec, device: torch.device, train_rows: int | None,
                  objective, device)
 
 
-def fused_for(spec: RunSpec, device: torch.device) -> bool:
+def fused_for(spec: WorkerSpec, device: torch.device) -> bool:
     """Whether the heads step with their optimizer's fused implementation: a sweep's many small
     heads, and any head on a GPU, where each kernel launch of the per-tensor implementation
     costs more than a small head's arithmetic."""
     return bool(spec.sweep) or device.type == "cuda"
 
 
-def build_heads(spec: RunSpec, device: torch.device, train_rows: int | None) -> WorkerHeads:
+def build_heads(spec: WorkerSpec, device: torch.device, train_rows: int | None) -> WorkerHeads:
     """Each head's parts, seeded alike: a sweep's member starts from the weights a lone run of
     its settings would start from."""
     members = []

@@ -10,7 +10,7 @@ import torch
 
 from raycache._train.objectives import Evaluator
 from raycache._train.objectives.gather import lockstep
-from raycache._train.runspec import RunSpec
+from raycache._train.runspec import WorkerSpec
 from raycache._train.worker.heads import Parts, WorkerHeads
 
 __all__ = ["FINITE", "SAVE_NOW", "SLOTS", "TRAIN_LOSS", "VAL_LOSS", "autocast", "epoch_metrics",
@@ -31,7 +31,7 @@ def autocast(parts: Parts) -> Any:
     return torch.autocast(parts.device.type, dtype=dtype)
 
 
-def epoch_seed(spec: RunSpec, epoch: int, rank: int) -> int:
+def epoch_seed(spec: WorkerSpec, epoch: int, rank: int) -> int:
     """Every epoch's randomness (shuffle, dropout) depends only on (seed, epoch, rank), so a
     resumed run repeats exactly what an uninterrupted one would have done."""
     return spec.recipe.loop.seed * 1_000_003 + epoch * 7_919 + rank

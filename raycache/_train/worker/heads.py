@@ -9,7 +9,7 @@ import torch
 
 from raycache._train.objectives import Objective
 from raycache._train.optim import Schedule
-from raycache._train.runspec import RunSpec
+from raycache._train.runspec import WorkerSpec
 from raycache._train.sweep.members import Members
 from raycache._train.sweep.stack import Stack
 
@@ -36,7 +36,7 @@ class Progress:
 class Parts:
     """The objects a step needs, built once per worker."""
 
-    spec: RunSpec
+    spec: WorkerSpec
     base: torch.nn.Module
     """The head itself, or the Joint of the trainable encoders and the head (raycache._heads.joint);
     its state_dict is what gets saved."""
@@ -57,7 +57,7 @@ class WorkerHeads:
     parts and progress, the run's own progress, and, for a sweep, the module that runs all its
     heads in one call."""
 
-    spec: RunSpec
+    spec: WorkerSpec
     members: list[Parts]
     progress: list[Progress]
     run: Progress

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from raycache._train.console import epoch_text, quiet_ray_train, say_progress
 from raycache._train.metrics_log import write_artifacts
-from raycache._train.runspec import RunSpec
+from raycache._train.runspec import WorkerSpec
 from raycache._train.worker.assemble import build_heads, data_sources, wrap
 from raycache._train.worker.best_epoch import end_sweep_epoch, sweep_rows, track_best
 from raycache._train.worker.diverged import check_finite
@@ -38,7 +38,7 @@ __all__ = ["quiet_ray_train", "train_loop"]
 def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     """Train the head (or a sweep's heads) on this worker's share; returns the history, where
     it resumed, and a sweep's per-member records."""
-    spec: RunSpec = config["spec"]
+    spec: WorkerSpec = config["spec"]
     quiet_ray_train()
     rank, device = 0, torch.device("cuda" if spec.use_gpu else "cpu")
     if spec.num_workers:  # on a Ray Train worker (in-process, Ray Train is never imported)

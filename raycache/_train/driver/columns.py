@@ -1,0 +1,33 @@
+"""The cache's columns as the driver's plan reads them: each at most once per plan, from the
+committed shards (unchecked: the workers check what they read) or from a fill under way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from raycache._cache.committed import Cache
+
+__all__ = ["Columns"]
+
+
+class Columns:
+    """Reads a column of `cache` by name the first time it is asked for, and keeps it for the
+    plan's other checks; `source` reads it elsewhere (a fill under way, whose manifest lists no
+    shards yet)."""
+
+    def __init__(self, cache: Cache, source: Callable[[str], Any] | None = None):
+        self.cache, self.source = cache, source
+        self._read: dict[str, Any] = {}
+
+    @property
+    def filling(self) -> bool:
+        """Whether the columns come from a fill under way rather than the committed shards."""
+        return self.source is not None
+
+    def __call__(self, name: str) -> Any:
+        """The column `name`, every row, as an Arrow array."""
+        if name not in self._read:
+            self._read[name] = (self.source(name) if self.source is not None else
+                                self.cache.read_table([name], verify=False).column(name))
+        return self._read[name]
