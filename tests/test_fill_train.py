@@ -135,11 +135,12 @@ def test_ddp_training_from_cache_without_the_source(ray_session, separable_sourc
          "factory": "toy_encoders:projection", "kwargs": {"in_dim": 8, "out_dim": 4, "seed": 3}},
     ]))
     shutil.rmtree(separable_source)  # training must read only the cache
-    run = raycache.train({
+    config = {
         "cache": "toy", "store": {"uri": store}, "head": "mlp", "hidden": [32],
         "epochs": 8, "batch_size": 32, "lr": 0.01, "num_workers": 2, "progress": False,
         "run_name": "ddp",
-    })
+    }
+    run = raycache.train(config)
     assert len(run.history) == 8 and run.spec.num_workers == 2
     assert run.spec.head.in_dim == 20 and run.spec.head.num_classes == 3
     last = run.metrics
@@ -156,8 +157,11 @@ def test_ddp_training_from_cache_without_the_source(ray_session, separable_sourc
     # the mlp standardises its inputs: both workers' training rows' statistics, summed
     assert head_cfg["head"]["standardize"] and state["mean"].shape == state["scale"].shape == (20,)
     from raycache._train.data.in_memory import InMemory
+    from raycache._train.driver.plan import load_config as load_train
+    from raycache._train.driver.plan import prepare
 
-    rows = torch.cat([InMemory.for_worker(run.spec, rank, torch.device("cpu"))[0].x
+    _, spec = prepare(load_train(config))  # the workers' spec: the same split, by its seed
+    rows = torch.cat([InMemory.for_worker(spec, rank, torch.device("cpu"))[0].x
                       for rank in range(2)])
     assert len(rows) == last["train_rows"]
     torch.testing.assert_close(state["mean"], rows.mean(0))

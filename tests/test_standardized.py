@@ -15,6 +15,8 @@ from raycache._heads.modules import standardized
 from raycache._heads.specs import HeadSpec, build_head
 from raycache._heads.weights import encode
 from raycache._train.data.in_memory import InMemory
+from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.plan import prepare
 from raycache._train.worker.input_stats import moments
 from tests.conftest import separable, toy_fill
 
@@ -87,7 +89,8 @@ def test_training_sets_an_mlp_heads_statistics_from_its_training_rows(tmp_path):
     head = run.load_head()
     layer = standardized(head.model)
     assert head.spec.standardize and layer is not None
-    train, val = InMemory.for_worker(run.spec, 0, torch.device("cpu"))
+    _, spec = prepare(load_train({**common, "head": "mlp", "hidden": [8]}))  # the worker's
+    train, val = InMemory.for_worker(spec, 0, torch.device("cpu"))
     assert len(train) + len(val) == 300 and len(val) > 0
     torch.testing.assert_close(layer.mean, train.x.mean(0))  # the training rows', never val's
     torch.testing.assert_close(layer.scale, train.x.std(0, correction=0))
