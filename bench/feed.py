@@ -153,7 +153,7 @@ class Watch(threading.Thread):
                 "title": cmd[:80], "created": created, "cpu0": None, "cpu": cpu,
                 "worked": None, "final": False})
             seen["title"] = cmd[:80] if "::" in cmd else seen["title"]
-            seen["final"] = seen["final"] or "MapBatches(" in cmd or "ray::" not in cmd
+            seen["final"] = seen["final"] or "MapBatches(" in cmd
             if seen["cpu0"] is None:
                 seen["cpu0"] = cpu
             if seen["worked"] is None and cpu - seen["cpu0"] > 0.05:
