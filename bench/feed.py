@@ -124,6 +124,8 @@ class Watch(threading.Thread):
         self.store, self.every, self.stop = store, every, threading.Event()
         self.procs: dict[int, dict] = {}
         self.first_shard: float | None = None
+        self.own_cpu = 0.0
+        """This thread's CPU seconds: the bench's, not the fill's (left out of the driver's)."""
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -132,22 +134,26 @@ class Watch(threading.Thread):
                 self.first_shard = time.time()
             time.sleep(self.every)
         self.sample()
+        self.own_cpu = time.thread_time()
 
     def sample(self) -> None:
         """This process and its descendants (the Ray it started: GCS, raylet, workers)."""
         now = time.time()
         me = psutil.Process()
         for p in [me, *me.children(recursive=True)]:
+            known = self.procs.get(p.pid)
             try:
-                with p.oneshot():
-                    cmd, created, times = " ".join(p.cmdline()), p.create_time(), p.cpu_times()
+                with p.oneshot():  # a title once it is final (a Ray worker's names its actor)
+                    cmd = known["title"] if known and known["final"] else " ".join(p.cmdline())
+                    created, times = p.create_time(), p.cpu_times()
             except psutil.Error:  # gone between the listing and the look
                 continue
             cpu = times.user + times.system
             seen = self.procs.setdefault(p.pid, {
                 "title": cmd[:80], "created": created, "cpu0": None, "cpu": cpu,
-                "worked": None})
+                "worked": None, "final": False})
             seen["title"] = cmd[:80] if "::" in cmd else seen["title"]
+            seen["final"] = seen["final"] or "MapBatches(" in cmd
             if seen["cpu0"] is None:
                 seen["cpu0"] = cpu
             if seen["worked"] is None and cpu - seen["cpu0"] > 0.05:
@@ -187,7 +193,9 @@ def fill(folder: str, source: Path, store: Path, rows: int) -> tuple[dict, Watch
     watch.join()
     assert result.encoded_rows == rows, result.summary()
     return {"seconds": result.seconds, "first_shard_s": result.first_shard_seconds,
-            "startup_s": result.startup_seconds}, watch, start
+            "startup_s": result.startup_seconds, "encode_s": result.encode_seconds,
+            "check_and_commit_s": result.seconds - result.startup_seconds
+            - result.encode_seconds}, watch, start
 
 
 def main() -> None:
@@ -197,7 +205,14 @@ def main() -> None:
                         help="logical CPUs Ray advertises (default: cores + 3, the model actor's, "
                              "a read task's and the writers' beside one tokeniser a core)")
     parser.add_argument("--json", default=None, help="also write the figures here")
+    parser.add_argument("--scan-from-shards", action="store_true",
+                        help="the commit reads every shard's keys again, as before the "
+                             "writers' key summaries (for a before/after)")
     args = parser.parse_args()
+    if args.scan_from_shards:
+        from raycache._fill import keys
+
+        keys.SUMMARY_ROWS = 0
     cores = os.cpu_count() or 1
     logical = args.cpus or cores + 3
 
@@ -226,6 +241,7 @@ def main() -> None:
     ray.shutdown()
 
     new = {pid: p for pid, p in watch.procs.items() if not p.get("before")}
+    watch.procs[os.getpid()]["cpu"] -= watch.own_cpu  # the sampler's own CPU is the bench's
     cpu = sum(p["cpu"] - p["cpu0"] for p in watch.procs.values())
     outside = cpu / args.rows * 1e6 - alone["cpu_us_per_row"] - model_us
     tokenisers = sorted((p for p in watch.procs.values() if "PrepareActor" in p["title"]
@@ -248,6 +264,7 @@ def main() -> None:
         "ratio_whole": args.rows / got["seconds"] / alone["rows_per_s"],
         "ratio_after_startup": after_start / alone["rows_per_s"],
         "cpu_us_per_row_all": cpu / args.rows * 1e6,
+        "sampler_cpu_us_per_row": watch.own_cpu / args.rows * 1e6,
         "outside_us_per_row": outside,
         "outside_over_tokenising": outside / alone["cpu_us_per_row"],
         "tokenising_processes": len(tokenisers),
@@ -274,7 +291,9 @@ def main() -> None:
           f"{figures['first_block_s']} s, first shard {figures['first_shard_s']} s")
     print(f"worker processes started after the first block: {len(late)} "
           f"{figures['late_titles']}; after the first shard: {len(after_shard)}")
-    print(f"CPU us a row by process: {figures['cpu_us_per_row_by_process']}")
+    print(f"the fill's check and commit: {got['check_and_commit_s']:.2f} s")
+    print(f"CPU us a row by process: {figures['cpu_us_per_row_by_process']} (the driver's "
+          f"without this bench's sampler thread, {figures['sampler_cpu_us_per_row']:.1f})")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)

@@ -248,6 +248,7 @@ def test_keys_checked_on_the_cluster_as_on_the_driver(ray_session, tmp_path, mon
         cfg["source"]["duplicates"] = keep
         cfgs[where] = cfg
     monkeypatch.setattr(keys, "DRIVER_ROWS", 0)
+    monkeypatch.setattr(keys, "SUMMARY_ROWS", 0)  # not the writers' summaries either
     if keep == "error":
         for cfg in cfgs.values():
             with pytest.raises(RaycacheError, match=r"1 key\(s\).*row-00005"):

@@ -30,10 +30,11 @@ from raycache._core.secrets import split
 from raycache._errors import CorruptCache, RaycacheError, StoreError
 from raycache._fill.keys import label_problems, named, scan
 from raycache._fill.plan import Plan
+from raycache._fill.summary import KeySummary
 from raycache._source.files import Ranges, Span
 
 __all__ = ["SHARD_LIST", "check_complete", "check_shared", "clear_progress", "commit",
-           "done_ranges", "manifest_of", "missing", "place", "resumable", "scan_keys",
+           "counted", "done_ranges", "manifest_of", "missing", "place", "resumable", "scan_keys",
            "superseded"]
 
 SHARD_LIST = re.compile(r"shards-[0-9a-f]{16}\.json")
@@ -96,16 +97,22 @@ def check_complete(p: Plan, records: list[ShardRecord], totals: dict[str, int],
         )
 
 
-def scan_keys(p: Plan, records: list[ShardRecord], *, cluster: bool = False, raw: bool = False
+def counted(p: Plan) -> list[str]:
+    """The label columns whose values the manifest counts: integer and named ones."""
+    return [c for c in p.cfg.source.labels
+            if pa.types.is_integer(t := p.schema.field(c).type) or named(t)]
+
+
+def scan_keys(p: Plan, records: list[ShardRecord], *, cluster: bool = False, raw: bool = False,
+              summaries: dict[str, KeySummary] | None = None
               ) -> tuple[list[ShardRecord], dict[str, Any]]:
     """(records, label stats): duplicate keys handled as the config says, integer and named
-    labels counted (raycache._fill.keys; on the cluster for a large fill that ran there); with
-    `raw`, the counts per value instead of their stats."""
+    labels counted (raycache._fill.keys: from the writers' `summaries` where given; else on the
+    cluster for a large fill that ran there); with `raw`, the counts per value instead of their
+    stats."""
     src = p.cfg.source
-    labels = [c for c in src.labels
-              if pa.types.is_integer(t := p.schema.field(c).type) or named(t)]
-    return scan(p.store, p.dir, records, src.key, src.duplicates, labels, p.cfg.name,
-                cluster=cluster, raw=raw)
+    return scan(p.store, p.dir, records, src.key, src.duplicates, counted(p), p.cfg.name,
+                cluster=cluster, raw=raw, summaries=summaries)
 
 
 def commit(p: Plan, records: list[ShardRecord], seconds: float, replace: bool = False,

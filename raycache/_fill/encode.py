@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from raycache._fill.reuse import Either, Reuse
+    from raycache._fill.summary import KeySummary
 
 MIN_BLOCKS = 8
 """block_rows: auto leaves at least this many blocks to a fill, so every actor gets work."""
@@ -56,6 +57,8 @@ class Encoded:
     """Where it ran, in words (raycache._compute.runner.where)."""
     local: bool = True
     """Whether it ran in this process."""
+    summaries: dict[str, KeySummary] = field(default_factory=dict)
+    """The key summaries the writers made, by shard path (for the commit's key scan)."""
 
     @property
     def reused(self) -> int:
@@ -108,7 +111,7 @@ def encode(p: Plan, units: list[sources.Unit], version: Shares, cluster: Callabl
     if units:
         reuse = _reuse(p, version) if cfg.reuse else None
         records = _records(runner.run(job(p, units, reuse, block), pool, local=local),
-                           out.skipped)
+                           out.skipped, out.summaries)
         with runner.progress_bar(cfg.progress, todo, f"fill {cfg.name}") as bar:
             for record in records:
                 out.first = out.first or time.perf_counter() - start
@@ -168,6 +171,7 @@ def _stored(p: Plan, leave: frozenset) -> Reuse | None:
 def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None,
         block: int | None = None) -> Job:
     """The fill for the stage runner: read -> prepare -> encoder pool -> write shard records."""
+    from raycache._fill.commit import counted
     from raycache._fill.shards import write_stage
     from raycache._fill.stages import EncodeActor, FillPrepare
 
@@ -179,7 +183,7 @@ def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None,
                inputs=FillPrepare(cfg.encoders, reuse, cfg.views, cfg.on_bad_rows == "skip"),
                sink=Stage(write_stage, dict(store=p.store, cache_dir=p.dir,
                                             fingerprint=p.fingerprint, rows=cfg.rows_per_shard,
-                                            key=cfg.source.key)))
+                                            key=cfg.source.key, labels=counted(p))))
 
 
 def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse | None = None,
@@ -194,12 +198,19 @@ def build_pipeline(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse 
     return runner.build(job(p, units, reuse, block), pool)
 
 
-def _records(tables: Iterator[pa.Table], skipped: list[SkippedRow] | None = None
-             ) -> Iterator[ShardRecord]:
-    """Shard records as the writers finish them; the rows they skipped go to `skipped`."""
+def _records(tables: Iterator[pa.Table], skipped: list[SkippedRow] | None = None,
+             summaries: dict[str, KeySummary] | None = None) -> Iterator[ShardRecord]:
+    """Shard records as the writers finish them; the rows they skipped go to `skipped`, their
+    key summaries to `summaries` (by shard path)."""
+    from raycache._fill.summary import KeySummary
+
     for table in tables:
-        for text in table.column("record").to_pylist():
+        blobs = table.column("keys").to_pylist() if "keys" in table.column_names else \
+            [None] * table.num_rows
+        for text, blob in zip(table.column("record").to_pylist(), blobs, strict=True):
             data = json.loads(text)
+            if blob is not None and summaries is not None:
+                summaries[data["path"]] = KeySummary.from_bytes(blob)
             if "skipped" in data:
                 if skipped is not None:
                     skipped.extend(SkippedRow.from_json(s) for s in data["skipped"])

@@ -17,9 +17,10 @@ import pyarrow.parquet as pq
 from raycache._cache.records import ShardRecord
 from raycache._cache.store import Store
 from raycache._errors import RaycacheError, SourceError
+from raycache._fill.summary import KeySummary, read_summary, summarize, value_counts
 
-__all__ = ["DRIVER_ROWS", "MAX_COUNTED", "MAX_NAMED", "counts_of", "label_problems",
-           "label_stats", "named", "scan", "stats_of"]
+__all__ = ["DRIVER_ROWS", "MAX_COUNTED", "MAX_NAMED", "SUMMARY_ROWS", "counts_of",
+           "label_problems", "label_stats", "named", "scan", "stats_of"]
 
 MAX_COUNTED = 1_000_000
 MAX_NAMED = 100_000
@@ -28,6 +29,9 @@ MAX_NAMED = 100_000
 DRIVER_ROWS = 2_000_000
 """A fill that ran on Ray with more rows than this scans its keys on the cluster; below it the
 driver reads them (at most a few tens of MB), which is faster than a distributed group-by."""
+SUMMARY_ROWS = 50_000_000
+"""Up to this many rows, the writers' summaries are merged on the driver (8 bytes a row, for
+a moment); above it the keys are read again on the cluster."""
 SHARD = "__shard"
 ROW = "__row"
 EXAMPLES = 5
@@ -45,22 +49,31 @@ def named(tp: pa.DataType | str) -> bool:
 
 
 def scan(store: Store, cache_dir: str, records: list[ShardRecord], key: str, duplicates: str,
-         labels: list[str], name: str, *, cluster: bool = False, raw: bool = False
+         labels: list[str], name: str, *, cluster: bool = False, raw: bool = False,
+         summaries: dict[str, KeySummary] | None = None
          ) -> tuple[list[ShardRecord], dict[str, Any]]:
     """(records, label stats). Duplicate keys: an error that lists a few (`duplicates`
     error), or the shards holding the other copies are written again without them (first or
-    last: the copy kept, in source order), their records replaced. With `cluster` (a fill that
-    ran on Ray) and more than DRIVER_ROWS rows, the work runs in Ray Data tasks. With `raw`,
-    the label counts per value (Counters) instead of their stats."""
+    last: the copy kept, in source order), their records replaced. With `summaries` (by shard
+    path: what the writers summed up, raycache._fill.summary) and up to SUMMARY_ROWS rows,
+    they are merged, a resumed shard's read from the store, and keys are read only from shards
+    whose hashes collide or that have none; else, with `cluster` (a fill that ran on Ray) and
+    more than DRIVER_ROWS rows, the work runs in Ray Data tasks. With `raw`, the label counts
+    per value (Counters) instead of their stats."""
     from raycache._fill.shards import rewrite
 
     order = sorted(records, key=ShardRecord.order)
     if not order:
         return records, {}
     paths = [f"{cache_dir}/{r.path}" for r in order]
-    big = cluster and sum(r.rows for r in order) > DRIVER_ROWS
+    rows = sum(r.rows for r in order)
+    big = cluster and rows > DRIVER_ROWS
     try:
-        dups, counts, nulls = (_on_cluster if big else _here)(store, paths, key, labels)
+        if summaries is not None and rows <= SUMMARY_ROWS:
+            found = _summed(store, cache_dir, order, key, labels, summaries)
+        else:
+            found = (_on_cluster if big else _here)(store, paths, key, labels)
+        dups, counts, nulls = found
     except _Mixed as exc:  # types that differ past the rows the plan's check read
         a, b = order[exc.a], order[exc.b]
         raise SourceError(
@@ -118,8 +131,57 @@ def _here(store: Store, paths: list[str], key: str, labels: list[str]
     first = pc.index_in(keys, value_set=keys).to_numpy()
     seen = np.bincount(first, minlength=len(first))
     dup = seen[first] > 1
-    return (table.filter(pa.array(dup)), {c: _value_counts(table.column(c)) for c in labels},
+    return (table.filter(pa.array(dup)), {c: value_counts(table.column(c)) for c in labels},
             _null_rows(table, key))
+
+
+def _summed(store: Store, cache_dir: str, order: list[ShardRecord], key: str,
+            labels: list[str], given: dict[str, KeySummary]
+            ) -> tuple[pa.Table, dict[str, dict[Any, int]], pa.Table]:
+    """The same from the shards' summaries (given, else stored, else made from the shard's
+    keys): only the rows of shards whose key hashes collide are read, and the duplicates
+    among them found by value."""
+    paths = [f"{cache_dir}/{r.path}" for r in order]
+
+    def one(i: int) -> KeySummary:
+        r = order[i]
+        found = given.get(r.path)
+        if found is None or not found.matches(r):
+            found = read_summary(store, cache_dir, r)
+        return found if found is not None else summarize(
+            read_keys(store, paths[i], i, key, labels), key, labels, r.path, r.sha256)
+
+    with ThreadPoolExecutor(8) as pool:
+        summaries = list(pool.map(one, range(len(order))))
+    seen: dict[str, tuple[str, int]] = {}
+    for i, s in enumerate(summaries):  # the first shard whose column differs in type
+        for column, t in s.types.items():
+            first, j = seen.setdefault(column, (t, i))
+            if first != t:
+                raise _Mixed(column, (first, t), j, i)
+    counts: dict[str, Counter] = {c: Counter() for c in labels}
+    for s in summaries:
+        for c in labels:
+            counts[c].update(s.counts.get(c, {}))
+    nulls = pa.table({SHARD: pa.array([i for i, s in enumerate(summaries) for _ in s.nulls],
+                                      pa.int32()),
+                      ROW: pa.array([r for s in summaries for r in s.nulls], pa.int32())})
+    hashes = np.concatenate([s.hashes for s in summaries])
+    ordered = np.sort(hashes)
+    twice = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+    tables = []
+    for i, s in enumerate(summaries):  # the shards holding a colliding hash: read by value
+        hit = np.isin(s.hashes, twice)
+        if twice.size and hit.any():
+            tables.append(read_keys(store, paths[i], i, key, labels).filter(pa.array(hit)))
+    if not tables:
+        return pa.table({key: pa.array([], pa.null()), SHARD: pa.array([], pa.int32()),
+                         ROW: pa.array([], pa.int32())}), counts, nulls
+    table = pa.concat_tables(tables, promote_options="default").combine_chunks()
+    keys = table.column(key)
+    first = pc.index_in(keys, value_set=keys).to_numpy()
+    return table.filter(pa.array(np.bincount(first, minlength=len(first))[first] > 1)), \
+        counts, nulls
 
 
 def _on_cluster(store: Store, paths: list[str], key: str, labels: list[str]
@@ -224,16 +286,9 @@ def _dropped(dups: pa.Table, key: str, policy: str, name: str) -> np.ndarray:
                                                        strict=True)], bool)
 
 
-def _value_counts(values: pa.ChunkedArray) -> dict[Any, int]:
-    """How often each value occurs (None: nulls)."""
-    counted = pc.value_counts(values)
-    return dict(zip(counted.field("values").to_pylist(), counted.field("counts").to_pylist(),
-                    strict=True))
-
-
 def label_stats(values: pa.ChunkedArray | pa.Array) -> dict[str, Any]:
     """A label column's stats (see _stats), from the column itself."""
-    return _stats(_value_counts(values))
+    return _stats(value_counts(values))
 
 
 def stats_of(counts: dict[Any, int]) -> dict[str, Any]:

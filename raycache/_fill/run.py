@@ -153,7 +153,7 @@ def _commit(p: Plan, shares: Shares, resumed: Resumed, encoded: Encoded, totals:
     if not sum(r.rows for r in records) + shares.rows:
         _no_rows(p)  # never an empty cache committed
     try:
-        records, label_stats = shares.keys(p, records, not encoded.local)
+        records, label_stats = shares.keys(p, records, not encoded.local, encoded.summaries)
     except FileNotFoundError:  # another fill of this cache committed, its rewrites replacing
         manifest = read_manifest(p.store, p.dir)  # shards this one wrote too: its result
         if manifest is None or replace:

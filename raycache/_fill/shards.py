@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +21,7 @@ from raycache._cache.store import PROGRESS, Store, shard_name
 from raycache._cache.vectors import is_packed, pack
 from raycache._fill.finite import BAD
 from raycache._fill.reuse import need_column
+from raycache._fill.summary import summarize, summary_path
 
 __all__ = ["DEDUP", "STARTED", "copy_kept", "rewrite", "write_stage"]
 
@@ -31,11 +33,13 @@ STARTED = "__encode_started"
 
 
 def write_stage(table: pa.Table, store: Store, cache_dir: str, fingerprint: str, rows: int,
-                key: str = "") -> pa.Table:
+                key: str = "", labels: Sequence[str] | None = None) -> pa.Table:
     """Ray Data task: encoded rows in, written as shards of at most `rows` rows, each with its
     progress record; the records (JSON) out. Rows go in source order; a shard's name comes from
     the rows it holds. Rows marked skipped (on_bad_rows: skip) are left out, and listed in one
-    more record, {"skipped": [SkippedRow JSON, ...]}, the `key` column naming them."""
+    more record, {"skipped": [SkippedRow JSON, ...]}, the `key` column naming them. With
+    `labels` (the counted label columns), each shard's key summary (raycache._fill.summary) is
+    kept beside its record and returned with it, as column "keys" (for the commit's scan)."""
     if not _in_order(table):  # a block read from one unit already is: no copy of it then
         table = table.sort_by([("__block", "ascending"), ("__row", "ascending")])
     skipped = []
@@ -43,11 +47,15 @@ def write_stage(table: pa.Table, store: Store, cache_dir: str, fingerprint: str,
         bad = table.column(BAD).is_valid()
         skipped = _skipped(table.filter(bad), key)
         table = table.filter(pc.invert(bad)).drop_columns([BAD])
-    records = [_write(table.slice(i, rows), store, cache_dir, fingerprint)
+    summed = (key, list(labels)) if labels is not None and key else None
+    written = [_write(table.slice(i, rows), store, cache_dir, fingerprint, summed)
                for i in range(0, table.num_rows, rows)]
+    records, summaries = [r for r, _ in written], [s for _, s in written]
     if skipped:
         records.append(json.dumps({"skipped": [s.to_json() for s in skipped]}, default=str))
-    return pa.table({"record": pa.array(records, pa.string())})
+        summaries.append(None)
+    return pa.table({"record": pa.array(records, pa.string()),
+                     "keys": pa.array(summaries, pa.binary())})
 
 
 def _skipped(table: pa.Table, key: str) -> list[SkippedRow]:
@@ -80,7 +88,10 @@ def _parquet(table: pa.Table) -> pa.Buffer:
     return sink.getvalue()
 
 
-def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> str:
+def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str,
+           summed: tuple[str, list[str]] | None = None) -> tuple[str, bytes | None]:
+    """One shard and its progress record (and, with `summed` (key, labels), its key summary
+    first): (the record's JSON, the summary's bytes)."""
     ranges = _ranges(table)
     rel = shard_name(ranges)
     data = table.drop_columns([c for c in table.column_names if c.startswith("__")])
@@ -102,8 +113,12 @@ def _write(table: pa.Table, store: Store, cache_dir: str, fingerprint: str) -> s
         encode_started=float(np.min(table.column(STARTED).to_numpy())),
         written=time.time(),
     )
+    summary = None
+    if summed is not None:
+        summary = summarize(data, *summed, rel, record.sha256).to_bytes()
+        store.write_atomic(summary_path(cache_dir, rel), summary)
     store.write_json(_progress_path(cache_dir, rel), record.to_json(), compact=True)
-    return json.dumps(record.to_json())
+    return json.dumps(record.to_json()), summary
 
 
 def rewrite(store: Store, cache_dir: str, record: ShardRecord, keep: np.ndarray

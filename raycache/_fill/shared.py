@@ -20,6 +20,7 @@ from raycache._fill.commit import done_ranges, scan_keys
 from raycache._fill.keys import stats_of
 from raycache._fill.plan import Plan
 from raycache._fill.reuse import Either, Reuse
+from raycache._fill.summary import KeySummary
 from raycache._source.files import Ranges, Span
 
 __all__ = ["Resumed", "Shares", "Version", "Whole", "copy_sparse"]
@@ -54,7 +55,8 @@ class Shares(Protocol):
 
     def resume(self, p: Plan, done: list[ShardRecord]) -> Resumed: ...
 
-    def keys(self, p: Plan, records: list[ShardRecord], cluster: bool
+    def keys(self, p: Plan, records: list[ShardRecord], cluster: bool,
+             summaries: dict[str, KeySummary] | None = None
              ) -> tuple[list[ShardRecord], dict[str, Any]]: ...
 
     def lender(self, p: Plan) -> str: ...
@@ -77,10 +79,12 @@ class Whole:
         """The resumed records as they are."""
         return Resumed(done, sum(r.rows for r in done), [], done_ranges(done))
 
-    def keys(self, p: Plan, records: list[ShardRecord], cluster: bool
+    def keys(self, p: Plan, records: list[ShardRecord], cluster: bool,
+             summaries: dict[str, KeySummary] | None = None
              ) -> tuple[list[ShardRecord], dict[str, Any]]:
-        """(records, label stats): every row's key and labels scanned."""
-        return scan_keys(p, records, cluster=cluster)
+        """(records, label stats): every row's key and labels scanned (`summaries`: the
+        writers', by shard path)."""
+        return scan_keys(p, records, cluster=cluster, summaries=summaries)
 
     def lender(self, p: Plan) -> str:
         """The fingerprint of the version that lends rows: none."""
@@ -144,12 +148,13 @@ class Version:
         return Resumed(done + compacted, sum(r.rows for r in done), compacted,
                        self.covered(done + compacted))
 
-    def keys(self, p: Plan, records: list[ShardRecord], cluster: bool
+    def keys(self, p: Plan, records: list[ShardRecord], cluster: bool,
+             summaries: dict[str, KeySummary] | None = None
              ) -> tuple[list[ShardRecord], dict[str, Any]]:
         """(records, label stats): the shared rows' keys and counts are known, so only the
-        fill's own rows are scanned."""
-        records, counts = scan_keys(p, records, cluster=cluster, raw=True) if records \
-            else (records, {})
+        fill's own rows are scanned (`summaries`: the writers', by shard path)."""
+        records, counts = scan_keys(p, records, cluster=cluster, raw=True,
+                                    summaries=summaries) if records else (records, {})
         return records, self.label_stats(counts)
 
     def label_stats(self, new: dict[str, Counter]) -> dict[str, Any]:

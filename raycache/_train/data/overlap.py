@@ -110,6 +110,8 @@ class OverlapFill:
             finished = self.done.is_set()  # before listing: nothing can land unseen after it
             new = []
             for name in sorted(store.listdir(f"{self.dir}/{PROGRESS}")):
+                if not name.endswith(".json"):  # a shard's key summary
+                    continue
                 with contextlib.suppress(FileNotFoundError):  # the commit removes them
                     record = ShardRecord.from_json(
                         store.read_json(f"{self.dir}/{PROGRESS}/{name}"))
