@@ -52,7 +52,8 @@ def write(store: Store, rows: int, text_keys: bool) -> tuple[list[ShardRecord], 
             "label": rng.integers(0, 10, n),
             "emb": pa.FixedSizeListArray.from_arrays(
                 pa.array(rng.random(n * 384, np.float32)), 384)})
-        out = write_stage(table, store, "c", "fp", SHARD, key="id", labels=["label"])
+        out = write_stage(table, store, store.path("c"), "fp", SHARD, key="id",
+                          labels=["label"])
         for text, blob in zip(out.column("record").to_pylist(), out.column("keys").to_pylist(),
                               strict=True):
             record = ShardRecord.from_json(json.loads(text))
@@ -66,7 +67,7 @@ def write(store: Store, rows: int, text_keys: bool) -> tuple[list[ShardRecord], 
 
 def timed(store: Store, records: list[ShardRecord], summaries: dict | None) -> float:
     start = time.perf_counter()
-    keys.scan(store, "c", records, "id", "error", ["label"], "bench", cluster=True,
+    keys.scan(store, store.path("c"), records, "id", "error", ["label"], "bench", cluster=True,
               summaries=summaries)
     return time.perf_counter() - start
 

@@ -59,12 +59,13 @@ def shards(tmp_path, ids: list, labels: list, rows: int = 4
     table = pa.table({"__block": ["a.parquet"] * n, "__row": np.arange(n),
                       "__source": ["a.parquet"] * n, "__source_rows": [n] * n,
                       STARTED: [time.time()] * n, "id": ids, "label": labels})
-    out = write_stage(table, store, "c", "fp", rows, key="id", labels=["label"])
+    folder = store.path("c")  # a cache's folder inside the store, as a fill names it
+    out = write_stage(table, store, folder, "fp", rows, key="id", labels=["label"])
     records = [ShardRecord.from_json(json.loads(t))
                for t in out.column("record").to_pylist()]
     found = {r.path: KeySummary.from_bytes(b)
              for r, b in zip(records, out.column("keys").to_pylist(), strict=True)}
-    return store, "c", records, found
+    return store, folder, records, found
 
 
 def scanned(store, folder, records, dup, summaries):
