@@ -78,6 +78,15 @@ def test_a_solved_head_at_the_grids_edge_or_the_cap_says_so(c, iterations, said)
     assert solved_text([inside], 0).endswith("C=1 chosen on the validation rows, 40 iterations)")
 
 
+def test_a_solved_heads_epoch_line_shows_its_c_not_a_learning_rate():
+    from raycache._train.console import epoch_text
+
+    row = {"epoch": 1, "train_loss": 0.05, "val_acc": 0.87, "rows_per_s": 7050.0}
+    solved = epoch_text({**row, "lr": 0.0, "l2_C": 0.1}, 1, "val_loss")
+    assert "C 0.1" in solved and "lr" not in solved
+    assert "lr 1.00e-03" in epoch_text({**row, "lr": 1e-3}, 1, "val_loss")
+
+
 def test_a_solved_head_chooses_c_on_training_rows_and_reports_validation_it_never_used(store):
     run = raycache.train({"cache": "toy", "store": {"uri": store}, "num_workers": 0,
                           "progress": False, "run_name": "solved-honest"})

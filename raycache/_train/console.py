@@ -64,7 +64,9 @@ def epoch_text(m: dict[str, Any], epochs: int, monitor: str, eta_s: float | None
     parts = [f"{k} {number(m[k])}" for k in SHOWN if k in m]
     if monitor not in SHOWN and monitor in m:
         parts.append(f"{monitor} {number(m[monitor])}")
-    if "lr" in m:
+    if "l2_C" in m:  # a solved head: its chosen strength, not the zero lr it never stepped at
+        parts.append(f"C {m['l2_C']:g}")
+    elif "lr" in m:
         parts.append(f"lr {m['lr']:.2e}")
     return head + "  ".join(parts) + tail
 
