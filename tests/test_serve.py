@@ -13,6 +13,7 @@ import struct
 import threading
 import urllib.error
 import urllib.request
+import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,10 +25,11 @@ from starlette.requests import Request
 import raycache
 from raycache._errors import ConfigError
 from raycache._serve.app import HeadServer
+from raycache._serve.config import limits
 from raycache._serve.requests import BadRequest, Query, parse, read_body
 from tests.conftest import free_port
 
-FOUR = raycache.ServeConfig("ckpt", max_texts=4).limits()
+FOUR = limits(raycache.ServeConfig("ckpt", max_texts=4))
 
 TEXTS = ["Return the sine of y.", "Open the file notes.txt for reading.",
          "Send an HTTP request to example.com.", "Compute the square root of 2.",
@@ -127,8 +129,8 @@ def image_body(*images: bytes) -> bytes:
         {"base64": base64.b64encode(i).decode()} for i in images]}}).encode()
 
 
-SMALL = raycache.ServeConfig("ckpt", max_chars=8, max_image_pixels=10_000,
-                             max_request_pixels=25_000, max_body_bytes=1000).limits()
+SMALL = limits(raycache.ServeConfig("ckpt", max_chars=8, max_image_pixels=10_000,
+                                    max_request_pixels=25_000, max_body_bytes=1000))
 
 
 @pytest.mark.parametrize("body, status, field, names", [
@@ -141,9 +143,9 @@ SMALL = raycache.ServeConfig("ckpt", max_chars=8, max_image_pixels=10_000,
 def test_a_poisoned_request_is_refused_naming_the_field_and_the_limit(body, status, field,
                                                                       names):
     columns = ("text",) if b"texts" in body else ("text", "image")
-    limits = raycache.ServeConfig("ckpt").limits()  # the defaults
+    defaults = limits(raycache.ServeConfig("ckpt"))
     with pytest.raises(BadRequest) as info:
-        parse(body, limits, columns, frozenset({"image"}))
+        parse(body, defaults, columns, frozenset({"image"}))
     answer = info.value.to_json()
     assert (info.value.status, answer["field"]) == (status, field)
     assert names in answer["error"]
@@ -163,6 +165,20 @@ def test_images_are_measured_by_their_headers_against_each_limit():
         parse(image_body(png(101, 100)), SMALL, ("text", "image"), frozenset({"image"}))
     assert (info.value.status, info.value.field) == (413, "inputs.image[0]")
     assert "101x100 = 10100 pixels, more than max_image_pixels=10000" in str(info.value)
+
+
+def test_an_image_over_pillows_bomb_limit_as_a_replica_sets_it_is_refused_alike(monkeypatch):
+    from PIL import Image
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", SMALL.max_image_pixels)
+    with warnings.catch_warnings():  # as HeadServer sets them for a head on images
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        for width in (150, 300):  # over the limit (Pillow warns); over twice it (Pillow raises)
+            with pytest.raises(BadRequest) as info:
+                parse(image_body(png(width, 100)), SMALL, ("text", "image"),
+                      frozenset({"image"}))
+            assert (info.value.status, info.value.field) == (413, "inputs.image[0]")
+            assert "max_image_pixels=10000" in str(info.value)
 
 
 def test_a_long_text_is_cut_to_the_character_cap_and_named():

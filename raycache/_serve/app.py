@@ -35,9 +35,9 @@ class HeadServer:
         self.head = load_head(checkpoint, **(options or {})).to(device)
         self.head.encoders()  # loaded (and their weights checked) before the first request
         if limits is None:
-            from raycache._serve.config import ServeConfig
+            from raycache._serve import config
 
-            limits = ServeConfig(checkpoint).limits()
+            limits = config.limits(config.ServeConfig(checkpoint))
         self.limits, self.prefix = limits, route_prefix.rstrip("/")
         configs = self.head.encoder_configs()
         self.columns = tuple(c.input for c in configs)

@@ -10,7 +10,7 @@ from typing import Any
 from raycache._core.config import AUTO
 from raycache._serve.requests import Limits
 
-__all__ = ["LIMITS", "ServeConfig"]
+__all__ = ["LIMITS", "ServeConfig", "limits"]
 
 LIMITS = ("max_texts", "max_chars", "max_image_pixels", "max_request_pixels", "max_body_bytes")
 """The fields that bound one request (see the serving guide's Limits)."""
@@ -109,15 +109,7 @@ class ServeConfig:
             out.append(f"num_gpus={self.num_gpus!r}: expected a number >= 0 or auto")
         return out
 
-    def limits(self) -> Limits:
-        """What one request may hold, as the replica checks it.
 
-        Returns:
-            The config's limits (max_texts, max_chars, pixels, body bytes).
-
-        Example:
-            ```python
-            raycache.ServeConfig("ckpt", max_chars=2048).limits().max_chars  # 2048
-            ```
-        """
-        return Limits(**{name: getattr(self, name) for name in LIMITS})
+def limits(cfg: ServeConfig) -> Limits:
+    """What one request may hold under `cfg`, as the replica checks it."""
+    return Limits(**{name: getattr(cfg, name) for name in LIMITS})

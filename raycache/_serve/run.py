@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raycache._core.config import AUTO, load
-from raycache._serve.config import ServeConfig
+from raycache._serve.config import ServeConfig, limits
 
 if TYPE_CHECKING:
     from raycache._heads.loaded import Head
@@ -38,7 +38,7 @@ def application(cfg: ServeConfig | dict[str, Any] | str | Path) -> Any:
         ray_actor_options={"num_cpus": cfg.num_cpus, "num_gpus": gpus},
         max_ongoing_requests=max(2 * cfg.max_batch_size, 8), **replicas)
     return deployment.bind(cfg.checkpoint, cfg.options, "cuda" if gpus else "cpu",
-                           cfg.max_batch_size, cfg.batch_wait_timeout_s, cfg.limits(),
+                           cfg.max_batch_size, cfg.batch_wait_timeout_s, limits(cfg),
                            cfg.route_prefix, cfg.read_uris)
 
 
