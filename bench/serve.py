@@ -1,6 +1,8 @@
 """Serving a head: requests/s and p50/p99 latency at 1, 8 and 32 concurrent clients, each request
 one text, against in-process `Head.predict` on the same texts, for Ray Serve with and without
-batching (max_batch_size 32 against 1). Not a test: `python bench/serve.py [--requests N]`."""
+batching (max_batch_size 32 against 1); with --poisoned, other clients' latency while one sends a
+10 MB text, under the default limits and with max_chars and max_body_bytes off. Not a test:
+`python bench/serve.py [--requests N] [--poisoned]`."""
 
 from __future__ import annotations
 
@@ -71,15 +73,64 @@ def http_caller(port: int):
     return call
 
 
+def poisoned(ckpt: str, texts: list[str]) -> None:
+    """Good one-text requests from 8 clients while one client's 10 MB text is in flight, under
+    the default limits (the text cut to max_chars) and with the limits off."""
+    from ray import serve
+
+    big = json.dumps({"texts": ["word " * 2_000_000]})
+    rows = {}
+    for label, over in (("limits off", {"max_chars": 10**9, "max_body_bytes": 10**9}),
+                        ("default limits", {})):
+        port = free_port()
+        raycache.serve({"checkpoint": ckpt, "port": port, "num_cpus": 1,
+                        "batch_wait_timeout_s": 0.005, "name": "bench-poisoned", **over})
+        call = http_caller(port)
+        for t in texts[:8]:
+            call(t)
+        done: dict = {}
+
+        def send_big(port: int = port, done: dict = done) -> None:
+            t0 = time.perf_counter()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            conn.request("POST", "/", big, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            done.update(status=resp.status, s=time.perf_counter() - t0)
+
+        sender = threading.Thread(target=send_big)
+        sender.start()
+        time.sleep(0.5)  # the big body sent and being read
+        rows[label] = {**measure(call, texts, 8)}
+        sender.join()
+        rows[label].update(done)
+        serve.shutdown()
+    print("\n| served with | the 10 MB text's answer | others' p50 ms | others' p99 ms |\n"
+          "| --- | --- | --- | --- |")
+    for name, m in rows.items():
+        print(f"| {name} | {m['status']} in {m['s']:.2f} s | {m['p50']:.0f} | {m['p99']:.0f} |")
+    off, on = rows["limits off"], rows["default limits"]
+    print(f"\nothers' p99 with the limits off / with the defaults: {off['p99'] / on['p99']:.1f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=192, help="requests per measure")
+    parser.add_argument("--poisoned", action="store_true",
+                        help="measure others' latency beside a 10 MB text instead")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     root = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     ckpt = head_checkpoint(root)
     texts = [r["text"] for r in topic_rows()]
     texts = (texts * (args.requests // len(texts) + 1))[:args.requests]
+    if args.poisoned:
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        poisoned(ckpt, texts[:64])
+        ray.shutdown()
+        return
     head = raycache.load_head(ckpt)
     head.predict(texts[:8])  # the encoder loaded
     rows = {f"in-process predict, {c} clients": measure(lambda t: head.predict([t]), texts, c)

@@ -1,5 +1,6 @@
 """SERVE's settings: the checkpoint, where the application listens, its batching, replicas and
-their resources (every problem named in one ConfigError by `problems`)."""
+their resources, what one request may hold (every problem named in one ConfigError by
+`problems`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raycache._core.config import AUTO
+from raycache._serve.requests import Limits
 
-__all__ = ["ServeConfig"]
+__all__ = ["LIMITS", "ServeConfig", "limits"]
+
+LIMITS = ("max_texts", "max_chars", "max_image_pixels", "max_request_pixels", "max_body_bytes")
+"""The fields that bound one request (see the serving guide's Limits)."""
 
 
 @dataclass
@@ -39,7 +44,18 @@ class ServeConfig:
     batch_wait_timeout_s: float = 0.01
     """How long the first request of a batch waits for others to join it."""
     max_texts: int = 256
-    """Inputs one request may hold (more: 413, naming the field)."""
+    """Inputs (rows) one request may hold (more: 413, naming the field)."""
+    max_chars: int = 8192
+    """Characters of one text: a longer one is cut to this before tokenising (as the encoder
+    cuts its tokens at max_length), and the answer names it under `truncated`."""
+    max_image_pixels: int = 16_777_216
+    """Pixels (width x height) of one image, read from its header before it is decoded (more:
+    413); also Pillow's decompression-bomb limit in the replica (4096 x 4096 by default)."""
+    max_request_pixels: int = 67_108_864
+    """Pixels of all the images of one request (more: 413)."""
+    max_body_bytes: int = 16_777_216
+    """Bytes of one request's body (16 MiB): a larger one is refused (413) before it is parsed,
+    by its Content-Length or, for a chunked body, as soon as it is read past the limit."""
     num_replicas: int | str = 1
     """Replicas of the deployment; auto: Serve's autoscaling (see `autoscaling`)."""
     autoscaling: dict[str, Any] = field(default_factory=dict)
@@ -72,7 +88,7 @@ class ServeConfig:
             out.append(f"route_prefix={self.route_prefix!r}: expected a path starting with /")
         if not isinstance(self.port, int) or not 0 < self.port < 65536:
             out.append(f"port={self.port!r}: expected a whole number in 1..65535")
-        for name in ("max_batch_size", "max_texts"):
+        for name in ("max_batch_size", *LIMITS):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 out.append(f"{name}={value!r}: expected a whole number >= 1")
@@ -92,3 +108,8 @@ class ServeConfig:
                                       or self.num_gpus < 0):
             out.append(f"num_gpus={self.num_gpus!r}: expected a number >= 0 or auto")
         return out
+
+
+def limits(cfg: ServeConfig) -> Limits:
+    """What one request may hold under `cfg`, as the replica checks it."""
+    return Limits(**{name: getattr(cfg, name) for name in LIMITS})

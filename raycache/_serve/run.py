@@ -4,12 +4,19 @@ Ray cluster connected to (an in-process one when none is), replicas sized from t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raycache._core.config import AUTO, load
-from raycache._serve.config import ServeConfig
+from raycache._serve.config import ServeConfig, limits
 
-__all__ = ["application", "build", "serve", "serve_app"]
+if TYPE_CHECKING:
+    from raycache._heads.loaded import Head
+
+__all__ = ["application", "build", "check_encoders", "serve", "serve_app"]
+
+FILE_KINDS = frozenset({"hf-text", "hf-image"})
+"""Encoder kinds whose `describe` reads the model's files and runs no code of the checkpoint's:
+checked in the driver before Ray starts (a torch factory is not run there)."""
 
 
 def application(cfg: ServeConfig | dict[str, Any] | str | Path) -> Any:
@@ -31,7 +38,7 @@ def application(cfg: ServeConfig | dict[str, Any] | str | Path) -> Any:
         ray_actor_options={"num_cpus": cfg.num_cpus, "num_gpus": gpus},
         max_ongoing_requests=max(2 * cfg.max_batch_size, 8), **replicas)
     return deployment.bind(cfg.checkpoint, cfg.options, "cuda" if gpus else "cpu",
-                           cfg.max_batch_size, cfg.batch_wait_timeout_s, cfg.max_texts,
+                           cfg.max_batch_size, cfg.batch_wait_timeout_s, limits(cfg),
                            cfg.route_prefix, cfg.read_uris)
 
 
@@ -90,13 +97,42 @@ def serve(config: ServeConfig | dict[str, Any] | str | Path, blocking: bool = Fa
     cfg = load(ServeConfig, config)
     from raycache._heads.loaded import load_head
 
-    load_head(cfg.checkpoint, **cfg.options)  # a bad checkpoint fails here, not in a replica
+    head = load_head(cfg.checkpoint, **cfg.options)  # a bad checkpoint fails here, not in a replica
+    check_encoders(head)  # and an encoder its replicas cannot load, before Ray starts
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
     ray_serve.start(http_options={"host": cfg.host, "port": cfg.port})
     ray_serve.run(application(cfg), name=cfg.name, route_prefix=cfg.route_prefix,
                   blocking=blocking)
     return f"http://{cfg.host}:{cfg.port}{cfg.route_prefix.rstrip('/')}/"
+
+
+def check_encoders(head: Head) -> None:
+    """What each replica will load, checked in this process in seconds: every encoder's kind
+    registered, and each model folder's files there with the weights the head was trained on.
+
+    Raises:
+        EncoderError: An encoder of an unknown kind, or one whose folder or files are missing.
+        RaycacheError: head.json records no encoder config, or an encoder's weights differ
+            from the ones the head was trained on.
+    """
+    from raycache._encoders import ENCODERS
+    from raycache._errors import EncoderError, RaycacheError
+
+    for c in head.encoder_configs():
+        if c.kind not in ENCODERS:
+            raise EncoderError(f"encoder {c.name!r}: kind={c.kind!r} in head.json is not an "
+                               f"encoder kind ({sorted(ENCODERS)}); serve a checkpoint that "
+                               "raycache's training wrote")
+        if c.kind not in FILE_KINDS:
+            continue
+        got = ENCODERS[c.kind].describe(c)["weights_digest"]
+        want = head.spec.weights_digests.get(c.name)
+        if want and c.name not in head.spec.trainable and got != want:
+            raise RaycacheError(
+                f"encoder {c.name!r} has weights {got[:12]}, but the head was trained on "
+                f"embeddings of weights {want[:12]}; install the model the cache was filled "
+                "with, or retrain the head on a fill of this model")
 
 
 def _gpus(setting: float | str) -> float:
