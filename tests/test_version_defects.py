@@ -1,7 +1,8 @@
 """Versions in awkward states: one whose only change is a source file removed or emptied fills
 as the same rows filled whole, sharing the rest; a damaged newest shard list is passed by; a
-row selection (`keep`) that does not decode or fit is a CorruptShard on every read, BAD in
-verify, and repair rebuilds the version (no Ray)."""
+row selection (`keep`) that does not decode or fit, or brings back a row its version left out,
+is a CorruptCache naming the entry on every read, BAD in verify, and repair rebuilds the
+version (no Ray)."""
 
 import hashlib
 import json
@@ -95,7 +96,7 @@ def test_a_keep_that_does_not_decode_or_fit_is_named_and_repaired(source, tmp_pa
     set_keep(v2, keep)
     cache = raycache.open_cache("toy", store)
     for verify in (True, False):
-        with pytest.raises(raycache.CorruptShard, match="row selection .*raycache repair toy"):
+        with pytest.raises(raycache.CorruptCache, match="row selection .*raycache repair toy"):
             cache.read_table(verify=verify)
     report = raycache.verify(cache)
     assert not report.ok and any("row selection" in " ".join(r) for r in report.bad.values())
@@ -141,7 +142,8 @@ def test_a_consistent_but_wrong_keep_is_bad_in_verify_and_repaired(source, tmp_p
     wrong[10] = False  # row 3 back, row 10 gone: 49 rows, as recorded
     set_keep(v2, encode(wrong))
     cache = raycache.open_cache("toy", store)
-    assert cache.read_table().num_rows == 598  # reads, wrongly: verify must say so
+    with pytest.raises(raycache.CorruptCache, match="entry .*keeps rows its version left out"):
+        cache.read_table()  # never its rows, wrongly
     report = raycache.verify(cache)
     assert not report.ok and not report.duplicate_keys.count
     assert any("keeps rows its version left out" in " ".join(r) for r in report.bad.values())
