@@ -7,6 +7,7 @@ version (no Ray)."""
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -68,10 +69,18 @@ def test_a_damaged_shard_list_on_the_newest_version_is_passed_by(source, tmp_pat
 def set_keep(cache: raycache.Cache, keep: str) -> None:
     """The first shared-in-part entry's `keep` replaced, the shard list's checksum fixed (as
     an edit by hand would)."""
-    folder = Path(cache.dir)
+    def edit(entries: list[dict]) -> None:
+        next(e for e in entries if e.get("keep"))["keep"] = keep
+
+    edit_entries(Path(cache.dir), edit)
+
+
+def edit_entries(folder: Path, edit: Callable[[list[dict]], None]) -> None:
+    """The shard list of the cache folder `folder` edited in place by `edit` (given its
+    entries), its checksum fixed in the manifest, as an edit by hand would."""
     manifest = json.loads((folder / "manifest.json").read_text())
     entries = json.loads((folder / manifest["shard_list"]["path"]).read_text())
-    next(e for e in entries if e.get("keep"))["keep"] = keep
+    edit(entries)
     listing = (json.dumps(entries, sort_keys=True, separators=(",", ":")) + "\n").encode()
     sha = hashlib.sha256(listing).hexdigest()
     (folder / manifest["shard_list"]["path"]).unlink()
