@@ -176,6 +176,19 @@ def test_a_shard_list_named_outside_its_folder_is_not_read(root, capsys):
     assert cli("verify", "whole", store=root / "store") == 0
 
 
+def test_an_inline_entry_of_an_older_format_is_refused_too(tmp_path):
+    from tests.test_compat import write_cache
+
+    store = tmp_path / "store"
+    write_cache(store, 2, "d" * 64)  # shards listed in manifest.json itself (format 2)
+    path = store / "old2" / ("2" * 24) / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["shards"][0]["path"] = "/etc/hostname"
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(CorruptCache, match="its manifest .* path '/etc/hostname' is not a file"):
+        raycache.open_cache("old2", str(store), "2" * 24)
+
+
 def past_the_end(entries):
     """A keep over more rows than the file holds, its counts raised to match."""
     e = next(e for e in entries if e.get("keep"))
