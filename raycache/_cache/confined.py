@@ -68,6 +68,8 @@ def _selection_problems(e: ShardEntry) -> list[str]:
             return [f"stored={e.stored} rows in its file but rows={e.rows} read, with no row "
                     "selection (keep) to say which: expected a keep, or stored equal to rows"]
         return []
+    import numpy as np
+
     from raycache._cache.selection import BadSelection, decode
 
     if e.stored <= 0 or not e.ranges:
@@ -77,32 +79,63 @@ def _selection_problems(e: ShardEntry) -> list[str]:
         mask = decode(e.keep, e.stored)
     except BadSelection as exc:
         return [f"its row selection (keep) over stored={e.stored} rows: {exc}"]
-    if (kept := int(mask.sum())) != e.rows:
+    if (kept := int(np.count_nonzero(mask))) != e.rows:
         return [f"its row selection keeps {kept} rows, the manifest says {e.rows}"]
     if (placed := sum(r.rows for r in e.ranges)) not in (e.stored, e.rows):
         return [f"its ranges place {placed} rows: expected a place in the source for each of "
                 f"its file's stored={e.stored} rows, or for each of the rows={e.rows} it keeps"]
-    clash = _clash(e)
+    clash = _clash(e, mask)
     return [clash] if clash else []
 
 
-def _clash(e: ShardEntry) -> str:
+def _clash(e: ShardEntry, mask: Any) -> str:
     """Two kept rows at one place of the source: a selection that keeps a row its version left
     out (a removed row takes the place of the row after it) and, with the same count, leaves
     out another reads no key twice, yet is wrong. Worked out only where two ranges meet (no two
-    rows share a place otherwise)."""
+    rows share a place otherwise), and from the rows where they meet alone where the ranges come
+    as a fill writes them."""
     spans = sorted((r.block, r.start, r.stop) for r in e.ranges)
     if all(a[0] != b[0] or b[1] >= a[2] for a, b in zip(spans, spans[1:], strict=False)):
         return ""
     import numpy as np
 
-    blocks, which, starts, stops = e.live_runs
-    order = np.lexsort((starts, which))
-    which, starts, stops = which[order], starts[order], stops[order]
-    clash = np.flatnonzero((which[1:] == which[:-1]) & (starts[1:] < stops[:-1]))
-    if not len(clash):
+    if (at := _clash_at_joins(e, mask)) is None:
+        blocks, which, starts, stops = e.live_runs
+        order = np.lexsort((starts, which))
+        which, starts, stops = which[order], starts[order], stops[order]
+        clash = np.flatnonzero((which[1:] == which[:-1]) & (starts[1:] < stops[:-1]))
+        if not len(clash):
+            return ""
+        at = int(starts[int(clash[0]) + 1]), blocks[which[int(clash[0]) + 1]]
+    if not at:
         return ""
-    i = int(clash[0]) + 1
-    return (f"its row selection keeps two rows at one place of the source (row "
-            f"{int(starts[i])} of file block {blocks[which[i]][:12]}): it keeps rows its "
-            "version left out")
+    return (f"its row selection keeps two rows at one place of the source (row {at[0]} of "
+            f"file block {at[1][:12]}): it keeps rows its version left out")
+
+
+def _clash_at_joins(e: ShardEntry, mask: Any) -> tuple[int, str] | tuple[()] | None:
+    """The place and block of a clash, () where there is none, looked for only where ranges
+    meet; None where the ranges do not come as a fill writes them (each block's in one run, in
+    file order, none starting or ending before the one before it, each meeting that one
+    alone)."""
+    import numpy as np
+
+    if sum(r.rows for r in e.ranges) != len(mask):  # the places of the kept rows alone
+        mask = np.ones(e.rows, bool)
+    done, before, at = set(), (), 0
+    for r in e.ranges:
+        if not before or r.block != before[-1].block:
+            if r.block in done:
+                return None
+            done.add(r.block)
+            before = ()
+        elif r.start < before[-1].start or r.stop < before[-1].stop or (
+                len(before) > 1 and r.start < before[-2].stop):
+            return None
+        elif (n := before[-1].stop - r.start) > 0:
+            both = mask[at - n:at] & mask[at:at + n]
+            if both.any():
+                return r.start + int(np.argmax(both)), r.block
+        before = (*before[-1:], r)
+        at += r.rows
+    return ()
