@@ -1,11 +1,13 @@
 """Versions in awkward states: one whose only change is a source file removed or emptied fills
 as the same rows filled whole, sharing the rest; a damaged newest shard list is passed by; a
-row selection (`keep`) that does not decode or fit is a CorruptShard on every read, BAD in
-verify, and repair rebuilds the version (no Ray)."""
+row selection (`keep`) that does not decode or fit, or brings back a row its version left out,
+is a CorruptCache naming the entry on every read, BAD in verify, and repair rebuilds the
+version (no Ray)."""
 
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -67,10 +69,18 @@ def test_a_damaged_shard_list_on_the_newest_version_is_passed_by(source, tmp_pat
 def set_keep(cache: raycache.Cache, keep: str) -> None:
     """The first shared-in-part entry's `keep` replaced, the shard list's checksum fixed (as
     an edit by hand would)."""
-    folder = Path(cache.dir)
+    def edit(entries: list[dict]) -> None:
+        next(e for e in entries if e.get("keep"))["keep"] = keep
+
+    edit_entries(Path(cache.dir), edit)
+
+
+def edit_entries(folder: Path, edit: Callable[[list[dict]], None]) -> None:
+    """The shard list of the cache folder `folder` edited in place by `edit` (given its
+    entries), its checksum fixed in the manifest, as an edit by hand would."""
     manifest = json.loads((folder / "manifest.json").read_text())
     entries = json.loads((folder / manifest["shard_list"]["path"]).read_text())
-    next(e for e in entries if e.get("keep"))["keep"] = keep
+    edit(entries)
     listing = (json.dumps(entries, sort_keys=True, separators=(",", ":")) + "\n").encode()
     sha = hashlib.sha256(listing).hexdigest()
     (folder / manifest["shard_list"]["path"]).unlink()
@@ -95,7 +105,7 @@ def test_a_keep_that_does_not_decode_or_fit_is_named_and_repaired(source, tmp_pa
     set_keep(v2, keep)
     cache = raycache.open_cache("toy", store)
     for verify in (True, False):
-        with pytest.raises(raycache.CorruptShard, match="row selection .*raycache repair toy"):
+        with pytest.raises(raycache.CorruptCache, match="row selection .*raycache repair toy"):
             cache.read_table(verify=verify)
     report = raycache.verify(cache)
     assert not report.ok and any("row selection" in " ".join(r) for r in report.bad.values())
@@ -141,7 +151,8 @@ def test_a_consistent_but_wrong_keep_is_bad_in_verify_and_repaired(source, tmp_p
     wrong[10] = False  # row 3 back, row 10 gone: 49 rows, as recorded
     set_keep(v2, encode(wrong))
     cache = raycache.open_cache("toy", store)
-    assert cache.read_table().num_rows == 598  # reads, wrongly: verify must say so
+    with pytest.raises(raycache.CorruptCache, match="entry .*keeps rows its version left out"):
+        cache.read_table()  # never its rows, wrongly
     report = raycache.verify(cache)
     assert not report.ok and not report.duplicate_keys.count
     assert any("keeps rows its version left out" in " ".join(r) for r in report.bad.values())

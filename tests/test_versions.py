@@ -16,7 +16,7 @@ import pytest
 
 import raycache
 from raycache._cache import entry_rows
-from raycache._cache.records import ShardEntry
+from raycache._cache.records import RowRange, ShardEntry
 from raycache._cache.selection import decode, encode
 from raycache._cache.store import Store
 from raycache._cli import main
@@ -91,7 +91,7 @@ def test_selection_round_trip_is_compact():
 
 
 def test_an_entrys_rows_and_file_are_answered_wherever_it_lives(tmp_path):
-    own = ShardEntry("shards/p1.parquet", 10, 100, "0" * 64, "src")
+    own = ShardEntry("shards/p1.parquet", 10, 100, "0" * 64, "src", (RowRange("b", 0, 10),))
     mask = np.arange(10) % 3 != 0
     shared = entry_rows.keeping(entry_rows.shared_from(own, "toy/aaa"), mask)
     store = Store(str(tmp_path))

@@ -138,9 +138,11 @@ def test_verify_checks_the_shared_file_and_its_selection(store):
     entries = json.loads((Path(cache.dir) / cache.manifest.shard_list["path"]).read_text())
     entries[1]["rows"] = 9  # a selection of 8 rows that says 9
     commit(store, 2, entries, 2)
-    report = verify(open_cache(NAME, str(store), FP[2]))
-    assert list(report.bad) == [path] and report.shared == {path: vid(1)}
-    assert "row selection keeps 8 rows, the manifest says 9" in report.bad[path][0]
+    damaged = open_cache(NAME, str(store), FP[2])
+    report = verify(damaged)  # the shard list names a bad entry: it is read no further
+    [(listed, [why])] = report.bad.items()
+    assert listed == damaged.manifest.shard_list["path"] and f"entry 1 ({path})" in why
+    assert "row selection keeps 8 rows, the manifest says 9" in why
 
 
 def test_duplicate_keys_count_only_the_rows_a_version_keeps(store):

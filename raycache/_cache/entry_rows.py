@@ -5,14 +5,13 @@ instead of following one or decoding the other (docs/concepts.md: share, kept ro
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import zlib
 from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
+from raycache._cache.confined import entry_problems
 from raycache._cache.records import ShardEntry
 from raycache._cache.selection import BadSelection, decode, encode
 from raycache._cache.store import Store
@@ -93,7 +92,11 @@ def kept_index(entry: ShardEntry) -> np.ndarray:
 
 def take_kept(entry: ShardEntry, data: Any) -> Any:
     """The rows of the entry's whole file (a table, an array or a column of it) that the
-    version reads; BadSelection where the selection cannot be read."""
+    version reads; BadSelection where the selection cannot be read, or the file holds another
+    number of rows than the entry says."""
+    if len(data) != entry.file_rows:
+        raise BadSelection(f"shard {label(entry)} holds {len(data)} rows, its entry says "
+                           f"{entry.file_rows}")
     return data if reads_whole(entry) else data.filter(pa.array(selection(entry).mask()))
 
 
@@ -119,21 +122,10 @@ def whole_file(entry: ShardEntry) -> ShardEntry:
 
 
 def selection_problems(entry: ShardEntry) -> tuple[np.ndarray | None, list[str]]:
-    """The entry's row selection over its file's rows (None: all rows), and its problems: it
-    must decode to one bit per row of the file with `rows` of them set."""
-    if reads_whole(entry):
-        if entry.stored and entry.stored != entry.rows:
-            return None, [f"{entry.stored} rows stored but {entry.rows} read, with no row "
-                          "selection to say which"]
-        return None, []
-    try:
-        packed = len(zlib.decompress(base64.b64decode(entry.keep, validate=True)))
-        mask = decode(entry.keep, entry.file_rows)
-    except (ValueError, zlib.error) as exc:
-        return None, [f"row selection unreadable ({exc})"]
-    if packed != -(-entry.file_rows // 8):
-        return None, [f"row selection of {packed * 8} bits for a file of {entry.file_rows} "
-                      f"rows, expected {-(-entry.file_rows // 8) * 8}"]
-    if (kept := int(mask.sum())) != entry.rows:
-        return mask, [f"row selection keeps {kept} rows, the manifest says {entry.rows}"]
-    return mask, []
+    """The entry's row selection over its file's rows (None: all rows, or a selection that
+    cannot be read), and what is wrong with the entry (raycache._cache.confined: its path,
+    home, ranges and kept rows; an entry read from a store has been checked so already)."""
+    problems = entry_problems(entry)
+    if problems or reads_whole(entry):
+        return None, problems
+    return decode(entry.keep, entry.file_rows), []

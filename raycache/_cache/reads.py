@@ -143,11 +143,11 @@ def read_shard(store: Store, cache_dir: str, entry: ShardEntry,
 def kept_of(store: Store, path: str, cache: str, table: pa.Table, keep: str, rows: int
             ) -> pa.Table:
     """The rows of a shard's table that its selection keeps: a CorruptShard naming the shard
-    and the fix where the selection does not decode or fit (never a bare ValueError)."""
+    and the fix where the selection does not decode, or the file holds another number of rows
+    than its entry says (never a bare ValueError, never its rows silently)."""
     try:
         return select(table, keep, rows)
     except BadSelection as exc:
-        raise _corrupt(store, path, cache, [f"its row selection (keep) in the shard list: "
-                                            f"{exc}"]) from None
+        raise _corrupt(store, path, cache, [f"its entry in the shard list: {exc}"]) from None
 
 

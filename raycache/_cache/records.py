@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from raycache._cache.confined import BadEntry, entry_problems, path_problem
+
 __all__ = ["RowRange", "ShardEntry", "ShardRecord", "SkippedRow", "spans_by_block"]
 
 
@@ -95,7 +97,8 @@ class ShardEntry:
     ranges: tuple[RowRange, ...] = ()
     """The source rows it holds, in file order, block, start and stop only (format 2 on; none
     in format 1). With a `keep` selection, the places of all the file's rows, of which only the
-    kept ones count (`live_ranges`): rows deleted in a version do not cut the ranges up."""
+    kept ones count (`live_ranges`): rows deleted in a version do not cut the ranges up (or,
+    as docs/format.md allows, the places of the kept rows alone)."""
     home: str = ""
     """The cache folder that holds the file, "name/fingerprint" relative to the store (format
     5: a version sharing an older version's shard); empty: this cache's own folder."""
@@ -135,10 +138,14 @@ class ShardEntry:
         stop = np.array([r.stop for r in self.ranges], np.int64)
         if not self.keep:
             return blocks, code, start, stop
-        from raycache._cache.selection import decode
+        from raycache._cache.selection import BadSelection, decode
 
         lengths = stop - start
         mask = decode(self.keep, self.file_rows)
+        if (placed := int(lengths.sum())) == self.rows != len(mask):
+            return blocks, code, start, stop  # the places of the kept rows alone
+        if placed != len(mask):  # (an entry checked as stored never has them)
+            raise BadSelection(f"ranges that place {placed} rows for a file of {len(mask)}")
         which = np.repeat(code, lengths)[mask]
         row = (np.repeat(start - np.cumsum(lengths) + lengths, lengths)
                + np.arange(int(lengths.sum())))[mask]
@@ -167,17 +174,24 @@ class ShardEntry:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ShardEntry:
-        """The entry a JSON form (`to_json`) describes.
+        """The entry a JSON form (`to_json`) describes, checked: every reader of a stored
+        entry gets it here, so none follows one out of the store (raycache._cache.confined).
 
         Args:
             data: The fields by name.
 
         Returns:
             The entry.
+
+        Raises:
+            BadEntry: What is wrong with it, in words (a ValueError).
         """
         data = dict(data)
         ranges = tuple(RowRange.from_json(r) for r in data.pop("ranges", ()))
-        return cls(**data, ranges=ranges)
+        entry = cls(**data, ranges=ranges)
+        if problems := entry_problems(entry):
+            raise BadEntry("; ".join(problems))
+        return entry
 
 
 _OPTIONAL = ("dims", "reused", "encoded", "encode_started", "written")
@@ -229,8 +243,12 @@ class ShardRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ShardRecord:
+        """The record a JSON form describes; BadEntry (a ValueError) where its path is not a
+        file of its folder's shards/."""
         data = dict(data)
         ranges = tuple(RowRange.from_json(r) for r in data.pop("ranges", ()))
+        if problem := path_problem(data.get("path")):
+            raise BadEntry(problem)
         return cls(**data, ranges=ranges)
 
 

@@ -41,11 +41,11 @@ def decode(text: str, rows: int) -> np.ndarray:
 
 
 def select(table: pa.Table, keep: str, rows: int) -> pa.Table:
-    """The rows of a shard file's table that a selection keeps (all where `keep` is empty)."""
-    if not keep:
-        return table
-    mask = decode(keep, rows)
+    """The rows of a shard file's table that a selection keeps (all where `keep` is empty);
+    BadSelection where the file holds another number of rows than `rows` (its entry's: a
+    selection or a row count edited by hand would read rows the version left out)."""
+    mask = decode(keep, rows) if keep else None
     if table.num_rows != rows:
-        raise BadSelection(f"a row selection over {rows} rows for a shard that holds "
-                         f"{table.num_rows}")
-    return table.filter(pa.array(mask))
+        what = "a row selection over" if keep else "an entry that reads all its"
+        raise BadSelection(f"{what} {rows} rows for a shard that holds {table.num_rows}")
+    return table if mask is None else table.filter(pa.array(mask))

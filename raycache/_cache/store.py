@@ -339,6 +339,11 @@ class Store:
         with self._served("removing", path):
             self.fs.rm(path, recursive=True)
 
+    def rm_file(self, path: str) -> None:
+        """Remove one file, never a folder (an error where `path` is one)."""
+        with self._served("removing", path):
+            self.fs.rm_file(path)
+
 class _StoreHandler(pafs.FSSpecHandler):
     """pyarrow's fsspec handler over a Store's filesystem, pickled as the Store."""
 

@@ -3,12 +3,12 @@ and commit a corrected manifest."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
 from raycache._cache.committed import Cache
 from raycache._cache.config import StoreConfig
+from raycache._cache.confined import path_problem
 from raycache._cache.entry_rows import is_shared, label
 from raycache._cache.finding import open_cache
 from raycache._cache.store import Store
@@ -21,7 +21,7 @@ from raycache._fill.run import FillResult, complete
 from raycache._fill.versions import within
 from raycache._source.config import SourceConfig
 
-__all__ = ["config_of", "own_records", "repair"]
+__all__ = ["config_of", "own_records", "remove_bad", "repair"]
 
 
 def repair(name: str, store: Store | str | None = None, fingerprint: str | None = None, *,
@@ -79,14 +79,30 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
     if cache.manifest.shard_list.get("path") in report.bad:  # a damaged shard list
         return complete(p, [], replace=True)
     bad = set(report.bad)
-    for path in bad - set(report.shared):  # never reused, never adopted: re-encoded instead
-        with contextlib.suppress(FileNotFoundError):
-            cache.store.rm(f"{cache.dir}/{path}")
+    remove_bad(cache, bad)  # never reused, never adopted: re-encoded instead
     shared = [e for e in cache.manifest.shards if is_shared(e) and label(e) not in bad]
     version = within(p, cache.manifest, shared) if any(map(is_shared, cache.manifest.shards)) \
         else None  # a bad shared file stays (other versions may read it): its rows are
     return complete(p, own_records(cache, bad), replace=True, started=started,  # encoded anew
                     version=version)
+
+
+def remove_bad(cache: Cache, bad: set[str]) -> None:
+    """Remove the version's own shard files that verify found `bad`: each one file of its
+    folder's shards/, never a folder, a file another version lends, or a path out of it."""
+    for e in cache.manifest.shards:
+        if is_shared(e) or label(e) not in bad or path_problem(e.path):
+            continue
+        path = f"{cache.dir}/{e.path}"
+        try:
+            cache.store.rm_file(path)
+        except FileNotFoundError:
+            continue
+        except IsADirectoryError as exc:
+            raise RaycacheError(
+                f"cannot repair {cache.name}/{cache.fingerprint}: its shard "
+                f"{cache.store.url(path)} is a folder, not a file; move it away and run the "
+                "repair again") from exc
 
 
 def config_of(cache: Cache, source_options: dict[str, Any], progress: bool,

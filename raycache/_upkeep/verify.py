@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,6 @@ from raycache._cache.entry_rows import (
     folder_of,
     is_shared,
     label,
-    reads_whole,
     selection_problems,
 )
 from raycache._cache.manifest import Manifest, human_bytes
@@ -184,30 +182,6 @@ def _check(store: Store, cache_dir: str, manifest: Manifest, entry: ShardEntry
     return problems, keys
 
 
-def _overlaps(entries: Sequence[ShardEntry]) -> dict[str, list[str]]:
-    """Shards whose row selection keeps two rows at one place in the source: a selection
-    that keeps a row its version left out (a removed row takes the place of the row after it)
-    and, with the same count, leaves out another, reads no key twice, yet is wrong. (Two shards
-    at one place hold one key twice: duplicate keys say so.)"""
-    out = {}
-    for e in entries:
-        if reads_whole(e) or sum(r.rows for r in e.ranges) != e.file_rows:
-            continue  # ranges of the rows it reads alone cannot say
-        try:
-            blocks, which, starts, stops = e.live_runs
-        except ValueError:  # a selection that does not decode: named by selection_problems
-            continue
-        order = np.lexsort((starts, which))
-        which, starts, stops = which[order], starts[order], stops[order]
-        clash = np.flatnonzero((which[1:] == which[:-1]) & (starts[1:] < stops[:-1]))
-        if len(clash):
-            i = int(clash[0]) + 1
-            out[label(e)] = [f"its row selection keeps two rows at one place of the source "
-                             f"(row {int(starts[i])} of file block {blocks[which[i]][:12]}): "
-                             "it keeps rows its version left out"]
-    return out
-
-
 def _duplicates(paths: list[str], keys: list[pa.Array | None]) -> Duplicates:
     present = [(p, k) for p, k in zip(paths, keys, strict=True) if k is not None and len(k)]
     if not present:
@@ -262,8 +236,6 @@ def verify(cache: Cache, threads: int = THREADS) -> Report:
                                threads))
     bad = {label(e): problems for e, (problems, _) in zip(m.shards, results, strict=True)
            if problems}
-    for name, problems in _overlaps(m.shards).items():  # rows a selection brought back
-        bad.setdefault(name, []).extend(problems)
     shared = {label(e): folder_of(e) for e in m.shards if is_shared(e) and label(e) in bad}
     dup = _duplicates([label(e) for e in m.shards], [keys for _, keys in results])
     stray = {rel: size for rel, (size, _) in strays(cache, read_by_others(cache)).items()}
