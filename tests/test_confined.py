@@ -228,6 +228,9 @@ def test_a_damaged_keep_is_named_on_every_read_and_repaired(root, capsys, damage
         with pytest.raises(error, match=named) as err:
             raycache.open_cache("ver", str(store)).read_table(verify=verify)
         assert "raycache repair ver" in str(err.value)
+    with pytest.raises(error, match=named):  # training reads its shares as readers do
+        raycache.train({"cache": "ver", "store": {"uri": str(store)}, "num_workers": 0,
+                        "progress": False, "label": "label", "epochs": 1})
     assert cli("verify", "ver", store=store) == 1
     out = capsys.readouterr().out
     assert named in out or error is CorruptShard

@@ -255,6 +255,11 @@ class WorkerSpec:
         return {path: keep for (path, _), keep in zip(self.shards, self.keeps, strict=True)
                 if keep[0]}
 
+    @functools.cached_property
+    def rows_of(self) -> dict[str, int]:
+        """Shard path -> the rows its entry says the version reads of it."""
+        return dict(self.shards)
+
     @property
     def world(self) -> int:
         """Processes that train: the DDP workers, or 1 in local mode."""

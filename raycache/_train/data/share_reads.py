@@ -164,10 +164,10 @@ def read_piece(spec: WorkerSpec, path: str, columns: list[str],
 
 def selected(spec: WorkerSpec, path: str, table: pa.Table) -> pa.Table:
     """A shard's rows that the cache's version keeps (a shard it shares in part with an older
-    version: raycache._cache.selection), or all of them."""
-    keep = spec.selections.get(path)
-    return kept_of(spec.store, path, f"{spec.head.cache}/{spec.head.fingerprint}", table,
-                   *keep) if keep else table
+    version: raycache._cache.selection), or all of them; a CorruptShard where the file holds
+    another number of rows than its entry says."""
+    keep = spec.selections.get(path) or ("", spec.rows_of[path])  # whole: its count checked
+    return kept_of(spec.store, path, f"{spec.head.cache}/{spec.head.fingerprint}", table, *keep)
 
 
 def pieces(spec: WorkerSpec, rank: int, world: int) -> list[tuple[str, int, int]]:
