@@ -67,21 +67,30 @@ def jpegs(n: int, seed: int = 0) -> list[bytes]:
 
 
 def hop_bytes(folder: Path, images: list[bytes]) -> dict[str, float]:
-    """Bytes a row of prepared pixels takes in Arrow: what raycache's prepare stage sends now
-    (uint8) and the processor's float32 pixels, which it sent before."""
-    from raycache._encoders import ENCODERS
-    from raycache._encoders.config import EncoderConfig
-    from raycache._encoders.pixels import nested
-
-    cfg = EncoderConfig(name="vit", kind="hf-image", input="image", path=str(folder))
-    prepare = ENCODERS["hf-image"].prepare(cfg)
+    """Bytes a row of the block the fill's prepare stage returns (what crosses the object store
+    to the model actor: pixels, the input's hash, the key, the row's bookkeeping), in Arrow:
+    now (uint8 pixels) and with the processor's float32 pixels, which it sent before."""
     from PIL import Image
 
-    now = prepare(pa.array(images, pa.binary()))
+    from raycache._compute.prepare import PrepareActor, prepared
+    from raycache._encoders.config import EncoderConfig
+    from raycache._encoders.pixels import nested
+    from raycache._fill.stages import FillPrepare
+
+    cfg = EncoderConfig(name="vit", kind="hf-image", input="image", path=str(folder))
+    n = len(images)
+    table = pa.table({"id": np.arange(n), "image": pa.array(images, pa.binary()),
+                      "__block": [0] * n, "__row": np.arange(n), "__source": ["src.parquet"] * n,
+                      "__source_rows": [n] * n})
+    stage = PrepareActor([cfg], ["id"], FillPrepare([cfg]))
+    now = stage(table)
     decoded = [Image.open(io.BytesIO(b)).convert("RGB") for b in images]
-    before = nested(prepare.processor(images=decoded, return_tensors="np")["pixel_values"]
-                    .astype(np.float32))
-    return {"uint8": now.nbytes / len(images), "float32_before": before.nbytes / len(images)}
+    floats = nested(stage.prepare["vit"].processor(images=decoded, return_tensors="np")
+                    ["pixel_values"].astype(np.float32))
+    at = now.column_names.index(prepared(cfg))
+    before = now.set_column(at, prepared(cfg), floats)
+    return {"uint8": now.nbytes / n, "float32_before": before.nbytes / n,
+            "pixels_uint8": now.column(at).nbytes / n}
 
 
 def raw_forward(folder: Path, images: list[bytes], rows: int, batch: int, device: str,
