@@ -14,7 +14,7 @@ from raycache._compute.prepare import PrepareActor, prepared
 from raycache._encoders import ENCODERS
 from raycache._encoders.config import EncoderConfig
 from raycache._encoders.hf_image import pixels
-from raycache._encoders.pixels import nested
+from raycache._encoders.pixels import host_block, nested
 from tests import test_images
 from tests.test_images import SIZE, image_encoder, reference, tower
 
@@ -93,6 +93,14 @@ def test_the_device_rescales_and_normalises_as_the_processor_did_bit_for_bit(
         encoder = family.load(cfg, "cpu")
         np.testing.assert_array_equal(encoder.forward(column), encoder.forward(nested(old)),
                                       err_msg=kind)
+    chunked = pa.chunked_array([column.slice(0, 5), column.slice(5, 0), column.slice(5)])
+    np.testing.assert_array_equal(encoder.forward(chunked), encoder.forward(column))  # a batch
+    #   of several blocks, as Ray Data joins them: each chunk copied once, in order, also into
+    #   the host tensor for a GPU (plain memory here, where torch has no pinned allocator)
+    for device in ("cpu", "cuda"):
+        host = host_block(chunked, device)
+        assert host.dtype == torch.uint8
+        np.testing.assert_array_equal(host.numpy(), pixels(column))
 
 
 def test_a_rescale_no_float32_step_replays_keeps_the_processors_float32_pixels(

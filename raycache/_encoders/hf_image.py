@@ -322,14 +322,13 @@ class HFImageEncoder:
         a GPU), each forward's rows one copy to the device, rescaled and normalised there."""
         import torch
 
-        x = pixels(prepared)
-        if x.dtype == np.uint8 and self.scaling is None:
+        host, parts = host_block(prepared, self.device), []
+        if host.dtype == torch.uint8 and self.scaling is None:
             raise EncoderError(f"encoder {self.cfg.name!r}: uint8 pixels reached an encoder "
                                "whose image processor's rescale no float32 step replays; "
                                "prepare and encode with the same raycache and model folder")
-        host, parts = host_block(x, self.device), []
         with torch.inference_mode():
-            for i in range(0, len(x), self.batching.max_rows):
+            for i in range(0, len(host), self.batching.max_rows):
                 batch = host[i:i + self.batching.max_rows].to(self.device, non_blocking=True)
                 if batch.dtype == torch.uint8 and self.scaling is not None:
                     batch = self.scaling.apply(batch, self.dtype)

@@ -117,22 +117,30 @@ def unnest(prepared: pa.Array) -> np.ndarray:
     return flat.to_numpy(zero_copy_only=False).reshape(len(values), *shape)
 
 
-def host_block(array: np.ndarray, device: str) -> torch.Tensor:
-    """A block's pixels as one host tensor its forwards slice: for a GPU, one copy into pinned
-    memory (each forward's slice then one non-blocking copy to the device); on the CPU, the
-    array itself."""
+def host_block(prepared: pa.Array, device: str) -> torch.Tensor:
+    """A block's pixels (nested lists, in one chunk or several) as one host tensor that its
+    forwards slice: for a GPU, each chunk copied once into pinned memory (each forward's slice
+    then one non-blocking copy to the device); on the CPU, the Arrow buffer itself where the
+    block is one chunk."""
     import warnings
 
     import torch
 
-    if device.startswith("cuda"):
-        dtype = torch.from_numpy(np.empty(0, array.dtype)).dtype
-        try:  # (page-locked blocks are cached by torch, reused once their copies are done)
-            host = torch.empty(array.shape, dtype=dtype, pin_memory=True)
-        except RuntimeError:  # no pinned memory to be had (page-locked limit): plain memory
-            host = torch.empty(array.shape, dtype=dtype)
-        host.numpy()[...] = array
-        return host
-    with warnings.catch_warnings():  # read-only Arrow memory: only read (cast) from here on
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(array)
+    chunks = prepared.chunks if isinstance(prepared, pa.ChunkedArray) else [prepared]
+    parts = [unnest(c) for c in chunks if len(c)] or [unnest(prepared)]
+    if not device.startswith("cuda"):
+        array = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        with warnings.catch_warnings():  # read-only Arrow memory: only read (cast) from here
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(array)
+    shape = (sum(len(p) for p in parts), *parts[0].shape[1:])
+    dtype = torch.from_numpy(np.empty(0, parts[0].dtype)).dtype
+    try:  # (page-locked blocks are cached by torch, reused once their copies are done)
+        host = torch.empty(shape, dtype=dtype, pin_memory=True)
+    except RuntimeError:  # no pinned memory to be had (page-locked limit): plain memory
+        host = torch.empty(shape, dtype=dtype)
+    view, at = host.numpy(), 0
+    for part in parts:
+        view[at:at + len(part)] = part
+        at += len(part)
+    return host
