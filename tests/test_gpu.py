@@ -102,3 +102,41 @@ def test_predict_on_gpu_actors_matches_head_predict(ray_session, separable_sourc
     assert table.column("id").equals(rows.column("id"))
     expected = run.load_head().predict(rows.column("features").to_pylist())
     assert table.column("prediction").to_pylist() == expected.tolist()
+
+
+def test_images_as_uint8_normalised_on_the_gpu_in_bfloat16_match_float32_pixels_and_the_cpu(
+        tmp_path):
+    """uint8 pixels rescaled and normalised on the GPU give the embeddings that the processor's
+    float32 pixels give on the same GPU, and cosine >= 0.999 to float32 on the CPU."""
+    import io
+
+    from PIL import Image
+    from transformers import ViTConfig, ViTImageProcessor, ViTModel
+
+    from raycache._encoders.pixels import nested
+
+    torch.manual_seed(0)
+    ViTModel(ViTConfig(image_size=64, patch_size=16, hidden_size=64, num_hidden_layers=2,
+                       num_attention_heads=2, intermediate_size=128)).save_pretrained(tmp_path)
+    ViTImageProcessor(size={"height": 64, "width": 64}).save_pretrained(tmp_path)
+    rng = np.random.default_rng(0)
+    images = []
+    for _ in range(40):
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (90, 70, 3), dtype=np.uint8)).save(buf, "PNG")
+        images.append(buf.getvalue())
+    values = pa.array(images, pa.binary())
+    family = ENCODERS["hf-image"]
+    cfg = EncoderConfig(name="v", kind="hf-image", input="image", path=str(tmp_path),
+                        precision="bfloat16")
+    gpu = family.load(cfg, "cuda")
+    prepared = gpu.prepare(values)
+    assert pa.types.is_uint8(prepared.type.value_type.value_type.value_type)
+    old = gpu.prepare.processor(images=[Image.open(io.BytesIO(b)).convert("RGB")
+                                        for b in images], return_tensors="np")["pixel_values"]
+    got = gpu.forward(prepared)
+    np.testing.assert_allclose(got, gpu.forward(nested(old)), atol=1e-6)
+    cpu = family.load(EncoderConfig(name="v", kind="hf-image", input="image",
+                                    path=str(tmp_path)), "cpu").forward(prepared)
+    cosine = (cpu * got).sum(1) / np.linalg.norm(cpu, axis=1) / np.linalg.norm(got, axis=1)
+    assert cosine.min() >= 0.999

@@ -202,7 +202,7 @@ def test_the_fingerprint_follows_weights_preprocessor_and_pooling(vit, tmp_path)
         describe(EncoderConfig(**image_encoder(vit, pooling="projection")))
 
 
-def test_image_fills_cut_blocks_to_a_gigabyte_of_pixels(vit, tmp_path):
+def test_image_fills_cut_blocks_to_256_mib_of_uint8_pixels_under_a_shard_too(vit, tmp_path):
     import shutil
 
     from raycache._fill.encode import block_rows
@@ -215,13 +215,14 @@ def test_image_fills_cut_blocks_to_a_gigabyte_of_pixels(vit, tmp_path):
     (big / "preprocessor_config.json").write_text(json.dumps(config))
     cfg = {"name": "images", "source": {"path": str(tmp_path)}, "store": {"uri": str(tmp_path)},
            "rows_per_shard": 256, "num_gpus": 1}
-    per_row = 3 * 224 * 224 * 4
+    per_row = 3 * 224 * 224  # uint8: a byte a channel of a pixel
     assert ENCODERS["hf-image"].input_bytes(EncoderConfig(**image_encoder(big))) == per_row
     blocks = block_rows(load_config({**cfg, "encoders": [image_encoder(big)]}), None, 1.0)
-    assert blocks == (2**30 // per_row) // 256 * 256 == 1536  # not 65,536 rows: 37 GiB
+    assert blocks == (2**28 // per_row) // 256 * 256 == 1536  # not 65,536 rows: 9.2 GiB
     assert block_rows(load_config({**cfg, "encoders": [image_encoder(vit)]}), None, 1.0) == 65_536
-    one = load_config({**cfg, "rows_per_shard": 4096, "encoders": [image_encoder(big)]})
-    assert block_rows(one, None, 1.0) == 4096  # never less than a shard
+    one = load_config({**cfg, "rows_per_shard": 8192, "encoders": [image_encoder(big)]})
+    assert block_rows(one, None, 1.0) == 2**28 // per_row == 1783  # not a shard: 1.2 GiB
+    assert block_rows(one, 10_000, 1.0) == 1250  # a fill's eighth, under the bytes
 
 
 @pytest.fixture(scope="module")

@@ -141,6 +141,8 @@ def main() -> None:
     if on_gpu and "sweep" in chosen and deadline - time.perf_counter() > 60:
         steps["sweep"] = step("sweep", [py, "bench/probe.py", "--sweep-gpu"], env,
                               left(deadline - time.perf_counter()), out)
+    if on_gpu and "fill" in chosen or "images" in chosen:  # ViT-B/16 images vs the raw forward
+        steps["images"] = step("images", [py, "bench/gpu/images.py", "--json", str(out / "images.json"), *([] if on_gpu else ["--cpu", "--rows", "64"])], env, left(150), out, out / "images.json")  # noqa: E501
     (out / "gpu.json").write_text(json.dumps(report, indent=1))
     print(json.dumps({k: {"rc": v["rc"], "seconds": v["seconds"]} for k, v in steps.items()}))
 

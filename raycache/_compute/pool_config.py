@@ -44,8 +44,9 @@ class PoolConfig:
     block_rows: int | str = AUTO
     """Rows per Ray Data block and per actor call. A fill cuts whole shards (auto: 16,384 rows
     on CPU, 65,536 with GPUs, fewer where the fill is small so the pool gets at least 8 blocks,
-    or where prepared rows are large: images, 1 GiB of pixels a block; never less than a
-    shard); a predict takes this many rows a call (auto: 1,024). Not part of the fingerprint."""
+    or where prepared rows are large: images, 256 MiB of uint8 pixels a block, fewer rows
+    than a shard where a shard's are more); a predict takes this many rows a call (auto:
+    1,024). Not part of the fingerprint."""
 
     def problems(self) -> list[str]:
         """The pool's own checks, each message naming the setting (the loader adds `pool.`).

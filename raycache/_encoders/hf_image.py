@@ -1,5 +1,6 @@
-"""Hugging Face transformers image encoders (ViT, DINOv2, ConvNeXt, CLIP/SigLIP): images decoded
-and preprocessed by the folder's image processor on CPU workers, pooled on the encoder actors."""
+"""Hugging Face transformers image encoders (ViT, DINOv2, ConvNeXt, CLIP/SigLIP): images decoded,
+resized and cropped by the folder's image processor on CPU workers (uint8 pixels), rescaled,
+normalised and pooled on the encoder actors."""
 
 from __future__ import annotations
 
@@ -23,18 +24,26 @@ from raycache._encoders.base import (
     digest_files,
     freeze,
     in_compute_dtype,
-    to_device,
 )
 from raycache._encoders.batching import to_host
 from raycache._encoders.config import EncoderConfig
 from raycache._encoders.models import model_folder
+from raycache._encoders.pixels import (
+    Scaling,
+    host_block,
+    nested,
+    pixel_type,
+    replays,
+    scaling,
+    unnest,
+)
 from raycache._errors import BadInput, EncoderError
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["HF_IMAGE", "HFImageEncoder", "Preprocess", "Settings", "describe", "input_bytes",
-           "pixels", "settings"]
+__all__ = ["BACKEND", "HF_IMAGE", "HFImageEncoder", "Preprocess", "Settings", "describe",
+           "input_bytes", "pixels", "settings"]
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 PREPROCESSOR = "preprocessor_config.json"
@@ -45,6 +54,9 @@ LINEAR_POOLER = {"vit", "deit"}
 their CLS token where the weight files hold no pooler."""
 CHUNK = 256
 """Images decoded and preprocessed per call of the image processor."""
+BACKEND = "pil"
+"""The image processors' backend, fixed (transformers picks torchvision where it is installed,
+whose resize differs): the same pixels on every machine, and part of the fingerprint."""
 
 
 @dataclass(frozen=True)
@@ -129,12 +141,14 @@ def describe(cfg: EncoderConfig) -> dict[str, Any]:
         "weights_digest": digest_files(weights, s.folder),
         "config_digest": digest_files([s.folder / "config.json"], s.folder),
         "preprocessor_digest": digest_files([processor], s.folder),
+        "image_backend": BACKEND,
     }
 
 
 def input_bytes(cfg: EncoderConfig) -> int:
-    """Bytes of one row's prepared pixels, from the processor's output size (its crop, else its
-    resize; 224 pixels a side where it names neither as a fixed size)."""
+    """Bytes of one row's prepared pixels, uint8, from the processor's output size (its crop,
+    else its resize; 224 pixels a side where it names neither as a fixed size). A processor
+    whose rescale no float32 step replays sends float32, 4 times this."""
     s = settings(cfg)
     path = s.folder / PREPROCESSOR
     config = json.loads(path.read_text()) if path.is_file() else {}
@@ -143,28 +157,37 @@ def input_bytes(cfg: EncoderConfig) -> int:
     if isinstance(size, int):
         size = {"height": size, "width": size}
     side = size.get("shortest_edge") or size.get("longest_edge") or 224
-    return 4 * s.channels * int(size.get("height") or side) * int(size.get("width") or side)
+    return s.channels * int(size.get("height") or side) * int(size.get("width") or side)
 
 
 @functools.lru_cache(maxsize=8)
 def _processor(folder: str) -> Any:
-    """The folder's image processor (PIL backend where torchvision is missing), once per
-    process."""
+    """The folder's image processor on the PIL backend, once per process."""
     from transformers import AutoImageProcessor
     from transformers.utils import logging as hf_logging
 
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the note that torchvision is missing, once per worker
     try:
-        return AutoImageProcessor.from_pretrained(folder)
+        return AutoImageProcessor.from_pretrained(folder, backend=BACKEND)
     finally:
         hf_logging.set_verbosity(level)
 
 
+def _scaling(processor: Any, channels: int, mode: str) -> Scaling | None:
+    """The processor's rescale and normalisation, replayed exactly on the device (None: the
+    processor's float32 pixels cross the hop instead)."""
+    found = scaling(processor, channels)
+    return found if found is not None and replays(processor, found, mode) else None
+
+
 class Preprocess:
     """The CPU stage of hf-image: encoded bytes, paths or fsspec URIs (or a Hugging Face Image
-    struct of bytes and path) to the processor's pixels, one (channels, height, width) array
-    per row as nested fixed-size lists of float32 (the shape is in the type)."""
+    struct of bytes and path) to the processor's pixels, resized and cropped, one (channels,
+    height, width) array per row as nested fixed-size lists (the shape is in the type) of
+    uint8, one byte a channel of a pixel; the model's device rescales and normalises them as
+    the processor would have (pixels.Scaling), bit for bit. A processor that no Scaling
+    replays gives its float32 pixels, as they are."""
 
     def __init__(self, cfg: EncoderConfig):
         try:
@@ -175,19 +198,25 @@ class Preprocess:
         self.cfg, self.settings = cfg, settings(cfg)
         self.processor = _processor(str(self.settings.folder))
         self.mode = "RGB" if self.settings.channels == 3 else "L"
+        self.scaling = _scaling(self.processor, self.settings.channels, self.mode)
 
     def __call__(self, values: pa.Array) -> pa.Array:
         values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
         rows = values.to_pylist()
         if not rows:
-            return pa.array([], _pixel_type(self._process([self._blank()]).shape[1:]))
+            blank = self._process([self._blank()])
+            return pa.array([], pixel_type(blank.shape[1:], blank.dtype))
         parts = [self._process([self._decode(i + j, v) for j, v in enumerate(rows[i:i + CHUNK])])
                  for i in range(0, len(rows), CHUNK)]
         return nested(np.concatenate(parts) if len(parts) > 1 else parts[0])
 
     def _process(self, images: list[Any]) -> np.ndarray:
-        out = self.processor(images=images, return_tensors="np")["pixel_values"]
-        return np.ascontiguousarray(out, dtype=np.float32)
+        if self.scaling is None:
+            out = self.processor(images=images, return_tensors="np")["pixel_values"]
+            return np.ascontiguousarray(out, dtype=np.float32)
+        out = self.processor(images=images, return_tensors="np", do_rescale=False,
+                             do_normalize=False)["pixel_values"]
+        return np.ascontiguousarray(out, dtype=np.uint8)
 
     def _blank(self) -> Any:
         from PIL import Image
@@ -225,33 +254,10 @@ class Preprocess:
                 "local paths or fsspec URIs)", value=raw, column=self.cfg.input) from exc
 
 
-def _pixel_type(shape: tuple[int, ...]) -> pa.DataType:
-    kind: pa.DataType = pa.float32()
-    for size in reversed(shape):
-        kind = pa.list_(pa.field("element", kind, nullable=False), size)
-    return kind
-
-
-def nested(array: np.ndarray) -> pa.FixedSizeListArray:
-    """An (n, *shape) float32 array as nested fixed-size lists (one level per dimension)."""
-    out: pa.Array = pa.array(array.reshape(-1), pa.float32())
-    for size in reversed(array.shape[1:]):
-        kind = pa.list_(pa.field("element", out.type, nullable=False), size)
-        out = pa.FixedSizeListArray.from_arrays(out, type=kind)
-    return out
-
-
 def pixels(prepared: pa.Array) -> np.ndarray:
-    """Preprocess's nested lists back to one (n, *shape) float32 array."""
-    values = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
-    shape, kind = [], values.type
-    while pa.types.is_fixed_size_list(kind):
-        shape.append(kind.list_size)
-        kind = kind.value_type
-    flat = values
-    for _ in shape:
-        flat = flat.flatten()
-    return flat.to_numpy(zero_copy_only=False).reshape(len(values), *shape)
+    """Preprocess's nested lists back to one (n, *shape) array: uint8 (or float32, where the
+    processor's pixels crossed as they are)."""
+    return unnest(prepared)
 
 
 class HFImageEncoder:
@@ -277,6 +283,10 @@ class HFImageEncoder:
         self.model = in_compute_dtype(freeze(model).to(device), device, cfg.precision)
         self.tower = self.model.vision_model if s.clip and s.pooling != "projection" \
             else self.model
+        self.dtype = next(self.model.parameters()).dtype
+        """The pixels' dtype on the device: the weights' (bfloat16 where they are cast)."""
+        mode = "RGB" if s.channels == 3 else "L"
+        self.scaling = _scaling(_processor(str(s.folder)), s.channels, mode)
 
     @property
     def prepare(self) -> Preprocess:
@@ -308,13 +318,20 @@ class HFImageEncoder:
         return hidden[:, skip:].mean(1)  # the patch tokens
 
     def forward(self, prepared: pa.Array) -> np.ndarray:
+        """Embeddings of a block of prepared pixels: the block in one host tensor (pinned, for
+        a GPU), each forward's rows one copy to the device, rescaled and normalised there."""
         import torch
 
-        x = pixels(prepared)
-        parts = []
+        host, parts = host_block(prepared, self.device), []
+        if host.dtype == torch.uint8 and self.scaling is None:
+            raise EncoderError(f"encoder {self.cfg.name!r}: uint8 pixels reached an encoder "
+                               "whose image processor's rescale no float32 step replays; "
+                               "prepare and encode with the same raycache and model folder")
         with torch.inference_mode():
-            for i in range(0, len(x), self.batching.max_rows):
-                batch = to_device(np.array(x[i:i + self.batching.max_rows]), self.device)
+            for i in range(0, len(host), self.batching.max_rows):
+                batch = host[i:i + self.batching.max_rows].to(self.device, non_blocking=True)
+                if batch.dtype == torch.uint8 and self.scaling is not None:
+                    batch = self.scaling.apply(batch, self.dtype)
                 with autocast(self.device, self.cfg.precision):
                     emb = self.embed(batch)
                 emb = emb.float()

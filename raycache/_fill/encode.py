@@ -36,8 +36,10 @@ SMALL_BLOCK_ROWS = 1024
 """block_rows auto, for a fill of fewer rows than one shard: blocks (and so shards, each with
 its resume record) of a MIN_BLOCKS-th of its rows, at least this many, so that an interrupted
 small fill keeps what it encoded; fills under this many rows stay one shard."""
-BLOCK_BYTES = 1 << 30
-"""block_rows auto: input bytes a block, where an encoder says a row's (images); >= a shard."""
+BLOCK_BYTES = 1 << 28
+"""block_rows auto: input bytes a block at most, where an encoder says a row's (images: 256 MiB
+of uint8 pixels, 1,783 rows at 224x224); such a block may be less than a shard, and its shards
+then hold its rows."""
 
 __all__ = ["Encoded", "block_rows", "build_pipeline", "encode", "in_process", "job",
            "run_in_process"]
@@ -123,7 +125,8 @@ def encode(p: Plan, units: list[sources.Unit], version: Shares, cluster: Callabl
 
 def block_rows(cfg: FillConfig, todo: int | None, gpus: float) -> int:
     """Rows per block and encoder call for actors of `gpus` GPUs (PoolConfig.block_rows): whole
-    shards, but for a fill of less than one shard (SMALL_BLOCK_ROWS)."""
+    shards, but for a fill of less than one shard (SMALL_BLOCK_ROWS) and where a shard's inputs
+    exceed BLOCK_BYTES (images)."""
     shard = cfg.rows_per_shard
     if cfg.pool.block_rows != AUTO:
         return max(1, int(cfg.pool.block_rows) // shard) * shard
@@ -138,6 +141,8 @@ def block_rows(cfg: FillConfig, todo: int | None, gpus: float) -> int:
         return min(shard, rows, max(SMALL_BLOCK_ROWS, -(-todo // MIN_BLOCKS)))
     if todo is not None:
         rows = min(rows, -(-todo // MIN_BLOCKS))
+    if per_row and BLOCK_BYTES // per_row < shard:  # sized by bytes: no floor at a shard
+        return rows
     return max(1, rows // shard) * shard
 
 
