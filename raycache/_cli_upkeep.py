@@ -48,8 +48,12 @@ def add_gc(sub: argparse._SubParsersAction) -> None:
                    help="unfinished fills untouched for this long are removed; a cache whose run "
                    "died with a checkpoint is kept this long, to resume (default 24h, or 0)")
     p.add_argument("--include-newest", action="store_true", help="a name's newest may go too")
-    p.add_argument("--keep-runs", action="store_true",
-                   help="keep the trained heads (runs/) of the cache folders it removes")
+    runs = p.add_mutually_exclusive_group()
+    runs.add_argument("--remove-runs", action="store_true",
+                      help="the trained heads (runs/) of the cache folders it removes go too "
+                      "(else kept)")
+    runs.add_argument("--keep-runs", action="store_true",
+                      help="keep those trained heads: the default, named for older scripts")
     p.add_argument("--delete", action="store_true", help="remove; without it, only list")
     p.add_argument("--damaged", action="store_true",
                    help="caches whose manifest or shard list cannot be read go too (else kept)")
@@ -103,7 +107,7 @@ def gc(args: argparse.Namespace) -> int:
         result = run(checked_store(args.store), keep_last=args.keep_last,
                      older_than=args.older_than, max_size=args.max_size, grace=args.grace,
                      delete=args.delete, include_newest=args.include_newest,
-                     damaged=args.damaged, keep_runs=args.keep_runs)
+                     damaged=args.damaged, keep_runs=not args.remove_runs)
     for line in [] if args.json else result.lines():
         print(line)
     if args.json:

@@ -3,9 +3,12 @@ DuckDB reads as FLOAT[dim] and Polars as Array, to Lance, and to Qdrant (local m
 checked against `read_table`; atomic, on fsspec stores and streams."""
 
 import io
+import os
+import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import duckdb
@@ -14,11 +17,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from fsspec.implementations.local import LocalFileSystem
 
 import raycache
 from raycache._export import parquet as parquet_export
+from raycache._export import target as export_target
 from raycache._export.qdrant import point_id
 from raycache._export.rows import Rows
+from raycache._export.target import STALE_S
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -263,3 +269,156 @@ def test_parquet_export_to_s3_leaves_only_the_file(cache, bucket):
         table = pq.read_table(f)
     assert table.num_rows == 595 and done.bytes == fs.size(f"{bucket}/exports/toy.parquet")
     assert table.column("id").to_pylist() == cache.read_table(["id"]).column("id").to_pylist()
+
+
+class Killed(BaseException):
+    """What a kill at that very moment leaves: nothing after it runs but `finally` blocks."""
+
+
+def test_overwrite_keeps_the_old_file_until_the_new_one_is_in_its_place(cache, tmp_path,
+                                                                          monkeypatch):
+    out = tmp_path / "toy.parquet"
+    out.write_bytes(b"the old export")
+
+    def killed(*_, **__):
+        raise Killed
+
+    monkeypatch.setattr(os, "replace", killed)  # a kill as the new file moves in
+    monkeypatch.setattr(LocalFileSystem, "mv", killed)
+    with pytest.raises(Killed):
+        raycache.export(cache, str(out), overwrite=True)
+    assert out.read_bytes() == b"the old export"  # never removed first
+    assert [p.name for p in tmp_path.iterdir()] == ["toy.parquet"]
+    monkeypatch.undo()
+    assert raycache.export(cache, str(out), overwrite=True).rows == 595
+    assert pq.read_metadata(out).num_rows == 595
+
+
+def test_an_export_sweeps_the_stale_temporary_files_of_its_own_target_only(cache, tmp_path):
+    def temp(target: str, age: float) -> Path:
+        path = tmp_path / f"{parquet_export.TEMP}{uuid.uuid4().hex}-{target}"
+        path.write_bytes(b"a killed export's rows")
+        os.utime(path, (time.time() - age, time.time() - age))
+        return path
+
+    stale, fresh = temp("toy.parquet", STALE_S + 60), temp("toy.parquet", 60)
+    other = temp("other.parquet", STALE_S + 60)  # another target's: not this export's to judge
+    near = tmp_path / f"{parquet_export.TEMP}notes-toy.parquet"  # not the pattern
+    near.write_bytes(b"yours")
+    os.utime(near, (0, 0))
+    raycache.export(cache, str(tmp_path / "toy.parquet"))
+    assert not stale.exists() and fresh.exists() and other.exists() and near.exists()
+    assert pq.read_metadata(tmp_path / "toy.parquet").num_rows == 595
+
+
+@pytest.fixture
+def store_copy(cache, tmp_path) -> raycache.Cache:
+    """The shared version in a store of its own, as opened (its manifest read) before any
+    upkeep."""
+    shutil.copytree(Path(cache.store.uri), tmp_path / "store")
+    return raycache.open_cache("toy", str(tmp_path / "store"), cache.fingerprint)
+
+
+def test_an_export_racing_compact_and_gc_exports_the_version_again_not_damaged(store_copy,
+                                                                               tmp_path):
+    """The export read the manifest; a compaction then rewrote the version's shared shards in
+    its own folder and gc removed the older version with the shards it no longer reads."""
+    store = store_copy.store.uri
+    assert raycache.compact("toy", store, store_copy.fingerprint, below=1.0,
+                            progress=False).compaction
+    older = raycache.ls(store, "toy")[0]
+    assert older.fingerprint != store_copy.fingerprint
+    gone = raycache.gc(store, keep_last=1, delete=True).removed
+    assert [r.usage.id for r in gone] == [f"toy/{older.fingerprint}"]
+    with pytest.raises(raycache.StoreError, match="missing"):
+        store_copy.read_table(["id"])  # the stale manifest names shards that are gone
+    done = raycache.export(store_copy, str(tmp_path / "toy.parquet"))
+    now = raycache.open_cache("toy", store, store_copy.fingerprint)
+    t = pq.read_table(tmp_path / "toy.parquet")
+    assert done.rows == t.num_rows == 595
+    assert_rows({k: (lab, nam, v) for k, lab, nam, v in zip(
+        t.column("id").to_pylist(), t.column("label").to_pylist(), t.column("name").to_pylist(),
+        t.column("proj").to_pylist(), strict=True)}, now)
+    with pytest.raises(raycache.StoreError, match=r"was compacted or repaired while it was "
+                                                  r"exported to a stream.*Run the export again"):
+        raycache.export(store_copy, io.BytesIO())  # a stream cannot start again
+
+
+def test_a_removed_shard_of_an_unchanged_manifest_is_still_damage(store_copy, tmp_path):
+    Path(store_copy.shard_urls()[-1]).unlink()
+    with pytest.raises(raycache.CorruptShard, match="missing"):
+        raycache.export(store_copy, str(tmp_path / "toy.parquet"))
+    assert list(tmp_path.glob("*.parquet")) == []
+
+
+@pytest.mark.s3
+def test_an_export_to_a_bucket_that_does_not_exist_creates_none(cache, s3_endpoint, tmp_path):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    with pytest.raises(raycache.ConfigError, match=r"bucket 'rc-typo-bucket' does not exist.*"
+                                                   r"never creates one.*spelling"):
+        raycache.export(cache, "s3://rc-typo-bucket/exports/toy.parquet")
+    assert not fs.exists("rc-typo-bucket")
+    with pytest.raises(raycache.ConfigError, match="bucket 'rc-typo-bucket' does not exist"):
+        parquet_export.write(Rows(cache, {"proj": 16}, "float32"),
+                             "s3://rc-typo-bucket/toy.parquet", {}, False)
+    assert not fs.exists("rc-typo-bucket")
+
+
+@pytest.mark.s3
+def test_an_s3_overwrite_never_removes_the_old_object_and_sweeps_stale_temporaries(
+        cache, bucket, monkeypatch):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    target = f"{bucket[5:]}/exports/toy.parquet"
+    fs.pipe_file(target, b"the old export")
+    stale = f"{bucket[5:]}/exports/{parquet_export.TEMP}{uuid.uuid4().hex}-toy.parquet"
+    fs.pipe_file(stale, b"a killed export's rows")
+    removed = []
+
+    def spy(real):
+        async def spied(self, path, *args, **kwargs):
+            removed.extend([path] if isinstance(path, str) else path)
+            return await real(self, path, *args, **kwargs)
+        return spied
+
+    for name in ("_rm", "_rm_file"):  # what the export's own client (made after this) calls
+        monkeypatch.setattr(s3fs.S3FileSystem, name, spy(getattr(s3fs.S3FileSystem, name)))
+    monkeypatch.setattr(export_target, "STALE_S", 0.0)  # moto's objects cannot be backdated
+    done = raycache.export(cache, f"{bucket}/exports/toy.parquet", overwrite=True,
+                           options={"skip_instance_cache": True})
+    assert done.rows == 595 and target not in removed and stale in removed
+    assert fs.ls(f"{bucket}/exports", detail=False) == [target]
+    with fs.open(target, "rb") as f:
+        assert pq.read_metadata(f).num_rows == 595
+
+
+def test_where_a_move_refuses_an_existing_target_the_old_file_survives_a_failed_one(
+        cache, monkeypatch):
+    """A filesystem whose move will not replace (an SFTP server's rename): the old file moves
+    aside first, and back where the new one cannot follow."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    fs, real = fsspec.filesystem("memory"), MemoryFileSystem.mv
+    fs.pipe_file("/refusing/toy.parquet", b"the old export")
+    fails = []
+
+    def refusing(self, path1, path2, **kwargs):
+        if self.exists(path2):
+            raise FileExistsError(path2)
+        if fails and path2.endswith("toy.parquet"):
+            raise OSError(fails.pop())
+        return real(self, path1, path2, **kwargs)
+
+    monkeypatch.setattr(MemoryFileSystem, "mv", refusing)
+    fails.append("the connection dropped")
+    with pytest.raises(OSError, match="connection dropped"):
+        raycache.export(cache, "memory://refusing/toy.parquet", overwrite=True)
+    assert fs.cat_file("/refusing/toy.parquet") == b"the old export"
+    assert fs.ls("/refusing", detail=False) == ["/refusing/toy.parquet"]
+    assert raycache.export(cache, "memory://refusing/toy.parquet", overwrite=True).rows == 595
+    assert fs.ls("/refusing", detail=False) == ["/refusing/toy.parquet"]
+    with fs.open("/refusing/toy.parquet", "rb") as f:
+        assert pq.read_metadata(f).num_rows == 595

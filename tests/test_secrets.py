@@ -35,10 +35,13 @@ def leaks(data: bytes) -> list[str]:
 def test_secret_names():
     secret = ["key", "secret", "token", "password", "aws_secret_access_key", "aws_session_token",
               "AccessKeyId", "SecretAccessKey", "client_secret", "account_key", "sas_token",
-              "api_key", "credentials", "Authorization", "passphrase", "private_key_id"]
+              "api_key", "credentials", "Authorization", "passphrase", "private_key_id",
+              "connection_string", "ConnectionString", "conn_str", "pkey", "session_token",
+              "client_secret", "credential", "x-api-key", "bearer_token"]
     plain = ["endpoint_url", "region_name", "anon", "client_kwargs", "config_kwargs",
              "connect_timeout", "use_listings_cache", "version_aware", "requester_pays",
-             "default_block_size", "profile", "monkey", "tokenizer", "keyword"]
+             "default_block_size", "profile", "monkey", "tokenizer", "keyword", "username",
+             "host", "port", "known_hosts", "connections", "string", "account_name"]
     assert [n for n in secret if not is_secret(n)] == []
     assert [n for n in plain if is_secret(n)] == []
 
@@ -60,6 +63,11 @@ def test_redact_seal_split_merge_round_trip():
     assert sorted(secret) == ["client_kwargs", "headers", "key", "token"]
     assert reveal(merge(public, secret)) == options
     assert reveal(pickle.loads(pickle.dumps(sealed))) == options  # workers get the values
+    pairs = {"headers": [("Authorization", f"Bearer {TOKEN}"), ("Accept", "*/*")],
+             "pkey": object(), "connection_string": f"AccountKey={SECRET}"}
+    assert reveal(seal(pairs)) == pairs and leaks(repr(seal(pairs)).encode()) == []
+    assert redact(pairs) == {"headers": [["Authorization", REDACTED], ["Accept", "*/*"]],
+                             "pkey": REDACTED, "connection_string": REDACTED}
 
 
 def test_configs_and_store_never_show_their_credentials():
@@ -126,3 +134,35 @@ def test_head_loads_with_the_callers_options(tmp_path):
 
     with pytest.raises(raycache.RaycacheError, match="not a head checkpoint"):
         load_head(str(Path(tmp_path)), **seal({"auto_mkdir": True}))
+
+
+PASSWORD, CONNECTION = "raycache-password-lmn", "AccountKey=raycache-connection-uvw"
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_predict_on_ray_writes_no_credential_to_rays_session(ray_session, tmp_path):
+    """A predict on Ray (Ray Data read tasks, the head's tasks) with credentials in the input's
+    options: they reach the tasks, and no file of Ray's session folder (logs, the export events
+    of Ray Data's operators, which record their arguments) holds them afterwards."""
+    from ray._private.worker import global_worker
+
+    (tmp_path / "source").mkdir()
+    pq.write_table(separable(n=120), tmp_path / "source" / "a.parquet")
+    store = str(tmp_path / "store")
+    raycache.fill(toy_fill(str(tmp_path / "source"), store, in_process=True))
+    head = raycache.train({"cache": "toy", "store": {"uri": store}, "num_workers": 0,
+                           "progress": False, "epochs": 1}).checkpoint
+    out = tmp_path / "out.parquet"
+    options = {"password": PASSWORD, "connection_string": CONNECTION}
+    result = raycache.predict_file({"checkpoint": head, "input": str(tmp_path / "source"),
+                                    "output": str(out), "options": options,
+                                    "in_process": False, "progress": False})
+    assert result.rows == 120 and "task(s)" in result.where and pq.read_table(out).num_rows == 120
+    session = Path(global_worker.node.get_session_dir_path())
+    files = [p for p in session.rglob("*") if p.is_file() and p.stat().st_size < 2**26
+             and "sockets" not in p.parts]
+    assert {str(p) for p in files if any(v.encode() in p.read_bytes()
+                                         for v in (PASSWORD, CONNECTION))} == set()
+    exports = b"".join(p.read_bytes() for p in session.rglob("event_EXPORT_DATASET_METADATA*"))
+    assert b'"connection_string": "<redacted>"' in exports  # the reads' arguments, recorded

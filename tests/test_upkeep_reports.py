@@ -56,8 +56,10 @@ def test_inspect_shows_a_cache_filled_from_data_in_memory(tmp_path, capsys):
     assert f"data in memory (pyarrow.Table, 30 rows, sha256 {digest[:16]})" in out
 
 
-@pytest.mark.parametrize("keep_runs", [True, False])
-def test_gc_keeps_the_trained_heads_of_what_it_removes_when_asked(tmp_path, capsys, keep_runs):
+@pytest.mark.parametrize("flags", [None, [], ["--keep-runs"], ["--remove-runs"]])
+def test_gc_keeps_the_trained_heads_of_what_it_removes_unless_asked(tmp_path, capsys, flags):
+    """A head a server or a script loads outlives its cache's removal by default; only
+    --remove-runs takes it (--keep-runs, the default, still reads); None: the SDK's gc."""
     (tmp_path / "source").mkdir()
     pq.write_table(separable(n=120), tmp_path / "source" / "a.parquet")
     store = str(tmp_path / "store")
@@ -68,14 +70,20 @@ def test_gc_keeps_the_trained_heads_of_what_it_removes_when_asked(tmp_path, caps
     pq.write_table(separable(n=120, seed=3), tmp_path / "source" / "a.parquet")
     raycache.fill(cfg)
     args = ["gc", "--store", store, "--keep-last", "1", "--delete"]
-    assert main(args + (["--keep-runs"] if keep_runs else [])) == 0
+    if flags is None:
+        print("\n".join(raycache.gc(store, keep_last=1, delete=True).lines()))
+    else:
+        assert main(args + flags) == 0
+    keep_runs = flags != ["--remove-runs"]
     out = capsys.readouterr().out
     assert f"removed toy/{v1.fingerprint}" in out
     assert not (tmp_path / "store" / "toy" / v1.fingerprint / "manifest.json").exists()
     if keep_runs:
-        assert "its trained heads, kept" in out
+        assert "its trained heads, kept (runs/; --remove-runs removes them)" in out
         head = raycache.load_head(run.checkpoint)  # a head loads without its cache
         assert head.spec.fingerprint == v1.fingerprint
         assert not list((tmp_path / "store" / "toy" / v1.fingerprint).glob("shards/*"))
+        assert main(args + ["--grace", "0", "--include-newest", "--keep-last", "0"]) == 0
+        assert raycache.load_head(run.checkpoint).spec.fingerprint == v1.fingerprint
     else:
         assert not (tmp_path / "store" / "toy" / v1.fingerprint).exists()

@@ -18,6 +18,7 @@ from raycache._compute.actor import set_threads
 from raycache._compute.kept import kept
 from raycache._compute.pool import LIGHT_CPUS, READ_CPUS, Pool
 from raycache._compute.prepare import Inputs, PrepareActor
+from raycache._core.secrets import seal
 from raycache._errors import EncoderError
 from raycache._source import files as sources
 
@@ -62,6 +63,9 @@ class Job:
     sink: Stage | None = None
     ordered: bool = False
     """Output in input order (Ray Data's preserve_order)."""
+
+    def __post_init__(self) -> None:
+        self.options = seal(self.options)  # read tasks' arguments show credentials redacted
 
     @property
     def columns(self) -> list[str]:

@@ -16,11 +16,14 @@ __all__ = ["REDACTED", "SECRET_NAME", "Secret", "is_secret", "merge", "redact", 
 REDACTED = "<redacted>"
 
 SECRET_NAME = re.compile(
-    r"(^|_)(key|keys|sas|sig|pwd|auth)(_|$)"  # whole words: key, account_key, sas_token ...
+    r"(^|_)(key|keys|pkey|sas|sig|pwd|auth|jwt|dsn)(_|$)"  # whole words: key, account_key ...
     r"|tokens?(_|$)|secret|passw|passphrase|credential|authoriz|signature|cookie|private"
-    r"|apikey|accesskey|accountkey|sessionkey"
+    r"|apikey|accesskey|accountkey|sessionkey|bearer|conn(ection)?_?str"
 )
-"""A name (snake or camel case, lowered, words joined by _) that holds a credential."""
+"""A name (snake or camel case, lowered, words joined by _) that holds a credential: fsspec's
+(s3fs key, secret, token, session_token, client_kwargs' aws_secret_access_key; gcsfs token;
+adlfs account_key, connection_string, sas_token, client_secret, credential; sftp/ssh password,
+pkey, passphrase; http headers' Authorization) and their like."""
 
 
 def is_secret(name: str) -> bool:
@@ -55,10 +58,19 @@ class Secret:
         return Secret, (self._value,)  # Ray's object store carries it to workers
 
 
+def _pair(options: Any) -> bool:
+    """A (name, value) pair whose name holds a credential: a header given as a tuple."""
+    return (isinstance(options, list | tuple) and len(options) == 2
+            and isinstance(options[0], str) and is_secret(options[0]))
+
+
 def seal(options: Any) -> Any:
-    """Options with every value under a secret name wrapped in a Secret (nested dicts too)."""
+    """Options with every value under a secret name wrapped in a Secret (nested dicts too, and
+    (name, value) pairs such as headers given as tuples)."""
     if isinstance(options, dict):
         return {k: Secret(v) if is_secret(k) else seal(v) for k, v in options.items()}
+    if _pair(options):
+        return type(options)((options[0], Secret(options[1])))
     if isinstance(options, list | tuple):
         return type(options)(seal(v) for v in options)
     return options
@@ -81,6 +93,8 @@ def redact(options: Any) -> Any:
         return REDACTED
     if isinstance(options, dict):
         return {k: REDACTED if is_secret(k) else redact(v) for k, v in options.items()}
+    if _pair(options):
+        return [options[0], REDACTED]
     if isinstance(options, list | tuple):
         return [redact(v) for v in options]
     return options

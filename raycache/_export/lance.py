@@ -14,15 +14,19 @@ import pyarrow as pa
 
 from raycache._errors import ConfigError, RaycacheError
 from raycache._export.rows import Rows
+from raycache._export.target import bucket_problem
 
 __all__ = ["check", "index_settings", "write"]
 
 
 def check(to: str, options: dict[str, Any], overwrite: bool) -> list[str]:
-    """What is wrong before anything is read: no pylance, or the dataset exists."""
+    """What is wrong before anything is read: no pylance, its bucket does not exist, or the
+    dataset exists."""
     if importlib.util.find_spec("lance") is None:
         return ["format 'lance' needs pylance, which is not installed: `pip install pylance`"]
     fs, path = fsspec.core.url_to_fs(to, **options)
+    if problems := bucket_problem(fs, path, to):
+        return problems
     if fs.exists(path) and not overwrite:
         return [f"export target {to!r} exists; pass overwrite=True (--overwrite) to replace "
                 "it, or name another folder"]

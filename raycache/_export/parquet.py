@@ -1,6 +1,7 @@
 """Export to one Parquet file: key, labels and each encoder's vectors as FixedSizeList<float>
-[dim], written shard by shard under a temporary name beside the target and moved into place
-last, on any fsspec store (or to a binary stream, such as stdout).
+[dim], written shard by shard under a temporary name beside the target and moved over it last
+(`target`: the old file stays until the new one is whole), on any fsspec store (or to a binary
+stream, such as stdout).
 
 pyarrow and Polars read the vectors back as fixed-size lists (Polars: Array[Float32, dim]);
 DuckDB as a FLOAT[] list (Parquet itself has no fixed-size list), `column::FLOAT[dim]` being
@@ -9,7 +10,6 @@ its fixed-size array."""
 from __future__ import annotations
 
 import posixpath
-import uuid
 from typing import Any, BinaryIO
 
 import fsspec
@@ -17,17 +17,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raycache._errors import ConfigError, RaycacheError
+from raycache._export import target
 from raycache._export.rows import Rows
+from raycache._export.target import TEMP
 
 __all__ = ["TEMP", "check", "write"]
 
-TEMP = ".raycache-export-"
-"""The temporary file's name begins so (beside the target, removed on failure)."""
-
 
 def check(to: str, options: dict[str, Any], overwrite: bool) -> list[str]:
-    """What is wrong with the target before anything is read: it exists (without overwrite)."""
+    """What is wrong with the target before anything is read: its bucket does not exist, it
+    exists (without overwrite), it is a folder."""
     fs, path = fsspec.core.url_to_fs(to, **options)
+    if problems := target.bucket_problem(fs, path, to):
+        return problems
     if fs.exists(path) and not overwrite:
         return [f"export target {to!r} exists; pass overwrite=True (--overwrite) to replace "
                 "it, or name another file"]
@@ -65,7 +67,8 @@ def _stream(rows: Rows, sink: Any) -> int:
 
 def write(rows: Rows, to: str | BinaryIO, options: dict[str, Any], overwrite: bool,
           **_: Any) -> dict[str, Any]:
-    """Write the Parquet file (or stream); its URI, rows and bytes."""
+    """Write the Parquet file (or stream); its URI, rows and bytes. The stale temporary files
+    of killed exports to the same file are swept first."""
     if not isinstance(to, str):  # a stream: written as it comes, nothing to move
         n = _stream(rows, to)
         return {"to": "-", "rows": n, "bytes": None}
@@ -73,10 +76,9 @@ def write(rows: Rows, to: str | BinaryIO, options: dict[str, Any], overwrite: bo
     if problems:
         raise ConfigError(problems)
     fs, path = fsspec.core.url_to_fs(to, **options)
-    folder = posixpath.dirname(path)
-    if folder:
-        fs.makedirs(folder, exist_ok=True)
-    temp = posixpath.join(folder, f"{TEMP}{uuid.uuid4().hex}-{posixpath.basename(path)}")
+    target.make_folder(fs, posixpath.dirname(path))
+    target.sweep(fs, path)
+    temp = target.temp_path(path)
     try:
         with fs.open(temp, "wb") as f:
             n = _stream(rows, f)
@@ -84,9 +86,7 @@ def write(rows: Rows, to: str | BinaryIO, options: dict[str, Any], overwrite: bo
             raise RaycacheError(f"export of {rows.label} wrote {n} rows, its manifest says "
                                 f"{rows.rows}; nothing was written to {to!r}; `raycache "
                                 f"verify {rows.label}` checks the cache")
-        if fs.exists(path):
-            fs.rm(path)
-        fs.mv(temp, path)
+        target.replace(fs, temp, path)
     finally:
         if fs.exists(temp):
             fs.rm(temp)

@@ -9,9 +9,10 @@ from typing import Any
 
 from raycache._cache.committed import Cache
 from raycache._cache.finding import open_cache
-from raycache._cache.manifest import human_bytes
+from raycache._cache.manifest import Manifest, human_bytes
+from raycache._cache.manifests import read_manifest
 from raycache._cache.store import Store
-from raycache._errors import ConfigError
+from raycache._errors import CacheNotFound, ConfigError, CorruptCache, CorruptShard, StoreError
 from raycache._export import EXPORTERS
 from raycache._export.rows import rows_of
 
@@ -78,7 +79,11 @@ def export(cache: Cache | str, to: Any, format: str = "parquet", *,
 
     Every shard is read and checked against its sha256, and only the rows the version keeps
     are written (a shared shard's kept rows, as `Cache.read_table` gives them), a few shards at
-    a time: memory stays flat whatever the cache's size.
+    a time: memory stays flat whatever the cache's size. A shard found missing or changed is
+    damage only if the version's manifest is still the one the export began with: one that a
+    compaction or repair rewrote meanwhile (gc then removing the shards it stopped reading) is
+    exported again from its new manifest, once (a stream or a Lance dataset: an error that
+    says so).
 
     Args:
         cache: A Cache, or a cache's name (its newest version, or `fingerprint`, in `store`).
@@ -105,7 +110,10 @@ def export(cache: Cache | str, to: Any, format: str = "parquet", *,
 
     Raises:
         ConfigError: An unknown format or encoder, a bad dtype, a target that exists without
-            `overwrite`, or the format's package is not installed; nothing is read then.
+            `overwrite`, a bucket that does not exist (none is created), or the format's
+            package is not installed; nothing is read then.
+        CorruptShard: A shard does not match the version's manifest (`raycache repair`).
+        CacheNotFound: The version was removed (gc) while it was exported.
 
     Example:
         ```python
@@ -121,10 +129,54 @@ def export(cache: Cache | str, to: Any, format: str = "parquet", *,
     if isinstance(cache, str):
         name, _, fp = cache.partition("/")
         cache = open_cache(name, store, fingerprint or fp or None)
-    rows = rows_of(cache, encoders, dtype)
     settings = {"collection": collection} if format == "qdrant" else (
         {"index": index} if format == "lance" else {})
-    written = EXPORTERS[format].write(rows, to, dict(options or {}), overwrite, **settings)
+    for again in (True, False):
+        rows = rows_of(cache, encoders, dtype)
+        try:
+            written = EXPORTERS[format].write(rows, to, dict(options or {}), overwrite,
+                                              **settings)
+            break
+        except (CorruptShard, CorruptCache) as exc:
+            cache = _read_again(cache, exc, again and _restartable(format, to), to)
     return ExportResult(cache=rows.label, format=format, to=written["to"], rows=written["rows"],
                         columns=tuple(rows.columns), dims=dict(rows.vectors), dtype=dtype,
                         bytes=written["bytes"], seconds=time.perf_counter() - started)
+
+
+def _restartable(format: str, to: Any) -> bool:
+    """Whether a failed export can be written again from the start: a Parquet file (its
+    temporary file removed) or a Qdrant collection (removed), not a stream or a Lance
+    dataset."""
+    return format == "qdrant" or (format == "parquet" and isinstance(to, str))
+
+
+def _read_again(cache: Cache, exc: StoreError, retry: bool, to: Any) -> Cache:
+    """The version as its manifest now reads, after a shard read failed with `exc`: `exc`
+    again where the manifest is as the export found it (the damage is real); the new one to
+    export again from (`retry`), else an error that says it changed while it was exported."""
+    label = f"{cache.name}/{cache.fingerprint}"
+    now = read_manifest(cache.store, cache.dir)
+    if now is None:
+        raise CacheNotFound(
+            f"cache {label} was removed (gc) while it was exported to {_where(to)}; what was "
+            "written is not its rows: export a version that is there (`raycache ls`)") from exc
+    if _same(now, cache.manifest):
+        raise exc
+    if not retry:
+        raise StoreError(
+            f"cache {label} was compacted or repaired while it was exported to {_where(to)} "
+            f"(its manifest changed, and the shards it read before are gone: {exc.uri or exc}); "
+            "its rows are intact. Run the export again") from exc
+    return Cache(cache.store, now)
+
+
+def _same(a: Manifest, b: Manifest) -> bool:
+    """Whether two reads of a version's manifest are the same commit (a compaction or repair
+    writes a new shard list, and a new `created`)."""
+    return (a.created, a.shard_list, a.fill_seconds, a.totals) == (
+        b.created, b.shard_list, b.fill_seconds, b.totals)
+
+
+def _where(to: Any) -> str:
+    return repr(to) if isinstance(to, str) else "a stream" if hasattr(to, "write") else str(to)

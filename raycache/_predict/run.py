@@ -18,6 +18,7 @@ from raycache._compute import runner, where
 from raycache._compute.pool import Pool
 from raycache._compute.runner import Job, Stage
 from raycache._core.config import AUTO, load
+from raycache._core.secrets import seal
 from raycache._errors import ConfigError, RaycacheError
 from raycache._predict.config import AUTO_IN_PROCESS_BYTES, ROWS_PER_CALL, PredictConfig
 from raycache._source import files as sources
@@ -93,10 +94,13 @@ class PredictResult:
 
 
 def plan(cfg: PredictConfig) -> PredictPlan:
-    """Load the head, check the input's columns and the output's place; no Ray, no encoding."""
+    """Load the head, check the input's columns and the output's place; no Ray, no encoding.
+    The options' credentials are sealed from here on (`_core.secrets`): what Ray records of
+    the read and model tasks' arguments shows them redacted."""
     from raycache._heads.loaded import load_head
     from raycache._predict.stage import OUTPUTS, output_fields
 
+    cfg = dataclasses.replace(cfg, options=seal(cfg.options))
     head = load_head(cfg.checkpoint, **cfg.options)
     encoders = head.encoder_configs()
     fmt, files = sources.list_files(SourceConfig(cfg.input, cfg.format, options=cfg.options))
@@ -203,12 +207,12 @@ def rows_per_call(cfg: PredictConfig) -> int:
 
 def job(p: PredictPlan, units: list[sources.Unit]) -> Job:
     """The job for the stage runner, its output rows in input order: read units -> prepare
-    (tokenise) -> predict actor pool (the head, loaded once per actor)."""
+    (tokenise) -> predict actor pool (the head, loaded once per actor); the options sealed."""
     from raycache._predict.stage import PredictActor
 
-    cfg = p.cfg
-    return Job(units, p.format, cfg.options, rows_per_call(cfg), p.head.encoder_configs(), p.keep,
-               model=Stage(PredictActor, dict(checkpoint=cfg.checkpoint, options=cfg.options)),
+    cfg, options = p.cfg, seal(p.cfg.options)
+    return Job(units, p.format, options, rows_per_call(cfg), p.head.encoder_configs(), p.keep,
+               model=Stage(PredictActor, dict(checkpoint=cfg.checkpoint, options=options)),
                ordered=True)
 
 

@@ -1,6 +1,7 @@
 """Garbage collection of a store: unfinished fills and stray files past a grace period, and old
 fingerprints of each name by policy (keep-last, older-than, max-size), never what a live run
-reads, nor a shard file that a kept version shares (mark and sweep)."""
+reads, nor a shard file that a kept version shares, nor (unless asked) a trained head (mark and
+sweep)."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ class GcResult:
 def gc(store: Store | str | None = None, keep_last: int | None = None,
        older_than: str | float | None = None, max_size: str | int | None = None,
        grace: str | float | None = "24h", delete: bool = False, include_newest: bool = False,
-       now: float | None = None, damaged: bool = False, keep_runs: bool = False) -> GcResult:
+       now: float | None = None, damaged: bool = False, keep_runs: bool = True) -> GcResult:
     """Remove (delete=True) or list (a dry run, the default) what the policies pick.
 
     - unfinished fills (no manifest) whose newest file is older than `grace` (None: none);
@@ -122,8 +123,9 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     Never a folder a live fill writes (its lease, raycache._cache.lease, whatever the grace),
     nor a cache a run in progress reads, nor one a run that died with a checkpoint reads
     while its record is younger than `grace` (it can still resume), nor the newest committed
-    fingerprint of a name unless include_newest. A cache's runs (checkpoints of heads) go
-    with it, unless keep_runs: then its runs/ folder stays (a head loads without its cache).
+    fingerprint of a name unless include_newest. A cache's runs (checkpoints of heads, which a
+    server or a script may load) stay where the rest of its folder goes: its runs/ folder is
+    kept (a head loads without its cache) unless keep_runs=False (`--remove-runs`).
 
     Versions share storage (format 5): the shard files that a kept version reads in another
     folder stay there while the rest of that folder goes (the manifest first), and so does
@@ -144,7 +146,8 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
         now: The time to measure ages from (seconds since the epoch; None: now).
         damaged: Remove caches whose manifest or shard list cannot be read.
         keep_runs: Keep the runs/ folder (trained heads, their records) of every cache folder
-            it removes; what is left there is no cache, and gc leaves it to you.
+            it removes (the default); what is left there is no cache, and gc leaves it to you.
+            False: the runs go with their cache.
 
     Returns:
         What was removed (or would be), what was kept and why, and the bytes freed.

@@ -72,7 +72,7 @@ def lease_only(store: Store, name: str, fp: str, now: float) -> bool:
 
 
 def hold(store: Store, removals: list[Removal], refs: Refs, unknown: dict[str, str],
-         runs: bool = False) -> list[Removal]:
+         runs: bool = True) -> list[Removal]:
     """Mark, in each removal, the files that kept versions read (`refs`, and every shard file
     of a name in `unknown`), and with `runs` its trained heads (runs/): they stay. A folder
     whose every file stays is not removed."""
@@ -95,12 +95,12 @@ def hold(store: Store, removals: list[Removal], refs: Refs, unknown: dict[str, s
             if u.name in unknown:
                 readers.append(unknown[u.name])
             if heads:
-                readers.append("its trained heads, kept (keep_runs)")
+                readers.append("its trained heads, kept (runs/; --remove-runs removes them)")
             out.append(dataclasses.replace(r, held=held, readers=", ".join(readers)))
     return out
 
 
-def recheck(store: Store, r: Removal, refs: Refs, seen: set[str], runs: bool = False
+def recheck(store: Store, r: Removal, refs: Refs, seen: set[str], runs: bool = True
             ) -> tuple[Removal | None, str]:
     """The removal `r` again, just before it goes, with its name's leases and manifests read
     anew: (None, why) where a fill now writes its very folder (a repair, a compaction); every

@@ -24,7 +24,8 @@ from raycache._heads.specs import HEAD_CONFIG
 from raycache._train import checkpoint as ckpt
 from raycache._train.config import TrainConfig
 from raycache._train.console import quiet_ray_train
-from raycache._train.driver.plan import check, cluster, prepare
+from raycache._train.driver.lease import run_lease
+from raycache._train.driver.plan import check, cluster, guard_run_folder, prepare
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.driver.resources import check_local
 from raycache._train.driver.result import TrainResult
@@ -121,7 +122,8 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         CorruptShard: A shard does not match its manifest (`raycache repair` it).
         StoreError: The store cannot be reached or written (StoreUnavailable: run it again).
         FillFailed: The fill under way (`filling`) stopped with an error.
-        RaycacheError: Training failed otherwise (DivergedError: a loss became NaN or inf).
+        RaycacheError: Another train holds the run (its lease: same run_name, now), or
+            training failed otherwise (DivergedError: a loss became NaN or inf).
 
     Example:
         ```python
@@ -158,6 +160,15 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         check_local(cfg.resources)
     if filling is not None:
         spec = filling.runspec(spec)
+    with run_lease(spec.store, spec.run_dir, spec.run_name):  # one train of a run at a time
+        guard_run_folder(cfg, spec)  # again, held: another run may have written it since
+        return _held(cfg, cache, spec, start, filling)
+
+
+def _held(cfg: TrainConfig, cache: Cache, spec: WorkerSpec, start: float,
+          filling: OverlapFill | None) -> TrainResult:
+    """The run, its lease held: returned where it finished before, else trained (resumed from
+    its newest checkpoint) and recorded."""
     store = spec.store
     record = read_record(store, spec.run_dir)
     if record and record["status"] == "finished" and ckpt.latest(store, spec.run_dir):

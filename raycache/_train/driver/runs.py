@@ -16,8 +16,8 @@ from raycache._heads.specs import HEAD_CONFIG
 from raycache._train.checkpoint import PREFIX, latest
 from raycache._train.console import number, settings_text
 
-__all__ = ["MAIN", "RECORD", "RESUMABLE", "RunInfo", "checkpoint_of", "list_runs", "read_record",
-           "runs_dir", "write_record"]
+__all__ = ["MAIN", "RECORD", "RESUMABLE", "RunInfo", "checkpoint_of", "driver_alive", "list_runs",
+           "read_record", "runs_dir", "write_record"]
 
 RECORD = "run.json"
 RESUMABLE = ("resumable", "failed (resumable)")
@@ -133,7 +133,9 @@ def checkpoint_of(path: str, options: dict[str, Any] | None = None) -> str:
     return folder.url(found)
 
 
-def _alive(record: dict[str, Any]) -> bool:
+def driver_alive(record: dict[str, Any]) -> bool:
+    """Whether the driver a record names (its host and pid) may be alive: on this host, its
+    process exists; another host's is trusted to be."""
     if record.get("host") != socket.gethostname():
         return True  # another machine's driver: trust the record
     try:
@@ -181,7 +183,7 @@ def list_runs(cache: Cache) -> list[RunInfo]:
         status = record["status"]
         final = latest(store, f"{root}/{name}")
         has_ckpt = final is not None
-        if status == "running" and not _alive(record):
+        if status == "running" and not driver_alive(record):
             status = RESUMABLE[0] if has_ckpt else "interrupted"
         elif status == "failed" and has_ckpt and record.get("resumable", True):
             status = RESUMABLE[1]
