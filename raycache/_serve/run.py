@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from raycache._core.config import AUTO, load
+from raycache._core.trust import Trust
 from raycache._serve.config import ServeConfig
 
 __all__ = ["application", "build", "serve", "serve_app"]
@@ -32,7 +33,8 @@ def application(cfg: ServeConfig | dict[str, Any] | str | Path) -> Any:
         max_ongoing_requests=max(2 * cfg.max_batch_size, 8), **replicas)
     return deployment.bind(cfg.checkpoint, cfg.options, "cuda" if gpus else "cpu",
                            cfg.max_batch_size, cfg.batch_wait_timeout_s, cfg.max_texts,
-                           cfg.route_prefix, cfg.read_uris)
+                           cfg.route_prefix, cfg.read_uris,
+                           trust_code=Trust.of(cfg.trust_code).given())
 
 
 def serve_app(args: dict[str, Any]) -> Any:
@@ -90,7 +92,8 @@ def serve(config: ServeConfig | dict[str, Any] | str | Path, blocking: bool = Fa
     cfg = load(ServeConfig, config)
     from raycache._heads.loaded import load_head
 
-    load_head(cfg.checkpoint, **cfg.options)  # a bad checkpoint fails here, not in a replica
+    # a bad checkpoint (or code it names, untrusted) fails here, not in a replica
+    load_head(cfg.checkpoint, trust_code=cfg.trust_code, **cfg.options).encoder_configs()
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
     ray_serve.start(http_options={"host": cfg.host, "port": cfg.port})
