@@ -110,27 +110,29 @@ def test_a_frozen_encoders_planted_factory_never_runs_in_predict_evaluate_or_ser
     assert marker.exists()
 
 
-@pytest.fixture
-def planted_cache(tmp_path) -> tuple[str, Path]:
-    """A toy cache filled in this process whose manifest then names a planted factory."""
+def planted_store(tmp_path: Path, trainable: bool = False) -> tuple[str, Path]:
+    """A toy cache filled in this process whose manifest then names a planted factory (a
+    frozen one's also lacks a shard: repair has work to do)."""
     source = tmp_path / "source"
     source.mkdir()
     pq.write_table(separable(n=300), source / "a.parquet")
-    result = raycache.fill(toy_fill(str(source), str(tmp_path / "store"), in_process=True))
+    cfg = toy_fill(str(source), str(tmp_path / "store"), in_process=True)
+    cfg["encoders"][0]["trainable"] = trainable
+    result = raycache.fill(cfg)
     marker = tmp_path / "ran"
     path = Path(result.cache.store.root) / result.cache.dir / "manifest.json"
     saved = json.loads(path.read_text())
     enc = saved["extra"]["encoder_configs"]["proj"]
     enc["factory"], enc["kwargs"] = PLANTED, {**enc["kwargs"], "marker": str(marker)}
     path.write_text(json.dumps(saved))
-    for shard in (path.parent / "shards").glob("*.parquet"):  # repair has work to do
+    for shard in [] if trainable else (path.parent / "shards").glob("*.parquet"):
         shard.unlink()
         break
     return str(tmp_path / "store"), marker
 
 
-def test_repair_and_compact_never_run_a_manifests_planted_factory(planted_cache):
-    store, marker = planted_cache
+def test_repair_and_compact_never_run_a_manifests_planted_factory(tmp_path):
+    store, marker = planted_store(tmp_path)
     with pytest.raises(raycache.UntrustedCode, match="manifest.json: encoder_configs.proj"):
         raycache.repair("toy", store, in_process=True)
     with pytest.raises(raycache.UntrustedCode, match="manifest.json: encoder_configs.proj"):
@@ -140,6 +142,15 @@ def test_repair_and_compact_never_run_a_manifests_planted_factory(planted_cache)
     with pytest.raises(raycache.RaycacheError):  # trusted, it runs (and the cache is not its)
         raycache.repair("toy", store, in_process=True, trust_code=True)
     assert marker.exists()
+
+
+def test_training_never_runs_a_manifests_planted_trainable_factory(tmp_path):
+    store, marker = planted_store(tmp_path, trainable=True)
+    config = {"cache": "toy", "store": {"uri": store}, "epochs": 1, "num_workers": 0,
+              "progress": False, "verify": False}
+    with pytest.raises(raycache.UntrustedCode, match="manifest.json: encoder_configs.proj"):
+        raycache.train(config)
+    assert not marker.exists()
 
 
 class Planted:
