@@ -14,6 +14,7 @@ import json
 import os
 import pickle
 import random
+from collections import OrderedDict
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
@@ -90,8 +91,11 @@ def plain(value: Any) -> Any:
     weights-only read takes it whole."""
     import torch
 
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+    if type(value) in (dict, OrderedDict):  # a state_dict keeps its type and _metadata
+        out = type(value)((k, plain(v)) for k, v in value.items())
+        if hasattr(value, "_metadata"):
+            out._metadata = value._metadata
+        return out
     if type(value) in (list, tuple):
         return type(value)(plain(v) for v in value)
     if isinstance(value, np.ndarray):
