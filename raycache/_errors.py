@@ -126,9 +126,10 @@ class UntrustedCode(RaycacheError):
 
     Raised by load_head, predict, evaluate, export_head, serve, repair, compact and train (a
     trainable encoder's factory in the manifest) before the code is imported: a head folder or
-    a manifest is data, and only registered head families and encoder kinds are built from it. `field` names the file and field, `value` the code it
-    names. Pass `trust_code=True` (`--trust-code`) if you trust whoever wrote the file, or a
-    list of allowed prefixes (`trust_code=["mypkg."]`); or register the family.
+    a manifest is data, and only registered head families and encoder kinds are built from it.
+    `field` names the file and field, `value` the code it names. Pass `trust_code=True`
+    (`--trust-code`) if you trust whoever wrote the file, or a list of allowed prefixes
+    (`trust_code=["mypkg."]`); or register the family.
     """
 
     def __init__(self, message: str, field: str = "", value: str = ""):
