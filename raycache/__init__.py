@@ -56,6 +56,7 @@ from raycache._errors import (
     SourceError,
     StoreError,
     StoreUnavailable,
+    UntrustedCode,
 )
 from raycache._export.run import ExportResult, export
 from raycache._fill.config import FillConfig, ViewsConfig
@@ -164,6 +165,7 @@ __all__ = [
     "Stray",
     "TrainConfig",
     "TrainResult",
+    "UntrustedCode",
     "Usage",
     "ViewsConfig",
     "compact",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from raycache._cli_words import TRUST_HELP
+
 __all__ = ["add_evaluate", "run_evaluate"]
 
 
@@ -22,6 +24,7 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--label", help="the label column (default: the one the head was trained on)")
     p.add_argument("--output", help="a folder to write evaluation.json, confusion.txt and "
                                     "confusion.png into")
+    p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.add_argument("--json", action="store_true",
                    help="print evaluation.json's content instead of the tables")
 
@@ -30,7 +33,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """Evaluate, then print the summary, the per-class table and the confusion matrix."""
     from raycache._predict.evaluate import evaluate
 
-    ev = evaluate(args.checkpoint, args.input, label=args.label, output=args.output)
+    ev = evaluate(args.checkpoint, args.input, label=args.label, output=args.output,
+                  trust_code=args.trust_code)
     if args.json:
         print(json.dumps(ev.to_dict(), indent=2))
         return 0

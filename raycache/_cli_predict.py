@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from raycache._cli_jobs import EXAMPLES, add_overrides
-from raycache._cli_words import PREDICT_FLAGS, flags_named
+from raycache._cli_words import PREDICT_FLAGS, TRUST_HELP, flags_named
 from raycache._core.overrides import overridden
 from raycache._scripting import OK, add_json, summary
 
@@ -33,6 +33,7 @@ def add_predict(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep", nargs="+", metavar="COLUMN",
                    help="input columns to copy to the output (default: the cache's key)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.add_argument("--in-process", choices=["auto", "true", "false"], default="auto",
                    help="run without Ray (auto: for small CPU jobs with no cluster)")
     p.add_argument("--num-gpus", type=_gpus, default="auto",
@@ -54,7 +55,8 @@ def predict(args: argparse.Namespace) -> int:
     flags = {"auto": "auto", "true": True, "false": False}
     config = overridden({"checkpoint": args.checkpoint, "input": args.input,
                          "output": args.output, "keep": args.keep, "overwrite": args.overwrite,
-                         "in_process": flags[args.in_process], "pool": {"num_gpus": args.num_gpus}},
+                         "in_process": flags[args.in_process], "pool": {"num_gpus": args.num_gpus},
+                         **({"trust_code": True} if args.trust_code else {})},
                         args.overrides)
     config["checkpoint"] = checkpoint_of(config["checkpoint"], config.get("options"))
     with piped(config) as config, flags_named(PREDICT_FLAGS):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from raycache._cli_words import TRUST_HELP
+
 __all__ = ["SERVING_COMMANDS", "add_serving"]
 
 
@@ -18,6 +20,7 @@ def add_serving(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=["sentence-transformers"], default="sentence-transformers",
                    help="the folder's format (default sentence-transformers)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing folder")
+    p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     text = "serve a trained head over HTTP with Ray Serve (frozen encoder + head, batched)"
     p = sub.add_parser("serve", help=text, description=text)
     p.add_argument("--checkpoint", required=True,
@@ -25,6 +28,7 @@ def add_serving(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; 0.0.0.0 for other machines)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override a setting of the ServeConfig (repeatable), VALUE read as "
                         "YAML, e.g. max_batch_size=64 or num_replicas=2")
@@ -33,7 +37,8 @@ def add_serving(sub: argparse._SubParsersAction) -> None:
 def export_head(args: argparse.Namespace) -> int:
     from raycache._serve import HEAD_EXPORTS
 
-    folder = HEAD_EXPORTS[args.format](args.checkpoint, args.output, overwrite=args.overwrite)
+    folder = HEAD_EXPORTS[args.format](args.checkpoint, args.output, overwrite=args.overwrite,
+                                       trust_code=args.trust_code)
     print(f"export-head: wrote a {args.format} folder to {folder}")
     return 0
 
@@ -42,8 +47,8 @@ def serve(args: argparse.Namespace) -> int:
     from raycache._core.overrides import overridden
     from raycache._serve.run import serve as run
 
-    cfg = overridden({"checkpoint": args.checkpoint, "host": args.host, "port": args.port},
-                     args.overrides)
+    cfg = overridden({"checkpoint": args.checkpoint, "host": args.host, "port": args.port,
+                      **({"trust_code": True} if args.trust_code else {})}, args.overrides)
     url = run(cfg, blocking=False)
     print(f"serve: POST {{\"texts\": [...]}} to {url}; GET {url}health, {url}metadata. "
           "Ctrl-C stops it")

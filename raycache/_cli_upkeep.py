@@ -7,7 +7,7 @@ import sys
 
 from raycache._cache.config import default_store
 from raycache._cli_store import STORE_HELP, add_cache, checked_store
-from raycache._cli_words import GC_FLAGS, flags_named
+from raycache._cli_words import GC_FLAGS, TRUST_HELP, flags_named
 from raycache._scripting import DAMAGED, OK, add_json, print_json, summary
 
 __all__ = ["COMMANDS", "PARSERS"]
@@ -16,6 +16,7 @@ __all__ = ["COMMANDS", "PARSERS"]
 def add_repair(sub: argparse._SubParsersAction) -> None:
     p = add_cache(sub, "repair", "re-encode a cache's bad or missing shards from its source")
     p.add_argument("--no-progress", action="store_true", help="print no progress bar")
+    p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     add_json(p)
 
 
@@ -33,6 +34,7 @@ def add_compact(sub: argparse._SubParsersAction) -> None:
                    help="compact shared shards that keep less than this share of their rows "
                         "(default: the fill's compact_below, 0.9)")
     p.add_argument("--no-progress", action="store_true", help="print no progress bar")
+    p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     add_json(p)
 
 
@@ -65,7 +67,8 @@ def repair(args: argparse.Namespace) -> int:
 
     name, _, fp = args.cache.partition("/")
     with summary(args.json) as out:
-        out(run(name, checked_store(args.store), fp or None, progress=not args.no_progress))
+        out(run(name, checked_store(args.store), fp or None, progress=not args.no_progress,
+                trust_code=args.trust_code))
     return OK
 
 
@@ -75,7 +78,7 @@ def compact(args: argparse.Namespace) -> int:
     name, _, fp = args.cache.partition("/")
     with summary(args.json) as out:
         out(run(name, checked_store(args.store), fp or None, below=args.below,
-                progress=not args.no_progress))
+                progress=not args.no_progress, trust_code=args.trust_code))
     return OK
 
 

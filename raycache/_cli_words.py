@@ -12,7 +12,10 @@ from pathlib import Path
 
 from raycache._errors import ConfigError, DamagedCacheWarning
 
-__all__ = ["GC_FLAGS", "PREDICT_FLAGS", "flags_named", "one_line", "store_folder"]
+__all__ = ["GC_FLAGS", "PREDICT_FLAGS", "TRUST_HELP", "flags_named", "one_line", "store_folder"]
+
+TRUST_HELP = ("let the checkpoint or manifest name code to run (a head family or an encoder's "
+              "factory, module:function); without it only registered kinds are built")
 
 
 def one_line(shown, command: str):

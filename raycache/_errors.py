@@ -120,6 +120,26 @@ class CorruptCache(StoreError):
         return type(self), (str(self), self.uri, self.cache)
 
 
+class UntrustedCode(RaycacheError):
+    """A checkpoint or a store names code to run that the caller did not trust: a factory path
+    (`module:function`) of a torch encoder, or a head family that is not registered.
+
+    Raised by load_head, predict, evaluate, export_head, serve, repair, compact and train (a
+    trainable encoder's factory in the manifest) before the code is imported: a head folder or
+    a manifest is data, and only registered head families and encoder kinds are built from it.
+    `field` names the file and field, `value` the code it names. Pass `trust_code=True`
+    (`--trust-code`) if you trust whoever wrote the file, or a list of allowed prefixes
+    (`trust_code=["mypkg."]`); or register the family.
+    """
+
+    def __init__(self, message: str, field: str = "", value: str = ""):
+        super().__init__(message)
+        self.field, self.value = field, value
+
+    def __reduce__(self) -> tuple:  # keep the fields across processes (Ray workers)
+        return type(self), (str(self), self.field, self.value)
+
+
 class DivergedError(RaycacheError):
     """A training or validation loss became NaN or infinite; the run stopped before saving that
     epoch.

@@ -33,10 +33,11 @@ for line in sys.stdin:
         if op == "fill":
             out = raycache.fill(cmd["cfg"]).cache.fingerprint
         elif op == "compact":
-            out = raycache.compact("toy", cmd["store"], cmd["fp"], below=1.0,
-                                   progress=False).cache.fingerprint
+            out = raycache.compact("toy", cmd["store"], cmd["fp"], below=1.0, progress=False,
+                                   trust_code=["toy_encoders:"]).cache.fingerprint
         elif op == "repair":
-            out = raycache.repair("toy", cmd["store"], cmd["fp"], progress=False).encoded_rows
+            out = raycache.repair("toy", cmd["store"], cmd["fp"], progress=False,
+                                  trust_code=["toy_encoders:"]).encoded_rows
         elif op == "gc":
             out = [r.usage.id for r in raycache.gc(cmd["store"], keep_last=cmd["keep"],
                                                    delete=True, grace="0").removed]

@@ -17,7 +17,8 @@ from tests.conftest import TESTS, separable, toy_fill
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(300)]
 
 COMPACT = ("import sys, raycache\n"
-           "r = raycache.compact('toy', sys.argv[1], below=0.9, progress=False)\n"
+           "r = raycache.compact('toy', sys.argv[1], below=0.9, progress=False,\n"
+           "                     trust_code=['toy_encoders:'])\n"
            "print(r.compacted_rows)")
 
 

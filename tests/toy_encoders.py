@@ -148,3 +148,12 @@ class _NaNFor(torch.nn.Module):
 def nan_projection(in_dim: int = 8, out_dim: int = 16, above: float = 3.0) -> torch.nn.Module:
     """projection() that returns NaN for rows whose first feature is above `above`."""
     return _NaNFor(projection(in_dim, out_dim), above)
+
+
+def touching_projection(marker: str, in_dim: int = 8, out_dim: int = 16) -> torch.nn.Module:
+    """projection() after leaving a file at `marker`: a factory planted in a head folder or a
+    manifest, whose file shows that it ran."""
+    from pathlib import Path
+
+    Path(marker).touch()
+    return projection(in_dim, out_dim)

@@ -122,3 +122,16 @@ def failing_linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float
                    ) -> torch.nn.Module:
     """A head whose first forward pass raises a plain RuntimeError (no raycache type)."""
     return torch.nn.Sequential(torch.nn.Linear(in_dim, out_dim), _Fails())
+
+
+MARKER: str = ""
+"""touching_linear leaves a file here (a test sets it): it shows the head family ran."""
+
+
+def touching_linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float
+                    ) -> torch.nn.Module:
+    """A linear head (the registered family's layers) that leaves a file at MARKER."""
+    from pathlib import Path
+
+    Path(MARKER).touch()
+    return torch.nn.Sequential(torch.nn.Dropout(dropout), torch.nn.Linear(in_dim, out_dim))

@@ -62,6 +62,10 @@ class Family(NamedTuple):
     input_bytes: Callable[[EncoderConfig], int] | None = None
     """input_bytes(cfg) -> bytes of one row's prepared input, for a family whose inputs are
     large (images): the fill cuts its blocks to hold few of them (None: small, as text)."""
+    code: Callable[[EncoderConfig], str | None] | None = None
+    """code(cfg) -> the code ("module:function") that building the config imports and runs
+    (torch: its factory), which a config read from a file may name only where the caller
+    trusts it (raycache._encoders.trusted); None: the family builds from data alone."""
 
 
 def freeze(module: torch.nn.Module) -> torch.nn.Module:

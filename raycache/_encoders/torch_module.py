@@ -20,12 +20,13 @@ from raycache._errors import EncoderError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TORCH_MODULE", "TorchModuleEncoder", "build", "describe", "rows", "state_digest",
-           "trainable"]
+__all__ = ["TORCH_MODULE", "TorchModuleEncoder", "build", "describe", "factory", "rows",
+           "state_digest", "trainable"]
 
 
 def build(cfg: EncoderConfig) -> torch.nn.Module:
-    """Import the factory and call it with the configured kwargs."""
+    """Import the factory and call it with the configured kwargs (a config read from a file
+    is checked against the caller's trust first: raycache._encoders.trusted)."""
     ref = cfg.factory or ""
     mod_name, _, fn_name = ref.partition(":")
     if not mod_name or not fn_name:
@@ -169,5 +170,10 @@ def trainable(cfg: EncoderConfig) -> torch.nn.Module:
     return Flatten(build(cfg))
 
 
+def factory(cfg: EncoderConfig) -> str | None:
+    """The code building `cfg` runs: its factory (raycache._encoders.trusted checks it)."""
+    return cfg.factory
+
+
 TORCH_MODULE = Family(describe=describe, load=TorchModuleEncoder, prepare=prepare,
-                      live=trainable, rows=rows)
+                      live=trainable, rows=rows, code=factory)

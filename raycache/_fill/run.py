@@ -17,6 +17,7 @@ from raycache._cache.manifests import read_manifest
 from raycache._cache.records import ShardRecord
 from raycache._compute import where
 from raycache._core.transient import is_transient
+from raycache._core.trust import vouch
 from raycache._errors import (
     CorruptCache,
     DamagedCacheWarning,
@@ -64,6 +65,7 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
     """
     started = time.perf_counter(), time.time()  # the plan (encoder digests) counts too
     cfg = load_config(config)
+    vouch(e.factory for e in cfg.encoders)  # the user's own code: load_head may run it here
     if progress is not None:
         cfg = dataclasses.replace(cfg, progress=progress)
     p = plan(cfg)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,11 +16,13 @@ import torch
 from safetensors import SafetensorError
 
 from raycache._cache.store import Store
+from raycache._core.trust import Trust
 from raycache._encoders.batching import Batching
 from raycache._encoders.config import EncoderConfig
+from raycache._encoders.trusted import check_encoders
 from raycache._errors import RaycacheError
 from raycache._heads.joint import Inputs, build_model, encoder_config
-from raycache._heads.specs import HEAD_CONFIG, HeadSpec
+from raycache._heads.specs import HEAD_CONFIG, HeadSpec, check_family
 from raycache._heads.weights import WEIGHT_FILES, decode, read
 
 __all__ = ["LIVE_ROWS", "Head", "load_head"]
@@ -51,6 +54,7 @@ class Head:
     batching: Batching | None = field(default=None, repr=False)
     """How the encoders cut rows into forward passes (None: their default)."""
     _encoders: list | None = field(default=None, repr=False)
+    _trust: bool | tuple[str, ...] = field(default=False, repr=False)  # load_head's trust_code
 
     @property
     def key(self) -> str | None:
@@ -349,22 +353,29 @@ class Head:
         Raises:
             RaycacheError: head.json does not record an encoder (a cache filled by an older
                 raycache: fill it again and retrain).
+            UntrustedCode: An encoder's code (a torch factory) is not trusted (load_head).
         """
         missing = [e for e in self.spec.encoders if e not in self.spec.encoder_configs]
         if missing:
             raise RaycacheError(f"head.json does not record how to build encoders {missing}; "
                                 "the cache was filled by an older raycache: fill it again and "
                                 "retrain to predict from raw inputs (predict_embeddings works)")
-        return [EncoderConfig(**self.spec.encoder_configs[e]) for e in self.spec.encoders]
+        configs = {e: EncoderConfig(**self.spec.encoder_configs[e]) for e in self.spec.encoders}
+        check_encoders(configs, Trust.of(self._trust), f"{HEAD_CONFIG}: head.encoder_configs")
+        return list(configs.values())
 
 
-def load_head(checkpoint: str, **options: Any) -> Head:
+def load_head(checkpoint: str, *, trust_code: bool | Sequence[str] = False,
+              **options: Any) -> Head:
     """Load a trained head from its checkpoint folder alone: no Ray, no cache.
 
     Args:
         checkpoint: The checkpoint folder holding head.json and head.safetensors (or the
             head.pt of an older raycache) (a path or any fsspec URI), e.g.
             `TrainResult.checkpoint`.
+        trust_code: head.json is data: code it names (a head family or an encoder's factory,
+            "module:function") runs only where this allows it (True: any; a list: those
+            under its prefixes, ["mypkg."]) or this process's own fill or train config named it.
         **options: fsspec storage options, e.g. client_kwargs, credentials plain or sealed
             (head.json records none: they come from the caller or the environment).
 
@@ -373,6 +384,8 @@ def load_head(checkpoint: str, **options: Any) -> Head:
 
     Raises:
         RaycacheError: The folder holds no head.json or weights, or they are unreadable.
+        UntrustedCode: head.json names code (its head family, an encoder's factory) that
+            trust_code does not allow; nothing of it was imported.
         StoreError: The folder's store cannot be reached (StoreUnavailable: after retries).
 
     Example:
@@ -381,7 +394,7 @@ def load_head(checkpoint: str, **options: Any) -> Head:
         head.predict(["Return the cosine of x."])
         ```
     """
-    folder = Store(checkpoint, options)
+    folder, trust = Store(checkpoint, options), Trust.of(trust_code)
     where = f"{checkpoint}/{HEAD_CONFIG}"
     try:
         text = folder.read_bytes(folder.path(HEAD_CONFIG))
@@ -393,6 +406,9 @@ def load_head(checkpoint: str, **options: Any) -> Head:
     try:
         saved = json.loads(text)
         spec = HeadSpec.from_dict(saved["head"], where)
+        check_family(spec, trust, where)  # code it names is refused before it is imported
+        check_encoders({e: c for e, c in spec.encoder_configs.items() if e in spec.trainable},
+                       trust, f"{where}: head.encoder_configs")  # the frozen: when built
         model = build_model(spec)
         model.load_state_dict(decode(blob, name))
     except (ValueError, KeyError, TypeError, RuntimeError, EOFError, pickle.UnpicklingError,
@@ -400,5 +416,5 @@ def load_head(checkpoint: str, **options: Any) -> Head:
         raise RaycacheError(f"checkpoint {checkpoint!r} is unreadable ({type(exc).__name__}: "
                             f"{exc}); its head.json and {name} must be the ones a training "
                             "run wrote: point at a complete checkpoint_* folder") from exc
-    model.eval()
-    return Head(model, spec, {k: v for k, v in saved.items() if k != "head"})
+    return Head(model.eval(), spec, {k: v for k, v in saved.items() if k != "head"},
+                _trust=trust.given())

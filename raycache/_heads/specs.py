@@ -18,6 +18,8 @@ from raycache._errors import ConfigError
 if TYPE_CHECKING:
     from torch import nn
 
+    from raycache._core.trust import Trust
+
 __all__ = [
     "HEAD_CONFIG",
     "HEAD_FORMAT_VERSION",
@@ -28,6 +30,7 @@ __all__ = [
     "STANDARDIZED",
     "HeadSpec",
     "build_head",
+    "check_family",
     "gated",
     "linear",
     "mlp",
@@ -277,3 +280,16 @@ def build_head(spec: HeadSpec) -> nn.Module:
 
         return Normalized(module)
     return module
+
+
+def check_family(spec: HeadSpec, trust: Trust, where: str) -> None:
+    """Refuse a spec read from a file (`where`: its head.json) whose head family is code (not
+    a HEADS key) that `trust` does not allow, before anything is imported.
+
+    Raises:
+        UntrustedCode: The family is a "module:function" not trusted.
+    """
+    if spec.head not in HEADS:
+        trust.check(f"{where}: head.head", str(spec.head),
+                    f"register it in this process: raycache._heads.HEADS[{spec.head!r}] = "
+                    "its builder")

@@ -7,6 +7,7 @@ from typing import Any
 
 from raycache._compute.pool_config import PoolConfig, gather_pool_keys
 from raycache._core.config import AUTO
+from raycache._core.trust import problems as trust_problems
 from raycache._source.config import FILE_FORMATS
 
 __all__ = ["AUTO_IN_PROCESS_BYTES", "ROWS_PER_CALL", "PredictConfig"]
@@ -48,6 +49,10 @@ class PredictConfig:
     """parquet, jsonl or csv; inferred from the input's suffix when left out."""
     options: dict[str, Any] = field(default_factory=dict)
     """fsspec storage options for the checkpoint, the input and the output."""
+    trust_code: bool | list[str] = False
+    """Let the checkpoint's head.json name code to run (a head family or an encoder's factory,
+    "module:function"): true for any, or a list of allowed prefixes ([mypkg.]); false: only
+    registered kinds, and what this process's own configs named (raycache.load_head)."""
     pool: PoolConfig = field(default_factory=PoolConfig)
     """The predict actor pool: actors, CPUs and GPUs each, batching, and rows per actor call
     (`block_rows`; auto: 1,024). The flat keys of configs written before the group
@@ -92,7 +97,7 @@ class PredictConfig:
             problems = cfg.problems()  # [] for a config a predict run can plan
             ```
         """
-        out = []
+        out = trust_problems(self.trust_code)
         if self.format not in (None, *FILE_FORMATS):
             out.append(f"format={self.format!r}: expected one of {FILE_FORMATS}")
         if self.in_process not in (True, False, AUTO):

@@ -3,6 +3,7 @@ own validation keys), scored against their labels (no Ray: the head and its enco
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +23,8 @@ BATCH_ROWS = 4096
 
 
 def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | None = None,
-             output: str | None = None, **options: Any) -> Evaluation:
+             output: str | None = None, trust_code: bool | Sequence[str] = False,
+             **options: Any) -> Evaluation:
     """Score a classifier head on labelled rows: accuracy, macro-F1, per-class precision,
     recall and F1 by class name, and the confusion matrix.
 
@@ -33,6 +35,8 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
             validation keys, read from its cache (`checkpoint` must be a TrainResult).
         label: The label column of `data` (default: the label the head was trained on).
         output: A local folder to write evaluation.json, confusion.txt and confusion.png.
+        trust_code: Let head.json name code to run (see `load_head`): True for any, or the
+            allowed prefixes of factory paths.
         **options: fsspec storage options for the checkpoint and the files.
 
     Returns:
@@ -55,7 +59,8 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
 
     run = None if isinstance(checkpoint, str) else checkpoint
     path = checkpoint_of(checkpoint, options) if run is None else run.checkpoint
-    head = load_head(path, **options) if run is None else run.load_head()
+    head = (load_head(path, trust_code=trust_code, **options) if run is None
+            else run.load_head(trust_code=trust_code))
     if head.spec.objective != "classification":
         raise RaycacheError(f"checkpoint {path!r} holds a {head.spec.objective!r} head: it has "
                             "no classes to score; evaluate a classification head")

@@ -19,6 +19,7 @@ from raycache._compute.pool import Pool
 from raycache._compute.runner import Job, Stage
 from raycache._core.config import AUTO, load
 from raycache._core.secrets import seal
+from raycache._core.trust import Trust
 from raycache._errors import ConfigError, RaycacheError
 from raycache._predict.config import AUTO_IN_PROCESS_BYTES, ROWS_PER_CALL, PredictConfig
 from raycache._source import files as sources
@@ -101,7 +102,7 @@ def plan(cfg: PredictConfig) -> PredictPlan:
     from raycache._predict.stage import OUTPUTS, output_fields
 
     cfg = dataclasses.replace(cfg, options=seal(cfg.options))
-    head = load_head(cfg.checkpoint, **cfg.options)
+    head = load_head(cfg.checkpoint, trust_code=cfg.trust_code, **cfg.options)
     encoders = head.encoder_configs()
     fmt, files = sources.list_files(SourceConfig(cfg.input, cfg.format, options=cfg.options))
     schema = sources.read_schema(files[0], fmt, cfg.options)
@@ -212,7 +213,8 @@ def job(p: PredictPlan, units: list[sources.Unit]) -> Job:
 
     cfg, options = p.cfg, seal(p.cfg.options)
     return Job(units, p.format, options, rows_per_call(cfg), p.head.encoder_configs(), p.keep,
-               model=Stage(PredictActor, dict(checkpoint=cfg.checkpoint, options=options)),
+               model=Stage(PredictActor, dict(checkpoint=cfg.checkpoint, options=options,
+                                              trust_code=Trust.of(cfg.trust_code).given())),
                ordered=True)
 
 

@@ -70,11 +70,13 @@ class PredictActor:
     once, on the pool's device; each call maps prepared inputs to the kept columns plus the
     head's output columns."""
 
-    def __init__(self, checkpoint: str, options: dict[str, Any], pool: Pool):
+    def __init__(self, checkpoint: str, options: dict[str, Any], pool: Pool,
+                 trust_code: bool | tuple[str, ...] = False):
         from raycache._heads.loaded import load_head
 
         start_actor(pool, "predict")
-        self.head = load_head(checkpoint, **options).to(pool.device, pool.batching)
+        self.head = load_head(checkpoint, trust_code=trust_code, **options).to(pool.device,
+                                                                                pool.batching)
         self.configs = self.head.encoder_configs()
         self.head.encoders()  # load (and check) the encoders now, not on the first batch
 

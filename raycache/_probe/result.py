@@ -3,6 +3,7 @@ table, per-class metrics, the best row and its head)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -159,8 +160,12 @@ class ProbeResult:
         frame.index.name = "class"
         return frame
 
-    def load_head(self) -> Head:
+    def load_head(self, trust_code: bool | Sequence[str] = False) -> Head:
         """The best head, as a trained run's (predict, predict_embeddings).
+
+        Args:
+            trust_code: Let head.json name code to run (see `raycache.load_head`): True for
+                any, or the allowed prefixes of factory paths.
 
         Returns:
             The head saved with the report: the best row's, or where the best is no head
@@ -183,8 +188,8 @@ class ProbeResult:
         if self.checkpoint is None:
             raise RaycacheError("this probe saved no head (report: false, or no method that "
                                 "trains one); set report: true and add logreg or linear")
-        return load_head(self.checkpoint, **Store.from_config(self.config.store)
-                         .fsspec_options())
+        return load_head(self.checkpoint, trust_code=trust_code,
+                         **Store.from_config(self.config.store).fsspec_options())
 
     def summary(self) -> str:
         """The probe in one line: how many encoders and methods, where it ran, the best row,

@@ -29,10 +29,11 @@ class HeadServer:
     def __init__(self, checkpoint: str, options: dict[str, Any] | None = None,
                  device: str = "cpu", max_batch_size: int = 32,
                  batch_wait_timeout_s: float = 0.01, limits: Limits | None = None,
-                 route_prefix: str = "/", read_uris: bool = False):
+                 route_prefix: str = "/", read_uris: bool = False,
+                 trust_code: bool | tuple[str, ...] = False):
         from raycache._heads.loaded import load_head
 
-        self.head = load_head(checkpoint, **(options or {})).to(device)
+        self.head = load_head(checkpoint, trust_code=trust_code, **(options or {})).to(device)
         self.head.encoders()  # loaded (and their weights checked) before the first request
         if limits is None:
             from raycache._serve import config

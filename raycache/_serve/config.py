@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raycache._core.config import AUTO
+from raycache._core.trust import problems as trust_problems
 from raycache._serve.requests import Limits
 
 __all__ = ["LIMITS", "ServeConfig", "limits"]
@@ -71,6 +72,10 @@ class ServeConfig:
     read_uris: bool = False
     """Let a request name an image by path or URI, which the replica then reads with its own
     credentials (off: images come in the request, base64 or as data: URIs)."""
+    trust_code: bool | list[str] = False
+    """Let the checkpoint's head.json name code to run (a head family or an encoder's factory,
+    "module:function"): true for any, or a list of allowed prefixes ([mypkg.]); false: only
+    registered kinds, and what this process's own configs named (raycache.load_head)."""
 
     def problems(self) -> list[str]:
         """Local checks, one line per problem (the field, the value, what is expected).
@@ -83,7 +88,7 @@ class ServeConfig:
             raycache.ServeConfig("ckpt", max_batch_size=0).problems()
             ```
         """
-        out = []
+        out = trust_problems(self.trust_code)
         if not self.route_prefix.startswith("/"):
             out.append(f"route_prefix={self.route_prefix!r}: expected a path starting with /")
         if not isinstance(self.port, int) or not 0 < self.port < 65536:

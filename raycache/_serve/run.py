@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raycache._core.config import AUTO, load
+from raycache._core.trust import Trust
 from raycache._serve.config import ServeConfig, limits
 
 if TYPE_CHECKING:
@@ -39,7 +40,8 @@ def application(cfg: ServeConfig | dict[str, Any] | str | Path) -> Any:
         max_ongoing_requests=max(2 * cfg.max_batch_size, 8), **replicas)
     return deployment.bind(cfg.checkpoint, cfg.options, "cuda" if gpus else "cpu",
                            cfg.max_batch_size, cfg.batch_wait_timeout_s, limits(cfg),
-                           cfg.route_prefix, cfg.read_uris)
+                           cfg.route_prefix, cfg.read_uris,
+                           trust_code=Trust.of(cfg.trust_code).given())
 
 
 def serve_app(args: dict[str, Any]) -> Any:
@@ -97,7 +99,8 @@ def serve(config: ServeConfig | dict[str, Any] | str | Path, blocking: bool = Fa
     cfg = load(ServeConfig, config)
     from raycache._heads.loaded import load_head
 
-    head = load_head(cfg.checkpoint, **cfg.options)  # a bad checkpoint fails here, not in a replica
+    # a bad checkpoint (or code it names, untrusted) fails here, not in a replica
+    head = load_head(cfg.checkpoint, trust_code=cfg.trust_code, **cfg.options)
     check_encoders(head)  # and an encoder its replicas cannot load, before Ray starts
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +27,8 @@ IDENTITY = "torch.nn.modules.linear.Identity"
 GELU = "torch.nn.modules.activation.GELU"
 
 
-def export_head(checkpoint: str, output: str, overwrite: bool = False,
-                **options: Any) -> str:
+def export_head(checkpoint: str, output: str, overwrite: bool = False, *,
+                trust_code: bool | Sequence[str] = False, **options: Any) -> str:
     """Write a trained head as a sentence-transformers folder: `SentenceTransformer(output)`
     then encodes as the head does (a classifier's logits, a similarity head's embeddings).
 
@@ -35,6 +36,8 @@ def export_head(checkpoint: str, output: str, overwrite: bool = False,
         checkpoint: The head's checkpoint folder (path or URI), e.g. `TrainResult.checkpoint`.
         output: A local folder to write (created; it must not exist unless `overwrite`).
         overwrite: Replace an existing `output`.
+        trust_code: Let head.json name code to run (see `load_head`): True for any, or the
+            allowed prefixes of factory paths.
         **options: fsspec storage options for reading the checkpoint.
 
     Returns:
@@ -55,7 +58,7 @@ def export_head(checkpoint: str, output: str, overwrite: bool = False,
     """
     from raycache._heads.loaded import load_head
 
-    head = load_head(checkpoint, **options)
+    head = load_head(checkpoint, trust_code=trust_code, **options)
     encoder = _one_text_encoder(head)
     denses = _denses(head)
     out = Path(output)

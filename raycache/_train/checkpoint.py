@@ -3,7 +3,8 @@
 A checkpoint folder `<run>/checkpoint_<epoch>/` holds head.safetensors and head.json (enough to
 use the head, see raycache._predict) and state.pt (everything to resume: optimizer, schedule,
 scaler, epoch, RNG states, early-stopping state, history). state.pt is written last: a folder
-without it is incomplete and never resumed from.
+without it is incomplete and never resumed from. It holds tensors and plain values only, and
+is read weights-only: a planted one is refused, never unpickled.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import random
-from typing import TYPE_CHECKING, Any
+from collections import OrderedDict
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
 from raycache._cache.store import Store
+from raycache._errors import RaycacheError
 from raycache._heads.specs import HEAD_CONFIG, HEAD_WEIGHTS, HeadSpec
 from raycache._heads.weights import encode
 
@@ -28,6 +32,8 @@ __all__ = [
     "STATE",
     "checkpoint_name",
     "latest",
+    "load_state",
+    "plain",
     "prune",
     "read_state",
     "rng_state",
@@ -48,8 +54,10 @@ def checkpoint_name(epoch: int) -> str:
 def rng_state() -> dict[str, Any]:
     import torch
 
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-             "python": random.getstate()}
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                       float(gauss))}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -59,7 +67,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
     import torch
 
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -74,7 +83,26 @@ def write_folder(folder: str, head: HeadSpec, head_weights: dict[str, torch.Tens
         f.write(encode(head_weights))
     with open(os.path.join(folder, HEAD_CONFIG), "w") as f:
         json.dump({"head": head.to_dict(), **info}, f, indent=2, default=str)
-    torch.save(state, os.path.join(folder, STATE))
+    torch.save(plain(state), os.path.join(folder, STATE))
+
+
+def plain(value: Any) -> Any:
+    """`value` with numpy arrays as tensors and numpy scalars as Python numbers, so that a
+    weights-only read takes it whole."""
+    import torch
+
+    if type(value) in (dict, OrderedDict):  # a state_dict keeps its type and _metadata
+        out = type(value)((k, plain(v)) for k, v in value.items())
+        if hasattr(value, "_metadata"):
+            out._metadata = value._metadata
+        return out
+    if type(value) in (list, tuple):
+        return type(value)(plain(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def upload(store: Store, folder: str, dest: str) -> None:
@@ -94,11 +122,42 @@ def latest(store: Store, run_dir: str) -> str | None:
 
 
 def read_state(store: Store, path: str) -> dict[str, Any]:
-    """state.pt of a checkpoint folder (written by raycache itself, so fully unpickled)."""
+    """state.pt of a checkpoint folder, read weights-only (see `load_state`)."""
+    return load_state(io.BytesIO(store.read_bytes(f"{path}/{STATE}")), f"{path}/{STATE}")
+
+
+def load_state(f: IO[bytes], where: str) -> dict[str, Any]:
+    """A state.pt read weights-only: tensors and plain values (and the numpy values older
+    raycache wrote), nothing imported or called.
+
+    Raises:
+        RaycacheError: It holds anything else (not written by raycache): named, with the fix.
+    """
     import torch
 
-    return torch.load(io.BytesIO(store.read_bytes(f"{path}/{STATE}")), map_location="cpu",
-                      weights_only=False)
+    try:
+        with torch.serialization.safe_globals(list(_old_numpy())):
+            state = torch.load(f, map_location="cpu", weights_only=True)  # nothing runs
+    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError) as exc:
+        raise RaycacheError(
+            f"{where} is not a training state raycache wrote: a weights-only read refuses it "
+            f"({str(exc).splitlines()[0][:200]}), and a checkpoint is never unpickled whole. "
+            "Start the run afresh: remove that checkpoint folder (or the run's folder), or "
+            "train under a new run_name") from exc
+    if not isinstance(state, dict):
+        raise RaycacheError(f"{where} holds a {type(state).__name__}, not a training state; "
+                            "remove that checkpoint folder to start the run afresh")
+    return state
+
+
+def _old_numpy() -> list[Any]:
+    """What state.pt held beyond tensors and plain values before raycache saved it plain
+    (numpy's RNG state and scalars): allowed in a weights-only read, so those runs resume."""
+    from numpy._core import multiarray
+
+    numeric = [t for n in np.dtypes.__all__ if issubclass((t := getattr(np.dtypes, n)).type,
+                                                          np.number | np.bool_)]
+    return [np.dtype, multiarray.scalar, multiarray._reconstruct, np.ndarray, *numeric]
 
 
 def prune(store: Store, run_dir: str, keep: int) -> None:

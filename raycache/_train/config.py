@@ -8,6 +8,7 @@ from typing import Any
 
 from raycache._cache.config import StoreConfig
 from raycache._core.config import AUTO, is_name, non_finite, sweepable
+from raycache._core.trust import problems as trust_problems
 from raycache._train.recipe_config import (
     MONITOR_MODES,
     PLACEMENTS,
@@ -94,6 +95,10 @@ class TrainConfig:
     verify: bool = True
     """Check each shard's size and sha256 against the manifest the first time a worker reads it
     in a run (a mismatch stops the run, naming the shard and `raycache repair`)."""
+    trust_code: bool | list[str] = False
+    """Let the cache's manifest name code to run: a trainable torch encoder's factory (true for
+    any, or a list of allowed prefixes, [mypkg.]); false: only what this process's own fill
+    config named (a head family here is your own code, and runs)."""
     run_name: str | None = None
     """Run folder under the cache's runs/; derived from this config when left out, so running
     the same config again resumes (or returns) that run."""
@@ -145,7 +150,7 @@ class TrainConfig:
             # ["dropout=1.5: expected a value in [0, 1), e.g. 0.1"]
             ```
         """
-        out = []  # the groups' own checks: the loader walks them (core.config.walk_problems)
+        out = trust_problems(self.trust_code)  # the groups' own: the loader walks them
         if self.views not in (True, False, AUTO):
             out.append(f"views={self.views!r}: expected true, false or 'auto'")
         if self.run_name is not None and not is_name(self.run_name):

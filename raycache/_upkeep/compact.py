@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from raycache._cache.entry_rows import is_shared
@@ -22,7 +23,7 @@ __all__ = ["compact"]
 
 def compact(name: str, store: Store | str | None = None, fingerprint: str | None = None, *,
             below: float | None = None, source_options: dict[str, Any] | None = None,
-            progress: bool = True) -> FillResult:
+            progress: bool = True, trust_code: bool | Sequence[str] = False) -> FillResult:
     """Compact a cache version: its sparse or small shared shards written again in its folder.
 
     The shared shards that keep less than `below` of their rows, and the small ones once they
@@ -40,6 +41,8 @@ def compact(name: str, store: Store | str | None = None, fingerprint: str | None
             compact_below, 0.9).
         source_options: fsspec storage options for the source (never recorded in the cache).
         progress: Show the progress bar and summary.
+        trust_code: Let the manifest name code to run (a torch encoder's factory): True for
+            any, or the allowed prefixes; False: only what this process's own configs named.
 
     Returns:
         The result, as a fill's: a hit where there was nothing to compact.
@@ -50,6 +53,7 @@ def compact(name: str, store: Store | str | None = None, fingerprint: str | None
         CorruptCache: Its manifest cannot be read (fill it again).
         SourceError: The source it was filled from cannot be read as it was.
         EncoderError: An encoder cannot be built or run.
+        UntrustedCode: The manifest names code that trust_code does not allow.
         StoreError: The store cannot be reached or written (StoreUnavailable: after its
             retries; run it again).
 
@@ -61,7 +65,7 @@ def compact(name: str, store: Store | str | None = None, fingerprint: str | None
     """
     started = time.perf_counter(), time.time()
     cache = open_cache(name, store, fingerprint)
-    cfg = config_of(cache, source_options or {}, progress, "auto")
+    cfg = config_of(cache, source_options or {}, progress, "auto", trust_code)
     if below is not None:
         cfg = dataclasses.replace(cfg, compact_below=below)
     p = plan(cfg)

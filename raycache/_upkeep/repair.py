@@ -4,6 +4,7 @@ and commit a corrected manifest."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from raycache._cache.committed import Cache
@@ -12,7 +13,9 @@ from raycache._cache.confined import path_problem
 from raycache._cache.entry_rows import is_shared, label
 from raycache._cache.finding import open_cache
 from raycache._cache.store import Store
+from raycache._core.trust import Trust
 from raycache._encoders.config import EncoderConfig
+from raycache._encoders.trusted import check_encoders
 from raycache._errors import RaycacheError
 from raycache._fill.config import FillConfig, ViewsConfig
 from raycache._fill.plan import plan
@@ -26,7 +29,8 @@ __all__ = ["config_of", "own_records", "remove_bad", "repair"]
 
 def repair(name: str, store: Store | str | None = None, fingerprint: str | None = None, *,
            source_options: dict[str, Any] | None = None, progress: bool = True,
-           in_process: bool | str = "auto") -> FillResult:
+           in_process: bool | str = "auto", trust_code: bool | Sequence[str] = False
+           ) -> FillResult:
     """Verify a cache and re-encode only the shards that fail, from its unchanged source.
 
     All shards are re-encoded where its shard list cannot be read (which rows each holds is
@@ -42,6 +46,8 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
         source_options: fsspec storage options for the source (never recorded in the cache).
         progress: Show the progress bar and summary.
         in_process: The fill's setting of that name: encode in this process, on Ray, or auto.
+        trust_code: Let the manifest name code to run (a torch encoder's factory): True for
+            any, or the allowed prefixes; False: only what this process's own configs named.
 
     Returns:
         The result, as a fill's, its summary saying repair: a hit where every shard passed.
@@ -53,6 +59,7 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
         CorruptCache: Its manifest cannot be read (fill it again).
         SourceError: The source it was filled from cannot be read as it was.
         EncoderError: An encoder cannot be built or run.
+        UntrustedCode: The manifest names code that trust_code does not allow.
         StoreError: The store cannot be reached or written (StoreUnavailable: after its
             retries; run it again).
 
@@ -69,7 +76,7 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
     report = verify(cache)
     if report.ok:
         return FillResult(cache, True, time.perf_counter() - started[0], 0, repair=True)
-    p = plan(config_of(cache, source_options or {}, progress, in_process))
+    p = plan(config_of(cache, source_options or {}, progress, in_process, trust_code))
     if p.fingerprint != cache.fingerprint:
         raise RaycacheError(
             f"cannot repair {cache.name}/{cache.fingerprint}: its source or encoders changed "
@@ -106,10 +113,12 @@ def remove_bad(cache: Cache, bad: set[str]) -> None:
 
 
 def config_of(cache: Cache, source_options: dict[str, Any], progress: bool,
-            in_process: bool | str) -> FillConfig:
+              in_process: bool | str, trust_code: bool | Sequence[str] = False) -> FillConfig:
     """The fill config a manifest was committed from (store and source options apart, which
-    are never recorded)."""
+    are never recorded), its encoders' code checked against `trust_code` (UntrustedCode)."""
     m = cache.manifest
+    check_encoders(m.extra.get("encoder_configs", {}), Trust.of(trust_code),
+                   f"{cache.dir}/manifest.json: encoder_configs")
     source = m.inputs["source"]
     encoders = [EncoderConfig(**c) for c in m.extra["encoder_configs"].values()]
     return FillConfig(

@@ -18,7 +18,9 @@ from raycache._cache.committed import Cache
 from raycache._cache.finding import open_cache
 from raycache._cache.store import Store
 from raycache._core.config import load, walk_problems
+from raycache._core.trust import Trust
 from raycache._encoders.config import EncoderConfig
+from raycache._encoders.trusted import check_encoders
 from raycache._errors import ConfigError
 from raycache._heads import HEADS
 from raycache._heads.specs import HeadSpec, standardizes
@@ -151,6 +153,8 @@ def trainable_encoders(cfg: TrainConfig, cache: Cache, encoders: list[str]) -> d
     if problems:
         raise ConfigError(problems)
     saved = m.extra.get("encoder_configs", {})
+    check_encoders({n: saved[n] for n in names if n in saved}, Trust.of(cfg.trust_code),
+                   f"{m.name}/{m.fingerprint} manifest.json: encoder_configs")
     out = {}
     for name in names:
         out[name] = m.encoder(name).dim

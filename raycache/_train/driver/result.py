@@ -3,6 +3,7 @@ the epoch whose weights it serves, a sweep's members, and its summary."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -99,18 +100,24 @@ class TrainResult:
         fraction = self.spec.recipe.evaluation.val_fraction
         return np.asarray(validation_mask(keys, fraction).to_pylist(), dtype=bool)
 
-    def load_head(self) -> Head:
+    def load_head(self, trust_code: bool | Sequence[str] = False) -> Head:
         """The trained head, ready to predict from raw inputs or embeddings.
+
+        Args:
+            trust_code: Let head.json name code to run (see `raycache.load_head`): True for
+                any, or the allowed prefixes of factory paths.
 
         Returns:
             The head from `checkpoint`, on the CPU.
 
         Raises:
             RaycacheError: The checkpoint is unreadable.
+            UntrustedCode: head.json names code that trust_code does not allow.
         """
         from raycache._heads.loaded import load_head
 
-        return load_head(self.checkpoint, **self.cache.store.fsspec_options())
+        return load_head(self.checkpoint, trust_code=trust_code,
+                         **self.cache.store.fsspec_options())
 
     def history_frame(self) -> pd.DataFrame:
         """Metrics per epoch as a DataFrame (plot it with .plot(x="epoch")).

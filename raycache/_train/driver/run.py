@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from raycache._cache.committed import Cache
 from raycache._cache.store import Store
 from raycache._core.transient import is_transient
+from raycache._core.trust import vouch
 from raycache._errors import (
     ConfigError,
     DivergedError,
@@ -137,6 +138,7 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
                       DeprecationWarning, stacklevel=2)
         filling = landing
     cfg = load_train(config)
+    vouch([cfg.head, *cfg.sweep.get("head", [])])  # the user's own head families
     if progress is not None:
         cfg.progress = progress
     start = time.perf_counter()

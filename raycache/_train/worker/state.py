@@ -6,8 +6,6 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-import torch
-
 from raycache._train import checkpoint as ckpt
 from raycache._train.metrics_log import write_metrics, write_sweep
 from raycache._train.worker.best_epoch import saved_epoch, serves_best, sweep_rows
@@ -51,7 +49,7 @@ def restore(heads: WorkerHeads) -> None:
     state = None
     if given is not None:
         with given.as_directory() as d, open(f"{d}/{ckpt.STATE}", "rb") as f:
-            state = torch.load(f, map_location="cpu", weights_only=False)
+            state = ckpt.load_state(f, f"{given.path}/{ckpt.STATE}")
     else:
         path = ckpt.latest(heads.spec.store, heads.spec.run_dir)
         if path is not None:
