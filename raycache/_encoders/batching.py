@@ -115,7 +115,18 @@ class Batching:
 
     @classmethod
     def on(cls, gpu: bool) -> Batching:
-        """The default forward sizes of a pool: on CPUs 256 rows and 2,048 tokens; on GPUs
-        16,384 rows and 262,144 tokens (a forward long enough that launching it costs little
-        next to running it)."""
+        """The default forward sizes of a pool.
+
+        Args:
+            gpu: Whether the pool's models run on GPUs.
+
+        Returns:
+            On CPUs 256 rows and 2,048 tokens; on GPUs 16,384 rows and 262,144 tokens (a
+            forward long enough that launching it costs little next to running it).
+
+        Example:
+            ```python
+            raycache.Batching.on(gpu=True)  # Batching(max_rows=16384, token_budget=262144)
+            ```
+        """
         return cls(16384, 262144) if gpu else cls(256, 2048)

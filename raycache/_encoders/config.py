@@ -68,9 +68,9 @@ class EncoderConfig:
     """hf-text: how a forward holds rows of uneven length: padded (each batch padded to its
     longest row), or packed (the rows' tokens one after another with their cumulative lengths,
     no padding; BERT, RoBERTa and XLM-R models; torch's varlen attention on a GPU in bfloat16
-    or float16, an exact reference elsewhere). auto: packed on a GPU where the model supports
-    it, else padded. Not part of the fingerprint: both give the same embeddings (within 1e-5
-    in float32)."""
+    or float16, an exact reference elsewhere). auto: packed on a GPU in bfloat16 or float16
+    where the model supports it, else padded. Not part of the fingerprint: both give the same
+    embeddings (within 1e-5 in float32)."""
     trainable: bool = False
     """Trained with the head: its outputs change as it learns, so the fill does not encode it
     but stores its input (hf-text: token ids) in column `<name>__input`, and training runs it
