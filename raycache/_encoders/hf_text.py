@@ -86,11 +86,7 @@ def describe(cfg: EncoderConfig) -> dict[str, Any]:
     folder, weights, others = _files(cfg)
     config = json.loads((folder / "config.json").read_text())
     hidden = config.get("hidden_size")
-    if cfg.attention == "packed" and config.get("model_type") not in packed.FIRST_POSITION:
-        raise EncoderError(
-            f"encoder {cfg.name!r}: attention='packed', but its model_type "
-            f"{config.get('model_type')!r} has no packed forward (those that do: "
-            f"{sorted(packed.FIRST_POSITION)}); set attention: auto or padded")
+    _packs(cfg, config.get("model_type"))
     s = settings(cfg)
     return {
         "kind": cfg.kind,
@@ -107,6 +103,15 @@ def describe(cfg: EncoderConfig) -> dict[str, Any]:
         "config_digest": digest_files(others, folder),
         **({"trainable": True} if cfg.trainable else {}),
     }
+
+
+def _packs(cfg: EncoderConfig, model_type: str | None) -> None:
+    """Refuse attention: packed for a model type without a packed forward."""
+    if cfg.attention == "packed" and model_type not in packed.FIRST_POSITION:
+        raise EncoderError(
+            f"encoder {cfg.name!r}: attention='packed', but its model_type {model_type!r} has "
+            f"no packed forward (those that do: {sorted(packed.FIRST_POSITION)}); set "
+            "attention: auto or padded")
 
 
 @functools.lru_cache(maxsize=8)
@@ -179,6 +184,7 @@ class HFTextEncoder:
         self.pad_id = 0  # padded positions are masked out of attention and pooling
         self.mode = compute_mode(device, cfg.precision)
         model = freeze(AutoModel.from_pretrained(s.folder))
+        _packs(cfg, model.config.model_type)
         self.packed = cfg.attention == "packed" or (
             cfg.attention == AUTO and device.startswith("cuda") and self.mode.startswith("cast-")
             and packed.supports(model.config))
