@@ -16,6 +16,8 @@ the same on the CPU (float32) as a smoke run.
 
     python bench/gpu/anchor.py --json anchor.json                 # on the GPU machine
     python bench/gpu/anchor.py --cpu --rows 2000 --precision float32
+    python bench/gpu/anchor.py --cpu --rows 500 --precision float32 --sets uneven \
+        --loops padded,packed
 """
 
 from __future__ import annotations
@@ -201,6 +203,7 @@ def main() -> None:
     parser.add_argument("--precision", default="bfloat16")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (a smoke run)")
     parser.add_argument("--loops", default="eager,padded,packed")
+    parser.add_argument("--sets", default="bench,uneven")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -212,8 +215,9 @@ def main() -> None:
     report: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu",
                     "rows": args.rows, "precision": args.precision,
                     "batching": dataclasses.asdict(batching), "sets": {}}
-    sets = {"bench": short_texts(50_000), "uneven": uneven_texts()}
-    for name, texts in sets.items():
+    sets = {"bench": lambda: short_texts(50_000), "uneven": uneven_texts}
+    for name in args.sets.split(","):
+        texts = sets[name]()
         ids = token_ids(texts, args.rows)
         tokens = np.diff(ids.offsets.to_numpy())
         figures: dict = {"tokens_mean": round(float(tokens.mean()), 1)}
