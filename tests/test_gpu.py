@@ -140,3 +140,32 @@ def test_images_as_uint8_normalised_on_the_gpu_in_bfloat16_match_float32_pixels_
                                     path=str(tmp_path)), "cpu").forward(prepared)
     cosine = (cpu * got).sum(1) / np.linalg.norm(cpu, axis=1) / np.linalg.norm(got, axis=1)
     assert cosine.min() >= 0.999
+
+
+def test_lean_bf16_forwards_on_cuda_match_float32_and_never_sync():
+    """The lean forward on a GPU: weights cast, no autocast, packed (varlen) where the card has
+    flash attention, cosine >= 0.999 to float32 padded or packed; no batch forward syncs
+    (torch's sync debug mode raises on one)."""
+    from tests.test_packed import minilm, uneven_texts
+
+    texts = pa.array(uneven_texts(64))
+    want = ENCODERS["hf-text"].load(minilm(), "cpu").encode(texts)
+    for attention in ("auto", "padded"):
+        enc = ENCODERS["hf-text"].load(minilm(precision="bfloat16", attention=attention), "cuda")
+        seen = []
+        enc.model.register_forward_hook(
+            lambda *_, seen=seen: seen.append(torch.is_autocast_enabled("cuda")))
+        assert enc.mode == "cast-bfloat16" and enc.packed == (attention == "auto")
+        assert enc.varlen == (attention == "auto" and torch.cuda.get_device_capability() >= (8, 0))
+        got = enc.encode(texts)
+        assert seen and not any(seen)
+        cosine = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+        assert cosine.min() >= 0.999, (attention, cosine.min())
+        prepared, run = enc.prepare(texts), enc._packed if enc.packed else enc._padded
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            with torch.inference_mode():
+                run(prepared, np.arange(len(prepared)))
+        finally:
+            torch.cuda.set_sync_debug_mode(0)

@@ -153,7 +153,7 @@ def test_a_failure_part_way_leaves_no_output(heads, tmp_path):
 def test_pool_and_in_process_are_decided_from_the_cluster_and_the_input(heads, monkeypatch):
     cfg = PredictConfig(heads["classifier"], str(heads["jsonl"]), "o.parquet")
     gpu = size_pool(cfg.pool, [{"CPU": 16.0, "GPU": 2.0}], None)
-    assert (gpu.gpus, gpu.actors, gpu.batching.max_rows) == (1.0, 2, 4096)
+    assert (gpu.gpus, gpu.actors, gpu.batching.max_rows) == (1.0, 2, 16384)
     cpu = size_pool(cfg.pool, [{"CPU": 2.0}], None)
     assert cpu.gpus == 0 and cpu.batching.max_rows == 256
     with pytest.raises(ConfigError, match=r"pool.num_gpus=1: the cluster has 2 CPUs and 0 GPUs"):

@@ -4,6 +4,7 @@ before work starts, with the value, what the cluster has and the fix."""
 import pytest
 
 from raycache._compute.pool import READ_CPUS, size_pool
+from raycache._encoders.batching import Batching
 from raycache._errors import ConfigError
 from raycache._fill.config import FillConfig
 from raycache._fill.plan import load_config as load_fill
@@ -39,7 +40,8 @@ def test_auto_never_starts_more_actors_than_there_are_blocks():
 def test_fractional_gpus_put_several_actors_on_one_gpu():
     pool = size_pool(ask(num_gpus=0.25), [{"CPU": 16.0, "GPU": 1.0}])
     assert (pool.actors, pool.gpus, pool.device) == (4, 0.25, "cuda")
-    assert pool.batching.max_rows == 4096 and pool.prepare_actors >= 8
+    assert pool.batching == Batching(16384, 262144) == Batching.on(gpu=True)
+    assert pool.prepare_actors >= 8
 
 
 def test_gpus_asked_of_a_cluster_without_gpus_is_refused():

@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=5_000_000, help="rows of the GPU fill")
     parser.add_argument("--num-gpus", nargs="+", default=["1", "0.5"],
                         help="GPUs per model actor, a GPU fill each")
-    parser.add_argument("--steps", default="fill,tests,train,sweep",
+    parser.add_argument("--steps", default="anchor,fill,tests,train,sweep",
                         help="which steps, comma-separated")
     parser.add_argument("-k", default=None, help="pytest -k of the tests step")
     args = parser.parse_args()
@@ -125,6 +125,11 @@ def main() -> None:
         report["gpu"] = smi.stdout.strip()
     steps, chosen = report["steps"], set(args.steps.split(","))
     rows = args.rows if on_gpu else 256
+    if "anchor" in chosen:  # the device anchors first: the ceiling the fills are read against
+        smoke = [] if on_gpu else ["--cpu", "--rows", "2000", "--precision", "float32"]
+        steps["anchor"] = step("anchor", [py, "bench/gpu/anchor.py", "--json",
+                                          str(out / "anchor.json"), *smoke],
+                               env, left(100), out, out / "anchor.json")
     if "fill" in chosen:
         steps["fill"] = step("fill", [py, "bench/gpu/fill.py", "--rows", str(rows),
                                       "--num-gpus", *(args.num_gpus if on_gpu else ["1"]),

@@ -133,10 +133,10 @@ def size_pool(cfg: PoolConfig, cluster: list[dict[str, float]], blocks: int | No
     if gpus > 0:
         threads = max(1, round(cpus))
     on_gpu = gpus > 0
+    auto = Batching.on(on_gpu)
     batching = Batching(
-        max_rows=(4096 if on_gpu else 256) if cfg.batch_size == AUTO else int(cfg.batch_size),
-        token_budget=(65536 if on_gpu else 2048) if cfg.token_budget == AUTO
-        else int(cfg.token_budget),
+        max_rows=auto.max_rows if cfg.batch_size == AUTO else int(cfg.batch_size),
+        token_budget=auto.token_budget if cfg.token_budget == AUTO else int(cfg.token_budget),
     )
     if not on_gpu:
         return Pool(actors, cpus, gpus, threads, batching, LIGHT_CPUS, 1)

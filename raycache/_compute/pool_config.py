@@ -37,10 +37,10 @@ class PoolConfig:
     """Logical CPUs per actor; its torch threads follow (auto: 1 beside a GPU, else a quarter
     of a node's cores, leaving 1.25 CPUs a node for reading, tokenising and writing)."""
     batch_size: int | str = AUTO
-    """Rows per forward pass at most (auto: 256 on CPU, 4,096 on GPU)."""
+    """Rows per forward pass at most (auto: 256 on CPU, 16,384 on GPU)."""
     token_budget: int | str = AUTO
     """Padded tokens per forward pass at most, for text: rows are sorted by length and cut
-    into batches under this budget (auto: 2,048 on CPU, 65,536 on GPU)."""
+    into batches under this budget (auto: 2,048 on CPU, 262,144 on GPU)."""
     block_rows: int | str = AUTO
     """Rows per Ray Data block and per actor call. A fill cuts whole shards (auto: 16,384 rows
     on CPU, 65,536 with GPUs, fewer where the fill is small so the pool gets at least 8 blocks,

@@ -17,8 +17,9 @@ from raycache._encoders.config import EncoderConfig
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Batching", "Encoder", "Family", "autocast", "digest_files", "freeze",
-           "in_compute_dtype", "to_device"]
+__all__ = ["COMPUTE", "Batching", "Encoder", "Family", "autocast", "autocast_for", "compute_mode",
+           "described_compute", "digest_files", "forward_stored", "freeze", "in_compute_dtype",
+           "running", "to_device"]
 
 
 class Encoder(Protocol):
@@ -68,6 +69,15 @@ class Family(NamedTuple):
     trusts it (raycache._encoders.trusted); None: the family builds from data alone."""
 
 
+def forward_stored(encoder: Encoder, prepared: pa.Array, dtype: str) -> np.ndarray:
+    """An encoder's outputs for storage as `dtype`: cast on the device by an encoder that can
+    (`casts_on_device`: half the bytes copied back), else as it gives them, for the caller's
+    cast."""
+    if getattr(encoder, "casts_on_device", False):
+        return encoder.forward(prepared, dtype=dtype)
+    return encoder.forward(prepared)
+
+
 def freeze(module: torch.nn.Module) -> torch.nn.Module:
     """Eval mode, no gradients: the only state in which an encoder's output is cacheable."""
     module.eval()
@@ -84,6 +94,45 @@ def autocast(device: str, precision: str) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
     kind = "cuda" if device.startswith("cuda") else "cpu"
     return torch.autocast(device_type=kind, dtype=getattr(torch, precision))
+
+
+def compute_mode(device: str, precision: str) -> str:
+    """How a model runs at `precision` on `device`: "float32"; on a GPU "cast-<precision>"
+    (its weights cast to the compute dtype, run without autocast: autocast over cast weights
+    would still run layer norms in float32, with their casts, each forward); on CPUs
+    "autocast-<precision>" (float32 weights under autocast)."""
+    if precision == "float32":
+        return "float32"
+    return f"{'cast' if device.startswith('cuda') else 'autocast'}-{precision}"
+
+
+COMPUTE = "cuda:cast,cpu:autocast"
+"""The compute modes of `compute_mode`, as an encoder's description records them for a
+precision other than float32 (the fingerprint is made where the device is not known yet)."""
+
+
+def described_compute(precision: str) -> dict[str, str]:
+    """What an encoder's description holds of its compute mode: nothing for float32 (caches
+    filled before the modes were recorded keep their fingerprint), else COMPUTE."""
+    return {} if precision == "float32" else {"compute": COMPUTE}
+
+
+def running(module: torch.nn.Module, device: str, mode: str) -> torch.nn.Module:
+    """`module` on `device` as `mode` runs it: its weights cast for a "cast-" mode."""
+    import torch
+
+    module = module.to(device)
+    if mode.startswith("cast-"):
+        return module.to(getattr(torch, mode.removeprefix("cast-")))
+    return module
+
+
+def autocast_for(device: str, mode: str) -> contextlib.AbstractContextManager:
+    """The context a forward runs in: autocast for an "autocast-" mode, else none (float32, or
+    weights already cast)."""
+    if not mode.startswith("autocast-"):
+        return contextlib.nullcontext()
+    return autocast(device, mode.removeprefix("autocast-"))
 
 
 def in_compute_dtype(module: torch.nn.Module, device: str, precision: str) -> torch.nn.Module:

@@ -15,15 +15,20 @@ if TYPE_CHECKING:
 __all__ = ["Batching", "by_length", "encode_sorted", "pad_ids", "to_host"]
 
 
-def by_length(lengths: np.ndarray, max_rows: int, token_budget: int) -> Iterator[np.ndarray]:
+def by_length(lengths: np.ndarray, max_rows: int, token_budget: int,
+              packed: bool = False) -> Iterator[np.ndarray]:
     """Row indices in batches of similar length: each batch holds at most `max_rows` rows and
-    at most `token_budget` padded tokens (rows x longest row), and at least one row."""
+    at most `token_budget` tokens (padded: rows x longest row; `packed`: the rows' own tokens),
+    and at least one row."""
     order = np.argsort(lengths, kind="stable")
     i, n = 0, len(order)
     while i < n:
-        j = i + 1
-        while j < n and j - i < max_rows and (j - i + 1) * lengths[order[j]] <= token_budget:
-            j += 1  # lengths are ascending, so the newest row is the longest
+        j, tokens = i + 1, int(lengths[order[i]])
+        while j < n and j - i < max_rows:
+            tokens += int(lengths[order[j]])  # lengths are ascending: the newest row is longest
+            if (tokens if packed else (j - i + 1) * lengths[order[j]]) > token_budget:
+                break
+            j += 1
         yield order[i:j]
         i = j
 
@@ -33,21 +38,28 @@ def encode_sorted(
     max_rows: int,
     token_budget: int,
     forward: Callable[[np.ndarray], torch.Tensor],
+    dtype: str = "float32",
+    packed: bool = False,
 ) -> np.ndarray:
-    """Run `forward(indices) -> (len(indices), dim)` over length-sorted batches and put the
-    outputs back in the rows' original order, as one float32 array. Nothing waits on the
-    device between batches: on a GPU the next batch is padded and sent while this one runs,
-    and the outputs come back in one copy (`to_host`)."""
-    parts, order = [], []
-    for idx in by_length(lengths, max_rows, token_budget):
-        parts.append(forward(idx))
-        order.append(idx)
-    if not parts:
-        return np.empty((0, 0), np.float32)
-    sorted_rows = to_host(parts)
-    out = np.empty_like(sorted_rows)
-    out[np.concatenate(order)] = sorted_rows
-    return out
+    """Run `forward(indices) -> (len(indices), dim)` over length-sorted batches, each batch's
+    output cast to `dtype` and written at its rows' original positions in one array on the
+    device (the un-sort and the cast done there), then one copy to the host. Nothing waits on
+    the device between batches: on a GPU the next batch is built and sent while this one runs."""
+    import torch
+
+    out = None
+    for idx in by_length(lengths, max_rows, token_budget, packed):
+        part = forward(idx)
+        if out is None:
+            out = torch.empty((len(lengths), part.shape[1]), dtype=getattr(torch, dtype),
+                              device=part.device)
+        index = torch.from_numpy(idx.astype(np.int64))
+        if part.is_cuda:
+            index = index.pin_memory().to(part.device, non_blocking=True)
+        out.index_copy_(0, index, part.to(out.dtype))
+    if out is None:
+        return np.empty((0, 0), dtype)
+    return _copied(out)
 
 
 def to_host(parts: list[torch.Tensor]) -> np.ndarray:
@@ -55,11 +67,19 @@ def to_host(parts: list[torch.Tensor]) -> np.ndarray:
     computed, then one copy (one wait on a GPU, not one per batch)."""
     import torch
 
-    joined = (parts[0] if len(parts) == 1 else torch.cat(parts)).float()
-    if not joined.is_cuda:
-        return joined.numpy()
-    host = torch.empty(joined.shape, dtype=joined.dtype, pin_memory=True)  # (cached by torch)
-    return host.copy_(joined).numpy()  # into page-locked memory: the copy at the bus's speed
+    return _copied((parts[0] if len(parts) == 1 else torch.cat(parts)).float())
+
+
+def _copied(t: torch.Tensor) -> np.ndarray:
+    """A device tensor on the host in one copy: from a GPU into page-locked memory (at the
+    bus's speed) that torch's host allocator hands out again once the array is freed, so the
+    blocks of a fill reuse the same pinned buffers without one array aliasing another's."""
+    import torch
+
+    if not t.is_cuda:
+        return t.numpy()
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    return host.copy_(t).numpy()
 
 
 def pad_ids(ids: pa.ListArray, idx: np.ndarray, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -90,4 +110,23 @@ class Batching:
     max_rows: int = 64
     """Rows per forward pass at most."""
     token_budget: int = 2048
-    """Padded tokens (rows x longest row) per forward pass at most, for sequence inputs."""
+    """Padded tokens (rows x longest row) per forward pass at most, for sequence inputs (the
+    rows' own tokens, for packed batches)."""
+
+    @classmethod
+    def on(cls, gpu: bool) -> Batching:
+        """The default forward sizes of a pool.
+
+        Args:
+            gpu: Whether the pool's models run on GPUs.
+
+        Returns:
+            On CPUs 256 rows and 2,048 tokens; on GPUs 16,384 rows and 262,144 tokens (a
+            forward long enough that launching it costs little next to running it).
+
+        Example:
+            ```python
+            raycache.Batching.on(gpu=True)  # Batching(max_rows=16384, token_budget=262144)
+            ```
+        """
+        return cls(16384, 262144) if gpu else cls(256, 2048)

@@ -9,10 +9,11 @@ from raycache._core.config import AUTO
 from raycache._core.secrets import seal
 from raycache._encoders.pooling import POOLINGS
 
-__all__ = ["IMAGE_POOLINGS", "PRECISIONS", "STORAGE_DTYPES", "EncoderConfig"]
+__all__ = ["ATTENTIONS", "IMAGE_POOLINGS", "PRECISIONS", "STORAGE_DTYPES", "EncoderConfig"]
 
 STORAGE_DTYPES = ("float32", "float16")
 PRECISIONS = ("float32", "bfloat16", "float16")
+ATTENTIONS = (AUTO, "padded", "packed")
 IMAGE_POOLINGS = ("pooler", "cls", "mean", "projection")
 """hf-image poolings: the model's pooled output, its CLS token, the mean of its patch tokens (of
 the feature map, for a convolutional model), or a CLIP-style model's image-feature projection."""
@@ -60,8 +61,16 @@ class EncoderConfig:
     dtype: str = "float32"
     """Storage dtype of the embedding column: float32 or float16."""
     precision: str = "float32"
-    """Inference precision: float32, bfloat16 or float16 (autocast; part of the fingerprint).
-    On a GPU bfloat16/float16 are faster; on CPUs without bf16 units they are slower."""
+    """Inference precision: float32, bfloat16 or float16 (part of the fingerprint). On a GPU the
+    weights are cast to it and run without autocast, faster; on CPUs they stay float32 under
+    autocast, slower on CPUs without bf16 units."""
+    attention: str = AUTO
+    """hf-text: how a forward holds rows of uneven length: padded (each batch padded to its
+    longest row), or packed (the rows' tokens one after another with their cumulative lengths,
+    no padding; BERT, RoBERTa and XLM-R models; torch's varlen attention on a GPU in bfloat16
+    or float16, an exact reference elsewhere). auto: packed on a GPU in bfloat16 or float16
+    where the model supports it, else padded. Not part of the fingerprint: both give the same
+    embeddings (within 1e-5 in float32)."""
     trainable: bool = False
     """Trained with the head: its outputs change as it learns, so the fill does not encode it
     but stores its input (hf-text: token ids) in column `<name>__input`, and training runs it
@@ -88,6 +97,8 @@ class EncoderConfig:
             out.append(f"dtype={self.dtype!r}: expected one of {STORAGE_DTYPES}")
         if self.precision not in PRECISIONS:
             out.append(f"precision={self.precision!r}: expected one of {PRECISIONS}")
+        if self.attention not in ATTENTIONS:
+            out.append(f"attention={self.attention!r}: expected one of {ATTENTIONS}")
         poolings = IMAGE_POOLINGS if self.kind == "hf-image" else tuple(POOLINGS)
         if self.pooling != AUTO and self.pooling not in poolings:
             out.append(f"pooling={self.pooling!r}: expected auto or one of "

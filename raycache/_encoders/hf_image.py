@@ -57,6 +57,9 @@ CHUNK = 256
 BACKEND = "pil"
 """The image processors' backend, fixed (transformers picks torchvision where it is installed,
 whose resize differs): the same pixels on every machine, and part of the fingerprint."""
+MAX_ROWS = 4096
+"""Images a forward pass at most: a GPU pool's text-sized default (16,384 rows) would hold
+~15 GB of a ViT-B/16's attention scores; a `batch_size` above it is cut to it."""
 
 
 @dataclass(frozen=True)
@@ -328,8 +331,9 @@ class HFImageEncoder:
                                "whose image processor's rescale no float32 step replays; "
                                "prepare and encode with the same raycache and model folder")
         with torch.inference_mode():
-            for i in range(0, len(host), self.batching.max_rows):
-                batch = host[i:i + self.batching.max_rows].to(self.device, non_blocking=True)
+            step = min(self.batching.max_rows, MAX_ROWS)
+            for i in range(0, len(host), step):
+                batch = host[i:i + step].to(self.device, non_blocking=True)
                 if batch.dtype == torch.uint8 and self.scaling is not None:
                     batch = self.scaling.apply(batch, self.dtype)
                 with autocast(self.device, self.cfg.precision):

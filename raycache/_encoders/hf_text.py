@@ -14,13 +14,16 @@ import numpy as np
 import pyarrow as pa
 
 from raycache._core.config import AUTO
+from raycache._encoders import packed
 from raycache._encoders.base import (
     Batching,
     Family,
-    autocast,
+    autocast_for,
+    compute_mode,
+    described_compute,
     digest_files,
     freeze,
-    in_compute_dtype,
+    running,
     to_device,
 )
 from raycache._encoders.batching import encode_sorted, pad_ids
@@ -81,7 +84,9 @@ def _files(cfg: EncoderConfig) -> tuple[Path, list[Path], list[Path]]:
 
 def describe(cfg: EncoderConfig) -> dict[str, Any]:
     folder, weights, others = _files(cfg)
-    hidden = json.loads((folder / "config.json").read_text()).get("hidden_size")
+    config = json.loads((folder / "config.json").read_text())
+    hidden = config.get("hidden_size")
+    _packs(cfg, config.get("model_type"))
     s = settings(cfg)
     return {
         "kind": cfg.kind,
@@ -92,11 +97,21 @@ def describe(cfg: EncoderConfig) -> dict[str, Any]:
         **({"lowercase": True} if s.lowercase else {}),
         "dtype": cfg.dtype,
         "precision": cfg.precision,
+        **described_compute(cfg.precision),
         "dim": hidden,
         "weights_digest": "" if cfg.trainable else digest_files(weights, folder),
         "config_digest": digest_files(others, folder),
         **({"trainable": True} if cfg.trainable else {}),
     }
+
+
+def _packs(cfg: EncoderConfig, model_type: str | None) -> None:
+    """Refuse attention: packed for a model type without a packed forward."""
+    if cfg.attention == "packed" and model_type not in packed.FIRST_POSITION:
+        raise EncoderError(
+            f"encoder {cfg.name!r}: attention='packed', but its model_type {model_type!r} has "
+            f"no packed forward (those that do: {sorted(packed.FIRST_POSITION)}); set "
+            "attention: auto or padded")
 
 
 @functools.lru_cache(maxsize=8)
@@ -150,7 +165,12 @@ class Tokenize:
 
 
 class HFTextEncoder:
-    """Pooled transformer embeddings (see Settings), over length-sorted batches of token ids."""
+    """Pooled transformer embeddings (see Settings), over length-sorted batches of token ids:
+    padded, or packed (raycache._encoders.packed) as EncoderConfig.attention says. Every mask
+    and index is decided on the host, so a forward never waits on the device."""
+
+    casts_on_device = True
+    """forward takes the storage dtype (raycache._encoders.base.forward_stored)."""
 
     def __init__(self, cfg: EncoderConfig, device: str, batching: Batching | None = None):
         from transformers import AutoModel
@@ -159,10 +179,21 @@ class HFTextEncoder:
         hf_logging.disable_progress_bar()  # one progress bar per fill, the driver's
         self.cfg, self.device, self.batching = cfg, device, batching or Batching()
         self.prepare = Tokenize(cfg)
-        folder, self.pool = self.prepare.settings.folder, POOLINGS[self.prepare.settings.pooling]
+        s = self.prepare.settings
+        self.pool, self.segment_pool = POOLINGS[s.pooling], packed.SEGMENT_POOLINGS[s.pooling]
         self.pad_id = 0  # padded positions are masked out of attention and pooling
-        self.model = in_compute_dtype(freeze(AutoModel.from_pretrained(folder)).to(device),
-                                      device, cfg.precision)
+        self.mode = compute_mode(device, cfg.precision)
+        model = freeze(AutoModel.from_pretrained(s.folder))
+        _packs(cfg, model.config.model_type)
+        self.packed = cfg.attention == "packed" or (
+            cfg.attention == AUTO and device.startswith("cuda") and self.mode.startswith("cast-")
+            and packed.supports(model.config))
+        if self.packed:
+            packed.register()
+            model.set_attn_implementation(packed.ATTENTION)
+            self.first = packed.FIRST_POSITION[model.config.model_type](model.config)
+        self.model = running(model, device, self.mode)
+        self.varlen = self.packed and self.mode.startswith("cast-") and _flash(device)
 
     def weights_digest(self) -> str:
         folder, weights, _ = _files(self.cfg)
@@ -171,27 +202,65 @@ class HFTextEncoder:
     def encode(self, values: pa.Array) -> np.ndarray:
         return self.forward(self.prepare(values))
 
-    def forward(self, prepared: pa.Array) -> np.ndarray:
+    def forward(self, prepared: pa.Array, dtype: str = "float32") -> np.ndarray:
+        """Embeddings of `prepared` in input order, as `dtype` where the cast is exact to do on
+        the device (normalised embeddings: float16 cannot overflow them), else float32."""
         import torch
 
         ids = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
         lengths = np.diff(ids.offsets.to_numpy())
-
-        def run(idx: np.ndarray) -> torch.Tensor:
-            matrix, lens = pad_ids(ids, idx, self.pad_id)
-            input_ids = to_device(matrix, self.device)
-            lens_t = to_device(lens.astype(np.int64), self.device)
-            mask = torch.arange(matrix.shape[1], device=input_ids.device)[None, :] < lens_t[:, None]
-            with autocast(self.device, self.cfg.precision):
-                hidden = self.model(input_ids=input_ids, attention_mask=mask.long())
-            pooled = self.pool(hidden.last_hidden_state.float(), mask)
-            if self.prepare.settings.normalize:
-                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-            return pooled
-
-        b = self.batching
+        out = dtype if self.prepare.settings.normalize else "float32"
+        b, run = self.batching, self._packed if self.packed else self._padded
         with torch.inference_mode():
-            return encode_sorted(lengths, b.max_rows, b.token_budget, run)
+            return encode_sorted(lengths, b.max_rows, b.token_budget,
+                                 functools.partial(run, ids), out, self.packed)
+
+    def _padded(self, ids: pa.ListArray, idx: np.ndarray) -> torch.Tensor:
+        matrix, lens = pad_ids(ids, idx, self.pad_id)
+        input_ids = to_device(matrix, self.device)
+        mask = to_device(np.arange(matrix.shape[1])[None, :] < lens[:, None], self.device)
+        uneven = bool(lens.min() < matrix.shape[1])  # numpy: decided on the host
+        with autocast_for(self.device, self.mode):
+            hidden = self.model(input_ids=input_ids,
+                                attention_mask=self._attention_mask(mask) if uneven else None)
+        return self._normalized(self.pool(hidden.last_hidden_state.float(), mask))
+
+    def _attention_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """The padding mask as the model's attention takes it without looking inside: 4D (a 2D
+        mask makes transformers' SDPA path test `mask.all()`, a wait on the device)."""
+        import torch
+
+        kind = self.model.config._attn_implementation
+        if kind == "sdpa":
+            return mask[:, None, None, :]
+        if kind == "eager":
+            low = torch.finfo(self.model.dtype).min
+            return (~mask[:, None, None, :]).to(self.model.dtype) * low
+        return mask.long()  # another attention (flash): its own 2D handling
+
+    def _packed(self, ids: pa.ListArray, idx: np.ndarray) -> torch.Tensor:
+        import torch
+
+        batch = packed.pack(ids, idx, self.first, self.device, self.varlen)
+        with autocast_for(self.device, self.mode):
+            hidden = self.model(input_ids=batch.input_ids, position_ids=batch.position_ids,
+                                token_type_ids=torch.zeros_like(batch.input_ids), packed=batch)
+        return self._normalized(self.segment_pool(hidden.last_hidden_state[0].float(), batch))
+
+    def _normalized(self, pooled: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        if self.prepare.settings.normalize:
+            return torch.nn.functional.normalize(pooled, p=2, dim=1)
+        return pooled
+
+
+def _flash(device: str) -> bool:
+    """Whether torch's varlen (flash) attention runs on `device`: a CUDA card of compute
+    capability 8.0 or more (Ampere and later)."""
+    import torch
+
+    return device.startswith("cuda") and torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 _OK = object()

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from raycache._cache.columns import hash_column, input_column, views_column
 from raycache._compute.actor import start_actor
 from raycache._compute.prepare import Prepare, prepared
+from raycache._encoders.base import forward_stored
 from raycache._encoders.config import EncoderConfig
 from raycache._errors import BadInput
 from raycache._fill.config import FillConfig, ViewsConfig
@@ -147,7 +148,7 @@ class EncodeActor:
             return out.append_column(STARTED, pa.array(np.full(table.num_rows, started)))
         for e in self.frozen:
             if e.name not in table.column_names and skip is None:  # nothing reused: all rows
-                raw = self.encoders[e.name].forward(table.column(prepared(e)))
+                raw = forward_stored(self.encoders[e.name], table.column(prepared(e)), e.dtype)
                 emb = stored(raw, e.dtype)
                 out = self._checked(out, e, emb, raw)
                 out = out.append_column(e.name, _embedding_column(emb))
