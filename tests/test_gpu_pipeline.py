@@ -155,7 +155,8 @@ ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
 for cfg in json.loads(sys.argv[1]):
     try:
         result = raycache.fill(cfg)
-        print(json.dumps({"name": cfg["name"], "pool": result.pool, "encoded": result.encoded_rows}))
+        print(json.dumps({"name": cfg["name"], "pool": result.pool,
+                          "encoded": result.encoded_rows}))
     except Exception as exc:
         print(json.dumps({"name": cfg["name"], "error": type(exc).__name__, "message": str(exc),
                           "listed": [c.name for c in ls(cfg["store"]["uri"])]}))
@@ -167,7 +168,6 @@ for cfg in json.loads(sys.argv[1]):
 def test_a_gpu_shaped_fill_writes_on_its_model_actor_the_in_process_fills_rows(source,
                                                                               tmp_path):
     import raycache
-    from toy_encoders import slow_projection  # noqa: F401  (the workers import it by name)
 
     store, times = tmp_path / "store", tmp_path / "times"
     times.mkdir()
@@ -214,4 +214,4 @@ def test_a_gpu_shaped_fill_writes_on_its_model_actor_the_in_process_fills_rows(s
     for f in times.glob("model-*.jsonl"):
         held = sorted((b["device"], b["copied"]) for b in map(json.loads,
                                                               f.read_text().splitlines()))
-        assert all(a[1] <= b[0] for a, b in zip(held, held[1:])), held  # one forward at a time
+        assert all(a[1] <= b[0] for a, b in zip(held, held[1:], strict=False)), held  # one forward at a time
