@@ -211,7 +211,7 @@ def test_a_gpu_shaped_fill_writes_on_its_model_actor_the_in_process_fills_rows(s
     for b in gpu_blocks:  # records and key summaries: far from 16 float32s a row
         assert b["out_bytes"] < b["rows"] * 16 * 4 / 2, b
         assert b["enter"] <= b["device"] <= b["copied"] <= b["exit"]
-    for f in times.glob("model-*.jsonl"):
-        held = sorted((b["device"], b["copied"]) for b in map(json.loads,
-                                                              f.read_text().splitlines()))
-        assert all(a[1] <= b[0] for a, b in zip(held, held[1:], strict=False)), held  # one forward at a time
+    for f in times.glob("model-*.jsonl"):  # one forward at a time in each actor
+        lines = map(json.loads, f.read_text().splitlines())
+        held = sorted((b["device"], b["copied"]) for b in lines)
+        assert all(a[1] <= b[0] for a, b in zip(held, held[1:], strict=False)), held
