@@ -1,7 +1,7 @@
 """The GPU fill's feed, pinned on a CPU machine: the tokenising pool sized from described nodes
 and started whole, reads cut so the first blocks reach every tokenising actor and kept apart
 from them, the model stage's one copy back giving the plain loop's embeddings, weights in the
-compute dtype, write actors started with the pool, and the tokenizer's fast call."""
+compute dtype, the shards written on the model actors, and the tokenizer's fast call."""
 
 import json
 import subprocess
@@ -124,10 +124,9 @@ def test_the_gpu_pipeline_starts_its_pools_whole_and_keeps_tokenising_apart_from
     pool = gpu_pool([{"CPU": 16.0, "GPU": 1.0}])
     ds = build_pipeline(p, units, pool, block=512)
     ops = _ops(ds)
-    prepare, encode = ops["MapBatches(PrepareActor)"], ops["MapBatches(EncodeActor)"]
-    sink = ops["MapBatches(SinkActor)"]
-    for op, size in ((prepare, pool.prepare_actors), (encode, pool.actors),
-                     (sink, pool.writers)):  # started whole: min = initial = max
+    prepare, encode = ops["MapBatches(PrepareActor)"], ops["MapBatches(ModelActor)"]
+    assert not any("SinkActor" in name for name in ops)  # the model actors write the shards
+    for op, size in ((prepare, pool.prepare_actors), (encode, pool.actors)):  # started whole
         c = op.compute
         assert (c.min_size, c.initial_size, c.max_size) == (size, size, size), op.name
     assert encode.batch_size == 512 and encode.ray_remote_args["num_gpus"] == 1
@@ -149,8 +148,8 @@ def test_the_gpu_pipeline_starts_its_pools_whole_and_keeps_tokenising_apart_from
 
 def test_the_gpu_kits_cpu_fallback_runs_and_writes_its_figures(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu" / "run.py"), "--out",
-                           str(tmp_path), "--budget", "240"], capture_output=True, text=True,
-                          timeout=280, cwd=ROOT)
+                           str(tmp_path), "--cpu", "--budget", "270"], capture_output=True,
+                          text=True, timeout=290, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "gpu.json").read_text())
     assert report["cuda"] is False
@@ -160,5 +159,14 @@ def test_the_gpu_kits_cpu_fallback_runs_and_writes_its_figures(tmp_path):
     figures = fill["figures"]
     assert figures["device"] == "cpu" and figures["rows"] == 256
     assert figures["anchor_rows_per_s"] > 0
-    (only,) = figures["fills"]
-    assert only["shards"] >= 1 and only["rows_per_s_whole"] > 0 and "1 GPU" in only["pool"]
+    assert "Filesystem" in figures["object_store"]["df_dev_shm"]
+    assert figures["object_store"]["plasma_directory"]  # where Ray put its object store
+    before, after = figures["fills"]  # the shape before, then the writes in the model actor
+    assert (before["shape"], after["shape"]) == ("apart", "overlap")
+    for f in (before, after):
+        assert f["shards"] == 2 and f["rows_per_s_whole"] > 0 and "1 GPU" in f["pool"]
+        assert len(f["marks"]) == 2 and f["forwards_per_block"] >= 1
+        for b in f["marks"]:  # each block's marks from the model actor, in order
+            assert b["enter"] <= b["device"] <= b["launched"] <= b["copied"] <= b["exit"]
+    assert before["object_store_bytes_per_row"] > 384 * 4  # the vectors crossed to writers
+    assert after["object_store_bytes_per_row"] < 384  # records only

@@ -112,6 +112,34 @@ def test_a_writers_error_fails_its_call_as_a_store_error_and_frees_the_device():
     assert actor.device.acquire(blocking=False)  # not left held
 
 
+class _Marking:
+    """A model stage that marks its block as a forward does (compute.model_actor's times)."""
+
+    def __init__(self, pool):
+        pass
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        from raycache._core import marks
+
+        marks.mark("launched")
+        marks.add("gpu_s", 0.25)
+        marks.add("gpu_s", 0.5)
+        return table
+
+
+def test_a_model_actor_keeps_each_blocks_marks_where_a_bench_asks(tmp_path, monkeypatch):
+    from raycache._core import marks
+
+    marks.mark("launched")  # outside a model call: nothing, nowhere
+    monkeypatch.setenv(BLOCK_TIMES, str(tmp_path))
+    actor = ModelActor(None, Stage(_Marking))
+    actor(pa.table({"x": [1, 2, 3]}))
+    (line,) = (tmp_path / f"model-{os.getpid()}.jsonl").read_text().splitlines()
+    got = json.loads(line)
+    assert got["rows"] == 3 and got["gpu_s"] == 0.75 and got["out_bytes"] > 0
+    assert got["enter"] <= got["device"] <= got["launched"] <= got["copied"] <= got["exit"]
+
+
 def _ops(ds) -> dict:
     ops, op = {}, ds._logical_plan.dag
     while op is not None:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from raycache._core.marks import add, mark
+
 if TYPE_CHECKING:
     import torch
 
@@ -42,8 +44,10 @@ def encode_sorted(
     for idx in by_length(lengths, max_rows, token_budget):
         parts.append(forward(idx))
         order.append(idx)
+        add("forwards", 1)  # (a bench's block timeline)
     if not parts:
         return np.empty((0, 0), np.float32)
+    mark("launched")  # every batch queued on the device (a bench's block timeline)
     sorted_rows = to_host(parts)
     out = np.empty_like(sorted_rows)
     out[np.concatenate(order)] = sorted_rows
