@@ -19,8 +19,9 @@ writes in the model actor, two calls at once) is one fill, all in one run. Print
 
 Counts, bytes and CPU per row hold on a loaded machine; rows/s and time ratios want a quiet one.
 
-    python bench/feed.py --rows 200000                  # both shapes, ~2-3 minutes on 2 cores
+    python bench/feed.py                   # both shapes, ~2-3 minutes on 2 cores
     python bench/feed.py --shapes apart serial ray-lock overlap --json out.json
+    python bench/feed.py --us-per-row 100 --rows 200000 --block-rows 16384
 """
 
 from __future__ import annotations
@@ -358,11 +359,17 @@ def show(f: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--block-rows", type=int, default=16_384,
-                        help="rows a block, a model call and a shard")
-    parser.add_argument("--us-per-row", type=float, default=100.0,
-                        help="the stand-in's sleep a row (0: a one-layer 8-wide BERT instead)")
+    parser.add_argument("--rows", type=int, default=None,
+                        help="rows a fill (default: --gpu-seconds of the stand-in's sleep)")
+    parser.add_argument("--block-rows", type=int, default=None,
+                        help="rows a block, a model call and a shard (default: an eighth of the "
+                             "rows, in thousands of 1,024)")
+    parser.add_argument("--us-per-row", type=float, default=None,
+                        help="the stand-in's sleep a row (default: twice tokenising alone's "
+                             "wall time a row here, so the stand-in's GPU is the limit; 0: a "
+                             "one-layer 8-wide BERT instead)")
+    parser.add_argument("--gpu-seconds", type=float, default=20.0,
+                        help="the stand-in's sleep a fill, where --rows is not given")
     parser.add_argument("--shapes", nargs="+", default=["apart", "overlap"],
                         help="model-stage shapes (compute.model_actor.SHAPES), a fill each")
     parser.add_argument("--cpus", type=int, default=None,
@@ -388,36 +395,40 @@ def main() -> None:
         parser.error(f"--shapes {unknown}: expected some of {sorted(SHAPES)}")
     tmp = Path(tempfile.mkdtemp(prefix="raycache-feed-"))
     (tmp / "times").mkdir()
+    folder = str(standin(tmp / "standin", WIDTH if args.us_per_row == 0 else DIM))
+    alone = tokenise_alone(folder, short_texts(40_000, seed=1), cores)
+    us = args.us_per_row if args.us_per_row is not None else \
+        round(max(20.0, 2e6 / alone["rows_per_s"]))
+    rows = args.rows or (int(args.gpu_seconds / (us * 1e-6)) if us else 200_000)
+    block = args.block_rows or max(1024, rows // 8 // 1024 * 1024)
     os.environ[GPU_ON_CPU] = "1"  # the GPU actors' models on the CPU (the stand-in's)
     os.environ[BLOCK_TIMES] = str(tmp / "times")  # Ray's workers inherit both
-    os.environ[STANDIN_US] = str(args.us_per_row)
-    folder = str(standin(tmp / "standin", DIM if args.us_per_row else WIDTH))
-    texts = short_texts(args.rows)
-    pq.write_table(pa.table({"id": np.arange(args.rows), "text": texts}), tmp / "src.parquet",
-                   row_group_size=args.rows)  # one row group: the case that fed one process
+    os.environ[STANDIN_US] = str(us)
+    texts = short_texts(rows)
+    pq.write_table(pa.table({"id": np.arange(rows), "text": texts}), tmp / "src.parquet",
+                   row_group_size=rows)  # one row group: the case that fed one process
 
-    alone = tokenise_alone(folder, texts, cores)
-    model_us = 0.0 if args.us_per_row else model_alone(folder, texts[:100_000])
+    model_us = 0.0 if us else model_alone(folder, texts[:100_000])
     print(f"tokenising alone, {cores} process(es): {alone['rows_per_s']:,.0f} rows/s, "
           f"{alone['cpu_us_per_row']:.1f} us CPU a row ({alone['tokens_per_row']:.1f} tokens); "
-          + (f"the stand-in sleeps {args.us_per_row:g} us a row (GPU-bound at "
-             f"{1e6 / args.us_per_row:,.0f} rows/s)" if args.us_per_row else
-             f"the stand-in model alone: {model_us:.1f} us CPU a row"))
+          + (f"the stand-in sleeps {us:g} us a row (its GPU's limit {1e6 / us:,.0f} rows/s); "
+             if us else f"the stand-in model alone: {model_us:.1f} us CPU a row; ")
+          + f"{rows:,} rows a fill in blocks of {block:,}", flush=True)
 
     import ray
 
     ray.init(num_cpus=logical, num_gpus=1, include_dashboard=False, log_to_driver=False,
              runtime_env={"worker_process_setup_hook": sleeping_forward})
-    warm = min(args.rows, 20_000)  # a first small fill, not timed: Ray's workers warm
+    warm = min(rows, 20_000)  # a first small fill, not timed: Ray's workers warm
     pq.write_table(pa.table({"id": np.arange(warm), "text": texts[:warm]}), tmp / "warm.parquet")
-    fill(folder, tmp / "warm.parquet", tmp / "warm", warm, min(args.block_rows, warm))
-    shapes = [one_shape(shape, folder, tmp, args.rows, args.block_rows, alone, model_us)
+    fill(folder, tmp / "warm.parquet", tmp / "warm", warm, min(block, warm))
+    shapes = [one_shape(shape, folder, tmp, rows, block, alone, model_us)
               for shape in args.shapes]
     ray.shutdown()
     for f in shapes:
         show(f)
-    figures = {"cores": cores, "logical_cpus": logical, "rows": args.rows,
-               "block_rows": args.block_rows, "us_per_row": args.us_per_row,
+    figures = {"cores": cores, "logical_cpus": logical, "rows": rows, "block_rows": block,
+               "us_per_row": us,
                "tokenise_rows_per_s": alone["rows_per_s"],
                "tokenise_cpu_us_per_row": alone["cpu_us_per_row"],
                "model_cpu_us_per_row": model_us, "shapes": shapes}

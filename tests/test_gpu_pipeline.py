@@ -1,16 +1,14 @@
 """The GPU pool's model stage as one pipeline, pinned on a CPU machine: every shape built, the
 block's shards written on the model actor (no vector column out of it), the model under the
 device lock while another call writes, a writer's error failing the fill with no manifest, and a
-GPU-shaped fill on logical GPUs giving the in-process fill's rows."""
+GPU-shaped fill on logical GPUs giving the in-process fill's rows (tests/test_gpu_shaped.py,
+which starts that Ray)."""
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -25,8 +23,6 @@ from raycache._fill.encode import build_pipeline, job
 from raycache._fill.plan import load_config, plan
 from raycache._source import files as sources
 from tests.conftest import separable, toy_fill
-
-TESTS = Path(__file__).resolve().parent
 
 
 def gpu_plan(source: Path, store: Path, **over):
@@ -172,74 +168,3 @@ def test_every_shape_of_the_gpu_pipeline_is_built(ray_session, source, tmp_path,
         assert model.fn_constructor_kwargs["sink"] is not None  # the writes in the model actor
         assert not any("SinkActor" in name for name in ops)  # no write actors started
     assert not Path(p.dir).exists()  # built, not run
-
-
-DRIVER = """
-import json, sys
-import ray
-import raycache
-from raycache._cache.finding import ls
-ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
-for cfg in json.loads(sys.argv[1]):
-    try:
-        result = raycache.fill(cfg)
-        print(json.dumps({"name": cfg["name"], "pool": result.pool,
-                          "encoded": result.encoded_rows}))
-    except Exception as exc:
-        print(json.dumps({"name": cfg["name"], "error": type(exc).__name__, "message": str(exc),
-                          "listed": [c.name for c in ls(cfg["store"]["uri"])]}))
-"""
-
-
-@pytest.mark.ray
-@pytest.mark.timeout(300)
-def test_a_gpu_shaped_fill_writes_on_its_model_actor_the_in_process_fills_rows(source,
-                                                                              tmp_path):
-    import raycache
-
-    store, times = tmp_path / "store", tmp_path / "times"
-    times.mkdir()
-    base = dict(rows_per_shard=100, reuse=False)
-    gpu = toy_fill(str(source), str(store), name="gpu", num_gpus=1, **base)
-    gpu["encoders"][0].update(factory="toy_encoders:slow_projection",
-                              kwargs={"in_dim": 8, "out_dim": 16, "delay": 0.2})
-    blocked = toy_fill(str(source), str(store), name="blocked", num_gpus=1, **base)
-    dirs = Path(plan(load_config(blocked)).dir)
-    dirs.mkdir(parents=True)
-    (dirs / "shards").write_text("a file where the shards' folder goes")  # every write fails
-    env = {**os.environ, GPU_ON_CPU: "1", BLOCK_TIMES: str(times),
-           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps([gpu, blocked])], env=env,
-                          capture_output=True, text=True, timeout=280)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    runs = {r["name"]: r for r in map(json.loads, filter(None, done.stdout.splitlines()))}
-    assert runs["gpu"]["encoded"] == 300 and "1 GPU" in runs["gpu"]["pool"]
-    failed = runs["blocked"]
-    assert failed["error"] == "StoreError", failed
-    assert "shards" in failed["message"] and "failed (FileExistsError" in failed["message"]
-    assert "blocked" not in failed["listed"] and not (dirs / "manifest.json").exists()
-
-    local = raycache.fill(toy_fill(str(source), str(store), name="local", in_process=True,
-                                   **base))
-    tables = {n: raycache.open_cache(n, str(store)).read_table().sort_by("id")
-              for n in ("gpu", "local")}
-    for column in ("id", "label", "name"):
-        assert tables["gpu"].column(column).equals(tables["local"].column(column))
-    np.testing.assert_allclose(np.stack(tables["gpu"].column("proj").to_numpy(False)),
-                               np.stack(tables["local"].column("proj").to_numpy(False)),
-                               atol=1e-6)
-    shards = {n: sorted(s.path for s in raycache.open_cache(n, str(store)).manifest.shards)
-              for n in ("gpu", "local")}
-    assert shards["gpu"] == shards["local"] and local.encoded_rows == 300
-
-    blocks = [json.loads(line) for f in times.glob("model-*.jsonl")
-              for line in f.read_text().splitlines()]
-    gpu_blocks = [b for b in blocks if b["rows"] == 100 and "exit" in b]
-    assert len(gpu_blocks) >= 3
-    for b in gpu_blocks:  # records and key summaries: far from 16 float32s a row
-        assert b["out_bytes"] < b["rows"] * 16 * 4 / 2, b
-        assert b["enter"] <= b["device"] <= b["copied"] <= b["exit"]
-    for f in times.glob("model-*.jsonl"):  # one forward at a time in each actor
-        lines = map(json.loads, f.read_text().splitlines())
-        held = sorted((b["device"], b["copied"]) for b in lines)
-        assert all(a[1] <= b[0] for a, b in zip(held, held[1:], strict=False)), held
