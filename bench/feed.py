@@ -260,6 +260,9 @@ def model_figures(blocks: list[dict]) -> dict:
         blocks[0]["copied"] - blocks[0]["device"]
     gpu = sum(b.get("gpu_s", 0.0) for b in steady)
     inside = sum(b["exit"] - b["enter"] for b in blocks)
+    turns = sorted(blocks, key=lambda b: b["device"])
+    idle = sum(max(0.0, b["device"] - a["copied"]) for a, b in zip(turns, turns[1:],
+                                                                   strict=False))
     return {
         "blocks": len(blocks), "rows_per_block": rows / len(blocks),
         "gpu_over_block_wall": gpu / wall if wall > 0 else None,
@@ -267,6 +270,12 @@ def model_figures(blocks: list[dict]) -> dict:
         "forwards_per_block": sum(b.get("forwards", 0) for b in blocks) / len(blocks),
         "syncs_per_forward": SYNCS if SYNCS is not None else 0,
         "object_store_bytes_per_row": sum(b["out_bytes"] for b in blocks) / rows,
+        # what the model stage costs around the device, a row, whatever the stand-in's speed:
+        # the device lock free between blocks (Ray's hops, and writes where they are serial),
+        # and the model call's own host work under the lock (beside the stand-in's sleep)
+        "device_idle_us_per_row": idle / max(1, rows - blocks[0]["rows"]) * 1e6,
+        "in_lock_host_us_per_row": sum(b["copied"] - b["device"] - b.get("gpu_s", 0.0)
+                                       for b in blocks) / rows * 1e6,
         "waiting_for_device_share": sum(b["device"] - b["enter"] for b in blocks) / inside,
         "on_device_share": sum(b["copied"] - b["device"] for b in blocks) / inside,
         "after_device_share": sum(b["exit"] - b["copied"] for b in blocks) / inside,
@@ -341,6 +350,9 @@ def show(f: dict) -> None:
           f"object-store bytes a row out of the model stage: "
           f"{f.get('object_store_bytes_per_row', 0):,.1f}" if share is not None else
           "no block marks (is the model stage compute.model_actor's?)")
+    print(f"around the device, a row: the lock free between blocks "
+          f"{f.get('device_idle_us_per_row', 0):.1f} us, the model call's host work under it "
+          f"{f.get('in_lock_host_us_per_row', 0):.1f} us")
     print(f"in the model actor: waiting for the device {f.get('waiting_for_device_share', 0):.2f}"
           f", on it {f.get('on_device_share', 0):.2f}, after it (writes) "
           f"{f.get('after_device_share', 0):.2f} of the blocks' time; at most "
