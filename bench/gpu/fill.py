@@ -13,8 +13,8 @@ launched: the forward's last kernel queued where it marks it, copied: the output
 exit: written), from which the hop's share is printed: the device lock free between blocks (the
 GPU idle as the actor sees it) and each step's share of a block. Also `df /dev/shm` and where
 Ray put its object store (the raylet's --plasma_directory). Without CUDA, or with `--cpu`, it
-runs the same shapes on a logical GPU with the model on the CPU (a smoke run: figures of no
-meaning, the JSON still written).
+runs the same shapes on a logical GPU with bench/feed.py's sleeping stand-in as the model (a
+smoke run of the kit: figures of no meaning, the JSON still written).
 
     python bench/gpu/fill.py --rows 3000000 --json fill.json
     python bench/gpu/fill.py --rows 5000000 --shapes overlap --num-gpus 0.5   # two actors a GPU
@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from feed import Watch, block_times, gone, kind, model_figures  # noqa: E402
+from feed import STANDIN_US, Watch, block_times, gone, kind, model_figures, sleeping_forward  # noqa: E402
 from fill_speed import MODEL, short_texts  # noqa: E402
 
 
@@ -206,18 +206,22 @@ def main() -> None:
         from raycache._compute.pool import GPU_ON_CPU
 
         os.environ[GPU_ON_CPU] = "1"
+        os.environ[STANDIN_US] = "100"  # and bench/feed.py's sleeping stand-in as the model
+        os.environ["PYTHONPATH"] = os.pathsep.join(  # (Ray's workers import it from there)
+            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])
         args.precision = "float32"
     device = "cuda" if cuda else "cpu"
     distinct = short_texts(min(args.rows, 200_000))  # then repeated: each row still encoded
     texts = (distinct * -(-args.rows // len(distinct)))[:args.rows]  # (reuse is off)
     out: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu",
                  "cores": os.cpu_count(), "rows": args.rows, "precision": args.precision}
-    out["anchor_rows_per_s"] = anchor(texts[:min(len(texts), 1_000_000)], device,
-                                      args.precision)
+    out["anchor_rows_per_s"] = anchor(texts[:min(len(texts), 1_000_000 if cuda else 32)],
+                                      device, args.precision)
     print(f"anchor (pre-tokenised {args.precision} forward): {out['anchor_rows_per_s']:,.0f} "
           "rows/s", flush=True)
     ray.init(num_gpus=None if cuda else 1, include_dashboard=False, log_to_driver=False,
-             **({} if cuda else {"num_cpus": 4}))
+             **({} if cuda else {"num_cpus": 4,
+                                 "runtime_env": {"worker_process_setup_hook": sleeping_forward}}))
     out["object_store"] = object_store()
     print(json.dumps(out["object_store"]), flush=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -43,6 +43,7 @@ def unpack() -> dict[str, str]:
     """The bundle on the path (where it is here and Ray is not importable), and MiniLM with
     random weights; the environment the steps run in."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
+    env.setdefault("RAY_raylet_start_wait_time_s", "120")  # a loaded machine starts Ray slowly
     paths = [str(ROOT), str(ROOT / "tests")]
     if (BUNDLE / "site.tar.xz").is_file() and not _importable("ray"):
         if not SITE.is_dir():
@@ -145,9 +146,10 @@ def main() -> None:
         for f in steps["fill"].get("figures", {}).get("fills", []):
             print(f"   {f['shape']}, {f['num_gpus']:g} GPU: {f['rows_per_s_steady'] or 0:,.0f} "
                   f"rows/s steady ({f['of_anchor'] or 0:.2f} of the anchor), GPU busy "
-                  f"{f['gpu_busy_pct']}%, device lock free {f.get('device_idle_share')} of the "
-                  f"span, a block: {f.get('wait_for_device_s')} s waiting, "
-                  f"{f.get('on_device_s')} s on the device, {f.get('write_s')} s writing; "
+                  f"{f['gpu_busy_pct']}%, device lock free {f.get('device_idle_share') or 0:.2f}"
+                  f" of the span; a block: {f.get('wait_for_device_s')} s waiting, "
+                  f"{f.get('on_device_s')} s on the device ({f.get('to_launched_s')} s to the "
+                  f"last launch), {f.get('write_s')} s writing; "
                   f"{f.get('object_store_bytes_per_row', 0):,.0f} bytes a row out", flush=True)
     if "tests" in chosen:
         tests = ["tests/test_gpu.py", *(["tests/test_gpu_shaped.py"] if on_gpu else [])]
