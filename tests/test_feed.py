@@ -124,7 +124,7 @@ def test_the_gpu_pipeline_starts_its_pools_whole_and_keeps_tokenising_apart_from
     pool = gpu_pool([{"CPU": 16.0, "GPU": 1.0}])
     ds = build_pipeline(p, units, pool, block=512)
     ops = _ops(ds)
-    prepare, encode = ops["MapBatches(PrepareActor)"], ops["MapBatches(ModelActor)"]
+    prepare, encode = ops["MapBatches(PrepareActor)"], ops["MapBatches(EncodeActor)"]
     assert not any("SinkActor" in name for name in ops)  # the model actors write the shards
     for op, size in ((prepare, pool.prepare_actors), (encode, pool.actors)):  # started whole
         c = op.compute

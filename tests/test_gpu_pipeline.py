@@ -152,7 +152,8 @@ def test_every_shape_of_the_gpu_pipeline_is_built(ray_session, source, tmp_path,
     monkeypatch.setattr(model_actor, "SHAPE", shape)
     p, units, pool = gpu_plan(source, tmp_path / "store")
     ops = _ops(build_pipeline(p, units, pool, block=100))
-    model = ops["MapBatches(ModelActor)"]
+    model = ops["MapBatches(EncodeActor)"]  # the model's name, on model_actor's class
+    assert issubclass(model.fn, ModelActor)
     want = SHAPES[shape]
     assert model.ray_remote_args["num_gpus"] == 1 and model.batch_size == 100
     c = model.compute

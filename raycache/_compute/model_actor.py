@@ -4,6 +4,7 @@ records cross the object store, while the next block's input is assembled and ca
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from raycache._compute.pool import Pool
     from raycache._compute.runner import Stage
 
-__all__ = ["BLOCK_TIMES", "SHAPE", "SHAPES", "ModelActor", "Shape", "compute"]
+__all__ = ["BLOCK_TIMES", "SHAPE", "SHAPES", "ModelActor", "Shape", "compute", "named"]
 
 BLOCK_TIMES = "RAYCACHE_BLOCK_TIMES"
 """Bench-only: a folder (set in the environment before Ray starts) where each model actor adds
@@ -67,6 +68,13 @@ def compute(size: int, shape: Shape) -> Any:
     return ray.data.ActorPoolStrategy(
         size=size, max_concurrent_calls_per_actor=shape.calls,
         max_tasks_in_flight_per_actor=shape.calls, enable_true_multi_threading=shape.threaded)
+
+
+@functools.cache
+def named(model: type) -> type[ModelActor]:
+    """ModelActor under the model's class name, so that Ray Data's stage and its processes
+    keep that name (MapBatches(EncodeActor), MapBatches(PredictActor))."""
+    return type(model.__name__, (ModelActor,), {"__doc__": ModelActor.__doc__})
 
 
 class ModelActor:

@@ -224,7 +224,7 @@ def feed(ds: Any, job: Job, pool: Pool) -> Any:
     shape = model_actor.SHAPES[model_actor.SHAPE]
     apart = shape.writers_apart and job.sink is not None
     ds = ds.map_batches(  # the sink (a fill's writes) in the model actor: only records out
-        model_actor.ModelActor, fn_constructor_kwargs=dict(
+        model_actor.named(job.model.fn), fn_constructor_kwargs=dict(
             pool=pool, model=job.model, sink=None if apart else job.sink),
         batch_size=job.rows,  # one call per block; Ray Data needs it for GPU stages
         compute=model_actor.compute(pool.actors, shape), num_cpus=pool.cpus,
