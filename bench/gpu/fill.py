@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -256,6 +257,7 @@ def main() -> None:
             print(got["summary"], flush=True)
             out["fills"].append({**figures, "marks": got["hops"].get("marks", [])})
     ray.shutdown()
+    shutil.rmtree(times, ignore_errors=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 
