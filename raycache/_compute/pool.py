@@ -26,7 +26,8 @@ READ_CPUS = 1.0
 """Logical CPUs of each read task: Ray Data's default, so the re-blocking into blocks fuses
 into the read (it fuses only with stages of equal resources)."""
 WRITERS_PER_ACTOR = 2
-"""Write actors per model actor of a GPU pool: a shard written while the next one encodes."""
+"""Writes a model actor of a GPU pool has going beside its model: their logical CPUs are left
+free for its writing thread (the write actors of model_actor's "apart" shape, a bench's)."""
 RESERVE = 1.25
 """Logical CPUs per node that the encoder actors leave for reading, preparing and writing."""
 MAX_CPU_THREADS = 4
@@ -54,7 +55,8 @@ class Pool:
     the writers leave, all started with the pool (a GPU encodes short texts faster than ten
     cores tokenise them)."""
     writers: int = 1
-    """Write actors of a GPU pool, started with it (no worker process started per shard)."""
+    """Writes of a GPU pool at once, each LIGHT_CPUS left free for them: in the model actors'
+    threads (write actors only in model_actor's "apart" shape, a bench's before)."""
 
     @property
     def tasks(self) -> bool:

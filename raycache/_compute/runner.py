@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from raycache._compute import model_actor
 from raycache._compute.actor import set_threads
 from raycache._compute.kept import kept
 from raycache._compute.pool import LIGHT_CPUS, READ_CPUS, Pool
@@ -176,8 +177,9 @@ def build(job: Job, pool: Pool) -> Any:
     """The job as a lazy Ray Data dataset (nothing runs until consumed). On a CPU-only pool,
     read units -> chain_task tasks (prepare, model and sink in one call per block, the stages
     kept by each worker process between blocks). On GPUs, `feed`: reads cut into small blocks
-    -> a tokenising actor pool at full size -> the model actors, one call per block of
-    job.rows -> write actors started with the pool."""
+    -> a tokenising actor pool at full size -> the model actors (compute.model_actor), one
+    block of job.rows a call, each writing its block's shards itself (the sink) while the
+    next block runs on its device."""
     import ray
     import ray.data
 
@@ -223,12 +225,15 @@ def feed(ds: Any, job: Job, pool: Pool) -> Any:
         # one thread each; and a remote argument the read has not, so Ray Data keeps the two
         # apart (fused, tokenising would run only as wide as the source's read units)
         runtime_env={"env_vars": ONE_THREAD})
-    ds = ds.map_batches(
-        job.model.fn, fn_constructor_kwargs=dict(pool=pool, **job.model.kwargs),
+    shape = model_actor.SHAPES[model_actor.SHAPE]
+    apart = shape.writers_apart and job.sink is not None
+    ds = ds.map_batches(  # the sink (a fill's writes) in the model actor: only records out
+        model_actor.named(job.model.fn), fn_constructor_kwargs=dict(
+            pool=pool, model=job.model, sink=None if apart else job.sink),
         batch_size=job.rows,  # one call per block; Ray Data needs it for GPU stages
-        compute=full(size=pool.actors), num_cpus=pool.cpus, num_gpus=pool.gpus,
-        batch_format="pyarrow")
-    if job.sink is not None:
+        compute=model_actor.compute(pool.actors, shape), num_cpus=pool.cpus,
+        num_gpus=pool.gpus, batch_format="pyarrow")
+    if apart:  # the shape before: the vectors cross the object store to write actors
         ds = ds.map_batches(SinkActor, fn_constructor_kwargs=dict(sink=job.sink),
                             batch_size=None, num_cpus=LIGHT_CPUS, batch_format="pyarrow",
                             compute=full(size=pool.writers))
@@ -236,8 +241,8 @@ def feed(ds: Any, job: Job, pool: Pool) -> Any:
 
 
 class SinkActor:
-    """Ray Data actor of a GPU pool's sink (a fill's shard writes): started with the pool, so
-    no block waits for a worker process to start before it is written."""
+    """Ray Data actor of a GPU pool's sink in the shape before (model_actor.SHAPES "apart",
+    for the benches' comparison): write actors started with the pool."""
 
     def __init__(self, sink: Stage):
         self.sink = sink
