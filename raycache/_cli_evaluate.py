@@ -22,6 +22,8 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--label", help="the label column (default: the one the head was trained on)")
     p.add_argument("--output", help="a folder to write evaluation.json, confusion.txt and "
                                     "confusion.png into")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the files of an earlier evaluation in --output")
     p.add_argument("--json", action="store_true",
                    help="print evaluation.json's content instead of the tables")
 
@@ -30,7 +32,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """Evaluate, then print the summary, the per-class table and the confusion matrix."""
     from raycache._predict.evaluate import evaluate
 
-    ev = evaluate(args.checkpoint, args.input, label=args.label, output=args.output)
+    ev = evaluate(args.checkpoint, args.input, label=args.label, output=args.output,
+                  overwrite=args.overwrite)
     if args.json:
         print(json.dumps(ev.to_dict(), indent=2))
         return 0
