@@ -105,9 +105,9 @@ def _names(head: Head) -> list[str]:
 
 def _table(data: Any, options: dict[str, Any]) -> tuple[pa.Table, str]:
     """The rows of `data` as one Arrow table, and what it is in words. Each file is read
-    whole into memory on this thread before pyarrow parses it: pyarrow's readers given the open
-    Python file read it on their own threads, and a process exiting while one holds it (the
-    command refusing the rows, say) aborted with exit 134 instead of its exit code."""
+    whole into Arrow's memory on this thread before pyarrow parses it: pyarrow's readers given
+    the open Python file read it on their own threads, and a process exiting while one held it
+    (the command refusing the rows, say) aborted with exit 134 instead of its exit code."""
     if isinstance(data, pa.Table):
         return data, "a pyarrow Table"
     if type(data).__name__ == "DataFrame":
@@ -128,13 +128,22 @@ def _table(data: Any, options: dict[str, Any]) -> tuple[pa.Table, str]:
     for f in files:
         try:
             with f.open(options) as fh:
-                blob = pa.BufferReader(fh.read())
+                blob = pa.BufferReader(_read_whole(fh))
             tables.append(pq.read_table(blob) if fmt == "parquet" else
                           pjson.read_json(blob) if fmt == "jsonl" else pcsv.read_csv(blob))
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise SourceError(f"{f.uri!r} cannot be read as {fmt} ({type(exc).__name__}: "
                               f"{exc}); pass a whole, UTF-8 {fmt} file") from exc
     return pa.concat_tables(tables, promote_options="default"), repr(data)
+
+
+def _read_whole(fh: Any, chunk: int = 1 << 24) -> pa.Buffer:
+    """An open file's bytes in a buffer of Arrow's own memory, read here: pyarrow holds no
+    Python object of it (a file, or bytes), which one of its threads might release at exit."""
+    sink = pa.BufferOutputStream()
+    while piece := fh.read(chunk):
+        sink.write(piece)
+    return sink.getvalue()
 
 
 def _class_ids(head: Head, values: pa.ChunkedArray | pa.Array, label: str, what: str
