@@ -122,9 +122,10 @@ def test_bad_labels_are_named(run, tmp_path):
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
 def test_a_file_is_read_here_and_nothing_reads_it_after_a_refusal(run, tmp_path, monkeypatch,
                                                                   fmt):
-    """pyarrow's readers given the open Python file read it on their own threads, and the
-    command then refusing the rows aborted at exit (134) in 10-50% of runs instead of
-    exiting 3: the file is read whole here, and pyarrow parses the bytes."""
+    """pyarrow's readers given the open Python file read it on their own threads, and one of
+    them dropped the scan's last reference to it while the interpreter finalised (taking the
+    GIL then ends the thread: std::terminate, exit 134 instead of 3 after a refusal): the file
+    is read here into Arrow's memory, and pyarrow parses that."""
     import threading
 
     import pyarrow.csv as pcsv

@@ -106,8 +106,9 @@ def _names(head: Head) -> list[str]:
 def _table(data: Any, options: dict[str, Any]) -> tuple[pa.Table, str]:
     """The rows of `data` as one Arrow table, and what it is in words. Each file is read
     whole into Arrow's memory on this thread before pyarrow parses it: pyarrow's readers given
-    the open Python file read it on their own threads, and a process exiting while one held it
-    (the command refusing the rows, say) aborted with exit 134 instead of its exit code."""
+    the open Python file read it on their own threads, and one dropping the scan's last
+    reference to it while the interpreter finalised (after a refusal, say) aborted the exit
+    (134) instead of its exit code."""
     if isinstance(data, pa.Table):
         return data, "a pyarrow Table"
     if type(data).__name__ == "DataFrame":
