@@ -25,6 +25,8 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", help="a folder to write evaluation.json, confusion.txt and "
                                     "confusion.png into")
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the files of an earlier evaluation in --output")
     p.add_argument("--json", action="store_true",
                    help="print evaluation.json's content instead of the tables")
 
@@ -34,7 +36,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from raycache._predict.evaluate import evaluate
 
     ev = evaluate(args.checkpoint, args.input, label=args.label, output=args.output,
-                  trust_code=args.trust_code)
+                  trust_code=args.trust_code, overwrite=args.overwrite)
     if args.json:
         print(json.dumps(ev.to_dict(), indent=2))
         return 0

@@ -117,3 +117,91 @@ def test_bad_labels_are_named(run, tmp_path):
         raycache.evaluate(run.checkpoint, null)
     assert main(["evaluate", "--checkpoint", run.checkpoint, "--input", str(path),
                  "--label", "topic"]) == ERROR
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
+def test_a_file_is_read_here_and_nothing_reads_it_after_a_refusal(run, tmp_path, monkeypatch,
+                                                                  fmt):
+    """pyarrow's readers given the open Python file read it on their own threads, and one of
+    them dropped the scan's last reference to it while the interpreter finalised (taking the
+    GIL then ends the thread: std::terminate, exit 134 instead of 3 after a refusal): the file
+    is read here into Arrow's memory, and pyarrow parses that."""
+    import threading
+
+    import pyarrow.csv as pcsv
+
+    from raycache._source.file import SourceFile
+    from tests.test_schema_reads import Watched
+
+    _, table = labelled(tmp_path)
+    path = tmp_path / f"rows.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(table, path)
+    elif fmt == "csv":
+        pcsv.write_csv(table.drop_columns(["features"]), path)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in table.to_pylist()))
+    log: list = []
+    monkeypatch.setattr(SourceFile, "open", lambda self, options: Watched(path, log))
+    with pytest.raises(RaycacheError, match="no label column 'topic'"):
+        raycache.evaluate(run.checkpoint, str(path), label="topic")
+    here = threading.get_ident()
+    assert log and all(ident == here and not closed for ident, closed in log), log
+
+
+@pytest.fixture(scope="module")
+def int_run(run) -> raycache.TrainResult:
+    """A linear head on the same cache's integer label (classes 0, 1, 2)."""
+    return raycache.train({"cache": "toy", "store": {"uri": run.cache.store.uri},
+                           "label": "label", "head": "linear", "num_workers": 0,
+                           "progress": False})
+
+
+def test_labels_of_another_type_than_an_integer_heads_are_refused_by_name(int_run, tmp_path):
+    _, table = labelled(tmp_path)
+    ids = table.column("label").to_pylist()
+    assert raycache.evaluate(int_run.checkpoint, table).rows == 120  # its own type scores
+    for kind, values in [("bool", [i == 1 for i in ids]), ("double", [float(i) for i in ids]),
+                         ("string", [str(i) for i in ids])]:
+        odd = table.set_column(2, "label", pa.array(values))
+        with pytest.raises(RaycacheError, match=rf"label column 'label' of a pyarrow Table "
+                                                rf"holds {kind} values; the head's classes are "
+                                                r"the integer ids \[0, 1, 2\].*False -> 0"):
+            raycache.evaluate(int_run.checkpoint, odd)
+
+
+def test_no_rows_to_score_is_an_error_not_a_zero(run, tmp_path, capsys):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("id,name\n")
+    with pytest.raises(RaycacheError, match=r"empty\.csv' holds no rows to score"):
+        raycache.evaluate(run.checkpoint, str(empty))
+    _, table = labelled(tmp_path)  # the head's columns, no rows: scored accuracy 0.0 before
+    with pytest.raises(RaycacheError, match="a DataFrame holds no rows to score"):
+        raycache.evaluate(run.checkpoint, table.slice(0, 0).to_pandas())
+    pq.write_table(table.slice(0, 0), tmp_path / "empty.parquet")
+    assert main(["evaluate", "--checkpoint", run.checkpoint, "--input",
+                 str(tmp_path / "empty.parquet")]) == ERROR
+    assert "holds no rows to score" in capsys.readouterr().err
+
+
+def test_an_output_that_is_a_file_or_an_earlier_evaluation_is_refused_first(run, tmp_path,
+                                                                             capsys):
+    path, _ = labelled(tmp_path)
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine")
+    for output in (taken, taken / "eval"):
+        assert main(["evaluate", "--checkpoint", run.checkpoint, "--input", str(path),
+                     "--output", str(output)]) == ERROR
+        err = capsys.readouterr().err
+        assert f"{str(taken)!r} is a file, not a folder" in err and "Traceback" not in err
+    assert taken.read_text() == "mine"
+    out = tmp_path / "eval"
+    first = raycache.evaluate(run.checkpoint, str(path), output=str(out))
+    (out / "evaluation.json").write_text("{}")
+    with pytest.raises(RaycacheError, match=r"already holds \['evaluation.json', "
+                                            r"'confusion.txt', 'confusion.png'\].*--overwrite"):
+        raycache.evaluate(run.checkpoint, str(path), output=str(out))
+    assert (out / "evaluation.json").read_text() == "{}"
+    assert main(["evaluate", "--checkpoint", run.checkpoint, "--input", str(path), "--output",
+                 str(out), "--overwrite"]) == 0
+    assert json.loads((out / "evaluation.json").read_text())["accuracy"] == first.accuracy

@@ -144,3 +144,47 @@ def test_a_named_clusters_look_up_runs_ahead_on_a_thread_and_answers_the_same(no
     assert len(asked) == 1 and asked[0].startswith("raycache-where"), asked
     assert in_process(fill_cfg(), MILLION, answer) == (
         True, "a Ray cluster of one node (2 CPUs): actors would share its cores")
+
+
+def test_a_job_starts_a_ray_of_its_own_unless_ray_address_names_one(monkeypatch):
+    """`ray.init()` with no address joins any cluster `ray start` left on the machine (a fill
+    then hung, or crashed sizing its pool on a cluster of no CPUs, and handed it the store's
+    credentials): without RAY_ADDRESS the job starts its own Ray ("local")."""
+    import ray
+
+    from raycache._compute import cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert where.ray_address() == "local"
+    monkeypatch.setenv("RAY_ADDRESS", "")  # as `env RAY_ADDRESS= ...` leaves it: unset
+    assert where.ray_address() == "local"
+    for named in ("10.0.0.1:6379", "auto", "ray://head:10001"):  # joined as before
+        monkeypatch.setenv("RAY_ADDRESS", named)
+        assert where.ray_address() == named
+    started: list = []
+    monkeypatch.setattr(ray, "init", lambda **kw: started.append(kw.get("address")))
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.delenv("RAY_ADDRESS")
+    cluster.connect(progress=False)
+    monkeypatch.setenv("RAY_ADDRESS", "auto")  # under `ray job submit`
+    cluster.connect(progress=False)
+    assert started == ["local", "auto"]
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)  # the tests' in-process Ray:
+    cluster.connect(progress=False)  # used as it is
+    assert started == ["local", "auto"]
+
+
+def test_a_cluster_with_no_cpus_is_named_not_a_crash_sizing_the_pool():
+    from raycache._compute.pool import size_pool
+    from raycache._compute.pool_config import PoolConfig
+    from raycache._errors import ConfigError
+
+    for nodes in ([{"memory": 8e9}], [{"CPU": 0.0, "GPU": 0.0}, {"CPU": 0.0}], []):
+        for cfg in (PoolConfig(), PoolConfig(num_gpus=0), PoolConfig(num_cpus=1)):
+            with pytest.raises(ConfigError, match=r"the Ray cluster has no CPUs: the cluster "
+                                                  r"has 0 CPUs.*ray start --num-cpus.*"
+                                                  r"RAY_ADDRESS"):
+                size_pool(cfg, nodes, 10)
+    # an autoscaling cluster's head often has no CPUs: one actor asked for, nodes on demand
+    pool = size_pool(PoolConfig(num_gpus=0), [{"CPU": 0.0}], 10, autoscaling=True)
+    assert (pool.actors, pool.cpus) == (1, 1.0)

@@ -15,7 +15,7 @@ from raycache import _errors as errors
 from raycache._cache.store import Store
 from raycache._compute.pool import Pool, gpus_for, nodes, request, size_pool
 from raycache._compute.pool_config import PoolConfig
-from raycache._compute.where import check_store
+from raycache._compute.where import check_store, ray_address
 from raycache._errors import ConfigError, RaycacheError
 
 __all__ = ["check_store_for_cluster", "cluster_pool", "connect", "unwrap"]
@@ -25,7 +25,9 @@ _ERROR_LINE = re.compile(r"raycache\._errors\.(\w+): (.*)", re.S)
 
 
 def connect(progress: bool = True, verbose: bool = False) -> None:
-    """Join the cluster in RAY_ADDRESS (as under `ray job submit`), or start Ray in-process.
+    """Join the cluster in RAY_ADDRESS (as under `ray job submit`), or start a Ray of this
+    process's own (`where.ray_address`: never a cluster found running on the machine); a Ray
+    already started in this process is used as it is.
     Ray's and Ray Data's own logs and progress bars, and the autoscaler's events, show only when
     `verbose`; workers' output reaches the driver only with `progress` (errors always raise
     here)."""
@@ -33,7 +35,7 @@ def connect(progress: bool = True, verbose: bool = False) -> None:
     # is imported; the driver checks this copy of it for every batch of those lines
     ray_constants.AUTOSCALER_EVENTS = int(verbose and os.environ.get(EVENTS, "1") != "0")
     if not ray.is_initialized():
-        ray.init(logging_level=logging.INFO if verbose else logging.ERROR,
+        ray.init(address=ray_address(), logging_level=logging.INFO if verbose else logging.ERROR,
                  log_to_driver=progress or verbose)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = verbose

@@ -98,6 +98,11 @@ def size_pool(cfg: PoolConfig, cluster: list[dict[str, float]], blocks: int | No
     has = f"the cluster has {sum(node_cpus):g} CPUs and {sum(node_gpus):g} GPUs on " \
           f"{len(cluster)} node(s)"
     problems: list[str] = []
+    if sum(node_cpus) <= 0 and not autoscaling:  # nothing runs there (a stray `ray start`)
+        raise ConfigError([f"the Ray cluster has no CPUs: {has}, so no task can run there; "
+                           "start its nodes with CPUs (`ray start --num-cpus N`), join "
+                           "another cluster (RAY_ADDRESS), unset RAY_ADDRESS to start Ray "
+                           "here, or set autoscaling: true where nodes start on demand"])
     if gpus > 0:
         cpus = 1.0 if cfg.num_cpus == AUTO else float(cfg.num_cpus)
         per_node = [min(_fit(g, gpus), _fit(c - RESERVE, cpus))
@@ -114,8 +119,8 @@ def size_pool(cfg: PoolConfig, cluster: list[dict[str, float]], blocks: int | No
             # blocks (single-threaded work), which another actor's model overlaps
             threads = max(1, min(MAX_CPU_THREADS, int(max(node_cpus)) // 4))
             per_node = [max(1, int(c) // threads) if c >= 1 else 0 for c in node_cpus]
-            cpus = max(LIGHT_CPUS, min((c - RESERVE) / k for c, k in zip(node_cpus, per_node,
-                                                                          strict=True) if k))
+            cpus = max(LIGHT_CPUS, min(((c - RESERVE) / k for c, k in zip(
+                node_cpus, per_node, strict=True) if k), default=1.0))
         else:
             cpus = float(cfg.num_cpus)
             threads = max(1, round(cpus))

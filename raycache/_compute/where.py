@@ -18,7 +18,8 @@ from raycache._errors import StoreError
 if TYPE_CHECKING:
     from raycache._cache.store import Store
 
-__all__ = ["AUTO_IN_PROCESS_ROWS", "LOCAL_CORES", "Cluster", "check_store", "in_process", "look"]
+__all__ = ["AUTO_IN_PROCESS_ROWS", "LOCAL_CORES", "Cluster", "check_store", "in_process", "look",
+           "ray_address"]
 
 AUTO_IN_PROCESS_ROWS = 20_000
 """On a cluster of several nodes, in_process: auto still runs a CPU job of at most this many
@@ -49,6 +50,14 @@ class Cluster:
         many = "one node" if len(self.nodes) == 1 else f"{len(self.nodes)} nodes"
         gpus = f", {self.gpus:g} GPUs" if self.gpus else ""
         return f"a Ray cluster of {many} ({self.cpus:g} CPUs{gpus})"
+
+
+def ray_address() -> str:
+    """The address a job that starts Ray gives `ray.init`: RAY_ADDRESS where it is set (as
+    `ray job submit` sets it; "auto" joins the cluster on this machine), else "local": a Ray of
+    the job's own, never a cluster that `ray start` left running here (which `ray.init()`
+    joins: its size unknown to `look`, maybe no CPUs, and handed the store's credentials)."""
+    return os.environ.get("RAY_ADDRESS") or "local"
 
 
 def look(apart: bool = False) -> Cluster | None:

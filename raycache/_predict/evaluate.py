@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from raycache._errors import RaycacheError, SourceError
-from raycache._predict.evaluation import Evaluation, evaluation_of
+from raycache._predict.evaluation import Evaluation, check_folder, evaluation_of
 
 if TYPE_CHECKING:
     from raycache._heads.loaded import Head
@@ -23,8 +23,8 @@ BATCH_ROWS = 4096
 
 
 def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | None = None,
-             output: str | None = None, trust_code: bool | Sequence[str] = False,
-             **options: Any) -> Evaluation:
+             output: str | None = None, overwrite: bool = False,
+             trust_code: bool | Sequence[str] = False, **options: Any) -> Evaluation:
     """Score a classifier head on labelled rows: accuracy, macro-F1, per-class precision,
     recall and F1 by class name, and the confusion matrix.
 
@@ -34,7 +34,9 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
             pyarrow Table with the head's input column(s) and its label; None: the run's own
             validation keys, read from its cache (`checkpoint` must be a TrainResult).
         label: The label column of `data` (default: the label the head was trained on).
-        output: A local folder to write evaluation.json, confusion.txt and confusion.png.
+        output: A local folder to write evaluation.json, confusion.txt and confusion.png
+            (checked before anything is read).
+        overwrite: Replace those files where `output` already holds an evaluation.
         trust_code: Let head.json name code to run (see `load_head`): True for any, or the
             allowed prefixes of factory paths.
         **options: fsspec storage options for the checkpoint and the files.
@@ -44,7 +46,9 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
 
     Raises:
         RaycacheError: The head is not a classifier; data is None without a TrainResult; the
-            label column is missing, has nulls, or holds classes the head does not know.
+            data holds no rows; the label column is missing, has nulls, is not of the head's
+            label type (integer ids or names) or holds classes the head does not know;
+            `output` is a file, or holds an evaluation and `overwrite` is False.
         SourceError: A file cannot be listed or read.
 
     Example:
@@ -57,6 +61,8 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
     from raycache._heads.loaded import load_head
     from raycache._train.driver.runs import checkpoint_of
 
+    if output:
+        check_folder(output, overwrite)
     run = None if isinstance(checkpoint, str) else checkpoint
     path = checkpoint_of(checkpoint, options) if run is None else run.checkpoint
     head = (load_head(path, trust_code=trust_code, **options) if run is None
@@ -73,6 +79,9 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
                 "file, a DataFrame)")
         return _done(_on_validation(run, head, label, path), output)
     table, what = _table(data, options)
+    if not table.num_rows:
+        raise RaycacheError(f"{what} holds no rows to score (its columns: "
+                            f"{table.column_names}); evaluate on a file with labelled rows")
     if label not in table.column_names:
         raise RaycacheError(f"{what} has no label column {label!r} (its columns: "
                             f"{table.column_names}); name it with label=... (--label)")
@@ -84,8 +93,7 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
     predicted = np.concatenate([
         head.predict_ids(head.features({c: table.column(c).slice(i, BATCH_ROWS).to_pylist()
                                         for c in inputs}))
-        for i in range(0, max(table.num_rows, 1), BATCH_ROWS)]) if table.num_rows else \
-        np.zeros(0, np.int64)
+        for i in range(0, table.num_rows, BATCH_ROWS)])
     return _done(evaluation_of(path, what, label, _names(head), truth, predicted), output)
 
 
@@ -100,7 +108,11 @@ def _names(head: Head) -> list[str]:
 
 
 def _table(data: Any, options: dict[str, Any]) -> tuple[pa.Table, str]:
-    """The rows of `data` as one Arrow table, and what it is in words."""
+    """The rows of `data` as one Arrow table, and what it is in words. Each file is read
+    whole into Arrow's memory on this thread before pyarrow parses it: pyarrow's readers given
+    the open Python file read it on their own threads, and one dropping the scan's last
+    reference to it while the interpreter finalised (after a refusal, say) aborted the exit
+    (134) instead of its exit code."""
     if isinstance(data, pa.Table):
         return data, "a pyarrow Table"
     if type(data).__name__ == "DataFrame":
@@ -121,20 +133,39 @@ def _table(data: Any, options: dict[str, Any]) -> tuple[pa.Table, str]:
     for f in files:
         try:
             with f.open(options) as fh:
-                tables.append(pq.read_table(fh) if fmt == "parquet" else
-                              pjson.read_json(fh) if fmt == "jsonl" else pcsv.read_csv(fh))
+                blob = pa.BufferReader(_read_whole(fh))
+            tables.append(pq.read_table(blob) if fmt == "parquet" else
+                          pjson.read_json(blob) if fmt == "jsonl" else pcsv.read_csv(blob))
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise SourceError(f"{f.uri!r} cannot be read as {fmt} ({type(exc).__name__}: "
                               f"{exc}); pass a whole, UTF-8 {fmt} file") from exc
     return pa.concat_tables(tables, promote_options="default"), repr(data)
 
 
+def _read_whole(fh: Any, chunk: int = 1 << 24) -> pa.Buffer:
+    """An open file's bytes in a buffer of Arrow's own memory, read here: pyarrow holds no
+    Python object of it (a file, or bytes), which one of its threads might release at exit."""
+    sink = pa.BufferOutputStream()
+    while piece := fh.read(chunk):
+        sink.write(piece)
+    return sink.getvalue()
+
+
 def _class_ids(head: Head, values: pa.ChunkedArray | pa.Array, label: str, what: str
                ) -> np.ndarray:
-    """The label values as the head's class ids; nulls and unknown classes refused by name."""
+    """The label values as the head's class ids; nulls, values of another type than the
+    head's integer ids (bool, float, text: never matched as 1 == True) and unknown classes
+    refused by name. A named head's classes match the values' text."""
     if values.null_count:
         raise RaycacheError(f"label column {label!r} of {what} is null in {values.null_count} "
                             "row(s); every row evaluated needs its label: fill or drop them")
+    kind = values.type.value_type if pa.types.is_dictionary(values.type) else values.type
+    if not head.spec.class_names and not pa.types.is_integer(kind):
+        raise RaycacheError(
+            f"label column {label!r} of {what} holds {kind} values; the head's classes are "
+            f"the integer ids {list(head.classes)[:20]} (its training label "
+            f"{head.spec.label!r}): cast the column to those integers (a bool: False -> 0, "
+            "True -> 1) or name the integer label column with label=... (--label)")
     found = values.to_pylist()
     known = {c: i for i, c in enumerate(head.classes)}
     if head.spec.class_names:
@@ -157,10 +188,13 @@ def _on_validation(run: TrainResult, head: Head, label: str, path: str) -> Evalu
     table = cache.read_table([key, label, *head.spec.encoders])
     held = pa.array(run.held_out(table.column(key)))
     table = table.filter(held)
+    what = f"the validation keys of {cache.name}/{cache.fingerprint[:12]}"
+    if not table.num_rows:
+        raise RaycacheError(f"{what} hold no rows: the run held none out for validation "
+                            "(val_fraction 0, or too few rows); evaluate on a labelled file")
     x = np.concatenate([table.column(e).combine_chunks().flatten().to_numpy(
         zero_copy_only=False).astype(np.float32).reshape(table.num_rows, -1)
-        for e in head.spec.encoders], axis=1) if table.num_rows else None
-    what = f"the validation keys of {cache.name}/{cache.fingerprint[:12]}"
+        for e in head.spec.encoders], axis=1)
     truth = _class_ids(head, table.column(label), label, what)
-    predicted = head.predict_ids(x) if x is not None else np.zeros(0, np.int64)
+    predicted = head.predict_ids(x)
     return evaluation_of(path, what, label, _names(head), truth, predicted)

@@ -10,9 +10,13 @@ from typing import Any
 
 import numpy as np
 
+from raycache._errors import RaycacheError
 from raycache._probe.metrics import per_class, scores
 
-__all__ = ["Evaluation", "evaluation_of"]
+__all__ = ["WRITTEN", "Evaluation", "check_folder", "evaluation_of"]
+
+WRITTEN = ("evaluation.json", "confusion.txt", "confusion.png")
+"""The files `Evaluation.save` writes into its folder."""
 
 
 @dataclass
@@ -100,23 +104,47 @@ class Evaluation:
         """Write evaluation.json, confusion.txt and confusion.png into a local folder.
 
         Args:
-            folder: The folder (made if missing).
+            folder: The folder (made if missing; files of an earlier evaluation replaced).
 
         Returns:
             The paths written.
+
+        Raises:
+            RaycacheError: `folder` (or a folder above it) is a file, or cannot be written.
         """
         from raycache._probe.figures import confusion_png
 
-        out = Path(folder)
-        out.mkdir(parents=True, exist_ok=True)
-        written = {"evaluation.json": json.dumps(self.to_dict(), indent=2).encode(),
-                   "confusion.txt": (self.confusion_table() + "\n\n" + self.table() + "\n"
-                                     ).encode(),
-                   "confusion.png": confusion_png(self.confusion, self.classes,
-                                                  f"{self.data}: accuracy {self.accuracy:.3f}")}
-        for name, blob in written.items():
-            (out / name).write_bytes(blob)
+        out = check_folder(folder, overwrite=True)
+        written = dict(zip(WRITTEN, [
+            json.dumps(self.to_dict(), indent=2).encode(),
+            (self.confusion_table() + "\n\n" + self.table() + "\n").encode(),
+            confusion_png(self.confusion, self.classes,
+                          f"{self.data}: accuracy {self.accuracy:.3f}")], strict=True))
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            for name, blob in written.items():
+                (out / name).write_bytes(blob)
+        except OSError as exc:
+            raise RaycacheError(f"evaluation folder {folder!r} cannot be written "
+                                f"({type(exc).__name__}: {exc}); name a folder you can write"
+                                ) from exc
         return [str(out / name) for name in written]
+
+
+def check_folder(folder: str, overwrite: bool) -> Path:
+    """`folder` as a Path, refused where it (or the nearest existing folder above it) is a
+    file, or where it holds an evaluation's files and `overwrite` is False."""
+    out = Path(folder)
+    there = next((p for p in (out, *out.parents) if p.exists()), None)
+    if there is not None and not there.is_dir():
+        raise RaycacheError(
+            f"evaluation output {folder!r}: {str(there)!r} is a file, not a folder; output "
+            f"names a folder to write {', '.join(WRITTEN)} into: name another path")
+    if not overwrite and (held := [n for n in WRITTEN if (out / n).exists()]):
+        raise RaycacheError(
+            f"evaluation output {folder!r} already holds {held} (an earlier evaluation); pass "
+            "overwrite=True (--overwrite) to replace them, or name another folder")
+    return out
 
 
 def evaluation_of(checkpoint: str, data: str, label: str, classes: list[str],
