@@ -103,7 +103,9 @@ def serve(config: ServeConfig | dict[str, Any] | str | Path, blocking: bool = Fa
     head = load_head(cfg.checkpoint, trust_code=cfg.trust_code, **cfg.options)
     check_encoders(head)  # and an encoder its replicas cannot load, before Ray starts
     if not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False)
+        from raycache._compute.where import ray_address
+
+        ray.init(address=ray_address(), include_dashboard=False, log_to_driver=False)
     ray_serve.start(http_options={"host": cfg.host, "port": cfg.port})
     ray_serve.run(application(cfg), name=cfg.name, route_prefix=cfg.route_prefix,
                   blocking=blocking)
