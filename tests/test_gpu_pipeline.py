@@ -23,6 +23,7 @@ from raycache._fill.encode import build_pipeline, job
 from raycache._fill.plan import load_config, plan
 from raycache._source import files as sources
 from tests.conftest import separable, toy_fill
+from tests.test_feed import _ops
 
 
 def gpu_plan(source: Path, store: Path, **over):
@@ -134,14 +135,6 @@ def test_a_model_actor_keeps_each_blocks_marks_where_a_bench_asks(tmp_path, monk
     got = json.loads(line)
     assert got["rows"] == 3 and got["gpu_s"] == 0.75 and got["out_bytes"] > 0
     assert got["enter"] <= got["device"] <= got["launched"] <= got["copied"] <= got["exit"]
-
-
-def _ops(ds) -> dict:
-    ops, op = {}, ds._logical_plan.dag
-    while op is not None:
-        ops[op.name] = op
-        op = op.input_dependencies[0] if op.input_dependencies else None
-    return ops
 
 
 @pytest.mark.ray
