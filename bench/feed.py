@@ -91,7 +91,7 @@ def sleeping_forward() -> None:
     from raycache._encoders import hf_text
     from raycache._encoders.batching import by_length
 
-    def forward(self, prepared: pa.Array) -> np.ndarray:
+    def forward(self, prepared: pa.Array, dtype: str = "float32") -> np.ndarray:
         ids = prepared.combine_chunks() if isinstance(prepared, pa.ChunkedArray) else prepared
         lengths = np.diff(ids.offsets.to_numpy())
         for idx in by_length(lengths, self.batching.max_rows, self.batching.token_budget):
@@ -100,7 +100,7 @@ def sleeping_forward() -> None:
             marks.add("gpu_s", time.perf_counter() - start)
             marks.add("forwards", 1)
         marks.mark("launched")  # a sleep is its own wait: launched when it has run
-        out = np.empty((len(lengths), DIM), np.float32)
+        out = np.empty((len(lengths), DIM), dtype)  # in the storage dtype, as the real one
         out[:] = (lengths[:, None] % 7 + 1) / 8.0
         return out
 
