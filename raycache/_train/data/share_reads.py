@@ -166,8 +166,11 @@ def selected(spec: WorkerSpec, path: str, table: pa.Table) -> pa.Table:
     """A shard's rows that the cache's version keeps (a shard it shares in part with an older
     version: raycache._cache.selection), or all of them; a CorruptShard where the file holds
     another number of rows than its entry says."""
-    keep = spec.selections.get(path) or ("", spec.rows_of[path])  # whole: its count checked
-    return kept_of(spec.store, path, f"{spec.head.cache}/{spec.head.fingerprint}", table, *keep)
+    keep = spec.selections.get(path)
+    if not keep and path in spec.rows_of:  # a committed whole entry: its row count checked
+        keep = ("", spec.rows_of[path])  # (a shard landing in a first pass has no entry yet)
+    return kept_of(spec.store, path, f"{spec.head.cache}/{spec.head.fingerprint}", table,
+                   *keep) if keep else table
 
 
 def pieces(spec: WorkerSpec, rank: int, world: int) -> list[tuple[str, int, int]]:
