@@ -297,12 +297,13 @@ def replica_answers(checkpoint: str, files: list[Path]) -> tuple:
     b64 = [base64.b64encode(f.read_bytes()).decode() for f in files]
     good = {"inputs": [{"base64": b64[0]}] + [f"data:image/png;base64,{b}" for b in b64[1:]]}
     bad = {"inputs": [{"base64": base64.b64encode(b"not a png").decode()}]}
-    queries = [parse(json.dumps(b).encode(), 8, server.columns, server.images)
+    queries = [parse(json.dumps(b).encode(), server.limits, server.columns, server.images)
                for b in (good, bad)]
     good_answer, bad_answer = server.answer_each(queries)
     good_answer.pop("probabilities")
     with pytest.raises(BadRequest) as refused:
-        parse(json.dumps({"inputs": [str(files[0])]}).encode(), 8, server.columns, server.images)
+        parse(json.dumps({"inputs": [str(files[0])]}).encode(), server.limits, server.columns,
+              server.images)
     return good_answer, bad_answer, refused.value
 
 def test_a_hugging_face_dataset_of_images_fills_by_its_image_feature(vit, digits, tmp_path):
