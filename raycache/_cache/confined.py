@@ -6,12 +6,39 @@ reads rows its version left out."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from raycache._core.config import is_name
 
-if TYPE_CHECKING:
-    from raycache._cache.records import ShardEntry
+
+class Range(Protocol):
+    """A row range as an entry holds it (records.RowRange)."""
+
+    start: int
+    stop: int
+
+    @property
+    def rows(self) -> int: ...
+
+    def to_json(self) -> Any: ...
+
+
+class ShardEntry(Protocol):
+    """What the checks read of a decoded shard entry (records.ShardEntry, which is decoded
+    above this module and so is not imported here)."""
+
+    path: str
+    rows: int
+    home: str
+    keep: str
+    stored: int
+
+    @property
+    def ranges(self) -> Sequence[Range]: ...
+
+    @property
+    def live_runs(self) -> Any: ...
 
 __all__ = ["SHARD_PATH", "BadEntry", "entry_problems", "file_name_problem", "home_problem",
            "path_problem"]

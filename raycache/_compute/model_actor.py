@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from raycache._compute.pool import Pool
-    from raycache._compute.runner import Stage
+    from raycache._compute.stage import Stage
 
 __all__ = ["BLOCK_TIMES", "SHAPE", "SHAPES", "ModelActor", "Shape", "compute", "named"]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import contextlib
 import pickle
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -19,6 +19,7 @@ from raycache._compute.actor import set_threads
 from raycache._compute.kept import kept
 from raycache._compute.pool import LIGHT_CPUS, READ_CPUS, Pool
 from raycache._compute.prepare import Inputs, PrepareActor
+from raycache._compute.stage import Stage
 from raycache._core.secrets import seal
 from raycache._errors import EncoderError
 from raycache._source import files as sources
@@ -34,16 +35,6 @@ FEED_MIN_ROWS = 1024
 """Rows per block into a GPU pool's tokenising actors at least."""
 ONE_THREAD = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 """The environment of a GPU pool's tokenising actors: one of them a core, each one thread."""
-
-
-@dataclass
-class Stage:
-    """A stage's callable (a class: an actor pool; a function: tasks) and its keyword arguments;
-    `local` adds to them where the stage runs in this process."""
-
-    fn: Callable[..., Any]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    local: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
