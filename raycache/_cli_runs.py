@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from raycache._cli_store import add_cache, checked_store
+from raycache._errors import RaycacheError
 from raycache._scripting import OK, add_json, print_json
 
 __all__ = ["COMMANDS", "PARSERS", "SORTS"]
@@ -19,11 +20,12 @@ def add_runs(sub: argparse._SubParsersAction) -> None:
                                "FINGERPRINT: of that one): status, epochs, objective, head, the "
                                "served head's metric and the checkpoint predict takes")
     add_json(p)
-    p.add_argument("--sort", choices=SORTS, default="updated",
+    p.add_argument("--sort", choices=SORTS,
                    help="order by: updated (default, oldest first), started, name, or metric "
-                        "(the served head's, best first)")
-    p.add_argument("--metric", help="the metric of the served column (default: each run's "
-                                    "monitored metric)")
+                        "(the served head's, best first; the default with --metric)")
+    p.add_argument("--metric", help="the metric shown, sorted by (--sort metric) and headlined, "
+                                    "of the served epoch (default: each run's monitored "
+                                    "metric); one no run recorded is refused")
 
 
 def runs(args: argparse.Namespace) -> int:
@@ -36,9 +38,14 @@ def runs(args: argparse.Namespace) -> int:
     store = checked_store(args.store)
     versions = [open_cache(name, store, fp)] if fp else ls(store, name) or [
         open_cache(name, store)]  # none: open_cache names what is missing
-    found = ranked([(v, r) for v in versions for r in list_runs(v)], args.sort, args.metric)
+    found = [(v, r) for v in versions for r in list_runs(v)]
+    if args.metric:
+        check_metric(args.metric, [r for _, r in found])
+    found = ranked(found, args.sort or ("metric" if args.metric else "updated"), args.metric)
     if args.json:
-        print_json([{**vars(r), "served_metric": served(r, args.metric)} for _, r in found])
+        print_json([{**vars(r), "metric": args.metric or r.monitor or "val_loss",
+                     "served_metric": served(r, args.metric),
+                     "served_epoch": r.served.get("epoch")} for _, r in found])
         return OK
     if not found:
         where = ", ".join(f"{v.name}/{v.fingerprint[:12]}" for v in versions)
@@ -53,10 +60,19 @@ def runs(args: argparse.Namespace) -> int:
          f"{r.objective or '-'}/{r.head or '-'}",
          number(served(r, args.metric)) + ("" if metric != "metric" else
                                            f" {args.metric or r.monitor or 'val_loss'}"),
-         r.served.get("epoch", "-"), number(r.best.get(r.monitor or "val_loss")),
+         r.served.get("epoch", "-"), number(r.best.get(args.metric or r.monitor or "val_loss")),
          r.updated[:16].replace("T", " "), r.checkpoint or "-"]
-        for v, r in found], plain=[r.line() for _, r in found])
+        for v, r in found], plain=[r.line(args.metric) for _, r in found])
     return OK
+
+
+def check_metric(metric: str, runs: list) -> None:
+    """Refuse a --metric that no run recorded, naming the metrics they have."""
+    have = sorted({k for r in runs for m in (r.served, r.metrics) for k, v in m.items()
+                   if isinstance(v, int | float) and not isinstance(v, bool) and k != "epoch"})
+    if runs and metric not in have:
+        raise RaycacheError(f"--metric {metric!r}: no run recorded it; the runs' metrics are "
+                            f"{', '.join(have) or '(none)'}: pass one of them")
 
 
 def served(run, metric: str | None = None) -> float | None:

@@ -242,7 +242,7 @@ def test_json_summaries_are_one_document_on_stdout_with_the_results_fields(store
     text = capsys.readouterr().out.splitlines()
     names = [line.split()[0] for line in text[::2]]
     assert names == sorted(names) and text[names.index("v2") * 2].endswith(
-        f"toy/{newer.fingerprint}") and "; served " in text[0]
+        f"toy/{newer.fingerprint}") and " served at epoch " in text[0]
 
 
 def test_a_summarys_json_holds_no_storage_options_or_credentials(store):

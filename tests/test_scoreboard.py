@@ -107,8 +107,8 @@ def test_runs_lines_show_accuracy_and_macro_f1_beside_the_monitored_metric(store
                     "num_workers": 0, "progress": False, "run_name": "listed"})
     [run] = [r for r in list_runs(raycache.open_cache("toy", store)) if r.name == "listed"]
     line = run.line().splitlines()[0]
-    assert line.index("val_loss ") < line.index("(best ") < line.index(", val_acc ")
-    assert f", val_acc {run.metrics['val_acc']:.4f}, val_f1 {run.metrics['val_f1']:.4f}" in line
+    assert line.index("val_loss ") < line.index(" served") < line.index(", val_acc ")
+    assert f", val_acc {run.served['val_acc']:.4f}, val_f1 {run.served['val_f1']:.4f}" in line
 
 
 def test_the_curves_of_a_one_epoch_run_show_its_points():

@@ -91,27 +91,36 @@ class RunInfo:
     cache: str = ""
     """The version the run trained on, "name/fingerprint"."""
 
-    def line(self) -> str:
+    def line(self, metric: str | None = None) -> str:
         """The run as `raycache runs` prints it.
 
+        Args:
+            metric: The metric to headline (default: the monitored one).
+
         Returns:
-            Two lines: the run (status, epochs, objective/head, the monitored metric at the
-            last epoch and at its best, the objective's other main metrics at the last epoch)
-            and the checkpoint `raycache predict --checkpoint`
-            takes.
+            Two lines: the run (status, epochs, objective/head, `metric` of the served epoch,
+            whose weights the checkpoint holds, beside its best and the last epoch's where
+            they differ, and the objective's other main metrics of the served epoch) and the
+            checkpoint `raycache predict --checkpoint` takes.
         """
-        key, best = self.monitor or "val_loss", self.best
-        at = f" at epoch {best['epoch']}" if "epoch" in best else ""
-        chosen = (f", head #{best['member']} {settings_text(best.get('settings', {}))}"
-                  if "member" in best else "")
-        more = "".join(f", {k} {number(self.metrics[k])}" for k in MAIN
-                       if k != key and k in self.metrics)  # the objective's main metrics too
-        served = (f"; served {number(self.served.get(key))} at epoch {self.served['epoch']}"
-                  if "epoch" in self.served else "")
+        key, best = metric or self.monitor or "val_loss", self.best
+        shown = self.served or self.metrics
+        at = f" at epoch {shown['epoch']}" if "epoch" in shown else ""
+        also = []
+        if key in best:
+            chosen = (f", head #{best['member']} {settings_text(best.get('settings', {}))}"
+                      if "member" in best else "")
+            where = f" at epoch {best['epoch']}" if "epoch" in best else ""
+            also.append(f"best {number(best.get(key))}{where}{chosen}")
+        if self.metrics.get("epoch") != shown.get("epoch"):
+            also.append(f"last epoch {self.metrics.get('epoch', '?')}: "
+                        f"{number(self.metrics.get(key))}")
+        said = f" ({'; '.join(also)})" if also else ""
+        more = "".join(f", {k} {number(shown[k])}" for k in MAIN
+                       if k != key and k in shown)  # the objective's main metrics too
         return (f"{self.name:<28} {self.status:<10} {self.epochs_done:>4}/{self.epochs:<4} "
-                f"{self.objective or '-'}/{self.head or '-'}  {key} "
-                f"{number(self.metrics.get(key))} (best {number(best.get(key))}{at}{chosen}"
-                f"{served}){more}  {self.updated}  {self.cache}\n{'':<4}checkpoint "
+                f"{self.objective or '-'}/{self.head or '-'}  {key} {number(shown.get(key))}"
+                f" served{at}{said}{more}  {self.updated}  {self.cache}\n{'':<4}checkpoint "
                 f"{self.checkpoint or '- (none yet)'}")
 
 
