@@ -1,9 +1,11 @@
-"""`raycache evaluate`: a head's scores on a labelled file, printed (and written with --output)."""
+"""`raycache evaluate`: a head's scores on a labelled file or its run's held-out rows, printed
+(and written with --output)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from raycache._cli_words import TRUST_HELP
 
@@ -18,9 +20,14 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", required=True,
                    help="a head checkpoint folder (path or URI), or a run folder (its final "
                         "checkpoint): `raycache runs` prints it")
-    p.add_argument("--input", required=True,
+    p.add_argument("--input",
                    help="labelled Parquet, JSONL or CSV file, folder or glob, with the head's "
-                        "input column(s) and its label")
+                        "input column(s) and its label (default: the run's own validation "
+                        "keys, read from its cache)")
+    p.add_argument("--held-out", metavar="FILE",
+                   help="also write the run's validation keys and labels (the rows scored "
+                        "without --input) to FILE: Parquet, or JSON lines (.jsonl) or CSV "
+                        "(.csv); join it with the source on the key for a file of their inputs")
     p.add_argument("--label", help="the label column (default: the one the head was trained on)")
     p.add_argument("--output", help="a folder to write evaluation.json, confusion.txt and "
                                     "confusion.png into")
@@ -35,6 +42,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
     """Evaluate, then print the summary, the per-class table and the confusion matrix."""
     from raycache._predict.evaluate import evaluate
 
+    if args.held_out:
+        from raycache._predict.held_out import write_held_out
+
+        n = write_held_out(args.checkpoint, args.held_out, label=args.label,
+                           trust_code=args.trust_code)
+        print(f"wrote {n:,} held-out rows (key, label) to {args.held_out}", file=sys.stderr)
     ev = evaluate(args.checkpoint, args.input, label=args.label, output=args.output,
                   trust_code=args.trust_code, overwrite=args.overwrite)
     if args.json:

@@ -76,15 +76,19 @@ def test_a_dataframe_scores_the_same_as_its_file(run, tmp_path):
     assert from_frame.to_dict() | {"data": ""} == from_file.to_dict() | {"data": ""}
 
 
-def test_the_runs_own_validation_keys(run):
+def test_the_runs_own_validation_keys(run, tmp_path):
     ev = raycache.evaluate(run)
     df = run.cache.to_pandas()
     held = df[run.held_out(df["id"])]
     assert ev.rows == len(held) > 0 and "validation keys" in ev.data
     pred = run.load_head().predict_embeddings(np.stack(held["proj"]))
     assert ev.accuracy == pytest.approx(float(np.mean(pred == held["name"].to_numpy())))
-    with pytest.raises(RaycacheError, match="needs the TrainResult"):
-        raycache.evaluate(run.checkpoint)
+    assert raycache.evaluate(run.checkpoint).to_dict() == ev.to_dict()  # its run folder's split
+    import shutil
+
+    copied = shutil.copytree(run.checkpoint, tmp_path / "copied")  # out of its run folder
+    with pytest.raises(RaycacheError, match="not in a run folder of its cache"):
+        raycache.evaluate(str(copied))
 
 
 def test_the_command_line_prints_the_tables_and_writes_json_and_png(run, tmp_path, capsys):

@@ -32,7 +32,8 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
         checkpoint: The head's checkpoint folder (or a run folder, or a TrainResult).
         data: A labelled Parquet, JSONL or CSV file (or folder or glob), a pandas DataFrame or
             pyarrow Table with the head's input column(s) and its label; None: the run's own
-            validation keys, read from its cache (`checkpoint` must be a TrainResult).
+            validation keys, read from its cache (a TrainResult, or a checkpoint or run
+            folder in its cache's runs/, whose run.json gives the split).
         label: The label column of `data` (default: the label the head was trained on).
         output: A local folder to write evaluation.json, confusion.txt and confusion.png
             (checked before anything is read).
@@ -45,7 +46,8 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
         The scores; `summary()`, `table()` and `confusion_table()` print them.
 
     Raises:
-        RaycacheError: The head is not a classifier; data is None without a TrainResult; the
+        RaycacheError: The head is not a classifier; data is None and the checkpoint is not
+            in its run's folder (a copied head); the
             data holds no rows; the label column is missing, has nulls, is not of the head's
             label type (integer ids or names) or holds classes the head does not know;
             `output` is a file, or holds an evaluation and `overwrite` is False.
@@ -72,12 +74,12 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
                             "no classes to score; evaluate a classification head")
     label = label or head.spec.label
     if data is None:
-        if run is None:
-            raise RaycacheError(
-                "evaluate(checkpoint, data=None) scores the run's own validation keys and needs "
-                "the TrainResult `raycache.train` returned; pass it, or pass labelled data (a "
-                "file, a DataFrame)")
-        return _done(_on_validation(run, head, label, path), output)
+        from raycache._predict.held_out import held_out_rows, split_of
+
+        rows = (held_out_rows(run.cache, run.spec.recipe.evaluation.val_fraction, head, label)
+                if run is not None else held_out_rows(*split_of(path, head, options), head,
+                                                      label))
+        return _done(_on_validation(rows, head, label, path), output)
     table, what = _table(data, options)
     if not table.num_rows:
         raise RaycacheError(f"{what} holds no rows to score (its columns: "
@@ -179,19 +181,10 @@ def _class_ids(head: Head, values: pa.ChunkedArray | pa.Array, label: str, what:
     return np.fromiter((known[v] for v in found), np.int64, len(found))
 
 
-def _on_validation(run: TrainResult, head: Head, label: str, path: str) -> Evaluation:
-    """The run's held-out rows, read from its cache: their embeddings through the head."""
-    if head.spec.trainable:
-        raise RaycacheError("this head trains encoders with it, so its cache holds their inputs, "
-                            "not embeddings: evaluate it on a labelled file instead")
-    cache, key = run.cache, run.cache.manifest.key_column
-    table = cache.read_table([key, label, *head.spec.encoders])
-    held = pa.array(run.held_out(table.column(key)))
-    table = table.filter(held)
-    what = f"the validation keys of {cache.name}/{cache.fingerprint[:12]}"
-    if not table.num_rows:
-        raise RaycacheError(f"{what} hold no rows: the run held none out for validation "
-                            "(val_fraction 0, or too few rows); evaluate on a labelled file")
+def _on_validation(rows: tuple[pa.Table, str], head: Head, label: str, path: str
+                   ) -> Evaluation:
+    """The run's held-out rows (`held_out_rows`): their embeddings through the head."""
+    table, what = rows
     x = np.concatenate([table.column(e).combine_chunks().flatten().to_numpy(
         zero_copy_only=False).astype(np.float32).reshape(table.num_rows, -1)
         for e in head.spec.encoders], axis=1)
