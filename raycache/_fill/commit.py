@@ -8,7 +8,6 @@ import hashlib
 import json
 import re
 import time
-import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -26,9 +25,11 @@ from raycache._cache.order import HISTORY, Place
 from raycache._cache.outside import KEPT_ROWS, KEPT_ROWS_FILE, kept_rows_blob
 from raycache._cache.records import ShardEntry, ShardRecord, SkippedRow, spans_by_block
 from raycache._cache.store import MANIFEST, PROGRESS, SHARDS, Store, shard_name
+from raycache._core.caller import warn
 from raycache._core.secrets import split
 from raycache._errors import CorruptCache, RaycacheError, StoreError
 from raycache._fill.keys import label_problems, named, scan
+from raycache._fill.nan_labels import nan_problems
 from raycache._fill.plan import Plan
 from raycache._fill.summary import KeySummary
 from raycache._source.files import Ranges, Span
@@ -56,8 +57,8 @@ def resumable(p: Plan) -> list[ShardRecord]:
             except FileNotFoundError:
                 continue
             except (ValueError, TypeError, KeyError) as exc:  # damaged: its rows are encoded
-                warnings.warn(f"progress record {p.store.url(path)} cannot be read ({exc}); "
-                              "its shard's rows are encoded again", stacklevel=2)
+                warn(f"progress record {p.store.url(path)} cannot be read ({exc}); "
+                     "its shard's rows are encoded again")
                 continue
             if sizes.get(record.path) == record.bytes:
                 out.append(record)
@@ -280,7 +281,10 @@ def manifest_of(p: Plan, records: list[ShardRecord], seconds: float,
         extra={"encoder_configs": {e.name: {**dataclasses.asdict(e), "options": split(e.options)[0]}
                                    for e in p.cfg.encoders},  # never their credentials
                **({"views": p.inputs["views"]} if "views" in p.inputs else {}),
-               **({LABEL_PROBLEMS: found} if (found := label_problems(label_stats or {}))
+               **({LABEL_PROBLEMS: found} if (found := [
+                   *label_problems(label_stats or {}),
+                   *nan_problems(p.store, p.dir, records, p.cfg.source.key,
+                                 {c: p.schema.field(c).type for c in p.cfg.source.labels})])
                   else {})},
         label_stats=label_stats or {},
     )
