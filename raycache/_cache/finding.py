@@ -3,13 +3,13 @@ listing users see (`ls`), and one opened by name (`open_cache`)."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from raycache._cache.committed import Cache
 from raycache._cache.manifests import read_manifest
 from raycache._cache.order import history
 from raycache._cache.store import Store
+from raycache._core.caller import warn
 from raycache._errors import CacheNotFound, CorruptCache, DamagedCacheWarning, StoreError
 
 __all__ = ["ls", "open_cache", "scan"]
@@ -63,7 +63,7 @@ def ls(store: Store | str, name: str | None = None) -> list[Cache]:
     """
     caches, bad = scan(store, name)
     for exc in bad:
-        warnings.warn(str(exc), DamagedCacheWarning, stacklevel=2)
+        warn(str(exc), DamagedCacheWarning)
     return caches
 
 

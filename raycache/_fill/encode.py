@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ from raycache._cache.records import ShardRecord, SkippedRow
 from raycache._compute import runner, where
 from raycache._compute.pool import Pool
 from raycache._compute.runner import Job, Stage
+from raycache._core.caller import warn
 from raycache._core.config import AUTO
 from raycache._errors import DamagedCacheWarning
 from raycache._fill.config import FillConfig
@@ -167,7 +167,7 @@ def _stored(p: Plan, leave: frozenset) -> Reuse | None:
     caches, bad = scan(p.store)
     for exc in bad:  # one warning each; this fill's own folder has had its own
         if getattr(exc, "cache", None) != cache_label(p.dir):
-            warnings.warn(str(exc), DamagedCacheWarning, stacklevel=2)
+            warn(str(exc), DamagedCacheWarning)
     return Reuse.scan(p.store, [e for e in p.cfg.encoders if not e.trainable],
                       p.inputs["encoders"], [c.manifest for c in caches if c.dir != p.dir],
                       leave)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ import pyarrow.parquet as pq
 
 from raycache._cache.columns import hash_column
 from raycache._cache.entry_rows import folder_path, whole_file
+from raycache._core.caller import warn
 from raycache._errors import DamagedCacheWarning, StoreError
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ class Reuse:
             try:
                 shards = list(m.shards) if same else []
             except StoreError as exc:  # a damaged shard list: that cache is not reused
-                warnings.warn(str(exc), DamagedCacheWarning, stacklevel=2)
+                warn(str(exc), DamagedCacheWarning)
                 continue
             cache_dir = store.cache_dir(m.name, m.fingerprint)
             for name, entry in same:
@@ -264,7 +264,7 @@ class Reuse:
             try:
                 col = read_shard(self.store, src.cache_dir, src.entry, [src.column]).column(0)
             except StoreError as exc:
-                warnings.warn(f"not reusing embeddings from a bad shard: {exc}", stacklevel=2)
+                warn(f"not reusing embeddings from a bad shard: {exc}")
                 self._bad.add(key)
                 return None
             col = col.combine_chunks()
@@ -310,6 +310,6 @@ def _read_hashes(store: Store, src: Source) -> pa.Array:
         with store.fs.open(f"{src.cache_dir}/{src.path}", "rb") as f:
             return pq.read_table(f, columns=[src.hashes]).column(0).combine_chunks()
     except FileNotFoundError:
-        warnings.warn(f"not reusing embeddings from {store.url(f'{src.cache_dir}/{src.path}')}:"
-                      " the shard is missing", DamagedCacheWarning, stacklevel=2)
+        warn(f"not reusing embeddings from {store.url(f'{src.cache_dir}/{src.path}')}:"
+             " the shard is missing", DamagedCacheWarning)
         return pa.array([], HASH)

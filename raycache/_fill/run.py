@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from typing import TYPE_CHECKING
 
 from raycache._cache.committed import Cache
@@ -16,6 +15,7 @@ from raycache._cache.lease import Lease
 from raycache._cache.manifests import read_manifest
 from raycache._cache.records import ShardRecord
 from raycache._compute import where
+from raycache._core.caller import warn
 from raycache._core.transient import is_transient
 from raycache._core.trust import vouch
 from raycache._errors import (
@@ -72,8 +72,7 @@ def fill(config: FillConfig | dict | str, *, progress: bool | None = None) -> Fi
     try:
         manifest = read_manifest(p.store, p.dir)
     except CorruptCache as exc:  # the config says what it holds: fill it again, over it
-        warnings.warn(f"{exc}. Filling it again now, from this config", DamagedCacheWarning,
-                      stacklevel=2)
+        warn(f"{exc}. Filling it again now, from this config", DamagedCacheWarning)
         return complete(p, resumable(p), replace=True)
     if manifest is not None and manifest.skipped:  # rows it skipped (on_bad_rows: skip)
         return _retry(p, Cache(p.store, manifest), started)

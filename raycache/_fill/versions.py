@@ -13,7 +13,6 @@ that changed; a shard that keeps only part of its rows carries a row selection
 
 from __future__ import annotations
 
-import warnings
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,6 +32,7 @@ from raycache._cache.finding import scan
 from raycache._cache.manifest import Manifest
 from raycache._cache.reads import map_ordered, parse
 from raycache._cache.records import ShardEntry
+from raycache._core.caller import warn
 from raycache._errors import CorruptCache, DamagedCacheWarning
 from raycache._fill.commit import missing
 from raycache._fill.keys import counts_of, named
@@ -93,7 +93,7 @@ def base_of(p: Plan) -> Manifest | None:
             try:
                 len(c.manifest.shards)  # its shard list read and checked
             except CorruptCache as exc:  # passed by, as the message says: an older one lends
-                warnings.warn(str(exc), DamagedCacheWarning, stacklevel=3)
+                warn(str(exc), DamagedCacheWarning)
                 continue
             return c.manifest
     return None

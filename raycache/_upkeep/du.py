@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import warnings
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -15,6 +14,7 @@ from raycache._cache.manifest import Manifest, human_bytes
 from raycache._cache.manifests import read_manifest
 from raycache._cache.order import Place, place_of
 from raycache._cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
+from raycache._core.caller import warn
 from raycache._errors import CorruptCache, DamagedCacheWarning, StoreError
 from raycache._train.driver.runs import RECORD, RESUMABLE, list_runs
 from raycache._upkeep.refs import Refs, references
@@ -168,7 +168,7 @@ def _folder(store: Store, name: str, fp: str) -> Found | None:
         manifest = read_manifest(store, cache_dir) if MANIFEST in files else None
     except StoreError as exc:  # damaged, or of a newer format: counted, never read
         manifest, why, corrupt = None, str(exc), isinstance(exc, CorruptCache)
-        warnings.warn(why, DamagedCacheWarning, stacklevel=3)
+        warn(why, DamagedCacheWarning)
     if manifest is None:
         shards = sum(rel.startswith(f"{SHARDS}/") and rel.endswith(".parquet") for rel in files)
         when = datetime.fromtimestamp(newest, UTC).isoformat(timespec="seconds")

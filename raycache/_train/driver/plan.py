@@ -5,7 +5,6 @@ built once from both; no Ray."""
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +16,7 @@ import pyarrow.compute as pc
 from raycache._cache.committed import Cache
 from raycache._cache.finding import open_cache
 from raycache._cache.store import Store
+from raycache._core.caller import warn
 from raycache._core.config import load, walk_problems
 from raycache._core.trust import Trust
 from raycache._encoders.config import EncoderConfig
@@ -228,11 +228,10 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str], read: Colu
                            f"similar to another and objective {cfg.objective!r} has nothing to "
                            "learn. Name a label column whose groups repeat with `label:`"])
     if not names and family.labels != "groups" and (empty := np.flatnonzero(counts == 0)).size:
-        warnings.warn(f"label column {label!r} holds no row of class id(s) "
-                      f"{empty[:10].tolist()} (ids run 0..{len(counts) - 1}): the head has "
-                      f"{empty.size} class(es) it never sees, and predicts none of them. Map "
-                      "the labels to 0..K-1 (or names) in the source and fill again",
-                      stacklevel=2)
+        warn(f"label column {label!r} holds no row of class id(s) "
+             f"{empty[:10].tolist()} (ids run 0..{len(counts) - 1}): the head has "
+             f"{empty.size} class(es) it never sees, and predicts none of them. Map "
+             "the labels to 0..K-1 (or names) in the source and fill again")
     high, weights = len(counts) - 1, cfg.loss.class_weights
     if isinstance(weights, list) and len(weights) != len(counts):
         raise ConfigError([f"class_weights has {len(weights)} values; the label "

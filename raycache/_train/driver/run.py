@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from raycache._cache.committed import Cache
 from raycache._cache.store import Store
+from raycache._core.caller import warn
 from raycache._core.transient import is_transient
 from raycache._core.trust import vouch
 from raycache._errors import (
@@ -134,8 +134,8 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     if landing is not None:
         if filling is not None:
             raise TypeError("raycache.train: pass filling= alone (landing= is its old name)")
-        warnings.warn("raycache.train(landing=...) is deprecated: pass filling=...",
-                      DeprecationWarning, stacklevel=2)
+        warn("raycache.train(landing=...) is deprecated: pass filling=...",
+             DeprecationWarning)
         filling = landing
     cfg = load_train(config)
     vouch([cfg.head, *cfg.sweep.get("head", [])])  # the user's own head families
