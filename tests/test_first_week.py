@@ -91,3 +91,62 @@ def test_evaluate_without_input_scores_the_runs_held_out_rows_and_writes_them(
                             str(rows), "--json"))
     assert (again["rows"], again["accuracy"]) == (scored["rows"], scored["accuracy"])
     assert again["confusion"] == scored["confusion"]
+
+
+def test_nan_float_labels_are_named_at_fill_time(tmp_path):
+    import numpy as np
+    import pyarrow as pa
+
+    table = separable(n=40)
+    score = np.linspace(0, 1, 40)
+    score[[3, 30]] = np.nan
+    (tmp_path / "src").mkdir()
+    pq.write_table(table.append_column("score", pa.array(score)), tmp_path / "src" / "a.parquet")
+    cfg = toy_fill(str(tmp_path / "src"), str(tmp_path / "store"), in_process=True)
+    cfg["source"]["labels"] = ["label", "score"]
+    done = raycache.fill(cfg)
+    said = "label 'score' is NaN in 2 row(s), the first of key 'row-00003'"
+    assert any(said in p for p in done.cache.manifest.label_problems)
+    assert said in done.summary()
+
+
+def test_a_training_warning_points_at_the_users_call(tmp_path):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = separable(n=60)
+    gappy = pc.if_else(pc.equal(table["label"], 1), 2, table["label"])  # ids 0 and 2: no 1
+    (tmp_path / "src").mkdir()
+    pq.write_table(table.set_column(2, "label", gappy.cast(pa.int64())),
+                   tmp_path / "src" / "a.parquet")
+    raycache.fill(toy_fill(str(tmp_path / "src"), str(tmp_path / "store"), in_process=True))
+    with pytest.warns(UserWarning, match="holds no row of class id") as caught:
+        raycache.train({"cache": "toy", "store": {"uri": str(tmp_path / "store")},
+                        "label": "label", "num_workers": 0, "progress": False})
+    [said] = [w for w in caught if "holds no row of class id" in str(w.message)]
+    assert said.filename == __file__  # this line's call, not a line of raycache's source
+
+
+@pytest.mark.parametrize("under", ["a-file", "missing-folder-of-a-file"])
+def test_export_to_a_path_it_cannot_write_is_one_line_exit_3(store, tmp_path, capsys, under):
+    (tmp_path / "a-file").write_text("not a folder")
+    to = tmp_path / "a-file" / "rows.parquet" if under == "a-file" else \
+        tmp_path / "a-file" / "deeper" / "rows.parquet"
+    assert main(["export", "toy", "--store", store, "--to", str(to)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"export target {str(to)!r} cannot be written" in err[0], err
+
+
+def test_the_demo_run_again_with_nothing_changed_reuses_its_run(tmp_path):
+    from raycache._demo import train_config
+    from raycache._train.driver.runs import list_runs
+
+    (tmp_path / "src").mkdir()
+    pq.write_table(separable(n=60), tmp_path / "src" / "a.parquet")
+    cfg = toy_fill(str(tmp_path / "src"), str(tmp_path / "store"), in_process=True,
+                   name="stdlib-docs")  # the demo's cache name, of toy rows
+    raycache.fill(cfg)
+    first = raycache.train(train_config(str(tmp_path / "store"), workers=0), progress=False)
+    again = raycache.train(train_config(str(tmp_path / "store"), workers=0), progress=False)
+    assert again.run_dir == first.run_dir and again.finished_before
+    assert len(list_runs(raycache.open_cache("stdlib-docs", str(tmp_path / "store")))) == 1

@@ -76,11 +76,15 @@ def write(rows: Rows, to: str | BinaryIO, options: dict[str, Any], overwrite: bo
     if problems:
         raise ConfigError(problems)
     fs, path = fsspec.core.url_to_fs(to, **options)
-    target.make_folder(fs, posixpath.dirname(path))
+    target.make_folder(fs, posixpath.dirname(path), to)
     target.sweep(fs, path)
     temp = target.temp_path(path)
     try:
-        with fs.open(temp, "wb") as f:
+        try:
+            f = fs.open(temp, "wb")
+        except OSError as exc:
+            raise target.unwritable(to, exc) from None
+        with f:
             n = _stream(rows, f)
         if n != rows.rows:
             raise RaycacheError(f"export of {rows.label} wrote {n} rows, its manifest says "

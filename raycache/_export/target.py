@@ -16,8 +16,10 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from raycache._errors import RaycacheError
+
 __all__ = ["BUCKETED", "STALE_S", "TEMP", "bucket_problem", "make_folder", "replace", "sweep",
-           "temp_path"]
+           "temp_path", "unwritable"]
 
 TEMP = ".raycache-export-"
 """A temporary file's name begins so: `.raycache-export-<32 hex>-<the target's name>`, beside
@@ -46,10 +48,22 @@ def bucket_problem(fs: fsspec.AbstractFileSystem, path: str, to: str) -> list[st
             "first (e.g. `aws s3 mb s3://<bucket>`)"]
 
 
-def make_folder(fs: fsspec.AbstractFileSystem, folder: str) -> None:
-    """The target's folder made where the filesystem has folders (never a bucket)."""
+def make_folder(fs: fsspec.AbstractFileSystem, folder: str, to: str = "") -> None:
+    """The target's folder made where the filesystem has folders (never a bucket); one that
+    cannot be made is a RaycacheError naming it."""
     if folder and not _protocols(fs) & BUCKETED:
-        fs.makedirs(folder, exist_ok=True)
+        try:
+            fs.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            raise unwritable(to or folder, exc) from None
+
+
+def unwritable(to: str, exc: OSError) -> RaycacheError:
+    """The error for a target that cannot be written (`exc`, the filesystem's), in one line."""
+    why = exc.strerror or str(exc) or type(exc).__name__
+    where = f": {exc.filename!r}" if getattr(exc, "filename", None) else ""
+    return RaycacheError(f"export target {to!r} cannot be written ({why}{where}); name a file "
+                         "in a folder you may write to, or one that can be made")
 
 
 def temp_path(path: str) -> str:
