@@ -34,6 +34,8 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.add_argument("--overwrite", action="store_true",
                    help="replace the files of an earlier evaluation in --output")
+    p.add_argument("--no-progress", action="store_true",
+                   help="print no progress of the encoding of --input's rows")
     p.add_argument("--json", action="store_true",
                    help="print evaluation.json's content instead of the tables")
 
@@ -49,7 +51,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
                            trust_code=args.trust_code)
         print(f"wrote {n:,} held-out rows (key, label) to {args.held_out}", file=sys.stderr)
     ev = evaluate(args.checkpoint, args.input, label=args.label, output=args.output,
-                  trust_code=args.trust_code, overwrite=args.overwrite)
+                  trust_code=args.trust_code, overwrite=args.overwrite,
+                  progress=not args.no_progress)
     if args.json:
         print(json.dumps(ev.to_dict(), indent=2))
         return 0

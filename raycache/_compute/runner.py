@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from raycache._encoders.config import EncoderConfig
 
 __all__ = ["FEED_MIN_ROWS", "ONE_THREAD", "Job", "ModelChain", "Shipped", "SinkActor", "Stage",
-           "build", "chain_task", "feed", "feed_rows", "progress_bar", "run", "run_local",
-           "stream", "where"]
+           "build", "chain_task", "feed", "feed_rows", "progress_bar", "ramped", "run",
+           "run_local", "stream", "where"]
 
 FEED_MIN_ROWS = 1024
 """Rows per block into a GPU pool's tokenising actors at least."""
@@ -55,6 +55,10 @@ class Job:
     sink: Stage | None = None
     ordered: bool = False
     """Output in input order (Ray Data's preserve_order)."""
+    ramp: int = 0
+    """In this process, the first block cut into pieces of this many rows, as many again, then
+    doubling (r, r, 2r, 4r, ... up to half the block), so progress moves within seconds of the
+    start; 0: every block whole."""
 
     def __post_init__(self) -> None:
         self.options = seal(self.options)  # read tasks' arguments show credentials redacted
@@ -90,7 +94,7 @@ def run_local(job: Job, pool: Pool) -> Iterator[pa.Table]:
         with (ThreadPoolExecutor(1, thread_name_prefix="raycache-read") as reads,
               ThreadPoolExecutor(1, thread_name_prefix="raycache-sink") as sinks):
             done: deque[Future[pa.Table]] = deque()
-            for prepared in _ahead(reads, map(chain.prepare, _pieces(job))):
+            for prepared in _ahead(reads, map(chain.prepare, ramped(_pieces(job), job.ramp))):
                 done.append(sinks.submit(chain.finish, chain.model(prepared)))
                 if len(done) > 1:  # one sink call in flight behind the model
                     yield done.popleft().result()
@@ -114,6 +118,23 @@ def _pieces(job: Job) -> Iterator[pa.Table]:
                 held = []
     if held:
         yield pa.concat_tables(held)
+
+
+def ramped(pieces: Iterator[pa.Table], first: int) -> Iterator[pa.Table]:
+    """`pieces`, the first one cut as Job.ramp says (`first` rows, as many again, then
+    doubling up to half of it); the rest as they are."""
+    head = next(pieces, None)
+    if head is None:
+        return
+    sizes, n = [], head.num_rows
+    while first and n > first:
+        sizes.insert(0, n - n // 2)
+        n //= 2
+    at = 0
+    for size in [n, *sizes]:
+        yield head.slice(at, size)
+        at += size
+    yield from pieces
 
 
 def _ahead(pool: ThreadPoolExecutor, items: Iterator[pa.Table]) -> Iterator[pa.Table]:

@@ -36,6 +36,9 @@ SMALL_BLOCK_ROWS = 1024
 """block_rows auto, for a fill of fewer rows than one shard: blocks (and so shards, each with
 its resume record) of a MIN_BLOCKS-th of its rows, at least this many, so that an interrupted
 small fill keeps what it encoded; fills under this many rows stay one shard."""
+RAMP_ROWS = 256
+"""In this process, a fill's first block of at least 8x this many rows is cut to start with
+pieces of this many (compute.runner.Job.ramp): its bar moves within seconds, not a block."""
 BLOCK_BYTES = 1 << 28
 """block_rows auto: input bytes a block at most, where an encoder says a row's (images: 256 MiB
 of uint8 pixels, 1,783 rows at 224x224); such a block may be less than a shard, and its shards
@@ -182,13 +185,15 @@ def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None,
 
     cfg = p.cfg
     digests = {k: v["weights_digest"] for k, v in p.inputs["encoders"].items()}
-    return Job(units, p.format, cfg.source.options, block or cfg.rows_per_shard, cfg.encoders,
+    rows = block or cfg.rows_per_shard
+    return Job(units, p.format, cfg.source.options, rows, cfg.encoders,
                keep=list(dict.fromkeys([cfg.source.key, *cfg.source.labels])),
                model=Stage(EncodeActor, dict(cfg=cfg, digests=digests), local=dict(lazy=True)),
                inputs=FillPrepare(cfg.encoders, reuse, cfg.views, cfg.on_bad_rows == "skip"),
                sink=Stage(write_stage, dict(store=p.store, cache_dir=p.dir,
                                             fingerprint=p.fingerprint, rows=cfg.rows_per_shard,
-                                            key=cfg.source.key, labels=counted(p))))
+                                            key=cfg.source.key, labels=counted(p))),
+               ramp=RAMP_ROWS if rows >= 8 * RAMP_ROWS else 0)
 
 
 def run_in_process(p: Plan, units: list[sources.Unit], pool: Pool, reuse: Reuse | None = None,

@@ -24,7 +24,8 @@ BATCH_ROWS = 4096
 
 def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | None = None,
              output: str | None = None, overwrite: bool = False,
-             trust_code: bool | Sequence[str] = False, **options: Any) -> Evaluation:
+             trust_code: bool | Sequence[str] = False, progress: bool = True,
+             **options: Any) -> Evaluation:
     """Score a classifier head on labelled rows: accuracy, macro-F1, per-class precision,
     recall and F1 by class name, and the confusion matrix.
 
@@ -40,6 +41,9 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
         overwrite: Replace those files where `output` already holds an evaluation.
         trust_code: Let head.json name code to run (see `load_head`): True for any, or the
             allowed prefixes of factory paths.
+        progress: Show the encoding of `data`'s rows: a bar on a terminal, a line per batch
+            of BATCH_ROWS rows otherwise (on stderr; the rate counts from the first batch, so
+            the encoders' load is left out of it).
         **options: fsspec storage options for the checkpoint and the files.
 
     Returns:
@@ -92,11 +96,22 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
     if missing := [c for c in inputs if c not in table.column_names]:
         raise RaycacheError(f"{what} lacks the head's input column(s) {missing} (its columns: "
                             f"{table.column_names})")
-    predicted = np.concatenate([
-        head.predict_ids(head.features({c: table.column(c).slice(i, BATCH_ROWS).to_pylist()
-                                        for c in inputs}))
-        for i in range(0, table.num_rows, BATCH_ROWS)])
+    predicted = _encoded(head, table, inputs, progress)
     return _done(evaluation_of(path, what, label, _names(head), truth, predicted), output)
+
+
+def _encoded(head: Head, table: pa.Table, inputs: list[str], progress: bool) -> np.ndarray:
+    """The head's class ids for every row of `table`, encoded BATCH_ROWS at a time with a bar
+    of rows; its rate counts from the first batch's end (the encoders load in that one)."""
+    from raycache._core.steps import rows_bar
+
+    out = []
+    with rows_bar(progress, table.num_rows, "evaluate: encoding") as bar:
+        for i in range(0, table.num_rows, BATCH_ROWS):
+            out.append(head.predict_ids(head.features(
+                {c: table.column(c).slice(i, BATCH_ROWS).to_pylist() for c in inputs})))
+            bar.update(len(out[-1]))
+    return np.concatenate(out)
 
 
 def _done(ev: Evaluation, output: str | None) -> Evaluation:

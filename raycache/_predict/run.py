@@ -70,25 +70,42 @@ class PredictResult:
     """Wall time of the call, start-up included."""
     where: str
     """Where it ran, in words."""
+    startup_seconds: float = 0.0
+    """Seconds until its first rows came out: the plan, the pool's start, the model's load and
+    the first batch (`first_rows`)."""
+    first_rows: int = 0
+    """The rows of that first batch."""
+
+    @property
+    def rows_per_second(self) -> float | None:
+        """Rows per second after the first batch (start-up and the model's load left out);
+        None where one batch held every row."""
+        steady = self.seconds - self.startup_seconds
+        return (self.rows - self.first_rows) / steady \
+            if self.rows > self.first_rows and steady > 0 else None
 
     def summary(self) -> str:
         """What this call did, in one line.
 
         Returns:
-            The line: rows, output, columns, seconds, rows per second, where it ran.
+            The line: rows, output, columns, seconds (and the start-up's), rows per second
+            after the first batch, where it ran.
         """
-        rate = self.rows / self.seconds if self.seconds else 0.0
+        rate = self.rows_per_second
+        said = (f"{rate:,.1f} rows/s after the first {self.first_rows:,} rows and "
+                f"{self.startup_seconds:.1f} s of start-up (the model's load)" if rate else
+                f"the model's load and start-up included: {self.startup_seconds:.1f} s to the "
+                "first rows")
         return (f"predict: {self.rows} rows -> {self.output} ({', '.join(self.columns)}), "
-                f"{self.seconds:.1f} s, {rate:.1f} rows/s, {self.where}")
+                f"{self.seconds:.1f} s, {said}, {self.where}")
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values (`--json`), with rows_per_second.
 
         Returns:
-            A dict of plain values.
+            A dict of plain values (rows_per_second: after the first batch, or None).
         """
-        rate = self.rows / self.seconds if self.seconds else 0.0
-        return {**dataclasses.asdict(self), "rows_per_second": rate}
+        return {**dataclasses.asdict(self), "rows_per_second": self.rows_per_second}
 
     def __repr__(self) -> str:
         return f"PredictResult({self.summary()})"
@@ -184,9 +201,10 @@ def predict_file(config: PredictConfig | dict | str, *, progress: bool | None = 
         pool = cluster_pool(cfg.pool, None if rows is None else -(-rows // rows_per_call(cfg)),
                             autoscaling=cfg.autoscaling, progress=cfg.progress,
                             verbose=cfg.verbose)
-    written = _write(p, runner.run(job(p, units), pool, local=local), rows)
+    written, first_at, first_rows = _write(p, runner.run(job(p, units), pool, local=local), rows)
     return PredictResult(p.out.url(p.out.root), written, p.schema.names,
-                         time.perf_counter() - start, runner.where(pool, local, why))
+                         time.perf_counter() - start, runner.where(pool, local, why),
+                         (first_at or time.perf_counter()) - start, first_rows)
 
 
 def in_process(cfg: PredictConfig, rows: int | None, size: int) -> tuple[bool, str]:
@@ -228,18 +246,22 @@ def build_pipeline(p: PredictPlan, units: list[sources.Unit], pool: Pool) -> Any
     return runner.build(job(p, units), pool)
 
 
-def _write(p: PredictPlan, batches: Iterator[pa.Table], total: int | None) -> int:
-    """Stream the batches into the output file (whole, or nothing on an error); rows written."""
-    rows = 0
+def _write(p: PredictPlan, batches: Iterator[pa.Table], total: int | None
+           ) -> tuple[int, float, int]:
+    """Stream the batches into the output file (whole, or nothing on an error); the rows
+    written, and when (perf_counter) the first batch came and its rows."""
+    rows, first_at, first_rows = 0, 0.0, 0
     try:
         with (runner.progress_bar(p.cfg.progress, total, "predict") as bar,
               p.out.open_atomic(p.out.root) as f, pq.ParquetWriter(f, p.schema) as writer):
             for batch in batches:
                 writer.write_table(batch.select(p.schema.names).cast(p.schema))
                 rows += batch.num_rows
+                if not first_at:
+                    first_at, first_rows = time.perf_counter(), batch.num_rows
                 bar.update(batch.num_rows)
     except OSError as exc:  # what filesystems raise (s3fs and others map their errors to it)
         raise RaycacheError(
             f"writing {p.cfg.output!r} failed ({type(exc).__name__}: {exc}); nothing was "
             "written there. Check that the output's folder is writable, then run again") from exc
-    return rows
+    return rows, first_at, first_rows

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from raycache._cache.store import Store
+from raycache._core.steps import step
 from raycache._probe.config import ProbeConfig
 from raycache._probe.data import Candidate, Features, Shared
 from raycache._probe.metrics import confusion, scores
@@ -114,11 +115,14 @@ def _lexical(cfg: ProbeConfig, found: list[Target]) -> list[Outcome]:
     line for each cache left out (with progress)."""
     from raycache._probe import lexical
 
-    rows, skipped = lexical.baselines(cfg, found)
+    with step(cfg.progress, "probe lexical: reading the source texts of the caches' rows"):
+        rows, skipped = lexical.baselines(cfg, found)
     out = []
     for lex in rows:
         start = time.perf_counter()
-        candidates = lexical.fit(lex, cfg)
+        with step(cfg.progress, f"probe {lex.data.encoder} {lexical.METHOD}: TF-IDF + "
+                                f"logistic regression on {lex.data.train_rows:,} texts"):
+            candidates = lexical.fit(lex, cfg)
         out.append(score(lex.data, lexical.METHOD, candidates, cfg.select,
                          time.perf_counter() - start))
     if cfg.progress:
@@ -137,10 +141,14 @@ def _here(cfg: ProbeConfig, found: list[Target], device: str
     from raycache._probe import METHODS
     from raycache._probe.load import read
 
-    for data in read(found, cfg.val_fraction):
+    with step(cfg.progress, f"probe: reading the features of {len(found)} encoder(s)"):
+        features = read(found, cfg.val_fraction)
+    for data in features:
         for method in cfg.methods:
             start = time.perf_counter()
-            candidates = METHODS[method](data, cfg, device)
+            with step(cfg.progress, f"probe {data.encoder} {method}: {data.train_rows:,} "
+                                    "training rows"):
+                candidates = METHODS[method](data, cfg, device)
             yield data, method, candidates, time.perf_counter() - start
 
 
@@ -148,4 +156,11 @@ def _on_ray(cfg: ProbeConfig, found: list[Target], workers: int
             ) -> Iterator[tuple[Shared, str, list[Candidate], float]]:
     from raycache._probe.on_ray import run
 
-    yield from run(cfg, found, workers)
+    steps, end = run(cfg, found, workers), object()
+    while True:
+        with step(cfg.progress, f"probe on Ray, {workers} workers: the next encoder and "
+                                "method"):
+            item = next(steps, end)
+        if item is end:
+            return
+        yield item
