@@ -20,6 +20,10 @@ ROOT = TESTS.parent
 
 
 RAY_EXPORTS = ("EXPORT_DATASET_METADATA", "EXPORT_TRAIN_RUN", "EXPORT_TRAIN_RUN_ATTEMPT")
+FAST_TRAIN_POLL = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25"}
+"""Ray Train's controller polls its workers every 2 s by default, and each run waits for a poll
+to see its start, its end and any worker lost: at 0.25 s a DDP run of the suite ends seconds
+sooner (a missed poll only keeps waiting; a worker is declared dead after minutes, as before)."""
 
 
 def free_port() -> int:
@@ -74,6 +78,7 @@ def ray_session(request: pytest.FixtureRequest):
     # What Ray Train and Ray Data record of a run (operator arguments, loop and run configs)
     # goes to the session's export-event logs too, where tests look for leaked credentials.
     os.environ.setdefault("RAY_enable_export_api_write_config", ",".join(RAY_EXPORTS))
+    os.environ.update(FAST_TRAIN_POLL)
     path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
     os.environ["PYTHONPATH"] = path
     ray.init(
