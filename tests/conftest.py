@@ -32,15 +32,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> str:
-    """A real S3 protocol server; its address and dummy credentials go into the environment
+    """A real S3 protocol server in a process of its own (serving requests on the other core,
+    not under this process's GIL); its address and dummy credentials go into the environment
     before Ray starts, so Ray's worker processes reach it too."""
-    from moto.server import ThreadedMotoServer
+    import time
 
     port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                               "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not listening(port):
+        assert server.poll() is None, f"the moto server exited with {server.returncode}"
+        assert time.monotonic() < deadline, f"the moto server never listened on port {port}"
+        time.sleep(0.1)
     endpoint = f"http://127.0.0.1:{port}"
     os.environ.update(
         AWS_ENDPOINT_URL=endpoint,
@@ -49,7 +61,8 @@ def s3_endpoint() -> str:
         AWS_DEFAULT_REGION="us-east-1",
     )
     yield endpoint
-    server.stop()
+    server.kill()
+    server.wait(timeout=30)
 
 
 @pytest.fixture
