@@ -20,6 +20,10 @@ ROOT = TESTS.parent
 
 
 RAY_EXPORTS = ("EXPORT_DATASET_METADATA", "EXPORT_TRAIN_RUN", "EXPORT_TRAIN_RUN_ATTEMPT")
+FAST_TRAIN_POLL = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25"}
+"""Ray Train's controller polls its workers every 2 s by default, and each run waits for a poll
+to see its start, its end and any worker lost: at 0.25 s a DDP run of the suite ends seconds
+sooner (a missed poll only keeps waiting; a worker is declared dead after minutes, as before)."""
 
 
 def free_port() -> int:
@@ -28,15 +32,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> str:
-    """A real S3 protocol server; its address and dummy credentials go into the environment
+    """A real S3 protocol server in a process of its own (serving requests on the other core,
+    not under this process's GIL); its address and dummy credentials go into the environment
     before Ray starts, so Ray's worker processes reach it too."""
-    from moto.server import ThreadedMotoServer
+    import time
 
     port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                               "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not listening(port):
+        assert server.poll() is None, f"the moto server exited with {server.returncode}"
+        assert time.monotonic() < deadline, f"the moto server never listened on port {port}"
+        time.sleep(0.1)
     endpoint = f"http://127.0.0.1:{port}"
     os.environ.update(
         AWS_ENDPOINT_URL=endpoint,
@@ -45,7 +61,8 @@ def s3_endpoint() -> str:
         AWS_DEFAULT_REGION="us-east-1",
     )
     yield endpoint
-    server.stop()
+    server.kill()
+    server.wait(timeout=30)
 
 
 @pytest.fixture
@@ -74,6 +91,7 @@ def ray_session(request: pytest.FixtureRequest):
     # What Ray Train and Ray Data record of a run (operator arguments, loop and run configs)
     # goes to the session's export-event logs too, where tests look for leaked credentials.
     os.environ.setdefault("RAY_enable_export_api_write_config", ",".join(RAY_EXPORTS))
+    os.environ.update(FAST_TRAIN_POLL)
     path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
     os.environ["PYTHONPATH"] = path
     ray.init(

@@ -22,7 +22,7 @@ import pytest
 import s3fs
 import yaml
 
-from tests.conftest import ROOT, TESTS, free_port, separable, toy_fill
+from tests.conftest import FAST_TRAIN_POLL, ROOT, TESTS, free_port, separable, toy_fill
 
 pytestmark = [pytest.mark.ray, pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(1200)]
 RAY = str(Path(sys.executable).parent / "ray")
@@ -51,7 +51,7 @@ def cluster(s3_endpoint):
     port, dash = free_port(), free_port()
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
     env = {**os.environ, **auth, "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": str(TESTS), "RAY_ADDRESS": "",
+           "PYTHONPATH": str(TESTS), "RAY_ADDRESS": "", **FAST_TRAIN_POLL,
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
     common = ["--block", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--disable-usage-stats"]
     own_ports = [f"--{name}={free_port()}" for name in AGENT_PORTS]
@@ -77,9 +77,10 @@ def cluster(s3_endpoint):
     finally:
         for p in reversed(procs):
             with_group(p, signal.SIGTERM)
-        for p in reversed(procs):  # a graceful stop, then the group killed: a node's
-            try:  # processes hold nothing the next test needs
-                p.wait(timeout=10)
+        deadline = time.monotonic() + 10  # one graceful stop for both nodes at once, then
+        for p in reversed(procs):  # each group killed: a node's processes hold nothing the
+            try:  # next test needs
+                p.wait(timeout=max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
                 with_group(p, signal.SIGKILL)
                 p.wait(timeout=30)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, free_port
+from tests.conftest import FAST_TRAIN_POLL, ROOT, free_port
 from tests.test_cluster import AGENT_PORTS, RAY, job_server_up, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -43,6 +43,7 @@ def head(tmp_path_factory):
         "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),
         "RAYCACHE_DATA": str(home / "data"), "RAYCACHE_STORE": str(home / "store"),
         "RAY_API_SERVER_ADDRESS": f"http://127.0.0.1:{dash}", "RAY_USAGE_STATS_ENABLED": "0",
+        **FAST_TRAIN_POLL,
     })
     log = open(Path(temp) / "ray-start.log", "wb")  # noqa: SIM115 (closed in teardown)
     proc = subprocess.Popen(
