@@ -135,10 +135,11 @@ def _here(cfg: ProbeConfig, found: list[Target], device: str
           ) -> Iterator[tuple[Features, str, list[Candidate], float]]:
     """Every method on every target's features, read into this process."""
     from raycache._probe import METHODS
+    from raycache._probe.config import default_methods
     from raycache._probe.load import read
 
     for data in read(found, cfg.val_fraction):
-        for method in cfg.methods:
+        for method in cfg.methods or default_methods(data.train_rows, data.x_train.shape[1]):
             start = time.perf_counter()
             candidates = METHODS[method](data, cfg, device)
             yield data, method, candidates, time.perf_counter() - start
