@@ -9,11 +9,17 @@ from typing import Any
 from raycache._cache.config import StoreConfig
 from raycache._core.config import is_name, non_finite, worker_problems
 
-__all__ = ["DEFAULT_C", "SELECT", "ProbeHeadsConfig", "KnnConfig", "LogregConfig", "ProbeConfig"]
+__all__ = ["DEFAULT_C", "DEFAULT_METHODS", "MLP_AUTO_SIZE", "SELECT", "KnnConfig", "LogregConfig",
+           "ProbeConfig", "ProbeHeadsConfig", "default_methods"]
 
 DEFAULT_C = [1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]
 """logreg's default grid of inverse L2 strengths (scikit-learn's C on standardised features),
 one batched solve."""
+DEFAULT_METHODS = ("logreg", "knn")
+"""What methods left out run on every encoder (and an mlp where it costs little: MLP_AUTO_SIZE)."""
+MLP_AUTO_SIZE = 2_500_000
+"""methods left out: an mlp also runs on each encoder whose training rows x dimensions are at
+most this (about 6,500 rows of 384-d), where its sweep costs about what logreg and knn do."""
 SELECT = ("val_acc", "macro_f1", "balanced_acc")
 """Metrics that may pick a method's setting and the best row."""
 
@@ -150,8 +156,10 @@ class ProbeConfig:
     encoders: list[str] | None = None
     """Which embedding columns to probe, each on its own; every encoder of each cache when
     left out (an encoder a cache lacks is skipped there, but each must be in one cache)."""
-    methods: list[str] = field(default_factory=lambda: ["logreg", "knn"])
-    """Keys of raycache.probe.METHODS: logreg, knn, linear, mlp."""
+    methods: list[str] | None = None
+    """Keys of raycache.probe.METHODS: logreg, knn, linear, mlp; left out: logreg and knn on
+    every encoder, and mlp too on each encoder of at most MLP_AUTO_SIZE training rows x
+    dimensions (2.5M) probed in this process."""
     logreg: LogregConfig = field(default_factory=LogregConfig)
     """logreg's settings: the C grid, iterations, tolerance."""
     knn: KnnConfig = field(default_factory=KnnConfig)
@@ -213,8 +221,14 @@ class ProbeConfig:
             out.append(f"name={self.name!r}: use letters, digits, '-', '_' or '.'")
         if self.lexical not in (True, False, "auto"):
             out.append(f"lexical={self.lexical!r}: expected auto, true or false")
-        if not self.methods:
+        if self.methods is not None and not self.methods:
             out.append("methods=[]: name at least one, e.g. [logreg, knn]")
-        if len(set(self.methods)) != len(self.methods):
+        if self.methods and len(set(self.methods)) != len(self.methods):
             out.append(f"methods={self.methods}: a method is named twice")
         return non_finite(self) + out
+
+
+def default_methods(rows: int, dim: int) -> list[str]:
+    """The methods run on an encoder of `rows` training rows x `dim` when methods are left
+    out: DEFAULT_METHODS, and mlp where rows x dim <= MLP_AUTO_SIZE."""
+    return [*DEFAULT_METHODS, *(["mlp"] if rows * dim <= MLP_AUTO_SIZE else [])]

@@ -197,16 +197,20 @@ def own_errors(fn: Any, *args: Any) -> Any:
 def run(cfg: ProbeConfig, found: list[Target], workers: int
         ) -> Iterator[tuple[Shared, str, list[Candidate], float]]:
     """(encoder's shares, method, candidates, seconds) for every method on every target, one
-    cache's shares held by the workers at a time."""
+    cache's shares held by the workers at a time (methods left out: DEFAULT_METHODS; the
+    rows of a probe on Ray are past an mlp's MLP_AUTO_SIZE)."""
+    from raycache._probe.config import DEFAULT_METHODS
+
+    methods = cfg.methods or list(DEFAULT_METHODS)
     group = Workers(workers, cfg.cpus_per_worker, cfg.progress,
-                    training=any(m in HEAD_METHODS for m in cfg.methods))
+                    training=any(m in HEAD_METHODS for m in methods))
     by_cache: dict[str, list[Target]] = {}
     for t in found:
         by_cache.setdefault(t.cache.name, []).append(t)
     try:
         for targets in by_cache.values():
             for data in own_errors(group.load, cfg, targets):
-                for method in cfg.methods:
+                for method in methods:
                     start = time.perf_counter()
                     candidates = own_errors(ON_RAY[method], data, cfg)
                     yield data, method, candidates, time.perf_counter() - start

@@ -39,9 +39,9 @@ def problems(cfg: ProbeConfig) -> list[str]:
     from raycache._train.driver.plan import load_config as load_train
 
     out = [f"methods: {m!r} is unknown; expected some of {sorted(METHODS)}"
-           for m in cfg.methods if m not in METHODS]
+           for m in cfg.methods or [] if m not in METHODS]
     for method in ("linear", "mlp"):
-        if method not in cfg.methods:
+        if method not in (cfg.methods or ["mlp"]):  # left out: mlp may run
             continue
         try:
             load_train(train_config(cfg, "CACHE", None, "ENCODER", method))

@@ -139,12 +139,13 @@ def _here(cfg: ProbeConfig, found: list[Target], device: str
           ) -> Iterator[tuple[Features, str, list[Candidate], float]]:
     """Every method on every target's features, read into this process."""
     from raycache._probe import METHODS
+    from raycache._probe.config import default_methods
     from raycache._probe.load import read
 
     with step(cfg.progress, f"probe: reading the features of {len(found)} encoder(s)"):
         features = read(found, cfg.val_fraction)
     for data in features:
-        for method in cfg.methods:
+        for method in cfg.methods or default_methods(data.train_rows, data.x_train.shape[1]):
             start = time.perf_counter()
             with step(cfg.progress, f"probe {data.encoder} {method}: {data.train_rows:,} "
                                     "training rows"):

@@ -97,19 +97,38 @@ def solved_text(history: list[dict[str, Any]], first_epoch: int) -> str | None:
 
 
 def solved_warnings(solved: dict[str, Any]) -> str:
-    """What a solved head's summary must not leave unsaid: its C at an edge of the grid (a
-    value beyond it might score higher), and a solve stopped by the iteration cap."""
-    from raycache._train.logreg import GRID, MAX_ITER
+    """What a solved head's summary must not leave unsaid: the grid widened past its edge (and
+    a C still at the widened edge), a solve continued past the iteration cap (and one still
+    stopped by it); a run recorded before the head acted on these: its C at an edge of the grid
+    and a solve stopped by the cap."""
+    from raycache._train.logreg import GRID, MAX_ITER, WIDEN_DECADES
 
+    c, iterations = solved["l2_C"], solved["lbfgs_iterations"]
+    grid = ", ".join(f"{v:g}" for v in GRID)
+    if "lbfgs_capped" not in solved:  # an older run: the grid and cap as they were
+        out = ""
+        if c == max(GRID):
+            out += (f"; C is the grid's largest ({grid}): a weaker penalty, untried, might "
+                    "score higher")
+        elif c == min(GRID):
+            out += (f"; C is the grid's smallest ({grid}): a stronger penalty, untried, "
+                    "might score higher")
+        if iterations >= MAX_ITER:
+            out += f"; stopped at the {MAX_ITER}-iteration cap before converging"
+        return out
     out = ""
-    if solved["l2_C"] == max(GRID):
-        out += (f"; C is the grid's largest ({', '.join(f'{c:g}' for c in GRID)}): a weaker "
-                "penalty, untried, might score higher")
-    elif solved["l2_C"] == min(GRID):
-        out += (f"; C is the grid's smallest ({', '.join(f'{c:g}' for c in GRID)}): a "
-                "stronger penalty, untried, might score higher")
-    if solved["lbfgs_iterations"] >= MAX_ITER:
-        out += f"; stopped at the {MAX_ITER}-iteration cap before converging"
+    if widened := solved.get("l2_widened"):
+        out += f"; the grid ({grid}) widened to C={widened}"
+        tried = [float(v) for v in widened.split(", ")]
+        low, high = [v for v in tried if v < min(GRID)], [v for v in tried if v > max(GRID)]
+        if (low and c == min(low) and len(low) >= WIDEN_DECADES) or (
+                high and c == max(high) and len(high) >= WIDEN_DECADES):
+            out += (f": C is still at its edge after {WIDEN_DECADES} decades (the bound), a "
+                    "value beyond might score higher")
+    if iterations > MAX_ITER:
+        out += f"; continued past the {MAX_ITER}-iteration cap"
+    if solved["lbfgs_capped"]:
+        out += f"; stopped at the {iterations}-iteration bound before converging"
     return out
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GRID", "MAX_ITER", "TOL", "data_term", "moment_sums", "objective", "penalty", "solve",
-           "standardizer", "to_raw"]
+__all__ = ["CONTINUE_ROUNDS", "CONTINUE_SECONDS", "GRID", "MAX_ITER", "TOL", "WIDEN_DECADES",
+           "data_term", "moment_sums", "objective", "penalty", "solve", "standardizer", "to_raw",
+           "to_standard"]
 
 GRID = (0.1, 1.0, 10.0)
 """A linear head's inverse L2 strengths (scikit-learn's C on standardised features, above),
@@ -27,6 +28,14 @@ solved at once; a share of its training rows chooses one (raycache._train.worker
 MAX_ITER = 100
 TOL = 1e-4
 """L-BFGS's iteration cap and gradient tolerance: scikit-learn's LogisticRegression defaults."""
+WIDEN_DECADES = 3
+"""Where a linear head's choice lands on the grid's edge, decades tried past it, each side, at
+most (C from 1e-4 to 1e4 around GRID; raycache._train.worker.l2_search)."""
+CONTINUE_ROUNDS = 4
+"""More rounds of MAX_ITER iterations a capped solve gets, at most (500 iterations in all: the
+probe's logreg cap)."""
+CONTINUE_SECONDS = 120.0
+"""No round of continuing a capped solve begins once continuing has taken this long."""
 
 
 def moment_sums(x: Any) -> Any:
@@ -62,6 +71,14 @@ def to_raw(w: Any, b: Any, mean: Any, sd: Any) -> tuple[Any, Any]:
 
     raw = w / sd.to(w.dtype)[None, :, None]
     return raw, b - torch.einsum("d,gdk->gk", mean.to(w.dtype), raw)
+
+
+def to_standard(w: Any, b: Any, mean: Any, sd: Any) -> tuple[Any, Any]:
+    """`to_raw` undone: a solution for the raw features (W [G, D, K], b [G, K]) on the
+    standardised ones (a warm start for `solve`)."""
+    import torch
+
+    return w * sd.to(w.dtype)[None, :, None], b + torch.einsum("d,gdk->gk", mean.to(w.dtype), w)
 
 
 def objective(x: Any, y: Any, classes: int, cs: list[float], weights: Any = None) -> Any:
@@ -129,12 +146,13 @@ def penalty(params: Any, dim: int, classes: int, cs: list[float], rows: int) -> 
 
 
 def solve(x: Any, y: Any, classes: int, cs: list[float], max_iter: int = 500,
-          tol: float = 1e-6, weights: Any = None, scale: tuple[Any, Any] | None = None
-          ) -> tuple[Any, Any, Any]:
+          tol: float = 1e-6, weights: Any = None, scale: tuple[Any, Any] | None = None,
+          start: tuple[Any, Any] | None = None) -> tuple[Any, Any, Any]:
     """(W [G, D, K], b [G, K] for the raw features, iterations [G]) minimising each C's
     objective on rows `x` [n, D] (a float tensor) standardised, with class ids `y` [n]
     (`weights`: one per class, or None; `scale`: the (mean, sd) to standardise with, else
-    these rows' own)."""
+    these rows' own; `start`: a solution (W, b) for the raw features to start from, else
+    zeros)."""
     import torch
 
     from raycache._core.threads import sized
@@ -144,9 +162,13 @@ def solve(x: Any, y: Any, classes: int, cs: list[float], max_iter: int = 500,
     g = len(cs)
     mean, sd = scale if scale is not None else standardizer(moment_sums(x))
     z = (x - mean.to(x.dtype)) / sd.to(x.dtype)
-    start = torch.zeros(g, d * classes + classes, dtype=x.dtype, device=x.device)
+    if start is None:
+        x0 = torch.zeros(g, d * classes + classes, dtype=x.dtype, device=x.device)
+    else:
+        w0, b0 = to_standard(start[0].to(x.dtype), start[1].to(x.dtype), mean, sd)
+        x0 = torch.cat([w0.reshape(g, d * classes), b0], 1)
     with sized(4 * n * d * g * classes, x.device.type):
-        out = minimize(objective(z, y, classes, cs, weights), start, max_iter, tol, ftol=0.0)
+        out = minimize(objective(z, y, classes, cs, weights), x0, max_iter, tol, ftol=0.0)
     w, b = to_raw(out.params[:, : d * classes].view(g, d, classes), out.params[:, d * classes:],
                   mean, sd)
     return w, b, out.iterations

@@ -22,6 +22,7 @@ from raycache._train.worker.epoch import (
     evaluate,
 )
 from raycache._train.worker.heads import WorkerHeads
+from raycache._train.worker.l2_search import Grid, finish, widen
 
 __all__ = ["CHOOSE_SHARE", "choose", "fit_pass", "inner_split", "place", "solve_head"]
 
@@ -29,10 +30,12 @@ __all__ = ["CHOOSE_SHARE", "choose", "fit_pass", "inner_split", "place", "solve_
 def solve_head(heads: WorkerHeads, train: Any, val: Any
                ) -> tuple[list[list[float]], list[dict], float]:
     """Solve the run's one linear head on `train`: every L2 strength of GRID on most of the
-    training rows, one chosen on the rest (CHOOSE_SHARE of them, never the validation rows),
-    then the chosen one solved again on every training row; leave its weights in the head and
-    return (the epoch's slot sums on `val`, its objective metrics, seconds), as loop.record
-    takes them. The validation rows are scored only: their metrics are honest."""
+    training rows, one chosen on the rest (CHOOSE_SHARE of them, never the validation rows;
+    the grid widened past an edge the choice lands on: l2_search.widen), then the chosen one
+    solved again on every training row (continued past the iteration cap: l2_search.finish);
+    leave its weights in the head and return (the epoch's slot sums on `val`, its objective
+    metrics, seconds), as loop.record takes them. The validation rows are scored only: their
+    metrics are honest."""
     t0 = time.perf_counter()
     parts = heads.members[0]
     x, y = train.x.float(), train.y
@@ -40,19 +43,31 @@ def solve_head(heads: WorkerHeads, train: Any, val: Any
     classes, weights = parts.spec.head.num_classes, heads.spec.class_weights
     fit, held = inner_split(len(y), parts.spec.recipe.loop.seed, y.device)
     w, b, _ = solve(x[fit], y[fit], classes, list(GRID), MAX_ITER, TOL, weights, scale)
-    chosen = [_scored(x[held], y[held], w[g], b[g]) for g in range(len(GRID))]
-    pick = choose(chosen, parts.spec.recipe)
-    w, b, iters = solve(x, y, classes, [GRID[pick]], MAX_ITER, TOL, weights, scale)
-    place(parts.base, w[0], b[0])  # for the raw features already
+    grid = Grid(list(GRID), [_scored(x[held], y[held], w[g], b[g]) for g in range(len(GRID))],
+                [(w[g], b[g]) for g in range(len(GRID))])
+
+    def solve_one(c: float, start: tuple) -> tuple:
+        w1, b1, _ = solve(x[fit], y[fit], classes, [c], MAX_ITER, TOL, weights, scale,
+                          start=(start[0][None], start[1][None]))
+        return w1[0], b1[0]
+
+    pick = widen(grid, choose(grid.scores, parts.spec.recipe), solve_one,
+                 lambda w1, b1: _scored(x[held], y[held], w1, b1),
+                 lambda scores: choose(scores, parts.spec.recipe))
+    c = grid.cs[pick]
+    w, b, iterations, capped = finish(x, y, classes, c, weights, scale)
+    place(parts.base, w, b)  # for the raw features already
     sums = torch.zeros(1, SLOTS, dtype=torch.float64, device=parts.device)
     extra = evaluate(heads, val, sums)[0].compute()
     fit_pass(heads, train, sums)
     extra = {**epoch_metrics(parts, sums[0].tolist(), 0, 0.0, extra), "solver": "lbfgs",
-             "lr": 0.0, "l2_C": GRID[pick], "lbfgs_iterations": int(iters[0]),
-             "l2_chosen_on": int(len(held)),
-             "l2_grid": ", ".join(f"C={c:g}: acc {m['val_acc']:.4f} on {len(held)} training "
+             "lr": 0.0, "l2_C": c, "lbfgs_iterations": iterations,
+             "l2_chosen_on": int(len(held)), "l2_widened": ", ".join(f"{v:g}" for v in
+                                                                       grid.widened),
+             "lbfgs_capped": capped,
+             "l2_grid": ", ".join(f"C={v:g}: acc {m['val_acc']:.4f} on {len(held)} training "
                                   "rows held out of the solve"
-                                  for c, m in zip(GRID, chosen, strict=True))}
+                                  for v, m in zip(grid.cs, grid.scores, strict=True))}
     extra = {k: v for k, v in extra.items() if k not in SUMMED}
     return sums.tolist(), [extra], time.perf_counter() - t0
 
