@@ -70,9 +70,11 @@ def check_metric(metric: str, runs: list) -> None:
     """Refuse a --metric that no run recorded, naming the metrics they have."""
     have = sorted({k for r in runs for m in (r.served, r.metrics) for k, v in m.items()
                    if isinstance(v, int | float) and not isinstance(v, bool) and k != "epoch"})
-    if runs and metric not in have:
+    if runs and metric not in have:  # named: the scores, not the counts and timings
+        scores = [k for k in have if k.startswith(("val_", "train_")) and not
+                  k.endswith("_rows")] or have
         raise RaycacheError(f"--metric {metric!r}: no run recorded it; the runs' metrics are "
-                            f"{', '.join(have) or '(none)'}: pass one of them")
+                            f"{', '.join(scores) or '(none)'}: pass one of them")
 
 
 def served(run, metric: str | None = None) -> float | None:

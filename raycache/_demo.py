@@ -49,8 +49,8 @@ def run(store: str = ".raycache/store", data: str = ".raycache/data/stdlib-docs.
         "train_seconds": trained.seconds,
         "live_estimate_seconds": live_s,
     }
-    reused = (f"train: the run finished {trained.finished_before} reused (nothing changed: the "
-              "same cache and config); `raycache demo --epochs N` or a change trains anew\n"
+    reused = (f"train: nothing changed, so the run finished {trained.finished_before} is "
+              "returned as it was (`raycache demo --epochs N` trains another)\n"
               if trained.finished_before else "")
     print(
         f"\nvalidation accuracy: {figures['val_acc']:.3f} "
