@@ -150,12 +150,12 @@ def test_jobs_on_two_nodes_share_one_s3_store(cluster, bucket, tmp_path):
     assert len(task_nodes(cluster, "chain_task")) == 2  # CPU encoder tasks, on both nodes
 
     (tmp_path / "train.yaml").write_text(yaml.safe_dump({
-        "cache": "toy", "store": {"uri": store}, "epochs": 4, "lr": 0.05, "batch_size": 32,
+        "cache": "toy", "store": {"uri": store}, "epochs": 2, "lr": 0.05, "batch_size": 32,
         "num_workers": 2, "cpus_per_worker": 1.5, "placement": "cpu", "run_name": "job"}))
     done = submit(cluster, tmp_path / "train.yaml", "train")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "trained epochs 1-4 of 4" in done.stdout and "checkpoint s3://" in done.stdout
-    assert "epoch 4/4" not in done.stdout  # --no-progress: no epoch lines, the summary alone
+    assert "trained epochs 1-2 of 2" in done.stdout and "checkpoint s3://" in done.stdout
+    assert "epoch 2/2" not in done.stdout  # --no-progress: no epoch lines, the summary alone
     fp = committed["fingerprint"]
     assert fs.glob(f"{store}/toy/{fp}/runs/job/checkpoint_*/head.safetensors")
     assert len(actor_nodes(cluster, "RayTrainWorker")) == 2
