@@ -113,6 +113,12 @@ class Head:
     def penultimate(self, layer: str = "penultimate") -> torch.nn.Module:
         """The head's layers before its output layer (`embed_embeddings(x, "penultimate")`).
 
+        Args:
+            layer: "penultimate" (anything else is refused, naming the layers there are).
+
+        Returns:
+            A module: rows of concatenated embeddings in, the penultimate layer's vectors out.
+
         Raises:
             RaycacheError: `layer` is not "penultimate", or the head has no such layers.
         """

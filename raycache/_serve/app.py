@@ -278,7 +278,7 @@ class HeadServer:
     def info(self) -> dict[str, Any]:
         """TEI's /info: the model's id and type (a classifier's labels), each model's dims,
         and the batching and limits in force."""
-        from raycache import __version__
+        from raycache._core.version import package_version
 
         spec = self.head.spec
         kind = ({"classifier": {"id2label": {str(i): str(c) for i, c in
@@ -289,11 +289,11 @@ class HeadServer:
                 "max_client_batch_size": self.limits.max_texts,
                 "max_batch_requests": self.tuned["max_batch_size"],
                 "batch_wait_timeout_s": self.tuned["batch_wait_timeout_s"],
-                "max_input_chars": self.limits.max_chars, "version": __version__}
+                "max_input_chars": self.limits.max_chars, "version": package_version()}
 
     def openapi(self) -> dict[str, Any]:
         """The OpenAPI schema of the routes under this application's prefix."""
-        from raycache import __version__
+        from raycache._core.version import package_version
         from raycache._serve.openapi import schema
 
-        return schema(self.prefix, f"raycache head {self.models.default}", __version__)
+        return schema(self.prefix, f"raycache head {self.models.default}", package_version())
