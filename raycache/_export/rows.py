@@ -133,7 +133,7 @@ def rows_of(cache: Cache, encoders: list[str] | None, dtype: str, head: Head | N
     if dtype not in DTYPES:
         problems.append(f"dtype={dtype!r} is not a number type vectors are exported in; "
                         f"expected one of {sorted(DTYPES)}")
-    vectors = {e: have[e] for e in (encoders or ([] if head else have))}
+    vectors = {e: have[e] for e in (encoders or ([] if head else have)) if e in have}
     added = None
     if head is not None:
         problems += _head_problems(cache, head, column)
