@@ -175,6 +175,16 @@ class BadInput(EncoderError):
         return type(self), (str(self), self.value, self.column)
 
 
+class KeptRowsWarning(UserWarning):
+    """`Cache.shard_urls()` on a version that reads some shard files only in part (it shares
+    them with an older version): the files it gives miss rows.
+
+    The message says how many, and points to `kept_rows()`, `kept_rows_url()` and
+    `raycache.export`; `shard_urls(in_part="ignore")` takes the whole files knowingly, and
+    `in_part="raise"` makes it an error.
+    """
+
+
 class DamagedCacheWarning(UserWarning):
     """A cache whose manifest or shard list cannot be read was skipped.
 

@@ -82,25 +82,55 @@ class Cache:
         """
         return [shard_path(self.store, self.dir, s) for s in self.manifest.shards]
 
-    def shard_urls(self) -> list[str]:
+    def shard_urls(self, in_part: str = "warn") -> list[str]:
         """URLs of the shard files this version reads whole, for readers outside raycache.
 
         A version that shares an older version's file in part (format 5: rows edited or
         removed since) reads only some of its rows: those files are not here, but in
         `kept_rows()` (and the Parquet at `kept_rows_url()`), one row per row it reads. These
         files read whole, plus the kept rows of those, are exactly the version's rows
-        (docs/format.md, "Reading a cache by hand").
+        (docs/format.md, "Reading a cache by hand"); `raycache.export` writes them as one file.
+
+        Args:
+            in_part: Where the version reads some files in part, so that these files alone
+                are not all its rows: "warn" (a KeptRowsWarning naming how many rows they
+                miss), "raise" (a RaycacheError), or "ignore" (you join the kept rows).
 
         Returns:
             One URL per shard file read whole, in the manifest's order.
+
+        Raises:
+            RaycacheError: `in_part="raise"` on a version that reads files in part, or an
+                `in_part` that is none of the three.
 
         Example:
             ```python
             urls = raycache.open_cache("docs").shard_urls()
             ```
         """
-        return [self.store.url(shard_path(self.store, self.dir, s))
-                for s in read_whole(self.manifest.shards)]
+        from raycache._errors import RaycacheError
+
+        if in_part not in ("warn", "raise", "ignore"):
+            raise RaycacheError(f"in_part={in_part!r}: expected warn, raise or ignore")
+        whole = read_whole(self.manifest.shards)
+        missed = self.manifest.rows - sum(e.rows for e in whole)
+        if in_part != "ignore" and len(whole) < len(self.manifest.shards):
+            message = (
+                f"cache {cache_label(self.dir)} shares {len(self.manifest.shards) - len(whole)}"
+                f" shard file(s) with an older version and reads only some of their rows: the "
+                f"{len(whole)} file(s) shard_urls() gives hold {self.manifest.rows - missed} of "
+                f"its {self.manifest.rows} rows. Join kept_rows() (or the Parquet at "
+                "kept_rows_url()) for the other rows, or raycache.export(...) the version for "
+                "exactly its rows in one file; shard_urls(in_part='ignore') takes the whole "
+                "files alone knowingly")
+            if in_part == "raise":
+                raise RaycacheError(message)
+            import warnings
+
+            from raycache._errors import KeptRowsWarning
+
+            warnings.warn(message, KeptRowsWarning, stacklevel=2)
+        return [self.store.url(shard_path(self.store, self.dir, s)) for s in whole]
 
     def kept_rows(self) -> pa.Table:
         """The rows this version reads from the shard files it reads in part, for readers

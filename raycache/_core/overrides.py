@@ -13,7 +13,7 @@ import yaml
 from raycache._core.config import read_yaml
 from raycache._errors import ConfigError
 
-__all__ = ["overridden"]
+__all__ = ["overridden", "yaml_value"]
 
 FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 """1e-3: a float, which YAML 1.1 (PyYAML) reads as a string without a dot."""
@@ -40,6 +40,11 @@ def overridden(config: str | dict[str, Any], overrides: list[str],
                                "or --set store.uri=/data/store"])
         _set(data, key.strip(), _value(text, item), f"--set {item}", flat)
     return data
+
+
+def yaml_value(text: str, item: str) -> Any:
+    """A KEY=VALUE's VALUE as `--set` reads it (YAML; 1e-3 a float too; empty: null)."""
+    return _value(text, item)
 
 
 def _value(text: str, item: str) -> Any:

@@ -5,7 +5,8 @@ stream, such as stdout).
 
 pyarrow and Polars read the vectors back as fixed-size lists (Polars: Array[Float32, dim]);
 DuckDB as a FLOAT[] list (Parquet itself has no fixed-size list), `column::FLOAT[dim]` being
-its fixed-size array."""
+its fixed-size array. With `tensor`, the vectors are Arrow's fixed_shape_tensor (the same
+bytes, the type in the file's Arrow schema): Ray Data reads each as one 2-D array."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def check(to: str, options: dict[str, Any], overwrite: bool) -> list[str]:
 def _options(schema: pa.Schema) -> dict[str, Any]:
     """Vectors plain (floats barely compress), no statistics on them; keys and labels with
     dictionaries, zstd and statistics (as fill writes shards)."""
-    vectors = [f.name for f in schema if pa.types.is_fixed_size_list(f.type)]
+    vectors = [f.name for f in schema if pa.types.is_fixed_size_list(
+        f.type.storage_type if isinstance(f.type, pa.ExtensionType) else f.type)]
     other = [f.name for f in schema if f.name not in vectors]
     return {"compression": {f.name: "none" if f.name in vectors else "zstd" for f in schema},
             "use_dictionary": other, "write_statistics": other}

@@ -1,11 +1,12 @@
-"""`raycache.export`: one version of a cache, exactly its rows, to Parquet, Lance or Qdrant."""
+"""`raycache.export`: one version of a cache, exactly its rows (and a trained head's vectors of
+them), to Parquet, Lance or Qdrant."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raycache._cache.committed import Cache
 from raycache._cache.finding import open_cache
@@ -15,6 +16,9 @@ from raycache._cache.store import Store
 from raycache._errors import CacheNotFound, ConfigError, CorruptCache, CorruptShard, StoreError
 from raycache._export import EXPORTERS
 from raycache._export.rows import rows_of
+
+if TYPE_CHECKING:
+    from raycache._heads.head import Head
 
 __all__ = ["ExportResult", "export"]
 
@@ -74,7 +78,9 @@ def export(cache: Cache | str, to: Any, format: str = "parquet", *,
            store: Store | str | None = None, fingerprint: str | None = None,
            encoders: list[str] | None = None, dtype: str = "float32", overwrite: bool = False,
            collection: str | None = None, index: bool = False,
-           options: dict[str, Any] | None = None) -> ExportResult:
+           options: dict[str, Any] | None = None, head: Head | str | None = None,
+           layer: str = "output", head_column: str = "head",
+           tensor: bool = False) -> ExportResult:
     """Write one version of a cache, exactly its rows, where other tools read vectors.
 
     Every shard is read and checked against its sha256, and only the rows the version keeps
@@ -104,6 +110,17 @@ def export(cache: Cache | str, to: Any, format: str = "parquet", *,
         index: Lance: build an IVF_PQ index on the first encoder's vectors (cosine).
         options: fsspec options of the target (storage_options for Lance; keyword arguments
             of QdrantClient, e.g. api_key).
+        head: A trained head (a Head, or its checkpoint: `TrainResult.checkpoint`) whose
+            vectors of each row are written too, as column `head_column`: a similarity head's
+            embeddings, or a layer of a classifier's; made from the encoders' vectors the
+            cache holds (the weights it was trained on), shard by shard. Only its column is
+            written unless `encoders` names some.
+        layer: The head's "output" (a similarity head's embeddings, a classifier's logits) or
+            "penultimate" (the layers before the last Linear: an mlp's last hidden layer).
+        head_column: The head's vectors' column (a named vector in Qdrant).
+        tensor: Parquet: the vectors as Arrow's fixed_shape_tensor extension type, which Ray
+            Data reads as one 2-D array per batch (`ray.data.read_parquet`); pyarrow, Polars
+            and DuckDB read it too, Hugging Face datasets does not (leave it off for them).
 
     Returns:
         What was written, where, and how many rows.
@@ -126,13 +143,20 @@ def export(cache: Cache | str, to: Any, format: str = "parquet", *,
     if format not in EXPORTERS:
         raise ConfigError([f"format={format!r} is not an export format; expected one of "
                            f"{sorted(EXPORTERS)}"])
+    if tensor and format != "parquet":
+        raise ConfigError([f"tensor=True with format={format!r}: tensor columns are written "
+                           "to Parquet only; export format parquet, or leave tensor off"])
     if isinstance(cache, str):
         name, _, fp = cache.partition("/")
         cache = open_cache(name, store, fingerprint or fp or None)
+    if isinstance(head, str):
+        from raycache._heads.loaded import load_head
+
+        head = load_head(head)
     settings = {"collection": collection} if format == "qdrant" else (
         {"index": index} if format == "lance" else {})
     for again in (True, False):
-        rows = rows_of(cache, encoders, dtype)
+        rows = rows_of(cache, encoders, dtype, head, layer, head_column, tensor)
         try:
             written = EXPORTERS[format].write(rows, to, dict(options or {}), overwrite,
                                               **settings)

@@ -73,29 +73,34 @@ class Head:
         self.device, self.batching, self._encoders = device, batching, None
         return self
 
-    def embed_embeddings(self, x: np.ndarray | torch.Tensor | Inputs) -> np.ndarray:
-        """The head's output for rows of concatenated embeddings.
+    def embed_embeddings(self, x: np.ndarray | torch.Tensor | Inputs,
+                         layer: str = "output") -> np.ndarray:
+        """The head's output (or its penultimate layer's) for rows of concatenated embeddings.
 
         Args:
             x: Rows of the cache's embedding columns concatenated in spec order, shape
                 (rows, in_dim); with trainable encoders, the Inputs `features` returns.
+            layer: "output", or "penultimate": what the layers before the last Linear make of
+                `x` (an mlp's last hidden layer; a linear head's standardised inputs).
 
         Returns:
             A similarity head's embeddings (unit length when trained with normalize), or a
-            classifier's logits: shape (rows, spec.width).
+            classifier's logits: shape (rows, spec.width); the penultimate layer's vectors.
 
         Raises:
-            RaycacheError: The head trains encoders with it and `x` is embeddings alone.
+            RaycacheError: The head trains encoders with it and `x` is embeddings alone; a
+                layer that is neither, or a head that has no penultimate layer (gated, skip).
 
         Example:
             ```python
             out = head.embed_embeddings(cache.to_numpy("minilm"))
             ```
         """
+        model = self.model if layer == "output" else self.penultimate(layer)
         with torch.inference_mode():
             if not self.spec.trainable:
                 x = torch.as_tensor(x, dtype=torch.float32, device=self.device)
-                return self.model(x).float().cpu().numpy()
+                return model(x).float().cpu().numpy()
             if not isinstance(x, Inputs):
                 raise RaycacheError(
                     f"this head trains encoders {list(self.spec.trainable)} with it, so it "
@@ -104,6 +109,28 @@ class Head:
             parts = [self.model(x[i : i + LIVE_ROWS].to(self.device)).float().cpu()
                      for i in range(0, len(x), LIVE_ROWS)]
             return (torch.cat(parts) if parts else torch.empty(0, self.spec.width)).numpy()
+
+    def penultimate(self, layer: str = "penultimate") -> torch.nn.Module:
+        """The head's layers before its output layer (`embed_embeddings(x, "penultimate")`).
+
+        Args:
+            layer: "penultimate" (anything else is refused, naming the layers there are).
+
+        Returns:
+            A module: rows of concatenated embeddings in, the penultimate layer's vectors out.
+
+        Raises:
+            RaycacheError: `layer` is not "penultimate", or the head has no such layers.
+        """
+        from raycache._heads.layers import penultimate
+
+        found = penultimate(self.model) if layer == "penultimate" else None
+        if found is None:
+            why = (f"layer={layer!r} is not a layer; expected output or penultimate"
+                   if layer != "penultimate" else f"head family {self.spec.head!r} is no chain "
+                   "of layers ending in a Linear, so it has no penultimate layer")
+            raise RaycacheError(f"{why}; export or serve its output layer")
+        return found
 
     def embed(self, inputs: dict[str, list] | list) -> np.ndarray:
         """Head embeddings for raw inputs: runs the head's frozen encoders live, then the head.

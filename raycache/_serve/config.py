@@ -34,6 +34,9 @@ class ServeConfig:
     """A head checkpoint folder (TrainResult.checkpoint): a path or any fsspec URI."""
     name: str = "raycache"
     """The Serve application's name."""
+    model: str = ""
+    """The head's model name at `/v1/embeddings` and `/info` (empty: its run's name, else its
+    checkpoint folder's); each frozen text encoder is a model by its own name."""
     route_prefix: str = "/"
     """Where the application's routes start (POST `<prefix>`, GET `<prefix>health`, ...)."""
     host: str = "127.0.0.1"

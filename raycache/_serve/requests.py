@@ -47,11 +47,13 @@ class Limits:
 @dataclass(frozen=True)
 class Query:
     """One request's inputs, each encoder's input column to its values (all of one length),
-    whether it asks for the embeddings too, and the texts cut to the character cap."""
+    whether it asks for the embeddings too, the texts cut to the character cap, and the vectors
+    it asks for by model name (None: raycache's own answer)."""
 
     columns: dict[str, list[str | bytes]]
     embeddings: bool = False
     truncated: tuple[str, ...] = ()
+    model: str | None = None
 
     @property
     def rows(self) -> int:

@@ -37,11 +37,13 @@ def application(cfg: ServeConfig | dict[str, Any] | str | Path) -> Any:
                                 else {"num_replicas": cfg.num_replicas})
     deployment = serve.deployment(HeadServer, name="head").options(
         ray_actor_options={"num_cpus": cfg.num_cpus, "num_gpus": gpus},
-        max_ongoing_requests=max(2 * cfg.max_batch_size, 8), **replicas)
+        max_ongoing_requests=max(2 * cfg.max_batch_size, 8), **replicas,
+        user_config={"max_batch_size": cfg.max_batch_size,  # a Serve config may retune them
+                     "batch_wait_timeout_s": cfg.batch_wait_timeout_s})
     return deployment.bind(cfg.checkpoint, cfg.options, "cuda" if gpus else "cpu",
                            cfg.max_batch_size, cfg.batch_wait_timeout_s, limits(cfg),
                            cfg.route_prefix, cfg.read_uris,
-                           trust_code=Trust.of(cfg.trust_code).given())
+                           trust_code=Trust.of(cfg.trust_code).given(), model=cfg.model)
 
 
 def serve_app(args: dict[str, Any]) -> Any:
@@ -49,10 +51,12 @@ def serve_app(args: dict[str, Any]) -> Any:
 
     Ray Serve calls it for an application whose `import_path` is `raycache:serve_app`, with the
     application's `args` (`serve run config.yaml`, `serve deploy`, a RayService's
-    serveConfigV2); nothing runs until Serve deploys what it returns.
+    serveConfigV2); nothing runs until Serve deploys what it returns. Arguments given on
+    Serve's command line (`serve run raycache:serve_app checkpoint=... max_batch_size=8`)
+    arrive as strings: each is read as YAML, as `--set` reads a value, then checked.
 
     Args:
-        args: ServeConfig's fields (`checkpoint` at least).
+        args: ServeConfig's fields (`checkpoint` at least), typed or as strings.
 
     Returns:
         The application, bound but not running.
@@ -65,7 +69,22 @@ def serve_app(args: dict[str, Any]) -> Any:
         app = raycache.serve_app({"checkpoint": run.checkpoint, "num_gpus": 1})
         ```
     """
-    return application(dict(args))
+    return application(typed(args))
+
+
+def typed(args: dict[str, Any]) -> dict[str, Any]:
+    """Builder arguments with each string read as YAML (`8` an int, `true` a bool, `[a.]` a
+    list) where its field is not text alone; text fields (the checkpoint, names, the host)
+    kept as given. The loader then checks every one, naming the field."""
+    import dataclasses
+    import typing
+
+    from raycache._core.overrides import yaml_value
+
+    hints = typing.get_type_hints(ServeConfig)
+    names = {f.name for f in dataclasses.fields(ServeConfig)}
+    return {k: yaml_value(v, f"{k}={v}") if isinstance(v, str) and k in names
+            and hints[k] is not str else v for k, v in dict(args).items()}
 
 
 build = serve_app
