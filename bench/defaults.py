@@ -12,12 +12,16 @@ Sets (filled once into --store; later runs hit the caches):
 
 References: classification heads against scikit-learn's LogisticRegression at its best C
 over a grid (scored on the run's own validation split); a similarity head (objective
-groups) against the raw encoder's retrieval on the same validation rows (the floor).
+groups) against the raw encoder's retrieval on the same validation rows (the floor). The
+`probe-mlp` head is the probe's mlp method (its default sweep, raycache._probe.heads.SWEEPS,
+its best member served): the default mlp's target; the closing lines compare the default mlp
+with it and with the default linear head.
 Walls: a default run, and the former default (10 epochs, lr 1e-3, last epoch's weights)
 measured in the same run, so the ratio is honest on a shared machine. A default linear
 classifier is solved by L-BFGS (optim.solver: auto); the other heads train by epochs.
 
-    python bench/defaults.py [--store DIR] [--sets docs modules ...] [--heads linear mlp groups]
+    python bench/defaults.py [--store DIR] [--sets docs modules ...]
+                             [--heads linear mlp probe-mlp groups]
                              [--repeat N]
 """
 
@@ -173,7 +177,12 @@ def train(base: dict, head: str, over: dict | None = None):
     import raycache
 
     cfg = {**base, "resume": False, "progress": False}
-    cfg.update({"objective": "groups"} if head == "groups" else {"head": head})
+    if head == "probe-mlp":  # the probe's mlp method: its sweep, the best member by val_acc
+        from raycache._probe.heads import SWEEPS
+
+        cfg.update({"sweep": dict(SWEEPS["mlp"]), "select": "val_acc"})
+    else:
+        cfg.update({"objective": "groups"} if head == "groups" else {"head": head})
     for group, settings in (over or {}).items():
         cfg[group] = {**cfg.get(group, {}), **settings}
     start = time.perf_counter()
@@ -185,7 +194,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--store", default=".raycache/bench-defaults")
     p.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
-    p.add_argument("--heads", nargs="+", default=["linear", "mlp", "groups"])
+    p.add_argument("--heads", nargs="+", default=["linear", "mlp", "probe-mlp", "groups"],
+                   choices=["linear", "mlp", "probe-mlp", "groups"])
     p.add_argument("--repeat", type=int, default=1,
                    help="runs of each (default, former) pair; walls are their medians")
     p.add_argument("--fill-only", action="store_true")
@@ -215,7 +225,7 @@ def main() -> None:
             walls, formers = [], []
             for _ in range(args.repeat):  # alternating, so both meet the same load
                 run, wall = train(base, head)
-                old, former = train(base, head, FORMER)
+                old, former = (run, wall) if head == "probe-mlp" else train(base, head, FORMER)
                 walls.append(wall)
                 formers.append(former)
             wall, former = float(np.median(walls)), float(np.median(formers))
@@ -228,6 +238,8 @@ def main() -> None:
             solved = run.metrics.get("solver") == "lbfgs"
             how = (f"L-BFGS, C={run.metrics['l2_C']:g}, {run.metrics['lbfgs_iterations']} it"
                    if solved else f"epoch {run.weights_epoch}/{len(run.history)}")
+            if head == "probe-mlp":
+                how += f" ({run.best.get('settings')})"
             rows.append((name, head, got, ref[0], ref[1], wall, former, how,
                          old.served_metrics()["val_acc"]))
             print(f"  {head}: val_acc {got:.4f} vs {ref[1]} {ref[0]:.4f}; wall {wall:.1f} s "
@@ -241,6 +253,13 @@ def main() -> None:
             print(f"| {name} | {head} | {got:.4f} | {ref:.4f} ({what}) | "
                   f"{100 * (got - ref):+.2f} | {wall:.1f} s | {wall / former:.2f}x | {epochs} | "
                   f"{old:.4f} |")
+        got = {(name, head): acc for name, head, acc, *_ in rows}
+        for name in args.sets:
+            mlp = got.get((name, "mlp"))
+            for other in ("probe-mlp", "linear"):
+                if mlp is not None and (name, other) in got:
+                    print(f"{name}: default mlp vs {other}: "
+                          f"{100 * (mlp - got[name, other]):+.2f} points")
 
 
 if __name__ == "__main__":

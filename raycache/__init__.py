@@ -90,6 +90,7 @@ from raycache._train.config import (
 from raycache._train.driver.run import TrainResult, train
 from raycache._train.driver.runs import RunInfo, list_runs
 from raycache._train.runspec import Recipe, RunSpec
+from raycache._train.tracking.hook import RunContext, TrainCallback
 from raycache._upkeep.compact import compact
 from raycache._upkeep.du import Usage, du
 from raycache._upkeep.gc import GcResult, Stray, gc
@@ -153,6 +154,7 @@ __all__ = [
     "Report",
     "ResourcesConfig",
     "RowRange",
+    "RunContext",
     "RunInfo",
     "RunSpec",
     "ScheduleConfig",
@@ -165,6 +167,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "Stray",
+    "TrainCallback",
     "TrainConfig",
     "TrainResult",
     "UntrustedCode",

@@ -143,8 +143,9 @@ def test_the_solver_is_chosen_from_the_run_and_the_settings_given():
 def test_auto_epochs_stop_on_a_plateau_and_at_the_cap(store):
     run = train(store, run_name="plateau", optim={"solver": "gradient"})
     ev, loop = run.spec.recipe.evaluation, run.spec.recipe.loop
-    losses = [m["val_loss"] for m in run.history]
-    best = losses.index(min(losses)) + 1
+    assert ev.monitor == "val_acc"  # a classifier stops on the metric it reports
+    accs = [m["val_acc"] for m in run.history]
+    best = accs.index(max(accs)) + 1
     assert ev.early_stopping and len(run.history) == max(best + ev.patience, loop.min_epochs)
     assert run.weights_epoch == best and run.weights == "best"
     capped = train(store, loop={"max_epochs": 3, "min_epochs": 2}, optim={"lr": 1e-3})
@@ -157,8 +158,8 @@ def test_the_best_epochs_weights_are_served_and_named(store):
     over = {"head": "mlp", "hidden": [64], "loop": {"epochs": 8, "batch_size": 64},
             "optim": {"lr": 0.05}}  # too large a step: validation worsens after a while
     run = train(store, **over)
-    losses = [m["val_loss"] for m in run.history]
-    best = losses.index(min(losses)) + 1
+    accs = [m["val_acc"] for m in run.history]
+    best = accs.index(max(accs)) + 1
     assert best < len(run.history) == 8  # the best epoch is not the last
     assert run.weights == "best" and run.weights_epoch == best
     assert f"the checkpoint holds epoch {best}'s weights" in run.summary()

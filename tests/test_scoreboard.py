@@ -104,7 +104,8 @@ def test_runs_lines_show_accuracy_and_macro_f1_beside_the_monitored_metric(store
     from raycache._train.driver.runs import list_runs
 
     raycache.train({"cache": "toy", "store": {"uri": store}, "head": "mlp", "epochs": 3,
-                    "num_workers": 0, "progress": False, "run_name": "listed"})
+                    "num_workers": 0, "progress": False, "run_name": "listed",
+                    "monitor": "val_loss"})
     [run] = [r for r in list_runs(raycache.open_cache("toy", store)) if r.name == "listed"]
     line = run.line().splitlines()[0]
     assert line.index("val_loss ") < line.index(" served") < line.index(", val_acc ")

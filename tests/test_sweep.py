@@ -232,8 +232,8 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
     assert results(rows[0]["history"]) == pytest.approx(results(rows[1]["history"]))
     assert results(rows[0]["history"]) != pytest.approx(results(rows[4]["history"]))  # lr
     assert results(rows[4]["history"]) != pytest.approx(results(rows[6]["history"]))  # head
-    # the best by select (the monitor, val_loss) is the run's head
-    best = min(rows, key=lambda r: r["val_loss"])
+    # the best by select (the monitor: a classifier's val_acc) is the run's head
+    best = max(rows, key=lambda r: r["val_acc"])
     assert run.best == best and best["selected"] and sum(r["selected"] for r in rows) == 1
     head = run.load_head()
     assert head.spec.head == best["settings"]["head"]
@@ -242,7 +242,7 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
     assert head.info["sweep"][best["member"]]["selected"]
     settings = " ".join(f"{k}={v}" for k, v in best["settings"].items())
     assert "sweep of 8 heads" in run.summary()
-    assert f"selected member #{best['member']} {settings}: val_loss" in run.summary()
+    assert f"selected member #{best['member']} {settings}: val_acc" in run.summary()
     # every member recorded: sweep.jsonl, run.json; the same config again returns the run
     folder = Path(run.spec.run_dir)
     lines = [json.loads(x) for x in (folder / "sweep.jsonl").read_text().splitlines()]

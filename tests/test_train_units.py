@@ -191,7 +191,8 @@ def test_schedules_with_warmup():
     assert one[0] == pytest.approx(0.004) and max(one) == pytest.approx(0.1)
     assert 25 <= peak <= 31 and one[-1] < 0.001
     flat = [1.0, 0.9, 0.9, 0.9, 0.9, 0.9]  # val_loss stops improving after epoch 2
-    plat = lrs(recipe(lr=0.1, epochs=6, schedule="plateau", plateau_patience=2, gamma=0.1),
+    plat = lrs(recipe(lr=0.1, epochs=6, schedule="plateau", plateau_patience=2, gamma=0.1,
+                      monitor="val_loss"),
                spe=1, epoch_values=flat)
     assert plat == pytest.approx([0.1, 0.1, 0.1, 0.1, 0.01, 0.01])
 

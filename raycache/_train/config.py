@@ -107,6 +107,11 @@ class TrainConfig:
     (a new derived name, or an error if run_name already holds one)."""
     progress: bool = True
     """Print one line per epoch, and show Ray Data progress bars while streaming shards."""
+    tracking: list[Any] = field(default_factory=list)
+    """Live experiment tracking, each epoch's metrics as it ends: `mlflow`, `wandb` (the
+    `tracking` extra), or a mapping with its `kind` and settings, e.g. `{kind: mlflow,
+    tracking_uri: "file:./mlruns", experiment_name: docs}`, or `package.module:Class` (a
+    raycache.TrainCallback of your own); rank 0 calls them as each epoch ends."""
     sweep: dict[str, list[Any]] = field(default_factory=dict)
     """Many heads in one pass: values to try per setting (raycache._train.sweep.grid.KEYS:
     optim.lr, optim.weight_decay, head, hidden, ...); every combination trains on the same

@@ -1,7 +1,8 @@
 """The training settings left `auto`, decided from the run: the solver (a linear classifier
 solved full batch by L-BFGS where it can be), the learning rate per head family (a linear
-classifier's from the size of its features), the batch size from the rows, and `epochs: auto`
-(early stopping on a plateau, between a minimum and a cap). bench/defaults.py is the evidence
+classifier's from the size of its features), the batch size from the rows, the monitored metric
+(the one the objective reports: a classifier's val_acc), and `epochs: auto` (early stopping on
+a plateau of it, between a minimum and a cap). bench/defaults.py is the evidence
 (bench/README.md, "defaults.py")."""
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
     from raycache._heads.specs import HeadSpec
 
 __all__ = ["BATCH_RANGE", "BATCH_STEPS", "DEFAULT_LR", "GRADIENT_SETTINGS", "LINEAR_STEP",
-           "LINEAR_LR", "LR", "SAMPLE_ROWS", "SOLVE_BYTES", "feature_l1", "gradient_settings",
-           "resolve", "resolve_lr", "resolve_solver"]
+           "LINEAR_LR", "LR", "MONITOR", "SAMPLE_ROWS", "SOLVE_BYTES", "feature_l1",
+           "gradient_settings", "resolve", "resolve_lr", "resolve_solver"]
 
 LR: dict[tuple[str, str], float] = {("classification", "mlp"): 3e-3}
 """(objective, head family) -> AdamW's peak learning rate; the others take DEFAULT_LR, and a
@@ -38,6 +39,10 @@ LINEAR_LR = 1e-2
 """A linear classifier's rate where its features' size is unknown (no shard to sample yet)."""
 SAMPLE_ROWS = 2048
 """Rows of the cache read to measure the features' size."""
+MONITOR: dict[str, str] = {"classification": "val_acc"}
+"""objective -> evaluation.monitor: auto, the metric the run reports and serves by; the others
+monitor val_loss. A classifier's val_loss can rise (its confidence on the rows it gets wrong)
+while its accuracy still rises: stopping on val_loss left an mlp 2-5 points short."""
 BATCH_STEPS = 50
 """batch_size: auto gives an epoch about this many optimizer steps..."""
 BATCH_RANGE = (32, 256)
@@ -71,8 +76,8 @@ def feature_l1(cache: Cache, encoders: tuple[str, ...]) -> float | None:
 
 
 def resolve(cfg: TrainConfig, rows: int | None, workers: int) -> TrainConfig:
-    """`cfg` with loop.batch_size, loop.epochs and evaluation.early_stopping decided (lr stays
-    for each sweep member's head: resolve_lr). `rows`: the cache's rows, of which the
+    """`cfg` with loop.batch_size, loop.epochs, evaluation.monitor and early_stopping decided
+    (lr stays for each sweep member's head: resolve_lr). `rows`: the cache's rows, of which the
     validation fraction is held out; `workers`: DDP workers (0 in-process)."""
     loop, ev = cfg.loop, cfg.evaluation
     if loop.batch_size == AUTO and rows is None:
@@ -88,6 +93,8 @@ def resolve(cfg: TrainConfig, rows: int | None, workers: int) -> TrainConfig:
                                max_epochs=loop.max_epochs if auto else loop.epochs)
     if ev.early_stopping == AUTO:
         ev = dataclasses.replace(ev, early_stopping=auto)
+    if ev.monitor == AUTO:
+        ev = dataclasses.replace(ev, monitor=MONITOR.get(cfg.objective, "val_loss"))
     return dataclasses.replace(cfg, loop=loop, evaluation=ev)
 
 

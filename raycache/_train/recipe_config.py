@@ -210,8 +210,9 @@ class EvalConfig:
         ```
     """
 
-    monitor: str = "val_loss"
-    """Metric that picks the best epoch (and drives early stopping and the plateau schedule)."""
+    monitor: str = AUTO
+    """Metric that picks the best epoch (and drives early stopping and the plateau schedule);
+    auto: the metric the objective reports, val_acc for classification, val_loss otherwise."""
     mode: str = "auto"
     """min or max for `monitor`; auto: min for *loss, max otherwise (accuracy, F1, retrieval)."""
     early_stopping: bool | str = AUTO

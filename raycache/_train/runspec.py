@@ -244,6 +244,8 @@ class WorkerSpec:
     empty: every shard is read whole."""
     why: str = ""
     """Why it trains where it does (num_workers: auto's reason), for the summary."""
+    tracking: tuple[Any, ...] = ()
+    """TrainConfig.tracking's entries, built into callbacks by rank 0 (not in the digest)."""
     version: int = RUN_SPEC_VERSION
     """The spec's layout version (RUN_SPEC_VERSION), recorded in run.json."""
 

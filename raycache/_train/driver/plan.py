@@ -78,8 +78,11 @@ def overlap_problems(cfg: TrainConfig) -> list[str]:
 
 
 def load_config(data: TrainConfig | dict[str, Any] | str | Path) -> TrainConfig:
-    """A TrainConfig from a dict, a YAML path or an instance, every problem in one ConfigError."""
-    return load(TrainConfig, data, problems)
+    """A TrainConfig from a dict, a YAML path or an instance, every problem in one ConfigError
+    (`tracking:` checked once, not per sweep member)."""
+    from raycache._train.tracking.configured import problems as tracking
+
+    return load(TrainConfig, data, problems, lambda cfg: tracking(cfg.tracking))
 
 
 def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
@@ -379,7 +382,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
         run_dir=f"{runs_dir(cache)}/{name}", checkpoint_every=cfg.checkpoints.every,
         checkpoint_seconds=cfg.checkpoints.seconds, prefetch_batches=cfg.resources.prefetch_batches,
         progress=cfg.progress, sweep=sweep, select=select, select_mode=select_mode,
-        views=views, view_encoders=view_encoders, why=why,
+        views=views, view_encoders=view_encoders, why=why, tracking=tuple(cfg.tracking),
     )
     guard_run_folder(cfg, spec)
     return cache, spec

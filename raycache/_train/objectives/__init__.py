@@ -28,4 +28,4 @@ def metric_problems(cfg: TrainConfig) -> list[str]:
     return [f"{where}={name!r} is not a metric of objective {cfg.objective!r}; expected one "
             f"of {known}" for where, name in (("evaluation.monitor", cfg.evaluation.monitor),
                                               ("select", cfg.select))
-            if name is not None and name not in known]
+            if name is not None and name != "auto" and name not in known]

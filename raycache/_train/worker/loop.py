@@ -15,6 +15,7 @@ import torch.distributed as dist
 from raycache._train.console import epoch_text, quiet_ray_train, say_progress
 from raycache._train.metrics_log import write_artifacts
 from raycache._train.runspec import WorkerSpec
+from raycache._train.tracking.live import Live
 from raycache._train.worker.assemble import build_heads, data_sources, wrap
 from raycache._train.worker.best_epoch import end_sweep_epoch, sweep_rows, track_best
 from raycache._train.worker.diverged import check_finite
@@ -37,7 +38,7 @@ __all__ = ["quiet_ray_train", "train_loop"]
 
 def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     """Train the head (or a sweep's heads) on this worker's share; returns the history, where
-    it resumed, and a sweep's per-member records."""
+    it resumed, and a sweep's per-member records. Rank 0 writes each epoch as it ends (Live)."""
     spec: WorkerSpec = config["spec"]
     quiet_ray_train()
     rank, device = 0, torch.device("cuda" if spec.use_gpu else "cpu")
@@ -45,6 +46,21 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
         import ray.train.torch
 
         rank, device = ray.train.get_context().get_world_rank(), ray.train.torch.get_device()
+    live = Live(spec) if rank == 0 else None
+    try:
+        out = epochs_of(spec, rank, device, live)
+    except BaseException as e:
+        if live is not None:
+            live.failed(e)
+        raise
+    if live is not None:
+        live.end(out["history"])
+    return out
+
+
+def epochs_of(spec: WorkerSpec, rank: int, device: torch.device, live: Live | None
+              ) -> dict[str, Any]:
+    """The run on this worker: assemble, resume, the solve or the epochs, the artifacts."""
     train_data, val_data = data_sources(spec, rank, device)
     heads = build_heads(spec, device, len(train_data) or None)
     restore(heads)
@@ -61,6 +77,8 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
         if rank == 0 and spec.progress:
             say_progress(progress_line(heads, seconds), final=True)
         save(heads, rank)
+        if live is not None:
+            live.epoch_end(heads.run.history, saved=True)
     while heads.run.epoch < epochs and not heads.run.stopped:
         epoch, t0 = heads.run.epoch, time.perf_counter()
         torch.manual_seed(epoch_seed(spec, epoch, rank))
@@ -88,9 +106,12 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
         if rank == 0 and spec.progress:
             say_progress(progress_line(heads, (time.monotonic() - started)
                                        / (heads.run.epoch - first)), final=end)
-        if end or sums[0, SAVE_NOW] > 0 or (every and heads.run.epoch % every == 0):
+        saved = bool(end or sums[0, SAVE_NOW] > 0 or (every and heads.run.epoch % every == 0))
+        if saved:
             save(heads, rank)
             last_save = time.monotonic()
+        if live is not None:
+            live.epoch_end(heads.run.history, saved)
     out = {"history": heads.run.history, "resumed_from": heads.run.resumed_from}
     if rank == 0:
         write_artifacts(spec.store, spec.run_dir, heads.run.history)

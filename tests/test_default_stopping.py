@@ -1,0 +1,61 @@
+"""The default stopping rule follows the metric a run reports: a classifier monitors val_acc
+(evaluation.monitor: auto), so a run whose val_loss rises while its accuracy still rises keeps
+training and serves its best-accuracy epoch; the other objectives still monitor val_loss."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from raycache._core.config import load
+from raycache._errors import ConfigError
+from raycache._train.config import TrainConfig
+from raycache._train.driver.plan import load_config
+from raycache._train.runspec import Recipe
+from raycache._train.worker.best_epoch import track_best
+from raycache._train.worker.heads import Progress
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+def recipe(**over) -> Recipe:
+    return Recipe.from_config(load(TrainConfig, {"cache": "c", **over}), 2000, 0)
+
+
+class Schedule:
+    def step_epoch(self, value, better) -> None:
+        pass
+
+
+def test_a_rising_val_loss_does_not_stop_a_classifier_whose_accuracy_still_rises():
+    r = recipe(head="mlp")
+    assert (r.evaluation.monitor, r.evaluation.mode) == ("val_acc", "max")
+    head = torch.nn.Linear(2, 2)
+    parts = SimpleNamespace(spec=SimpleNamespace(recipe=r), base=head, schedule=Schedule(),
+                            best_weights=None)
+    progress = Progress()
+    # val_loss bottoms out at epoch 2 and rises from there (the head grows confident on
+    # the rows it gets wrong); accuracy rises until epoch 12, then stays below it
+    accs = [0.60, 0.66, 0.68, 0.70, 0.71, 0.72, 0.73, 0.74, 0.745, 0.75, 0.752, 0.755,
+            *[0.75] * 10]
+    for epoch, acc in enumerate(accs, start=1):
+        with torch.no_grad():
+            head.weight.fill_(epoch)  # this epoch's weights, to see which are kept
+        loss = 0.9 if epoch == 1 else 0.8 + 0.05 * epoch
+        track_best(parts, progress, {"epoch": epoch, "val_loss": loss, "val_acc": acc})
+        progress.epoch = epoch
+        if progress.stopped:
+            break
+    assert progress.best_epoch == 12 and progress.best == pytest.approx(0.755)
+    assert progress.epoch == 12 + r.evaluation.patience  # stopped once accuracy stopped rising
+    assert torch.equal(parts.best_weights["weight"], torch.full((2, 2), 12.0))
+
+
+def test_monitor_auto_is_the_objectives_metric_and_a_given_one_is_kept():
+    assert recipe().evaluation.monitor == "val_acc"
+    assert recipe(objective="groups").evaluation.monitor == "val_loss"
+    given = recipe(head="mlp", evaluation={"monitor": "val_loss"})
+    assert (given.evaluation.monitor, given.evaluation.mode) == ("val_loss", "min")
+    assert recipe(evaluation={"monitor": "val_f1"}).evaluation.monitor == "val_f1"
+    with pytest.raises(ConfigError, match="val_f1xx"):
+        load_config({"cache": "c", "evaluation": {"monitor": "val_f1xx"}})
