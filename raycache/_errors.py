@@ -176,8 +176,8 @@ class BadInput(EncoderError):
 
 
 class KeptRowsWarning(UserWarning):
-    """`Cache.shard_urls()` on a version that reads some shard files only in part (it shares
-    them with an older version): the files it gives miss rows.
+    """Warned by `Cache.shard_urls()` on a version that reads some shard files only in part (it
+    shares them with an older version): the files it gives miss rows.
 
     The message says how many, and points to `kept_rows()`, `kept_rows_url()` and
     `raycache.export`; `shard_urls(in_part="ignore")` takes the whole files knowingly, and
