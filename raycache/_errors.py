@@ -176,12 +176,12 @@ class BadInput(EncoderError):
 
 
 class KeptRowsWarning(UserWarning):
-    """Warned by `Cache.shard_urls()` on a version that reads some shard files only in part (it
-    shares them with an older version): the files it gives miss rows.
+    """The shard files a version reads whole miss some of its rows (it shares others in part).
 
-    The message says how many, and points to `kept_rows()`, `kept_rows_url()` and
-    `raycache.export`; `shard_urls(in_part="ignore")` takes the whole files knowingly, and
-    `in_part="raise"` makes it an error.
+    Warned by `Cache.shard_urls()` on such a version; the message says how many rows the files
+    miss. The fix: join `kept_rows()` (or the Parquet at `kept_rows_url()`), or
+    `raycache.export` the version; `shard_urls(in_part="ignore")` takes the whole files
+    knowingly, and `in_part="raise"` makes it an error.
     """
 
 

@@ -113,6 +113,17 @@ def add_export(sub: Any, store_help: str, cache_help: str, default_store: str) -
     p.add_argument("--collection", help="qdrant: the collection (default: the cache's name)")
     p.add_argument("--index", action="store_true",
                    help="lance: build an IVF_PQ vector index on the first encoder (cosine)")
+    p.add_argument("--head", metavar="CHECKPOINT",
+                   help="also a trained head's vectors of each row (a similarity head's "
+                        "embeddings; --layer penultimate for a classifier's last hidden layer)"
+                        "; only its column unless --encoders names some")
+    p.add_argument("--layer", choices=["output", "penultimate"], default="output",
+                   help="--head: its output layer (default) or the one before it")
+    p.add_argument("--head-column", default="head",
+                   help="--head: the column of its vectors (default head)")
+    p.add_argument("--tensor", action="store_true",
+                   help="parquet: vectors as Arrow fixed-shape tensors (Ray Data reads 2-D "
+                        "arrays; Hugging Face datasets cannot read them)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing file, dataset or collection")
     p.add_argument("--json", action="store_true", help="print the result's fields as JSON")
@@ -133,7 +144,8 @@ def export(args: argparse.Namespace, store: Any) -> int:
         to = sys.stdout.buffer
     result = run(args.cache, to, args.format, store=store, encoders=args.encoders,
                  dtype=args.dtype, overwrite=args.overwrite, collection=args.collection,
-                 index=args.index)
+                 index=args.index, head=args.head, layer=args.layer,
+                 head_column=args.head_column, tensor=args.tensor)
     if args.json and args.to != "-":
         print_json(result)
     else:

@@ -3,6 +3,7 @@ classifier's penultimate layer) exported beside the cache's rows equal the head'
 pass; the export's vectors as a tensor column that Ray Data reads as one 2-D array; and
 `shard_urls()` on a version that reads files in part says so (or refuses)."""
 
+import json
 import warnings
 
 import numpy as np
@@ -115,3 +116,23 @@ def test_shard_urls_of_a_version_that_reads_files_in_part_warns_or_raises(tmp_pa
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert v2.shard_urls(in_part="ignore") == urls
+
+
+def test_the_cli_exports_a_heads_vectors_as_tensors(minilm_heads, tmp_path, capsys):
+    from raycache._cli import main
+
+    out = tmp_path / "cli.parquet"
+    assert main(["export", "docs", "--store", minilm_heads["store"], "--to", str(out),
+                 "--head", minilm_heads["mlp"], "--layer", "penultimate", "--tensor",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dims"] == {"head": 16}
+    table = pq.read_table(out)
+    assert table.column_names == ["id", "topic", "head"]
+    assert isinstance(table.schema.field("head").type, pa.FixedShapeTensorType)
+    head = raycache.load_head(minilm_heads["mlp"])
+    rows = minilm_heads["rows"]
+    got = dict(zip(table.column("id").to_pylist(), table.column("head").combine_chunks()
+                   .to_numpy_ndarray(), strict=True))
+    np.testing.assert_allclose([got[r["id"]] for r in rows],
+                               head.embed_embeddings(head.features([r["text"] for r in rows]),
+                                                     "penultimate"), atol=1e-5)

@@ -68,6 +68,7 @@ class HeadServer:
         from raycache._serve.models import Models
 
         self.models = Models(self.head, model or self._named()[1] or self._named()[0])
+        self.models.dims()  # measured now, not on the event loop at the first GET /info
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """A deployment's `user_config` applied (Serve calls this at start and on each change):

@@ -31,7 +31,7 @@ class Models:
         spec = head.spec
         self.configs = {c.name: c for c in head.encoder_configs()}
         self.prepare = {n: ENCODERS[c.kind].prepare(c) for n, c in self.configs.items()}
-        texts = {n: c for n, c in self.configs.items() if c.kind != "hf-image"}
+        texts = {n: c for n, c in self.configs.items() if c.kind == "hf-text"}
         self.columns: dict[str, str] = {n: c.input for n, c in texts.items()
                                         if n in spec.frozen}
         self.layer = "output" if spec.objective != "classification" else "penultimate"
