@@ -15,6 +15,7 @@ from raycache._cache.records import ShardRecord, SkippedRow
 from raycache._compute import runner, where
 from raycache._compute.pool import Pool
 from raycache._compute.runner import Job, Stage
+from raycache._core import started
 from raycache._core.config import AUTO
 from raycache._errors import DamagedCacheWarning
 from raycache._fill.config import FillConfig
@@ -109,6 +110,7 @@ def encode(p: Plan, units: list[sources.Unit], version: Shares, cluster: Callabl
                             autoscaling=cfg.autoscaling, progress=cfg.progress,
                             verbose=cfg.verbose, store=p.store)
     block = block_rows(cfg, todo, pool.gpus)
+    started.mark("pool")
     out = Encoded(local=local)
     if units:
         reuse = _reuse(p, version) if cfg.reuse else None
