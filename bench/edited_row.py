@@ -4,11 +4,11 @@ tree against an older one in the same run (not a test).
 The demo's data (raycache's stdlib docstrings) is filled once with MiniLM; then each tree, in a
 fresh process over its own copy of that store, fills the same source with one row's text
 edited (a new version, 1 row encoded), and the same source unchanged (a hit). Printed: each
-call's seconds, the encoded rows, the model loads it made, and the ratio of this tree's to the
-older one's.
+call's seconds from `import raycache`, the rows encoded, the model loads and their seconds, and
+the ratio of this tree's to the older one's.
 
     python bench/edited_row.py                  # ~1-2 minutes on 2 cores
-    python bench/edited_row.py --before HEAD~2
+    python bench/edited_row.py --before HEAD~2 --rows 256
 """
 
 from __future__ import annotations
@@ -37,23 +37,23 @@ def config(src: Path, store: Path) -> dict:
 
 
 def child(src: Path, store: Path) -> dict:
-    """One refill in this fresh process: its seconds, rows encoded, and model loads."""
-    import transformers
-
-    loads = []
-    real = transformers.AutoModel.from_pretrained.__func__
-
-    def counted(cls, *args, **kwargs):
-        loads.append(time.perf_counter())
-        return real(cls, *args, **kwargs)
-
-    transformers.AutoModel.from_pretrained = classmethod(counted)
+    """One refill in this fresh process: its seconds (from `import raycache`: torch and
+    transformers are imported in it), rows encoded, and model loads (raycache._core.started's
+    marks, with the seconds they took)."""
+    marks = store.parent / f"{store.name}-marks"
+    marks.mkdir()
+    os.environ["RAYCACHE_START_MARKS"] = str(marks)
+    start = time.perf_counter()
     import raycache
 
-    start = time.perf_counter()
     result = raycache.fill(config(src, store))
-    return {"seconds": time.perf_counter() - start, "encoded": result.encoded_rows,
-            "reused": result.reused_rows, "hit": result.hit, "loads": len(loads)}
+    seconds = time.perf_counter() - start
+    lines = [json.loads(line) for f in marks.glob("*.jsonl") for line in f.read_text().split()]
+    at = {m["mark"]: m["t"] for m in lines}
+    return {"seconds": seconds, "encoded": result.encoded_rows, "hit": result.hit,
+            "loads": sum(m["mark"] == "model load:start" for m in lines),
+            "load_s": at["model load:end"] - at["model load:start"] if "model load:end" in at
+            else 0.0}
 
 
 def run_child(code: Path, src: Path, store: Path) -> dict:
@@ -67,7 +67,7 @@ def run_child(code: Path, src: Path, store: Path) -> dict:
 
 
 def cell(r: dict) -> str:
-    return f"{r['seconds']:.2f} s, {r['encoded']} enc, {r['loads']} load"
+    return f"{r['seconds']:.2f} s, {r['encoded']} enc, {r['loads']} load {r['load_s']:.2f} s"
 
 
 def main() -> None:
@@ -76,6 +76,7 @@ def main() -> None:
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--before", default="HEAD", help="the git revision to compare against")
+    p.add_argument("--rows", type=int, help="the demo data's first ROWS rows (default: all)")
     args = p.parse_args()
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -87,6 +88,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="raycache-edited-") as name:
         tmp = Path(name)
         src = write_stdlib_docs(tmp / "docs.parquet")
+        if args.rows:
+            pq.write_table(pq.read_table(src).slice(0, args.rows), src)
         start = time.perf_counter()
         full = raycache.fill(config(src, tmp / "store"))
         full_s = time.perf_counter() - start
@@ -107,10 +110,10 @@ def main() -> None:
                 shutil.copytree(tmp / "store", store)
                 shutil.copy2(source, src)  # the source as the case has it, at its path
                 runs[label, case] = run_child(code, src, store)
-        print(f"{'refill':<18}{'before':>26}{'now':>26}{'ratio':>8}")
+        print(f"{'refill':<18}{'before':>34}{'now':>34}{'ratio':>8}")
         for case in ("one edited row", "no row changed"):
             b, n = runs["before", case], runs["now", case]
-            print(f"{case:<18}{cell(b):>26}{cell(n):>26}{n['seconds'] / b['seconds']:>8.2f}")
+            print(f"{case:<18}{cell(b):>34}{cell(n):>34}{n['seconds'] / b['seconds']:>8.2f}")
 
 
 if __name__ == "__main__":

@@ -91,7 +91,8 @@ def child(path: str, src: Path, tmp: Path, marks: Path) -> dict:
                    "path": str(tmp.parent / "standin"), "precision": "float32"}]}
     else:
         ray.init(include_dashboard=False, log_to_driver=False)
-        cfg = {"name": "cpu", "source": {"path": str(src), "key": "id", "labels": ["label"]},
+        cfg = {"name": "cpu", "in_process": False,
+               "source": {"path": str(src), "key": "id", "labels": ["label"]},
                "encoders": [{"name": "proj", "kind": "torch", "input": "features",
                              "factory": "cheap_encoder:projection"}]}
     import raycache
@@ -120,12 +121,14 @@ def child(path: str, src: Path, tmp: Path, marks: Path) -> dict:
 
     kinds: dict[str, dict] = {}
     for pid, p in started.items():
-        k = kind(p["title"])
         mine = sorted((m for m in lines if m["pid"] == pid), key=lambda m: m["t"])
+        k = kind(p["title"] or "?")
+        if mine and "IDLE" in k:  # a Ray Data task's worker, idle again: named by its marks
+            k = "ray::task(" + ",".join(dict.fromkeys(m["mark"].split(":")[0] for m in mine)) + ")"
         row = kinds.setdefault(k, {"n": 0, "idle": 0, "start_s": [], "init_s": [],
                                    "load_s": [], "created": [], "cpu_first_shard": 0.0})
         row["n"] += 1
-        row["idle"] += "IDLE" in p["title"] or not mine and "::" not in p["title"]
+        row["idle"] += "::" in p["title"] and not mine and "Agent" not in p["title"]
         row["created"].append(p["created"] - call)
         row["cpu_first_shard"] += cpu_at(p, at["shard"])
         if mine:
@@ -142,7 +145,7 @@ def child(path: str, src: Path, tmp: Path, marks: Path) -> dict:
                     for k, v in at.items() if k in STEPS and v},
             "kinds": kinds, "processes": len(started),
             "workers": sum(1 for p in started.values() if "::" in p["title"]),
-            "idle_workers": sum(1 for p in started.values() if "IDLE" in p["title"])}
+            "idle_workers": sum(row["idle"] for row in kinds.values())}
 
 
 def run_child(code: Path, path: str, src: Path, tmp: Path) -> dict:
