@@ -48,7 +48,7 @@ def child(src: Path, store: Path) -> dict:
 
     result = raycache.fill(config(src, store))
     seconds = time.perf_counter() - start
-    lines = [json.loads(line) for f in marks.glob("*.jsonl") for line in f.read_text().split()]
+    lines = [json.loads(line) for f in marks.glob("*.jsonl") for line in f.read_text().splitlines()]
     at = {m["mark"]: m["t"] for m in lines}
     return {"seconds": seconds, "encoded": result.encoded_rows, "hit": result.hit,
             "loads": sum(m["mark"] == "model load:start" for m in lines),
