@@ -3,9 +3,9 @@ nothing committed, and a crash between a shard's rewrite (duplicate keys dropped
 record never leaves a manifest that disagrees with its shards. Each ends with a fill that
 commits what the source holds, checked by verify."""
 
+import importlib
 import json
 import os
-import sys
 from pathlib import Path
 from unittest import mock
 
@@ -41,7 +41,7 @@ def features_of(cache) -> dict[str, list[float]]:
 def test_a_file_replaced_after_it_was_read_fails_the_commit(separable_source, tmp_path):
     cfg = toy_fill(str(separable_source), str(tmp_path / "store"), in_process=True)
     before = plan(load_config(cfg)).fingerprint
-    run = sys.modules["raycache._fill.run"]
+    run = importlib.import_module("raycache._fill.run")
     original = run.check_complete
 
     def then_replaced(*args, **kwargs):  # every row read and encoded, then a.parquet replaced
@@ -66,7 +66,7 @@ def test_a_file_replaced_after_it_was_read_fails_the_commit(separable_source, tm
 def test_a_file_replaced_before_it_was_read_stops_the_fill(separable_source, tmp_path):
     cfg = toy_fill(str(separable_source), str(tmp_path / "store"), in_process=True,
                    rows_per_shard=50)
-    shards = sys.modules["raycache._fill.shards"]
+    shards = importlib.import_module("raycache._fill.shards")
     original = shards._write
     calls = []
 
@@ -91,7 +91,7 @@ def test_a_file_replaced_before_a_ray_read_task_reads_it_stops_the_fill(ray_sess
     """On Ray the read tasks check each file against its listed version: replaced after the
     plan, before the stages start, it fails the fill with the SourceError the task raised."""
     cfg = toy_fill(str(separable_source), str(tmp_path / "store"), in_process=False)
-    run = sys.modules["raycache._fill.run"]
+    run = importlib.import_module("raycache._fill.run")
     original = run.resumable
 
     def then_replaced(p):
@@ -107,7 +107,7 @@ def test_a_file_replaced_before_a_ray_read_task_reads_it_stops_the_fill(ray_sess
 def test_a_file_removed_before_it_was_read_stops_the_fill(separable_source, tmp_path):
     cfg = toy_fill(str(separable_source), str(tmp_path / "store"), in_process=True,
                    rows_per_shard=50)
-    shards = sys.modules["raycache._fill.shards"]
+    shards = importlib.import_module("raycache._fill.shards")
     original = shards._write
 
     def then_removed(*args, **kwargs):
@@ -174,7 +174,7 @@ def test_resume_distrusts_a_record_whose_shard_has_other_bytes(separable_source,
     in place before their records) is not kept: its rows are encoded again."""
     cfg = toy_fill(str(separable_source), str(tmp_path / "store"), rows_per_shard=50,
                    in_process=True, reuse=False)
-    with mock.patch.object(sys.modules["raycache._fill.run"], "check_complete",
+    with mock.patch.object(importlib.import_module("raycache._fill.run"), "check_complete",
                            side_effect=RuntimeError("stopped before the commit")), \
             pytest.raises(RuntimeError):
         raycache.fill(cfg)
@@ -197,7 +197,7 @@ def test_an_s3_object_replaced_with_one_of_the_same_size_fails_the_commit(bucket
     text = "".join(json.dumps(r) + "\n" for r in rows)
     fs.pipe(f"{bucket}/data/a.jsonl", text.encode())
     cfg = toy_fill(f"{bucket}/data/", str(tmp_path / "store"), in_process=True)
-    run = sys.modules["raycache._fill.run"]
+    run = importlib.import_module("raycache._fill.run")
     original = run.check_complete
     other = text.replace('"label": 0', '"label": 1')
     assert len(other) == len(text) and other != text
@@ -223,7 +223,7 @@ def test_a_fill_whose_shards_another_fill_deduplicated_and_committed_returns_tha
     cfg = toy_fill(duplicated(tmp_path), str(tmp_path / "store"), rows_per_shard=150,
                    in_process=True, reuse=False)
     cfg["source"]["duplicates"] = "last"
-    shared = sys.modules["raycache._fill.shared"]  # where the key scan step calls it
+    shared = importlib.import_module("raycache._fill.shared")  # where the key scan step calls it
     original = shared.scan_keys
     first = []
 

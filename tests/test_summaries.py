@@ -1,10 +1,10 @@
 """Every summary says what its call did: a finished run returned again, a fill's timings that add
 up, a fill that reused every row, a repair; a sweep's epoch lines and summary name its leader."""
 
+import importlib
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -139,7 +139,7 @@ def test_a_resumed_run_says_which_epochs_this_call_trained(store):
 
 
 def test_a_watched_console_keeps_one_progress_line_and_a_log_one_per_epoch(monkeypatch, capsys):
-    console = sys.modules["raycache._train.console"]
+    console = importlib.import_module("raycache._train.console")
     lines = ["epoch 1/3  train_loss 1.2000", "epoch 2/3  loss 0.9", "epoch 3/3  loss 0.5"]
     monkeypatch.setattr(console, "live", lambda: True)  # a terminal or a notebook
     for i, line in enumerate(lines):

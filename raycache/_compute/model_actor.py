@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raycache._core import started
 from raycache._core.marks import marking
 from raycache._errors import RaycacheError, StoreError
 
@@ -85,11 +86,13 @@ class ModelActor:
     come out with its call and a writer's error fails that call."""
 
     def __init__(self, pool: Pool, model: Stage, sink: Stage | None = None):
+        started.mark("model actor:start")
         self.model = model.fn(pool=pool, **model.kwargs)
         self.sink = sink
         self.device = threading.Lock()
         folder = os.environ.get(BLOCK_TIMES)
         self.times = Path(folder) / f"model-{os.getpid()}.jsonl" if folder else None
+        started.mark("model actor:end")
 
     def __call__(self, table: pa.Table) -> pa.Table:
         marks = {"enter": time.time()}

@@ -13,7 +13,7 @@ from raycache._core.config import AUTO
 from raycache._encoders.batching import Batching
 from raycache._errors import ConfigError
 
-__all__ = ["LIGHT_CPUS", "READ_CPUS", "WRITERS_PER_ACTOR", "Pool", "gpus_for",
+__all__ = ["CORES", "LIGHT_CPUS", "READ_CPUS", "WRITERS_PER_ACTOR", "Pool", "cores", "gpus_for",
            "local_pool", "nodes", "request", "size_pool"]
 
 GPU_ON_CPU = "RAYCACHE_TEST_GPU_ON_CPU"
@@ -30,6 +30,8 @@ WRITERS_PER_ACTOR = 2
 free for its writing thread (the write actors of model_actor's "apart" shape, a bench's)."""
 RESERVE = 1.25
 """Logical CPUs per node that the encoder actors leave for reading, preparing and writing."""
+CORES = "raycache_cores"
+"""The key under which `nodes` gives a node's real cores, where it knows them (this machine's)."""
 MAX_CPU_THREADS = 4
 """Torch threads per CPU actor under num_cpus: auto (a quarter of a node's CPUs, 1 to 4); a node
 gets several such actors."""
@@ -52,8 +54,8 @@ class Pool:
     prepare_actors: int
     """Prepare (tokenising) actors: one on CPU fills, where tokenising is ~1% of the work and
     runs inside each encoder task; on GPU pools, one per CPU that the encoders, the reads and
-    the writers leave, all started with the pool (a GPU encodes short texts faster than ten
-    cores tokenise them)."""
+    the writers leave (at most one a core beside the model actors), all started with the pool
+    (a GPU encodes short texts faster than ten cores tokenise them)."""
     writers: int = 1
     """Writes of a GPU pool at once, each LIGHT_CPUS left free for them: in the model actors'
     threads (write actors only in model_actor's "apart" shape, a bench's before)."""
@@ -80,10 +82,28 @@ class Pool:
 
 
 def nodes() -> list[dict[str, float]]:
-    """The resources of each alive node of the connected Ray cluster."""
+    """The resources of each alive node of the connected Ray cluster; a node on this machine
+    also gives the cores that exist here (CORES), which its logical CPUs may exceed."""
     import ray
 
-    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+    here = ray.util.get_node_ip_address()
+    return [{**n["Resources"], **({CORES: float(cores())} if n.get("NodeManagerAddress") == here
+                                  else {})}
+            for n in ray.nodes() if n.get("Alive")]
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity; all of os.cpu_count where unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _usable(node: dict[str, float]) -> float:
+    """A node's CPUs that do work at once: its logical CPUs, at most the cores it has (where
+    known: a Ray told of 16 CPUs on 2 cores runs 2 things at a time)."""
+    return min(node.get("CPU", 0.0), node.get(CORES, float("inf")))
 
 
 def size_pool(cfg: PoolConfig, cluster: list[dict[str, float]], blocks: int | None = None,
@@ -94,6 +114,7 @@ def size_pool(cfg: PoolConfig, cluster: list[dict[str, float]], blocks: int | No
     is one GPU per actor where a node has GPUs, else CPU actors."""
     gpus = gpus_for(cfg, cluster)
     node_cpus = [n.get("CPU", 0.0) for n in cluster] or [0.0]
+    usable = [_usable(n) for n in cluster] or [0.0]
     node_gpus = [n.get("GPU", 0.0) for n in cluster] or [0.0]
     has = f"the cluster has {sum(node_cpus):g} CPUs and {sum(node_gpus):g} GPUs on " \
           f"{len(cluster)} node(s)"
@@ -117,8 +138,9 @@ def size_pool(cfg: PoolConfig, cluster: list[dict[str, float]], blocks: int | No
         if cfg.num_cpus == AUTO:  # a few threads per actor; logical CPUs share what is left
             # one thread per actor on small nodes: an actor also prepares and writes its
             # blocks (single-threaded work), which another actor's model overlaps
-            threads = max(1, min(MAX_CPU_THREADS, int(max(node_cpus)) // 4))
-            per_node = [max(1, int(c) // threads) if c >= 1 else 0 for c in node_cpus]
+            threads = max(1, min(MAX_CPU_THREADS, int(max(usable)) // 4))
+            per_node = [max(1, int(u) // threads) if c >= 1 else 0
+                        for c, u in zip(node_cpus, usable, strict=True)]
             cpus = max(LIGHT_CPUS, min(((c - RESERVE) / k for c, k in zip(
                 node_cpus, per_node, strict=True) if k), default=1.0))
         else:
@@ -153,17 +175,19 @@ def size_pool(cfg: PoolConfig, cluster: list[dict[str, float]], blocks: int | No
     left = sum(node_cpus) - actors * cpus - READ_CPUS
     writers = max(1, min(WRITERS_PER_ACTOR * actors, int((left - 1.0) / LIGHT_CPUS + 1e-9)))
     spare = left - writers * LIGHT_CPUS
-    if spare >= 1.0:
-        return Pool(actors, cpus, gpus, threads, batching, 1.0, _fit(spare, 1.0), writers)
+    if spare >= 1.0:  # a tokeniser a core beside the model actors' feeding, at most
+        room = max(1, math.floor(sum(usable)) - actors)
+        return Pool(actors, cpus, gpus, threads, batching, 1.0, min(_fit(spare, 1.0), room),
+                    writers)
     return Pool(actors, cpus, gpus, threads, batching, math.floor(spare * 100) / 100, 1, writers)
 
 
 def local_pool(cfg: PoolConfig) -> Pool:
     """The pool of a job run in this process: one model with a torch thread per core here (or
     num_cpus), its batches sized as on a CPU actor."""
-    cores = os.cpu_count() or 1
-    pool = size_pool(cfg, [{"CPU": float(cores)}], 1)
-    threads = cores if cfg.num_cpus == AUTO else max(1, round(float(cfg.num_cpus)))
+    here = cores()
+    pool = size_pool(cfg, [{"CPU": float(here)}], 1)
+    threads = here if cfg.num_cpus == AUTO else max(1, round(float(cfg.num_cpus)))
     return dataclasses.replace(pool, cpus=float(threads), threads=threads)
 
 

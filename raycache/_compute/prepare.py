@@ -8,6 +8,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from raycache._cache.columns import input_column
+from raycache._core import started
 from raycache._encoders.config import EncoderConfig
 from raycache._errors import BadInput
 from raycache._source.files import META
@@ -41,9 +42,11 @@ class PrepareActor:
                  inputs: Inputs | None = None):
         from raycache._encoders import ENCODERS
 
+        started.mark("prepare:start")
         self.encoders, self.keep = encoders, [*dict.fromkeys([*keep, *META])]
         self.prepare = {e.name: ENCODERS[e.kind].prepare(e) for e in encoders}
         self.inputs = inputs
+        started.mark("prepare:end")
 
     def __call__(self, table: pa.Table) -> pa.Table:
         try:

@@ -20,6 +20,7 @@ from raycache._compute.kept import kept
 from raycache._compute.pool import LIGHT_CPUS, READ_CPUS, Pool
 from raycache._compute.prepare import Inputs, PrepareActor
 from raycache._compute.stage import Stage
+from raycache._core import started
 from raycache._core.secrets import seal
 from raycache._errors import EncoderError
 from raycache._source import files as sources
@@ -77,7 +78,11 @@ def where(pool: Pool, local: bool, why: str = "") -> str:
 
 def run(job: Job, pool: Pool, *, local: bool) -> Iterator[pa.Table]:
     """The job's output batches (the sink's, else the model's), in this process or on Ray."""
-    return run_local(job, pool) if local else stream(build(job, pool))
+    if local:
+        return run_local(job, pool)
+    ds = build(job, pool)
+    started.mark("built")
+    return stream(ds)
 
 
 def run_local(job: Job, pool: Pool) -> Iterator[pa.Table]:
@@ -178,11 +183,18 @@ def chain_task(table: pa.Table, job: Shipped, pool: Pool) -> pa.Table:
     """Ray Data task of a CPU pool: one block through prepare, model and sink, with the job's
     ModelChain that this worker process built for an earlier block (built now, the job fetched
     once, where there is none): no actor to start, each model loaded once a process."""
-    import ray
-
-    chain = kept("chain", job.ref.hex(), lambda: ModelChain(ray.get(job.ref), pool))
+    started.once("task")
+    chain = kept("chain", job.ref.hex(), lambda: _built(job, pool))
     set_threads(pool)  # another job's stages in this process may have set others
     return chain(table)
+
+
+def _built(job: Shipped, pool: Pool) -> ModelChain:
+    """The ModelChain of a shipped job, built in this worker process."""
+    import ray
+
+    with started.span("chain"):
+        return ModelChain(ray.get(job.ref), pool)
 
 
 def build(job: Job, pool: Pool) -> Any:

@@ -161,9 +161,25 @@ def to_device(array: np.ndarray, device: str) -> torch.Tensor:
 
 
 def digest_files(paths: Iterable[Path], root: Path) -> str:
-    """sha256 over (relative name, content) of each file, in sorted order."""
+    """sha256 over (relative name, content) of each file, in sorted order; read once a process
+    while each file's size, mtime and inode stay the same (a fill's plan and its in-process
+    model load hash the same weights)."""
+    paths = sorted(paths)
+    seen = tuple((str(p), (s := p.stat()).st_size, s.st_mtime_ns, s.st_ino) for p in paths)
+    key = (str(root), seen)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = _digest(paths, root)
+        while len(_DIGESTS) > 32:
+            _DIGESTS.pop(next(iter(_DIGESTS)))
+    return _DIGESTS[key]
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def _digest(paths: list[Path], root: Path) -> str:
     h = hashlib.sha256()
-    for p in sorted(paths):
+    for p in paths:
         h.update(str(p.relative_to(root)).encode() + b"\0")
         with open(p, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):

@@ -14,6 +14,7 @@ from raycache._cache.records import ShardRecord, SkippedRow
 from raycache._compute import runner, where
 from raycache._compute.pool import Pool
 from raycache._compute.runner import Job, Stage
+from raycache._core import started
 from raycache._core.caller import warn
 from raycache._core.config import AUTO
 from raycache._errors import DamagedCacheWarning
@@ -112,6 +113,7 @@ def encode(p: Plan, units: list[sources.Unit], version: Shares, cluster: Callabl
                             autoscaling=cfg.autoscaling, progress=cfg.progress,
                             verbose=cfg.verbose, store=p.store)
     block = block_rows(cfg, todo, pool.gpus)
+    started.mark("pool")
     out = Encoded(local=local)
     if units:
         reuse = _reuse(p, version) if cfg.reuse else None

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from raycache._cache.columns import hash_column, input_column, views_column
 from raycache._compute.actor import start_actor
 from raycache._compute.prepare import Prepare, prepared
+from raycache._core import started as marks
 from raycache._encoders.base import forward_stored
 from raycache._encoders.config import EncoderConfig
 from raycache._errors import BadInput
@@ -133,11 +134,13 @@ class EncodeActor:
         row loads none."""
         if self._encoders is None:
             load = load_encoder if self.lazy else kept_encoder
-            self._encoders = {e.name: load(e, self.digests[e.name], self.pool)
-                              for e in self.frozen}
+            with marks.span("model load"):
+                self._encoders = {e.name: load(e, self.digests[e.name], self.pool)
+                                  for e in self.frozen}
         return self._encoders
 
     def __call__(self, table: pa.Table) -> pa.Table:
+        marks.once("encode")
         started = time.time()
         views = [e for e in view_encoders(self.cfg.views, self.cfg.encoders) if not e.trainable]
         inputs = {prepared(e) for e in self.frozen} | {prepared_views(e.name) for e in views}

@@ -17,6 +17,7 @@ import pyarrow.csv as pcsv
 import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
+from raycache._core import started
 from raycache._core.secrets import reveal
 from raycache._core.transient import is_transient
 from raycache._core.workdir import temporary_path_problem
@@ -403,5 +404,6 @@ def _tagged(table: pa.Table, u: Unit, offset: int, total: int, columns: list[str
 def read_stage(batch: pa.Table, fmt: str, options: dict[str, Any], rows: int,
                columns: list[str]) -> Iterator[pa.Table]:
     """Ray Data stage: units in (pickled, one per row), row pieces out."""
+    started.once("read")
     for item in batch.column("unit").to_pylist():
         yield from read_unit(pickle.loads(item), fmt, options, rows, columns)
