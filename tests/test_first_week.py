@@ -27,7 +27,7 @@ def store(tmp_path_factory) -> str:
     for name, accs in (("early", (0.6, 0.9, 0.5)), ("late", (0.7, 0.8, 0.95))):
         run = raycache.train({"cache": "toy", "store": {"uri": str(root / "store")},
                               "head": "mlp", "epochs": 3, "num_workers": 0, "progress": False,
-                              "run_name": name})
+                              "run_name": name, "monitor": "val_loss"})
         folder = Path(run.run_dir)
         rows = [{**m, "val_acc": a, "val_f1": a - 0.1, "val_loss": 1 - a}
                 for m, a in zip(run.history, accs, strict=True)]
