@@ -33,7 +33,8 @@ def store(tmp_path_factory) -> str:
     pq.write_table(separable(n=300), root / "source" / "a.parquet")
     raycache.fill(toy_fill(str(root / "source"), str(root / "store"), in_process=True))
     raycache.train({"cache": "toy", "store": {"uri": str(root / "store")}, "label": "label",
-                    "epochs": 2, "num_workers": 0, "progress": False, "run_name": "r1"})
+                    "epochs": 2, "num_workers": 0, "progress": False, "run_name": "r1",
+                    "monitor": "val_loss"})
     return str(root / "store")
 
 
@@ -179,7 +180,7 @@ def test_json_summaries_are_one_document_on_stdout_with_the_results_fields(store
     assert done["hit"] is False and done["fingerprint"] == cache.fingerprint != first.fingerprint
     assert done["rows"] == 300 and done["uri"] == cache.uri and "options" not in done
     train = {"cache": "toy", "store": {"uri": db}, "epochs": 2, "num_workers": 0,
-             "label": "label", "run_name": "j1"}
+             "label": "label", "run_name": "j1", "monitor": "val_loss"}
     (root / "train.yaml").write_text(json.dumps(train))
     run = run_json(capsys, "train", "--config", str(root / "train.yaml"), "--json")
     assert run["run_name"] == "j1" and Path(run["checkpoint"], "head.json").is_file()

@@ -69,7 +69,7 @@ def test_what_a_user_reads_of_a_run_spec_holds_no_plumbing_and_digests_the_same(
     assert swept.view().sweep == ({"optim.lr": 0.1, "hidden": [8]},
                                   {"optim.lr": 0.01, "hidden": [8]})
     plumbing = {"store", "shards", "checks", "keeps", "filling", "checkpoint_every",
-                "checkpoint_seconds", "prefetch_batches", "progress", "key"}
+                "checkpoint_seconds", "prefetch_batches", "progress", "key", "tracking"}
     fields = {f.name for f in dataclasses.fields(RunSpec)}
     assert not fields & plumbing
     assert fields | plumbing == {f.name for f in dataclasses.fields(WorkerSpec)}

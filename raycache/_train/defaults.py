@@ -42,7 +42,7 @@ SAMPLE_ROWS = 2048
 MONITOR: dict[str, str] = {"classification": "val_acc"}
 """objective -> evaluation.monitor: auto, the metric the run reports and serves by; the others
 monitor val_loss. A classifier's val_loss can rise (its confidence on the rows it gets wrong)
-while its accuracy still rises: stopping on val_loss left an mlp 2-5 points short."""
+while its accuracy still rises: stopped on val_loss, it served an epoch of lower accuracy."""
 BATCH_STEPS = 50
 """batch_size: auto gives an epoch about this many optimizer steps..."""
 BATCH_RANGE = (32, 256)
