@@ -151,7 +151,7 @@ def test_a_config_piped_to_stdin_with_config_dash(store, tmp_path):
     piped = subprocess.run(
         [sys.executable, "-m", "raycache", "train", "--config", "-", "--no-progress"],
         input=f"cache: toy\nstore: {{uri: {store}}}\nlabel: label\nepochs: 1\nnum_workers: 0\n"
-              "run_name: piped\n", capture_output=True, text=True, timeout=240,
+              "run_name: piped\nmonitor: val_loss\n", capture_output=True, text=True, timeout=240,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert piped.returncode == 0, piped.stderr[-2000:]
     assert "run piped" in piped.stdout
