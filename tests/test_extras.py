@@ -14,7 +14,7 @@ from raycache._errors import ConfigError, MissingExtra
 
 ROOT = Path(__file__).resolve().parents[1]
 LIGHT = {"torch", "pyarrow", "fsspec", "s3fs", "transformers", "safetensors", "yaml", "rich",
-         "numpy", "huggingface_hub", "tokenizers"}
+         "numpy", "huggingface_hub", "tokenizers", "argcomplete"}
 """What the light install brings (its dependencies and theirs raycache imports)."""
 
 
