@@ -102,3 +102,14 @@ def test_lance_and_qdrant_exports_name_the_export_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "qdrant_client", None)
     assert "raycache[export]" in lance.check(str(tmp_path / "x.lance"), {}, False)[0]
     assert "raycache[export]" in qdrant.check(":memory:", {}, False)[0]
+
+
+def test_an_optional_package_missing_its_own_dependency_names_the_extra(monkeypatch,
+                                                                        tmp_path):
+    """ray.serve is in every Ray install; what ray[serve] adds (fastapi, starlette) may not be."""
+    (tmp_path / "halfpkg.py").write_text("import no_such_dependency_of_halfpkg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(EXTRAS, "halfpkg", ("ray[serve]", "serve"))
+    with pytest.raises(MissingExtra, match=r"serving a head needs ray\[serve\].*'raycache\[serve\]'"
+                                           r".*no module named 'no_such_dependency_of_halfpkg'"):
+        need("halfpkg", "serving a head")

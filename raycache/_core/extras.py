@@ -50,9 +50,8 @@ def need(module: str, feature: str) -> ModuleType:
     what needs it: "evaluate's confusion.png")."""
     try:
         return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        top = module.split(".")[0]
-        if exc.name is None or exc.name.split(".")[0] != top:
-            raise  # the package is there, something it imports is not: its own error
+    except ModuleNotFoundError as exc:  # it, or a package it imports (ray.serve: fastapi)
         package, extra = EXTRAS[module]
-        raise MissingExtra(_message(module, feature), extra=extra, package=package) from exc
+        found = "" if exc.name == module else f" (no module named {exc.name!r})"
+        raise MissingExtra(_message(module, feature) + found, extra=extra,
+                           package=package) from exc
