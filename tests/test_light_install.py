@@ -5,6 +5,7 @@ installed a fill's training refuses naming raycache[ray], evaluate's figure rayc
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -23,9 +24,15 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def wheel(out: Path) -> Path:
-    """raycache's wheel, built from this checkout (no build isolation: nothing downloaded)."""
+    """raycache's wheel, built from a copy of this checkout's sources (no build/ left here, none
+    stale read; no build isolation: nothing downloaded)."""
+    src = out / "src"
+    shutil.copytree(ROOT / "raycache", src / "raycache",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(out), str(ROOT)], check=True, capture_output=True,
+                    "-q", "-w", str(out), str(src)], check=True, capture_output=True,
                    timeout=300)
     return next(out.glob("raycache-*.whl"))
 
