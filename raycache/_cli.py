@@ -1,5 +1,6 @@
 """The raycache command line: the parser wired from each command group's module, and main()
 (one command, its exit code)."""
+# PYTHON_ARGCOMPLETE_OK (argcomplete's global completion reads this marker)
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import warnings
 
 from raycache import _cli_jobs, _cli_predict, _cli_runs, _cli_store, _cli_upkeep
 from raycache._cache.config import default_store
+from raycache._cli_completion import COMPLETION_COMMANDS, add_completion, complete
 from raycache._cli_demo import DEMO_COMMANDS, add_demo
 from raycache._cli_evaluate import add_evaluate, run_evaluate
 from raycache._cli_interrupted import interrupted
@@ -23,7 +25,7 @@ DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads 
 GROUPS = (_cli_jobs, _cli_predict, _cli_store, _cli_upkeep, _cli_runs)
 """The modules of command groups: each has PARSERS and COMMANDS, by command name."""
 ORDER = ("fill", "train", "pipeline", "probe", "predict", "ls", "inspect", "repair", "runs",
-         "verify", "compact", "du", "gc", "export", "demo", "evaluate", "serving")
+         "verify", "compact", "du", "gc", "export", "demo", "evaluate", "serving", "completion")
 """The commands in the order `raycache -h` lists them."""
 
 
@@ -36,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     parsers = {name: add for group in GROUPS for name, add in group.PARSERS.items()}
     parsers.update(export=lambda sub: add_export(sub, STORE_HELP, CACHE_HELP, default_store()),
-                   demo=add_demo, evaluate=add_evaluate, serving=add_serving)
+                   demo=add_demo, evaluate=add_evaluate, serving=add_serving,
+                   completion=add_completion)
     for name in ORDER:
         parsers[name](sub)
     return parser
@@ -44,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code (raycache._scripting.EXIT_CODES; argparse exits 2)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    complete(parser)  # a shell's tab press: answered and exits
+    args = parser.parse_args(argv)
     shown = warnings.showwarning
     warnings.showwarning = one_line(shown, args.command)
     try:
@@ -69,5 +74,5 @@ def main(argv: list[str] | None = None) -> int:
 COMMANDS = {
     **{name: run for group in GROUPS for name, run in group.COMMANDS.items()},
     "evaluate": run_evaluate, "export": lambda args: export(args, checked_store(args.store)),
-    **DEMO_COMMANDS, **SERVING_COMMANDS,
+    **DEMO_COMMANDS, **SERVING_COMMANDS, **COMPLETION_COMMANDS,
 }

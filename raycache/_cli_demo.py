@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
+
+from raycache._scripting import add_json, print_json
 
 __all__ = ["DEMO_COMMANDS", "add_demo"]
 
@@ -31,6 +35,7 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
                    help="DDP workers; 0 trains in-process; auto picks by cache size")
     p.add_argument("--no-progress", action="store_true",
                    help="print no progress bars or per-epoch lines")
+    add_json(p, "the demo's figures (the rest on stderr)")
     text = ("write the demo's dataset (stdlib docstrings labelled by topic) as a Parquet file, "
             "and print its path; an identical file is left untouched")
     p = sub.add_parser("demo-data", help=text, description=text)
@@ -38,20 +43,30 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
                    help="the Parquet file to write (default data/stdlib-docs.parquet)")
     p.add_argument("--per-topic", type=_per_topic, default=150,
                    help="docstrings a topic, of six topics (default 150)")
+    add_json(p, "the file's path and rows")
 
 
 def _demo(args: argparse.Namespace) -> int:
     from raycache._demo import run
 
-    run(store=args.store, epochs=args.epochs, workers=args.workers,
-        progress=not args.no_progress)
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        figures = run(store=args.store, epochs=args.epochs, workers=args.workers,
+                      progress=not args.no_progress)
+    if args.json:
+        print_json(figures)
     return 0
 
 
 def _demo_data(args: argparse.Namespace) -> int:
     from raycache._source.demo_data import write_stdlib_docs
 
-    print(write_stdlib_docs(args.path, args.per_topic))
+    path = write_stdlib_docs(args.path, args.per_topic)
+    if args.json:
+        import pyarrow.parquet as pq
+
+        print_json({"path": str(path), "rows": pq.ParquetFile(path).metadata.num_rows})
+    else:
+        print(path)
     return 0
 
 

@@ -40,7 +40,8 @@ def add_predict(sub: argparse._SubParsersAction) -> None:
                    help="GPUs per actor (auto: 1 where the cluster has GPUs)")
     add_overrides(p, EXAMPLES["predict"], "the PredictConfig these flags make")
     p.add_argument("--no-progress", action="store_true", help="print no progress bar")
-    add_json(p, "the summary's fields (with --output -: to stderr)")
+    add_json(p, "the summary's fields (with --output -: to stderr, and the rows' "
+                "probabilities exact, not rounded to 4 digits)")
 
 
 def sniff(data: bytes) -> str:
@@ -65,7 +66,7 @@ def predict(args: argparse.Namespace) -> int:
             result = predict_file(config, progress=not args.no_progress)
             out(dataclasses.replace(result, output="-") if piping else result)
         if piping:
-            _jsonl(config["output"], sys.stdout)
+            _jsonl(config["output"], sys.stdout, exact=args.json)
     return OK
 
 
@@ -89,18 +90,50 @@ def piped(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield config
 
 
-def _jsonl(path: str, stream: Any) -> None:
-    """A Parquet file's rows as JSON lines."""
+SHOWN_DIGITS = 4
+"""Significant digits of the probabilities `--output -` prints for people (exact with --json)."""
+
+
+def _jsonl(path: str, stream: Any, exact: bool = False) -> None:
+    """A Parquet file's rows as JSON lines: float32 values as their shortest text that reads
+    back as the same float32 (0.000363, not 0.00036299999919719994), probabilities rounded to
+    SHOWN_DIGITS significant digits unless `exact`."""
     import json
 
     import pyarrow.parquet as pq
 
+    from raycache._predict.stage import PROBABILITIES
     from raycache._scripting import jsonable
 
     for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+        shown = {f.name: (SHOWN_DIGITS if f.name == PROBABILITIES and not exact else None)
+                 for f in batch.schema if _float32(f.type)}
         for row in batch.to_pylist():
+            for name, digits in shown.items():
+                row[name] = _shown(row[name], digits)
             stream.write(json.dumps(jsonable(row)) + "\n")
     stream.flush()
+
+
+def _float32(t: Any) -> bool:
+    import pyarrow as pa
+
+    inner = t.value_type if pa.types.is_list(t) or pa.types.is_fixed_size_list(t) else t
+    return pa.types.is_float32(inner)
+
+
+def _shown(value: Any, digits: int | None) -> Any:
+    """A float32 value (or a list of them) as a float whose repr is its shortest round trip,
+    or rounded to `digits` significant digits."""
+    import numpy as np
+
+    if isinstance(value, list):
+        return [_shown(v, digits) for v in value]
+    if not isinstance(value, float):
+        return value  # None
+    if digits:
+        return float(f"{value:.{digits}g}")
+    return float(np.format_float_positional(np.float32(value), unique=True, trim="0"))
 
 
 def _gpus(text: str) -> float | str:

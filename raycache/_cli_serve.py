@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from raycache._cli_words import TRUST_HELP
+from raycache._scripting import add_json, print_json
 
 __all__ = ["SERVING_COMMANDS", "add_serving"]
 
@@ -21,6 +22,7 @@ def add_serving(sub: argparse._SubParsersAction) -> None:
                    help="the folder's format (default sentence-transformers)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing folder")
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
+    add_json(p, "the folder and its format")
     text = "serve a trained head over HTTP with Ray Serve (frozen encoder + head, batched)"
     p = sub.add_parser("serve", help=text, description=text)
     p.add_argument("--checkpoint", required=True,
@@ -32,6 +34,7 @@ def add_serving(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override a setting of the ServeConfig (repeatable), VALUE read as "
                         "YAML, e.g. max_batch_size=64 or num_replicas=2")
+    add_json(p, "the application's URL, once it runs")
 
 
 def export_head(args: argparse.Namespace) -> int:
@@ -39,7 +42,10 @@ def export_head(args: argparse.Namespace) -> int:
 
     folder = HEAD_EXPORTS[args.format](args.checkpoint, args.output, overwrite=args.overwrite,
                                        trust_code=args.trust_code)
-    print(f"export-head: wrote a {args.format} folder to {folder}")
+    if args.json:
+        print_json({"folder": str(folder), "format": args.format})
+    else:
+        print(f"export-head: wrote a {args.format} folder to {folder}")
     return 0
 
 
@@ -50,9 +56,15 @@ def serve(args: argparse.Namespace) -> int:
     cfg = overridden({"checkpoint": args.checkpoint, "host": args.host, "port": args.port,
                       **({"trust_code": True} if args.trust_code else {})}, args.overrides)
     url = run(cfg, blocking=False)
-    print(f"serve: POST {{\"texts\": [...]}} to {url}; GET {url}health, {url}metadata. "
-          "Ctrl-C stops it")
+    if args.json:
+        print_json({"url": url})
+    else:
+        print(f"serve: POST {{\"texts\": [...]}} to {url}; GET {url}health, {url}metadata. "
+              "Ctrl-C stops it")
+    import sys
     import time
+
+    sys.stdout.flush()  # a pipe reads the URL now, not when the server stops
 
     while True:
         time.sleep(3600)

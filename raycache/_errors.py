@@ -184,6 +184,24 @@ class KeptRowsWarning(UserWarning):
     knowingly, and `in_part="raise"` makes it an error.
     """
 
+class MissingExtra(RaycacheError, ImportError):
+    """A feature needs a package this install lacks; `extra` names the raycache extra that
+    installs it, `package` the package.
+
+    Raised before the feature's work starts where it can: evaluate with an output folder and
+    the probe's report (plots: matplotlib), the Lance and Qdrant exports (export), the lexical
+    baseline asked for (lexical), hf-image (images), serve (serve), fill and train (ray). Run
+    the `pip install 'raycache[EXTRA]'` the message names (`raycache[all]` installs every
+    extra). An ImportError too, so code that catches one still does.
+    """
+
+    def __init__(self, message: str, extra: str = "", package: str = ""):
+        super().__init__(message)
+        self.extra, self.package = extra, package
+
+    def __reduce__(self) -> tuple:  # keep the fields across processes (Ray workers)
+        return type(self), (str(self), self.extra, self.package)
+
 
 class DamagedCacheWarning(UserWarning):
     """A cache whose manifest or shard list cannot be read was skipped.

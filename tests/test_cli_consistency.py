@@ -161,3 +161,8 @@ def test_a_store_that_is_a_file_is_a_clear_error(filled, tmp_path, capsys, comma
     err = capsys.readouterr().err
     assert f"store {str(afile)!r} is a file, not a folder" in err
     assert "Traceback" not in err
+
+
+def test_every_command_takes_json():
+    assert [name for name, p in commands().items() if "--json" not in p._option_string_actions
+            ] == []

@@ -13,6 +13,7 @@ LAYERS = ["_errors", "_core", "_source", "_cache", "_encoders", "_compute", "_fi
 PUBLIC = {"__init__", "__main__", "_cli", "_cli_demo", "_cli_evaluate", "_cli_interrupted",
           "_cli_jobs", "_cli_predict", "_cli_runs", "_cli_serve", "_cli_store", "_cli_tables",
           "_cli_upkeep", "_cli_words", "_scripting", "_pipeline", "_demo", "_moved"}
+PUBLIC |= {"_cli_completion"}
 
 
 def module_name(path: Path) -> str:

@@ -309,7 +309,13 @@ def progress_bar(show: bool, total: int | None, desc: str) -> Iterator[Any]:
     """A progress bar of rows (hidden unless `show`), closed on the way out."""
     from tqdm.std import tqdm  # a text line in terminals and notebooks alike (no ipywidgets)
 
-    bar = tqdm(total=total, disable=not show, unit=" rows", desc=desc, dynamic_ncols=True,
+    class Bar(tqdm):
+        """No monitor thread: tqdm never stops it, and woken at exit it races the interpreter
+        finalising (what a bar updated once a model call needs none of)."""
+
+        monitor_interval = 0
+
+    bar = Bar(total=total, disable=not show, unit=" rows", desc=desc, dynamic_ncols=True,
                smoothing=0.1)
     try:
         yield bar

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from raycache._core.config import AUTO
+from raycache._core.extras import need
 from raycache._core.secrets import reveal
 from raycache._encoders.base import (
     Batching,
@@ -193,11 +194,7 @@ class Preprocess:
     replays gives its float32 pixels, as they are."""
 
     def __init__(self, cfg: EncoderConfig):
-        try:
-            import PIL.Image  # noqa: F401
-        except ImportError as exc:
-            raise EncoderError(f"encoder {cfg.name!r}: hf-image decodes images with Pillow, "
-                               "which is not installed; pip install 'raycache[images]'") from exc
+        need("PIL", f"encoder {cfg.name!r} (hf-image decodes images with Pillow)")
         self.cfg, self.settings = cfg, settings(cfg)
         self.processor = _processor(str(self.settings.folder))
         self.mode = "RGB" if self.settings.channels == 3 else "L"

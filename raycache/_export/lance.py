@@ -4,7 +4,6 @@ leaves no version to read), with an optional IVF_PQ vector index on the first en
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import fsspec
 import pyarrow as pa
 
+from raycache._core.extras import lacking
 from raycache._errors import ConfigError, RaycacheError
 from raycache._export.rows import Rows
 from raycache._export.target import bucket_problem
@@ -22,8 +22,8 @@ __all__ = ["check", "index_settings", "write"]
 def check(to: str, options: dict[str, Any], overwrite: bool) -> list[str]:
     """What is wrong before anything is read: no pylance, its bucket does not exist, or the
     dataset exists."""
-    if importlib.util.find_spec("lance") is None:
-        return ["format 'lance' needs pylance, which is not installed: `pip install pylance`"]
+    if lack := lacking("lance", "format 'lance'"):
+        return lack
     fs, path = fsspec.core.url_to_fs(to, **options)
     if problems := bucket_problem(fs, path, to):
         return problems

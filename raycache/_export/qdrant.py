@@ -5,11 +5,11 @@ could not fill is removed."""
 
 from __future__ import annotations
 
-import importlib.util
 import uuid
 from typing import Any
 
 from raycache._cache.native import matrix
+from raycache._core.extras import lacking
 from raycache._errors import ConfigError, RaycacheError
 from raycache._export.rows import Rows
 
@@ -28,10 +28,7 @@ def point_id(key: object) -> str:
 
 def check(to: Any, options: dict[str, Any], overwrite: bool) -> list[str]:
     """What is wrong before anything is read: no qdrant-client."""
-    if importlib.util.find_spec("qdrant_client") is None:
-        return ["format 'qdrant' needs qdrant-client, which is not installed: `pip install "
-                "qdrant-client`"]
-    return []
+    return lacking("qdrant_client", "format 'qdrant'")
 
 
 def client_of(to: Any, options: dict[str, Any]) -> tuple[Any, bool]:

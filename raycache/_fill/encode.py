@@ -107,6 +107,9 @@ def encode(p: Plan, units: list[sources.Unit], version: Shares, cluster: Callabl
         where.check_store(p.store, len(found.nodes) if (found := cluster()) else 1)
         pool = local_pool(cfg.pool)
     else:  # the block size follows the GPUs an actor gets, and the pool's size the blocks
+        from raycache._core.extras import need
+
+        need("ray.data", "a fill on Ray (in_process: true runs it here)")
         from raycache._compute.cluster import cluster_pool
 
         pool = cluster_pool(cfg.pool, lambda g: todo and -(-todo // block_rows(cfg, todo, g)),

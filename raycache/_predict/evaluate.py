@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from raycache._core.extras import need
 from raycache._errors import RaycacheError, SourceError
 from raycache._predict.evaluation import Evaluation, check_folder, evaluation_of
 
@@ -68,6 +69,7 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
     from raycache._train.driver.runs import checkpoint_of
 
     if output:
+        need("matplotlib", "evaluate's confusion.png (an output folder)")
         check_folder(output, overwrite)
     run = None if isinstance(checkpoint, str) else checkpoint
     path = checkpoint_of(checkpoint, options) if run is None else run.checkpoint

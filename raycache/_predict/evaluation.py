@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from raycache._core.extras import need
 from raycache._errors import RaycacheError
 from raycache._probe.metrics import per_class, scores
 
@@ -114,6 +115,7 @@ class Evaluation:
         """
         from raycache._probe.figures import confusion_png
 
+        need("matplotlib", "Evaluation.save's confusion.png")
         out = check_folder(folder, overwrite=True)
         written = dict(zip(WRITTEN, [
             json.dumps(self.to_dict(), indent=2).encode(),

@@ -196,6 +196,9 @@ def predict_file(config: PredictConfig | dict | str, *, progress: bool | None = 
 
         pool = local_pool(cfg.pool)
     else:
+        from raycache._core.extras import need
+
+        need("ray.data", "predict on Ray (in_process: true runs it here)")
         from raycache._compute.cluster import cluster_pool
 
         pool = cluster_pool(cfg.pool, None if rows is None else -(-rows // rows_per_call(cfg)),

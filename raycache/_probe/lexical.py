@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from raycache._core.extras import lacking
 from raycache._probe.data import Candidate, Features
 from raycache._probe.result import LEXICAL
 from raycache._train.data.share_reads import label_ids
@@ -102,10 +103,8 @@ def _read(target: Target, cfg: ProbeConfig) -> Lexical:
     if cfg.lexical == "auto" and m.rows > LEXICAL_ROWS:
         raise Skipped(f"{where} holds {m.rows:,} rows, over {LEXICAL_ROWS:,} (lexical: true "
                       "runs it anyway)")
-    try:
-        import sklearn  # noqa: F401
-    except ImportError:
-        raise Skipped("scikit-learn is not installed (pip install 'raycache[lexical]')") from None
+    if lack := lacking("sklearn", "the lexical baseline"):
+        raise Skipped(lack[0])
     column, key = texts[0].input, m.key_column
     source = _source_texts(cache, key, column)
     rows = cache.read_table([key, target.label], verify=False)

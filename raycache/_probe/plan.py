@@ -13,6 +13,7 @@ from raycache._cache.committed import Cache
 from raycache._cache.finding import open_cache
 from raycache._cache.store import Store
 from raycache._core.config import load
+from raycache._core.extras import lacking
 from raycache._errors import ConfigError
 from raycache._heads.specs import HeadSpec
 from raycache._probe.config import ProbeConfig
@@ -40,6 +41,11 @@ def problems(cfg: ProbeConfig) -> list[str]:
 
     out = [f"methods: {m!r} is unknown; expected some of {sorted(METHODS)}"
            for m in cfg.methods or [] if m not in METHODS]
+    if cfg.report:
+        out += lacking("matplotlib", "report: true (the report's figures; report: false "
+                                     "writes none)")
+    if cfg.lexical is True:
+        out += lacking("sklearn", "lexical: true (the lexical baseline)")
     for method in ("linear", "mlp"):
         if method not in (cfg.methods or ["mlp"]):  # left out: mlp may run
             continue

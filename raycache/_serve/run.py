@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raycache._core.config import AUTO, load
+from raycache._core.extras import need
 from raycache._core.trust import Trust
 from raycache._serve.config import ServeConfig, limits
 
@@ -26,6 +27,7 @@ def application(cfg: ServeConfig | dict[str, Any] | str | Path) -> Any:
     Raises:
         ConfigError: Every problem of the config, each naming its field.
     """
+    need("ray.serve", "serving a head")
     from ray import serve
 
     from raycache._serve.app import HeadServer
@@ -112,6 +114,7 @@ def serve(config: ServeConfig | dict[str, Any] | str | Path, blocking: bool = Fa
         requests.post(url, json={"texts": ["Return the cosine of x."]}).json()
         ```
     """
+    need("ray.serve", "serving a head")
     import ray
     from ray import serve as ray_serve
 

@@ -48,3 +48,15 @@ class SourceFile:
             return fsspec.open(self.uri, "rb", **reveal(options))
         return fsspec.open(f"{self.uri}?versionId={self.version_id}", "rb",
                            **{**reveal(options), "version_aware": True})
+
+    def whole(self, options: dict[str, Any], chunk: int = 1 << 24) -> Any:
+        """The file's bytes in a pyarrow Buffer of Arrow's own memory, read in this thread: a
+        reader pyarrow parses it from holds no Python file (one of pyarrow's threads dropping
+        the last reference to one while the interpreter exits aborts it: exit 134)."""
+        import pyarrow as pa
+
+        sink = pa.BufferOutputStream()
+        with self.open(options) as f:
+            while piece := f.read(chunk):
+                sink.write(piece)
+        return sink.getvalue()

@@ -330,16 +330,17 @@ def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows:
 def count_rows(f: SourceFile, fmt: str, options: dict[str, Any], key: str | None = None) -> int:
     """Rows of a CSV or JSONL file: a JSONL file's lines that hold something; a CSV file's rows
     from a streaming parse of its `key` column as text (a quoted field may hold newlines)."""
-    with f.open(options) as fh:
-        if fmt == "jsonl":
+    if fmt == "jsonl":
+        with f.open(options) as fh:
             return _json_lines(fh)
-        convert = pcsv.ConvertOptions(include_columns=[key] if key else [],
-                                      column_types={key: pa.string()} if key else {})
-        try:
-            return sum(batch.num_rows for batch in pcsv.open_csv(fh, convert_options=convert))
-        except pa.ArrowInvalid as exc:
-            raise SourceError(f"source file {f.uri!r} cannot be read as csv: {exc}; check the "
-                              "file (or set source.format)") from exc
+    convert = pcsv.ConvertOptions(include_columns=[key] if key else [],
+                                  column_types={key: pa.string()} if key else {})
+    try:  # from Arrow's memory (SourceFile.whole): no reader of pyarrow's left on a file
+        return sum(batch.num_rows for batch in pcsv.open_csv(pa.BufferReader(f.whole(options)),
+                                                             convert_options=convert))
+    except pa.ArrowInvalid as exc:
+        raise SourceError(f"source file {f.uri!r} cannot be read as csv: {exc}; check the "
+                          "file (or set source.format)") from exc
 
 
 def _json_lines(fh: Any, chunk: int = 1 << 24) -> int:
@@ -357,16 +358,18 @@ def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: li
     """The unit's rows not yet done, in pieces of at most `rows` rows, each with META columns.
     A file changed since it was listed is a SourceError before any of it is read."""
     check_unchanged([u.file], options, "the run stopped")
-    with _reading(u.file, fmt), u.file.open(options) as f:
-        if fmt == "parquet":
+    if fmt == "parquet":
+        with _reading(u.file, fmt), u.file.open(options) as f:
             pf = pq.ParquetFile(f)
             total, offset = pf.metadata.num_rows, u.start
             for batch in pf.iter_batches(batch_size=rows, row_groups=list(u.groups),
                                          columns=columns):
                 yield from _tagged(pa.Table.from_batches([batch]), u, offset, total, columns)
                 offset += batch.num_rows
-            return
-        table = pjson.read_json(f) if fmt == "jsonl" else pcsv.read_csv(f)
+        return
+    with _reading(u.file, fmt):  # read whole, as the table is: parsed from Arrow's memory
+        data = pa.BufferReader(u.file.whole(options))
+        table = pjson.read_json(data) if fmt == "jsonl" else pcsv.read_csv(data)
     (check_utf8 if fmt == "csv" else check_text_utf8)(table, u.file.uri, columns)
     for offset in range(0, table.num_rows, rows):
         yield from _tagged(table.slice(offset, rows), u, offset, table.num_rows, columns)

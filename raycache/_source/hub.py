@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raycache._core.extras import need
 from raycache._core.hf_cache import hub_cache, offline
 from raycache._errors import SourceError
 from raycache._source.files import SUFFIXES
@@ -32,8 +33,7 @@ def from_string(source: SourceConfig) -> tuple[SourceConfig | None, Any]:
             raise SourceError(f"source.data={name!r} is a folder but not one written by "
                               "datasets' save_to_disk (no state.json or dataset_dict.json); "
                               "give its files as source.path instead")
-        import datasets
-
+        datasets = need("datasets", f"source.data={name!r} (a save_to_disk folder)")
         return None, datasets.load_from_disk(str(folder))
     snapshot = _snapshot(name)
     files = _split_files(snapshot, source.split, name)
