@@ -50,6 +50,7 @@ def test_every_optional_import_is_named_in_extras_and_its_extra_holds_it():
 
 BROUGHT = {"pandas": "ray", "psutil": "ray", "pytorch_metric_learning": "ray",
            "tensorboardX": "ray (ray[train])", "starlette": "serve (ray[serve])",
+           "fastapi": "serve (ray[serve])", "prometheus_client": "ray (ray[default])",
            "scipy": "lexical (scikit-learn)", "typing_extensions": "the light install (torch)",
            "tqdm": "the light install (transformers)"}
 """What raycache imports that no EXTRAS entry names, and the install that brings it."""

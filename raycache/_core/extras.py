@@ -22,6 +22,8 @@ EXTRAS = {
     "ray.data": ("ray[data]", "ray"),
     "ray.train": ("ray[train]", "ray"),
     "ray.serve": ("ray[serve]", "serve"),
+    "mlflow": ("mlflow-skinny", "tracking"),
+    "wandb": ("wandb", "tracking"),
 }
 """Each optional module raycache imports: (the package that provides it, the extra)."""
 

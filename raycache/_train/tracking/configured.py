@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 from typing import Any
 
+from raycache._core.extras import lacking
 from raycache._errors import ConfigError
 from raycache._train.tracking import PACKAGES, TRACKERS, TrainCallback
 
@@ -41,9 +42,7 @@ def problems(entries: list[Any]) -> list[str]:
         known = [f.name for f in dataclasses.fields(TRACKERS[kind].settings)]
         out += [f"{where}.{key}: not a setting of the {kind} tracker; expected one of {known}"
                 for key in settings if key not in known]
-        if importlib.util.find_spec(PACKAGES[kind]) is None:
-            out.append(f"{where}: the {kind} tracker needs the {PACKAGES[kind]} package, which "
-                       "is not installed; pip install 'raycache[tracking]'")
+        out += lacking(PACKAGES[kind], f"{where}: the {kind} tracker")
     return out
 
 
