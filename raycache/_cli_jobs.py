@@ -81,7 +81,8 @@ def probe(args: argparse.Namespace) -> int:
     with summary(args.json) as out:
         result = run(overridden(config_arg(args.config), args.overrides, args.store,
                                 flat=("linear.sweep", "mlp.sweep")), progress=not args.no_progress)
-        out(result, frame_table(result.table.drop(columns=["seconds"])), result.summary())
+        table = result.table.assign(seconds=result.table.seconds.round(1))
+        out(result, frame_table(table), result.summary())
     return OK
 
 

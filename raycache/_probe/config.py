@@ -170,7 +170,7 @@ class ProbeConfig:
     """mlp's settings: the sweep's grid and other training settings."""
     lexical: bool | str = "auto"
     """A lexical baseline as a row of the table (TF-IDF of word and character n-grams and a
-    logistic regression, scikit-learn, on the source texts of the same rows and split): auto
+    linear SVM, scikit-learn, on the source texts of the same rows and split): auto
     runs it for caches with a text encoder whose source is still readable, of at most 200,000
     rows, where scikit-learn is installed; true runs it or fails saying why; false never."""
     val_fraction: float = 0.2

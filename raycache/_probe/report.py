@@ -63,15 +63,16 @@ def write(result: ProbeResult, caches: list[Cache]) -> tuple[str, str | None]:
 
 
 def markdown(result: ProbeResult) -> str:
-    """The table, best first, then the best row's per-class metrics."""
+    """The table, best first (each row's seconds: the lexical baseline's cost beside the
+    encoders'), then the best row's per-class metrics."""
     table = result.table
-    lines = ["| encoder | method | setting | val_acc | macro_f1 | balanced_acc | train | val |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| encoder | method | setting | val_acc | macro_f1 | balanced_acc | train | val | "
+             "seconds |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in table.itertuples():
         setting = ", ".join(f"{k}={v}" for k, v in r.setting.items())
         lines.append(f"| {r.encoder} | {r.method} | {setting} | {r.val_acc:.4f} | "
                      f"{r.macro_f1:.4f} | {r.balanced_acc:.4f} | {r.train_rows} | "
-                     f"{r.val_rows} |")
+                     f"{r.val_rows} | {r.seconds:.1f} |")
     best = result.best_outcome
     lines += ["", f"Per class, {best.encoder} {best.method}:", "",
               "| class | precision | recall | f1 | support |",

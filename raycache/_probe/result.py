@@ -24,7 +24,7 @@ __all__ = ["COLUMNS", "LEXICAL", "Outcome", "ProbeResult", "setting_text"]
 COLUMNS = ["encoder", "method", "setting", "val_acc", "macro_f1", "balanced_acc", "train_rows",
            "val_rows", "seconds"]
 """The table's columns, in order."""
-LEXICAL = "tfidf-logreg"
+LEXICAL = "tfidf-svm"
 """The lexical baseline's method (raycache._probe.lexical.METHOD)."""
 
 
@@ -223,7 +223,7 @@ class ProbeResult:
         with what might close the gap.
 
         Returns:
-            E.g. "a lexical baseline (tfidf[text] tfidf-logreg) beats the best encoder row,
+            E.g. "a lexical baseline (tfidf[text] tfidf-svm) beats the best encoder row,
             minilm (mlp), by 0.3 points of val_acc; to close the gap, try ..."; "" where an
             encoder scores as well (or no baseline ran).
         """
