@@ -144,7 +144,7 @@ def test_a_diverging_loss_stops_the_run_naming_epoch_and_step(store):
 def test_a_diverging_sweep_member_stops_alone_and_the_others_go_on(store, head):
     name = f"sweep-diverges-{head}"
     result = raycache.train(train_cfg(store, head=head, optimizer="sgd", momentum=0.0,
-                                      epochs=3, run_name=name,
+                                      epochs=3, run_name=name, monitor="val_loss",
                                       sweep={"optim.lr": [0.05, 1e38, 0.1]}))
     [gone] = result.diverged
     assert gone["member"] == 1 and "diverged in epoch 1" in gone["error"]

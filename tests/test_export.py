@@ -223,7 +223,7 @@ def test_the_parquet_exporter_checks_a_folder_target(tmp_path):
 
 def test_an_export_holds_a_few_shards_at_a_time_whatever_the_cache_size(tmp_path,
                                                                          monkeypatch):
-    """40 shards: Arrow's memory while the Parquet export runs stays a small part of what the
+    """40 shards or more (the first block comes in small pieces): Arrow's memory while the Parquet export runs stays a small part of what the
     whole version takes in memory (read_table)."""
     source = tmp_path / "source"
     source.mkdir()
@@ -231,7 +231,8 @@ def test_an_export_holds_a_few_shards_at_a_time_whatever_the_cache_size(tmp_path
     cfg = toy_fill(str(source), str(tmp_path / "store"), rows_per_shard=500, in_process=True)
     cfg["encoders"][0]["kwargs"]["out_dim"] = 64
     big = raycache.fill(cfg).cache
-    assert len(big.manifest.shards) == 40
+    shards = len(big.manifest.shards)
+    assert 40 <= shards <= 45  # 500 rows each, and the first block's few smaller ones
     base = pa.total_allocated_bytes()
     whole = big.read_table(["id", "label", "name", "proj"])
     everything = pa.total_allocated_bytes() - base
@@ -245,7 +246,7 @@ def test_an_export_holds_a_few_shards_at_a_time_whatever_the_cache_size(tmp_path
 
     monkeypatch.setattr(Rows, "tables", sampled)
     assert raycache.export(big, str(tmp_path / "big.parquet")).rows == 20_000
-    assert len(peak) == 40 and everything > 5_000_000
+    assert len(peak) == shards and everything > 5_000_000
     assert max(peak) < 0.3 * everything, (max(peak), everything)
 
 

@@ -71,6 +71,7 @@ def test_need_names_the_extra(monkeypatch):
     assert "raycache[plots]" in lacking("matplotlib", "x")[0]
     assert lacking("ray", "x") == []  # installed here
     monkeypatch.setitem(sys.modules, "ray", None)
+    monkeypatch.setitem(sys.modules, "ray.serve", None)  # as if never imported by an earlier test
     assert "raycache[serve]" in lacking("ray.serve", "serving")[0]
 
 

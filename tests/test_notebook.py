@@ -132,7 +132,7 @@ def test_quickstart_runs(executed):
     match = re.search(
         r"train linear on stdlib-docs/\w+: trained epochs 1-15 of 15, (2 DDP workers|in-process)"
         r"( \([^)]*\))?, [\d.]+ s; the checkpoint holds epoch \d+'s weights: val_acc ([\d.]+), "
-        r"(val_f1 [\d.]+, )?val_loss [\d.]+; best val_loss [\d.]+ at epoch \d+ \(monitored",
+        r"(val_f1 [\d.]+, )?val_loss [\d.]+; best val_acc [\d.]+ at epoch \d+ \(monitored",
         trained
     )
     assert match, trained

@@ -59,7 +59,8 @@ def test_training_moves_the_trainable_weights_and_reads_the_frozen_from_the_cach
         raise AssertionError("the frozen encoder was loaded during training")
 
     monkeypatch.setattr(toy_encoders, "projection", never)  # the frozen one's factory
-    run = raycache.train(train_cfg(store, encoder_lr=0.05, run_name="joint"))
+    # val_loss falls every epoch here, so the served epoch is the last, whose state.pt it checks
+    run = raycache.train(train_cfg(store, encoder_lr=0.05, run_name="joint", monitor="val_loss"))
     assert run.spec.head.trainable == ("live",) and run.spec.head.in_dim == 16 + 8
     losses = [h["train_loss"] for h in run.history]
     assert losses[-1] < losses[0]

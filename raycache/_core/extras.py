@@ -9,7 +9,7 @@ from types import ModuleType
 
 from raycache._errors import MissingExtra
 
-__all__ = ["EXTRAS", "lacking", "need"]
+__all__ = ["EXTRAS", "lacking", "need", "require"]
 
 EXTRAS = {
     "matplotlib": ("matplotlib", "plots"),
@@ -45,6 +45,14 @@ def lacking(module: str, feature: str) -> list[str]:
     """The config problem of a feature whose package is missing ([] where it is installed),
     for a plan's list of problems."""
     return [] if _installed(module) else [_message(module, feature)]
+
+
+def require(module: str, feature: str) -> None:
+    """MissingExtra naming the extra where `module` is not installed, without importing it
+    (a check before work that may never import it: training in this process)."""
+    if not _installed(module):
+        package, extra = EXTRAS[module]
+        raise MissingExtra(_message(module, feature), extra=extra, package=package)
 
 
 def need(module: str, feature: str) -> ModuleType:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from raycache._cache.committed import Cache
 from raycache._cache.store import Store
 from raycache._core.caller import warn
-from raycache._core.extras import need
+from raycache._core.extras import require
 from raycache._core.transient import is_transient
 from raycache._core.trust import vouch
 from raycache._errors import (
@@ -138,7 +138,7 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         warn("raycache.train(landing=...) is deprecated: pass filling=...",
              DeprecationWarning)
         filling = landing
-    need("ray.train", "raycache.train (Ray Train runs every head, num_workers: 0 included)")
+    require("ray", "raycache.train (the ray extra: Ray Train and the similarity losses)")
     cfg = load_train(config)
     vouch([cfg.head, *cfg.sweep.get("head", [])])  # the user's own head families
     if progress is not None:
