@@ -223,8 +223,8 @@ def test_the_parquet_exporter_checks_a_folder_target(tmp_path):
 
 def test_an_export_holds_a_few_shards_at_a_time_whatever_the_cache_size(tmp_path,
                                                                          monkeypatch):
-    """40 shards or more (the first block comes in small pieces): Arrow's memory while the Parquet export runs stays a small part of what the
-    whole version takes in memory (read_table)."""
+    """40 shards or more (the first block comes in small pieces): Arrow's memory while the
+    Parquet export runs stays a small part of what the whole version takes (read_table)."""
     source = tmp_path / "source"
     source.mkdir()
     pq.write_table(separable(n=20_000), source / "a.parquet")
