@@ -151,23 +151,13 @@ def _table(data: Any, options: dict[str, Any]) -> tuple[pa.Table, str]:
     tables = []
     for f in files:
         try:
-            with f.open(options) as fh:
-                blob = pa.BufferReader(_read_whole(fh))
+            blob = pa.BufferReader(f.whole(options))
             tables.append(pq.read_table(blob) if fmt == "parquet" else
                           pjson.read_json(blob) if fmt == "jsonl" else pcsv.read_csv(blob))
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise SourceError(f"{f.uri!r} cannot be read as {fmt} ({type(exc).__name__}: "
                               f"{exc}); pass a whole, UTF-8 {fmt} file") from exc
     return pa.concat_tables(tables, promote_options="default"), repr(data)
-
-
-def _read_whole(fh: Any, chunk: int = 1 << 24) -> pa.Buffer:
-    """An open file's bytes in a buffer of Arrow's own memory, read here: pyarrow holds no
-    Python object of it (a file, or bytes), which one of its threads might release at exit."""
-    sink = pa.BufferOutputStream()
-    while piece := fh.read(chunk):
-        sink.write(piece)
-    return sink.getvalue()
 
 
 def _class_ids(head: Head, values: pa.ChunkedArray | pa.Array, label: str, what: str
