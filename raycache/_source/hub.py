@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from raycache._core.extras import need
 from raycache._core.hf_cache import hub_cache, offline
 from raycache._errors import SourceError
-from raycache._source.files import SUFFIXES
+from raycache._source.listing import SUFFIXES
 
 if TYPE_CHECKING:
     from raycache._source.config import SourceConfig

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from raycache._core.secrets import reveal
 from raycache._errors import SourceError
-from raycache._source.files import list_files
+from raycache._source.listing import list_files
 
 if TYPE_CHECKING:
     from raycache._cache.store import Store
