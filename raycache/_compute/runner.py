@@ -5,6 +5,7 @@ stage classes in this process."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import pickle
 from collections import deque
 from collections.abc import Iterator
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
     from raycache._encoders.config import EncoderConfig
 
 __all__ = ["FEED_MIN_ROWS", "ONE_THREAD", "Job", "ModelChain", "Shipped", "SinkActor", "Stage",
-           "build", "chain_task", "feed", "feed_rows", "progress_bar", "ramped", "run",
-           "run_local", "stream", "where"]
+           "build", "chain_task", "feed", "feed_rows", "progress_bar", "ramp_parts", "ramp_sizes",
+           "ramped", "run", "run_local", "stream", "where"]
 
 FEED_MIN_ROWS = 1024
 """Rows per block into a GPU pool's tokenising actors at least."""
@@ -59,7 +60,9 @@ class Job:
     ramp: int = 0
     """In this process, the first block cut into pieces of this many rows, as many again, then
     doubling (r, r, 2r, 4r, ... up to half the block), so progress moves within seconds of the
-    start; 0: every block whole."""
+    start; on Ray, the same pieces run first (ramp_parts); 0: every block whole."""
+    whole: bool = False
+    """On Ray, each read unit one model call (the ramp's pieces), not blocks of `rows`."""
 
     def __post_init__(self) -> None:
         self.options = seal(self.options)  # read tasks' arguments show credentials redacted
@@ -80,9 +83,17 @@ def run(job: Job, pool: Pool, *, local: bool) -> Iterator[pa.Table]:
     """The job's output batches (the sink's, else the model's), in this process or on Ray."""
     if local:
         return run_local(job, pool)
-    ds = build(job, pool)
-    started.mark("built")
-    return stream(ds)
+    return _on_ray(ramp_parts(job) if pool.tasks else [job], pool)
+
+
+def _on_ray(parts: list[Job], pool: Pool) -> Iterator[pa.Table]:
+    """The output of each part of a job on Ray, one part after the other (a CPU pool's workers
+    keep their models between them, _compute.kept)."""
+    for i, part in enumerate(parts):
+        ds = build(part, pool)
+        if not i:
+            started.mark("built")
+        yield from stream(ds)
 
 
 def run_local(job: Job, pool: Pool) -> Iterator[pa.Table]:
@@ -131,15 +142,37 @@ def ramped(pieces: Iterator[pa.Table], first: int) -> Iterator[pa.Table]:
     head = next(pieces, None)
     if head is None:
         return
-    sizes, n = [], head.num_rows
-    while first and n > first:
-        sizes.insert(0, n - n // 2)
-        n //= 2
     at = 0
-    for size in [n, *sizes]:
+    for size in ramp_sizes(head.num_rows, first):
         yield head.slice(at, size)
         at += size
     yield from pieces
+
+
+def ramp_sizes(rows: int, first: int) -> list[int]:
+    """A block of `rows` cut as Job.ramp says: `first`, as many again, then doubling up to half
+    of it (`rows` whole where `first` is 0 or not less)."""
+    sizes, n = [], rows
+    while first and n > first:
+        sizes.insert(0, n - n // 2)
+        n //= 2
+    return [n, *sizes]
+
+
+def ramp_parts(job: Job) -> list[Job]:
+    """The job on Ray as parts run one after the other, so its progress moves as early as in
+    this process: the first unit's first block (Job.ramp's pieces, each one read unit and one
+    model call), then the rest; the job whole where it has no ramp."""
+    todo = job.units[0].todo() if job.units else None
+    sizes = ramp_sizes(min(job.rows, todo or 0), job.ramp)
+    if not job.ramp or len(sizes) < 2:
+        return [job]
+    pieces, rest = job.units[0].cut(sizes)
+    head = copy.copy(job)  # copied, not replaced: __post_init__ would seal the options again
+    head.units, head.whole = pieces, True
+    tail = copy.copy(job)
+    tail.units = ([rest] if rest else []) + job.units[1:]
+    return [head, tail] if tail.units else [head]
 
 
 def _ahead(pool: ThreadPoolExecutor, items: Iterator[pa.Table]) -> Iterator[pa.Table]:
@@ -212,7 +245,8 @@ def build(job: Job, pool: Pool) -> Any:
     if pool.tasks:
         ds = _reads(ds, job, job.rows).map_batches(  # blocks spread over the pool
             chain_task, fn_kwargs=dict(job=Shipped(ray.put(job)), pool=pool),
-            batch_size=job.rows, compute=ray.data.TaskPoolStrategy(size=pool.actors),
+            batch_size=None if job.whole else job.rows,
+            compute=ray.data.TaskPoolStrategy(size=pool.actors),
             num_cpus=pool.cpus, batch_format="pyarrow")
     else:
         ds = feed(ds, job, pool)

@@ -38,7 +38,7 @@ SMALL_BLOCK_ROWS = 1024
 its resume record) of a MIN_BLOCKS-th of its rows, at least this many, so that an interrupted
 small fill keeps what it encoded; fills under this many rows stay one shard."""
 RAMP_ROWS = 256
-"""In this process, a fill's first block of at least 8x this many rows is cut to start with
+"""A fill's first block of at least 8x this many rows is cut to start with
 pieces of this many (compute.runner.Job.ramp): its bar moves within seconds, not a block."""
 BLOCK_BYTES = 1 << 28
 """block_rows auto: input bytes a block at most, where an encoder says a row's (images: 256 MiB

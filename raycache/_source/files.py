@@ -4,6 +4,7 @@ and read as row pieces tagged with where they came from (listing them: `listing`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import pickle
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +26,7 @@ from raycache._source.listing import SUFFIXES, changes, check_unchanged, list_fi
 from raycache._source.listing import _version as _version  # the fingerprint tests' door
 
 __all__ = ["META", "SUFFIXES", "Ranges", "SourceFile", "Span", "Unit", "changes",
-           "check_columns", "check_unchanged", "list_files", "plan_units", "read_schema",
+           "check_columns", "check_unchanged", "list_files", "merged", "plan_units", "read_schema",
            "read_schemas", "read_stage", "read_unit"]
 
 SCHEMA_BYTES = 1 << 20
@@ -117,6 +118,57 @@ class Unit:
         end = self.start + self.rows
         return self.rows - sum(min(s.stop, end) - max(s.start, self.start)
                                for s in self.done if s.stop > self.start and s.start < end)
+
+    def cut(self, sizes: list[int]) -> tuple[list[Unit], Unit | None]:
+        """The unit's first rows still to do as units of `sizes` rows each, in order, and the
+        unit of the rows after them (None where none are left): each reads what this one reads
+        and skips, as done, the rows the others hold. A unit of uncounted rows stays whole."""
+        if self.rows is None:
+            return [], self
+        end, at, pieces = self.start + self.rows, self.start, []
+        free = self._free()
+        for size in sizes:
+            first = None
+            while size and free:  # take `size` rows from the spans still to do
+                span = free.pop(0)
+                first = span.start if first is None else first
+                take = min(size, span.stop - span.start)
+                size, at = size - take, span.start + take
+                if at < span.stop:
+                    free.insert(0, Span(at, span.stop))
+            if first is None:
+                break
+            pieces.append(self._keeping(Span(first, at)))
+        rest = self._keeping(Span(at, end))
+        return pieces, rest if rest.todo() else None
+
+    def _free(self) -> list[Span]:
+        """The spans of the unit's rows still to do, in order."""
+        assert self.rows is not None
+        out, at = [], self.start
+        for s in merged(list(self.done)):
+            if s.start > at:
+                out.append(Span(at, min(s.start, self.start + self.rows)))
+            at = max(at, s.stop)
+        if at < self.start + self.rows:
+            out.append(Span(at, self.start + self.rows))
+        return [s for s in out if s.stop > s.start]
+
+    def _keeping(self, span: Span) -> Unit:
+        """This unit with every row outside `span` marked done."""
+        done = [*self.done, Span(self.start, span.start), Span(span.stop, self.start + self.rows)]
+        return dataclasses.replace(self, done=merged(done))
+
+
+def merged(spans: list[Span]) -> Ranges:
+    """`spans` sorted, the overlapping and touching ones joined, the empty ones left out."""
+    out: list[Span] = []
+    for s in sorted(s for s in spans if s.stop > s.start):
+        if out and s.start <= out[-1].stop:
+            out[-1] = Span(out[-1].start, max(out[-1].stop, s.stop))
+        else:
+            out.append(s)
+    return tuple(out)
 
 
 def plan_units(files: list[SourceFile], fmt: str, options: dict[str, Any], rows: int,
