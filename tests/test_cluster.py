@@ -22,7 +22,7 @@ import pytest
 import s3fs
 import yaml
 
-from tests.conftest import FAST_TRAIN_POLL, ROOT, TESTS, free_port, separable, toy_fill
+from tests.conftest import FAST_TRAIN_POLL, ROOT, TESTS, free_port, listening, separable, toy_fill
 
 pytestmark = [pytest.mark.ray, pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(1200)]
 RAY = str(Path(sys.executable).parent / "ray")
@@ -32,7 +32,7 @@ AGENT_PORTS = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
                "metrics-export-port", "runtime-env-agent-port", "ray-client-server-port")
 
 
-def wait_for(check, what: str, seconds: float = 180) -> None:
+def wait_for(check, what: str, seconds: float = 180, poll: float = 1) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
@@ -40,7 +40,7 @@ def wait_for(check, what: str, seconds: float = 180) -> None:
                 return
         except (OSError, ValueError):  # not up yet: refused, or not answering in JSON yet
             pass
-        time.sleep(1)
+        time.sleep(poll)
     raise TimeoutError(f"gave up after {seconds} s waiting for {what}")
 
 
@@ -62,12 +62,13 @@ def cluster(s3_endpoint):
          *own_ports],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)]
     api = f"http://127.0.0.1:{dash}"
-    try:
-        wait_for(lambda: job_server_up(api), "the head's job server")
+    try:  # the second node joins as soon as the head's GCS listens, while the head starts up
+        wait_for(lambda: listening(port), "the head's GCS port", poll=0.1)
         procs.append(subprocess.Popen(
             [RAY, "start", f"--address=127.0.0.1:{port}", *common,
              *(f"--{name}={free_port()}" for name in AGENT_PORTS)],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        wait_for(lambda: job_server_up(api), "the head's job server", poll=0.2)
         wait_for(lambda: len(ray_list("nodes", api, env, "--filter", "state=ALIVE")) == 2,
                  "the second node")
         hello = [RAY, "job", "submit", "--address", api, "--", "python", "-c", "print('up')"]
@@ -77,9 +78,9 @@ def cluster(s3_endpoint):
     finally:
         for p in reversed(procs):
             with_group(p, signal.SIGTERM)
-        deadline = time.monotonic() + 10  # one graceful stop for both nodes at once, then
-        for p in reversed(procs):  # each group killed: a node's processes hold nothing the
-            try:  # next test needs
+        deadline = time.monotonic() + 2  # one short graceful stop for both nodes at once,
+        for p in reversed(procs):  # then each group killed: a node's processes hold nothing
+            try:  # the next test needs
                 p.wait(timeout=max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
                 with_group(p, signal.SIGKILL)

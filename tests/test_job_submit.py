@@ -53,7 +53,8 @@ def head(tmp_path_factory):
          *(f"--{name}={free_port()}" for name in AGENT_PORTS)],
         env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for(lambda: job_server_up(env["RAY_API_SERVER_ADDRESS"]), "the head's job server")
+        wait_for(lambda: job_server_up(env["RAY_API_SERVER_ADDRESS"]), "the head's job server",
+                 poll=0.2)
         hello = [RAY, "job", "submit", "--", "python", "-c", "print('up')"]
         wait_for(lambda: subprocess.run(hello, env=env, capture_output=True, timeout=120)
                  .returncode == 0, "a job agent to take jobs")

@@ -190,12 +190,16 @@ def _on_cluster(store: Store, paths: list[str], key: str, labels: list[str]
     rows of duplicate keys, and one count per label value, come back to the driver."""
     import ray.data
 
+    blocks = max(1, min(len(paths) // 16, 1000))
+    # as many partitions as blocks read, up to Ray Data's default: a small fill's group-bys
+    # start one aggregator actor each, not two a CPU
+    parts = min(blocks, ray.data.DataContext.get_current().default_hash_shuffle_parallelism)
     items = ray.data.from_items([{"i": i} for i in range(len(paths))],
-                                override_num_blocks=max(1, min(len(paths) // 16, 1000)))
+                                override_num_blocks=blocks)
     ds = items.map_batches(_read_batch, fn_kwargs=dict(store=store, paths=paths, key=key,
                                                         labels=labels),
                            batch_format="pyarrow", batch_size=16).materialize()
-    counts = ds.groupby(key).count()
+    counts = ds.groupby(key, num_partitions=parts).count()
     repeated = counts.map_batches(_repeated, batch_format="pyarrow").take_all()
     dups = pa.table({key: pa.array([r[key] for r in repeated],
                                     ds.schema().base_schema.field(key).type)})
@@ -206,7 +210,8 @@ def _on_cluster(store: Store, paths: list[str], key: str, labels: list[str]
     table = pa.concat_tables(ray.get(rows)) if rows else \
         pa.table({key: dups.column(key), SHARD: pa.array([], pa.int32()),
                   ROW: pa.array([], pa.int32())})
-    counts = {c: {r[c]: r["count()"] for r in ds.groupby(c).count().take_all()}
+    counts = {c: {r[c]: r["count()"]
+                  for r in ds.groupby(c, num_partitions=parts).count().take_all()}
               for c in labels}
     nulls = ray.get(ds.map_batches(_null_rows, fn_kwargs=dict(key=key),
                                    batch_format="pyarrow").to_arrow_refs())
