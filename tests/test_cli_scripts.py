@@ -18,7 +18,7 @@ import pytest
 import raycache
 from raycache import _cli
 from raycache._cli import main
-from raycache._scripting import CRASH, DAMAGED, ERROR, EXIT_CODES, USAGE, jsonable
+from raycache._cli.scripting import CRASH, DAMAGED, ERROR, EXIT_CODES, USAGE, jsonable
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -207,7 +207,7 @@ def test_json_summaries_are_one_document_on_stdout_with_the_results_fields(store
     assert [r["id"] for r in out] == [f"row-{i:05d}" for i in range(5)]
     assert all(isinstance(r["prediction"], int) for r in out)
     assert "predict: 5 rows -> -" in piped.err
-    from raycache._cli_predict import sniff
+    from raycache._cli.predict import sniff
 
     assert (sniff(b' \n{"id": 1}'), sniff(b"id,text\n1,a\n")) == ("jsonl", "csv")
 
@@ -263,7 +263,7 @@ def test_a_summarys_json_holds_no_storage_options_or_credentials(store):
 
 
 def test_tables_are_drawn_by_rich_on_a_wide_terminal_and_plain_in_a_pipe(capsys, monkeypatch):
-    from raycache._cli_tables import print_table
+    from raycache._cli.tables import print_table
 
     rows = [["toy/abc", 300], ["docs/def", 12]]
     print_table(["cache", "rows"], rows, plain=["toy/abc rows=300", "docs/def rows=12"])

@@ -12,8 +12,8 @@ import pytest
 
 import raycache
 from raycache._cli import main
+from raycache._cli.scripting import ERROR
 from raycache._errors import RaycacheError
-from raycache._scripting import ERROR
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

@@ -10,10 +10,7 @@ ROOT = Path(raycache.__file__).parent
 LAYERS = ["_errors", "_core", "_source", "_cache", "_encoders", "_compute", "_fill", "_heads",
           "_train", "_probe", "_predict", "_upkeep", "_export", "_serve", "public"]
 """Bottom to top: a module may import from its own layer and those below it."""
-PUBLIC = {"__init__", "__main__", "_cli", "_cli_demo", "_cli_evaluate", "_cli_interrupted",
-          "_cli_jobs", "_cli_predict", "_cli_runs", "_cli_serve", "_cli_store", "_cli_tables",
-          "_cli_upkeep", "_cli_words", "_scripting", "_pipeline", "_demo", "_moved"}
-PUBLIC |= {"_cli_completion"}
+PUBLIC = {"__init__", "__main__", "_cli", "_pipeline", "_moved"}
 
 
 def module_name(path: Path) -> str:
@@ -129,7 +126,7 @@ def test_training_code_is_placed_by_where_it_runs():
 ENTRY_FIELDS = {"home", "keep", "stored"}
 """Format 5's fields of a shard entry: where its file lives and which of its rows a version
 reads. Only `_cache/` reads or sets them; the rest asks raycache._cache.entry_rows."""
-OTHER_KEEP = {"_cli_predict", "_predict.run", "_compute.runner", "_compute.prepare"}
+OTHER_KEEP = {"_cli.predict", "_predict.run", "_compute.runner", "_compute.prepare"}
 """Modules where `.keep` is predict's output columns, never a shard entry's kept rows."""
 
 

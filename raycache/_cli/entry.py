@@ -1,6 +1,5 @@
 """The raycache command line: the parser wired from each command group's module, and main()
 (one command, its exit code)."""
-# PYTHON_ARGCOMPLETE_OK (argcomplete's global completion reads this marker)
 
 from __future__ import annotations
 
@@ -8,21 +7,21 @@ import argparse
 import sys
 import warnings
 
-from raycache import _cli_jobs, _cli_predict, _cli_runs, _cli_store, _cli_upkeep
 from raycache._cache.config import default_store
-from raycache._cli_completion import COMPLETION_COMMANDS, add_completion, complete
-from raycache._cli_demo import DEMO_COMMANDS, add_demo
-from raycache._cli_evaluate import add_evaluate, run_evaluate
-from raycache._cli_interrupted import interrupted
-from raycache._cli_serve import SERVING_COMMANDS, add_serving
-from raycache._cli_store import CACHE_HELP, STORE_HELP, checked_store
-from raycache._cli_words import one_line
+from raycache._cli import jobs, predict, runs, store, upkeep
+from raycache._cli.completion import COMPLETION_COMMANDS, add_completion, complete
+from raycache._cli.demo import DEMO_COMMANDS, add_demo
+from raycache._cli.evaluate import add_evaluate, run_evaluate
+from raycache._cli.interrupted import interrupted
+from raycache._cli.scripting import CRASH, ERROR, add_export, epilog, export
+from raycache._cli.serve import SERVING_COMMANDS, add_serving
+from raycache._cli.store import CACHE_HELP, STORE_HELP, checked_store
+from raycache._cli.words import one_line
 from raycache._core.version import package_version
 from raycache._errors import RaycacheError
-from raycache._scripting import CRASH, ERROR, add_export, epilog, export
 
 DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads on them."
-GROUPS = (_cli_jobs, _cli_predict, _cli_store, _cli_upkeep, _cli_runs)
+GROUPS = (jobs, predict, store, upkeep, runs)
 """The modules of command groups: each has PARSERS and COMMANDS, by command name."""
 ORDER = ("fill", "train", "pipeline", "probe", "predict", "ls", "inspect", "repair", "runs",
          "verify", "compact", "du", "gc", "export", "demo", "evaluate", "serving", "completion")
@@ -46,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; its exit code (raycache._scripting.EXIT_CODES; argparse exits 2)."""
+    """Run one command; its exit code (raycache._cli.scripting.EXIT_CODES; argparse exits 2)."""
     parser = build_parser()
     complete(parser)  # a shell's tab press: answered and exits
     args = parser.parse_args(argv)

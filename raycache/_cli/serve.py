@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from raycache._cli_words import TRUST_HELP
-from raycache._scripting import add_json, print_json
+from raycache._cli.scripting import add_json, print_json
+from raycache._cli.words import TRUST_HELP
 
 __all__ = ["SERVING_COMMANDS", "add_serving"]
 

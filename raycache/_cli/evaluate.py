@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from raycache._cli_words import TRUST_HELP
+from raycache._cli.words import TRUST_HELP
 
 __all__ = ["add_evaluate", "run_evaluate"]
 

@@ -36,7 +36,7 @@ def completion(args: argparse.Namespace) -> int:
 
     code = argcomplete.shellcode(["raycache"], shell=args.shell)
     if args.json:
-        from raycache._scripting import print_json
+        from raycache._cli.scripting import print_json
 
         print_json({"shell": args.shell, "code": code})
     else:

@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from raycache._cache.config import default_store
-from raycache._cli_store import STORE_HELP, add_cache, checked_store
-from raycache._cli_words import GC_FLAGS, TRUST_HELP, flags_named
-from raycache._scripting import DAMAGED, OK, add_json, print_json, summary
+from raycache._cli.scripting import DAMAGED, OK, add_json, print_json, summary
+from raycache._cli.store import STORE_HELP, add_cache, checked_store
+from raycache._cli.words import GC_FLAGS, TRUST_HELP, flags_named
 
 __all__ = ["COMMANDS", "PARSERS"]
 

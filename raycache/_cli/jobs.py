@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from raycache._cli_words import store_folder
+from raycache._cli.scripting import OK, add_json, config_arg, summary
+from raycache._cli.words import store_folder
 from raycache._core.overrides import overridden
-from raycache._scripting import OK, add_json, config_arg, summary
 
 __all__ = ["COMMANDS", "EXAMPLES", "PARSERS", "add_overrides"]
 
@@ -74,7 +74,7 @@ def pipeline(args: argparse.Namespace) -> int:
 
 
 def probe(args: argparse.Namespace) -> int:
-    from raycache._cli_tables import frame_table
+    from raycache._cli.tables import frame_table
     from raycache._probe.run import probe as run
 
     store_folder(args.store)

@@ -7,7 +7,7 @@ import argparse
 import json
 
 from raycache._cache.config import default_store
-from raycache._scripting import OK, add_json, print_json
+from raycache._cli.scripting import OK, add_json, print_json
 
 __all__ = ["CACHE_HELP", "COMMANDS", "PARSERS", "STORE_HELP", "add_cache", "checked_store"]
 
@@ -69,7 +69,7 @@ def ls(args: argparse.Namespace) -> int:
     if not caches:
         print(f"no committed caches in {args.store}")
         return OK
-    from raycache._cli_tables import print_table
+    from raycache._cli.tables import print_table
 
     rows = [[f"{m.name}/{m.fingerprint}", m.rows, len(m.skipped), human_bytes(m.bytes),
              ",".join(f"{e.name}:{e.dim}" for e in m.encoders), m.created]
@@ -119,7 +119,7 @@ def du(args: argparse.Namespace) -> int:
     if args.json:
         print_json(found)
         return OK
-    from raycache._cli_tables import print_table
+    from raycache._cli.tables import print_table
 
     print_table(["cache folder", "state", "rows", "shards", "size", "runs", "created", "notes"],
                 [[u.id, u.state, "-" if u.rows is None else u.rows, u.shards,

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import sys
 
-from raycache._scripting import add_json, print_json
+from raycache._cli.scripting import add_json, print_json
 
 __all__ = ["DEMO_COMMANDS", "add_demo"]
 
@@ -47,7 +47,7 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from raycache._demo import run
+    from raycache._cli.demo_run import run
 
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         figures = run(store=args.store, epochs=args.epochs, workers=args.workers,

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from raycache._cli_jobs import EXAMPLES, add_overrides
-from raycache._cli_words import PREDICT_FLAGS, TRUST_HELP, flags_named
+from raycache._cli.jobs import EXAMPLES, add_overrides
+from raycache._cli.scripting import OK, add_json, summary
+from raycache._cli.words import PREDICT_FLAGS, TRUST_HELP, flags_named
 from raycache._core.overrides import overridden
-from raycache._scripting import OK, add_json, summary
 
 __all__ = ["COMMANDS", "PARSERS", "sniff"]
 
@@ -102,8 +102,8 @@ def _jsonl(path: str, stream: Any, exact: bool = False) -> None:
 
     import pyarrow.parquet as pq
 
+    from raycache._cli.scripting import jsonable
     from raycache._predict.stage import PROBABILITIES
-    from raycache._scripting import jsonable
 
     for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
         shown = {f.name: (SHOWN_DIGITS if f.name == PROBABILITIES and not exact else None)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from raycache._cli_store import add_cache, checked_store
+from raycache._cli.scripting import OK, add_json, print_json
+from raycache._cli.store import add_cache, checked_store
 from raycache._errors import RaycacheError
-from raycache._scripting import OK, add_json, print_json
 
 __all__ = ["COMMANDS", "PARSERS", "SORTS"]
 
@@ -30,7 +30,7 @@ def add_runs(sub: argparse._SubParsersAction) -> None:
 
 def runs(args: argparse.Namespace) -> int:
     from raycache._cache.finding import ls, open_cache
-    from raycache._cli_tables import print_table
+    from raycache._cli.tables import print_table
     from raycache._train.console import number
     from raycache._train.driver.runs import list_runs
 
