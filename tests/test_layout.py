@@ -93,6 +93,24 @@ def test_no_stage_imports_from_a_stage_above_it():
     assert not upward, "imports that run back up:\n" + "\n".join(upward)
 
 
+ROOT_FILES = {"__init__", "__main__", "_errors", "_moved", "_pipeline"}
+"""The package root's modules: the public face and the errors; the command line is one room,
+raycache/_cli/."""
+
+
+def in_cli(module: str) -> bool:
+    return module == "raycache._cli" or module.startswith("raycache._cli.")
+
+
+def test_the_command_line_is_one_room_that_nothing_below_imports():
+    assert {p.stem for p in ROOT.glob("*.py")} == ROOT_FILES
+    graph = imports()
+    assert sum(map(in_cli, graph)) > 10  # the walk found the command line's modules
+    into = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if in_cli(b) and not in_cli(a) and a != "raycache.__main__")
+    assert not into, "imports of the command line from below it:\n" + "\n".join(into)
+
+
 def test_every_module_says_its_job_and_stays_small():
     for path in ROOT.rglob("*.py"):
         tree = ast.parse(path.read_text())

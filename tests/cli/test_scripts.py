@@ -3,6 +3,7 @@ verify and gc (one JSON document, nothing else on stdout), distinct exit codes, 
 export` (to a file, to stdout with `--to -`, to Lance and Qdrant), and curves.png of a one-solve
 head showing its values."""
 
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -22,7 +23,7 @@ from raycache._cli.scripting import CRASH, DAMAGED, ERROR, EXIT_CODES, USAGE, js
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,7 @@ def test_exit_codes_are_distinct_and_documented(store, tmp_path, capsys, monkeyp
     def broken(args):
         raise RuntimeError("a bug")
 
-    monkeypatch.setitem(_cli.COMMANDS, "du", broken)
+    monkeypatch.setitem(_cli.COMMANDS, "du", dataclasses.replace(_cli.COMMANDS["du"], run=broken))
     assert main(["du", "--store", store]) == CRASH
     err = capsys.readouterr().err
     assert "Traceback" in err and "RuntimeError: a bug" in err and "crashed (exit code 4)" in err
