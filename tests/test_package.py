@@ -66,3 +66,23 @@ def test_public_signatures_name_public_types():
     assert not new, f"internal types in public signatures (export them or keep them off): {new}"
     gone = set(LEFT_INTERNAL) - set(leaked)
     assert not gone, f"no longer leaked, remove from LEFT_INTERNAL: {gone}"
+
+
+def minor(version: str) -> tuple[int, int]:
+    major, minor_, *_ = version.split(".")
+    return int(major), int(minor_)
+
+
+def test_the_version_and_the_old_paths_words_agree():
+    """The release pyproject.toml names is the one the notices speak of: the layout internal
+    since _moved.SINCE, the old paths gone in _moved.REMOVED_IN (then delete _moved.py)."""
+    import tomllib
+    from pathlib import Path
+
+    from raycache import _moved
+
+    pyproject = Path(raycache.__file__).parent.parent / "pyproject.toml"
+    version = tomllib.loads(pyproject.read_text())["project"]["version"]
+    assert minor(_moved.SINCE) <= minor(version) < minor(_moved.REMOVED_IN), (
+        f"raycache {version}: the old import paths' notices say since {_moved.SINCE}, gone in "
+        f"{_moved.REMOVED_IN}")
