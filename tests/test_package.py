@@ -86,3 +86,25 @@ def test_the_version_and_the_old_paths_words_agree():
     assert minor(_moved.SINCE) <= minor(version) < minor(_moved.REMOVED_IN), (
         f"raycache {version}: the old import paths' notices say since {_moved.SINCE}, gone in "
         f"{_moved.REMOVED_IN}")
+
+
+ERRORS_FROM_INSIDE = {"test_bad_rows", "test_fill_faults", "test_first_pass", "test_images",
+                      "test_reuse", "test_s3", "test_serve", "test_store_faults",
+                      "test_train_units"}
+"""Test files that still import a public error from raycache._errors: a list that only shrinks
+(the tests read the errors as users do, from `raycache`)."""
+
+
+def test_tests_import_public_errors_from_raycache():
+    import ast
+    from pathlib import Path
+
+    found = set()
+    for path in Path(__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "raycache._errors" and any(
+                    a.name in raycache.__all__ for a in node.names):
+                found.add(path.stem)
+    new = found - ERRORS_FROM_INSIDE
+    assert not new, f"tests importing a public error from raycache._errors: {sorted(new)}"
+    assert not ERRORS_FROM_INSIDE - found, f"done, remove: {ERRORS_FROM_INSIDE - found}"

@@ -13,9 +13,9 @@ import torch
 from sklearn.metrics import precision_recall_fscore_support
 
 import raycache
+from raycache import ConfigError
 from raycache._compute.placement import Room, decide
 from raycache._compute.where import Cluster
-from raycache._errors import ConfigError
 from raycache._probe.config import ProbeConfig
 from raycache._probe.data import Candidate
 from raycache._probe.knn import merge, neighbours, predict
