@@ -17,8 +17,7 @@ def test_import_is_light_and_exports_the_sdk():
     assert callable(raycache.fill) and callable(raycache.train)
 
 
-LEFT_INTERNAL = {"Store": "Cache.store and every store= parameter (a Store or a URI)",
-                 "Candidate": "Outcome.candidate, the probe's best-head weights"}
+LEFT_INTERNAL = {"Store": "Cache.store and every store= parameter (a Store or a URI)"}
 """Internal types public signatures still name, each with where: the list only shrinks (an
 entry that no public signature names any more must go)."""
 
