@@ -22,7 +22,7 @@ import torch
 from plain import docs, parser, step
 
 import raycache
-from raycache._demo import MODEL
+from raycache._cli.demo_run import MODEL
 from raycache._encoders import ENCODERS
 from raycache._encoders.config import EncoderConfig
 from raycache._heads.specs import HEADS

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from raycache._demo import MODEL
+from raycache._cli.demo_run import MODEL
 from raycache._pipeline import pipeline
 from raycache._source.demo_data import stdlib_docs
 

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import torch
 
 import raycache
-from raycache._demo import MODEL
+from raycache._cli.demo_run import MODEL
 from raycache._encoders import ENCODERS
 from raycache._encoders.config import EncoderConfig
 from raycache._source.demo_data import stdlib_docs

@@ -56,7 +56,7 @@ __version__ = package_version()
 """The installed raycache's version (its package metadata); `raycache --version` prints it."""
 
 quiet_widget_notices()  # before anything imports Ray or tqdm.auto
-_moved.install()  # old internal import paths: aliased, or refused with the new path
+_moved.install()  # the old paths of public names: kept until 0.3, the rest refused
 
 __all__ = [
     "BadInput",

@@ -1,132 +1,105 @@
-"""Old import paths of raycache's internal modules: kept working, or refused with the new path.
+"""The import paths the public names had before 0.2 (`raycache.errors`, `raycache.cache.committed`,
+...): each still imports, with a DeprecationWarning, until REMOVED_IN; every other old path is
+refused, naming where the public names are now.
 
-Since 0.2 everything but the top-level `raycache` namespace is internal (modules under `_`
-names). Code written against the old paths (`from raycache._cache.store import Store`,
-`from raycache._errors import ConfigError`) still imports, with a DeprecationWarning naming the
-public name or the new path. Paths under `raycache.fill`, `raycache.train`, `raycache.probe`
-and `raycache.pipeline` cannot be aliased (those names are the SDK's functions), so importing
-one fails with an ImportError that names the new path.
+Since 0.2 the public surface is the top-level `raycache` namespace (`raycache.__all__`); the
+packages under it are internal, under `_` names. `from raycache.errors import ConfigError` gets
+`raycache.ConfigError` and the notice; a path under `raycache.fill`, `.train`, `.probe` or
+`.pipeline` cannot be a module (those names are the SDK's functions), so it fails with an
+ImportError naming the public names it held.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.abc
-import importlib.util
+import importlib.machinery
 import sys
 import warnings
 from types import ModuleType
 
+SINCE = "0.2"
+REMOVED_IN = "0.3"
+"""The release these paths go in (tests/test_package.py holds it against the package's version)."""
+OLD = {
+    "raycache.errors": ("CacheNotFound", "ConfigError", "CorruptCache", "CorruptShard",
+                        "DamagedCacheWarning", "EncoderError", "FillFailed", "FingerprintError",
+                        "RaycacheError", "SourceError", "StoreError"),
+    "raycache.cache.committed": ("Cache", "ls", "open_cache"),
+    "raycache.cache.config": ("StoreConfig",), "raycache.cache.manifest": ("Manifest",),
+    "raycache.encoders.config": ("EncoderConfig",), "raycache.source.config": ("SourceConfig",),
+    "raycache.source.demo_data": ("stdlib_docs",), "raycache.heads.specs": ("HeadSpec",),
+    "raycache.heads.loaded": ("Head", "load_head"), "raycache.predict.config": ("PredictConfig",),
+    "raycache.predict.run": ("PredictResult", "predict_file"),
+    "raycache.upkeep.compact": ("compact",), "raycache.upkeep.du": ("Usage", "du"),
+    "raycache.upkeep.gc": ("GcResult", "gc"), "raycache.upkeep.repair": ("repair",),
+    "raycache.upkeep.verify": ("Report", "verify"),
+    "raycache.fill.config": ("FillConfig",), "raycache.fill.run": ("FillResult", "fill"),
+    "raycache.probe.config": ("ProbeConfig",), "raycache.probe.result": ("ProbeResult",),
+    "raycache.probe.run": ("probe",), "raycache.train.config": ("TrainConfig",),
+    "raycache.train.run": ("TrainResult", "train"), "raycache.train.runs": ("RunInfo", "list_runs"),
+    "raycache.train.runspec": ("RunSpec",),
+    "raycache.train.objectives.retrieval": ("retrieval_metrics",),
+}
+"""Each old module path of a public name, and the public names it held (all in raycache.__all__)."""
 PACKAGES = ("core", "source", "cache", "encoders", "compute", "fill", "heads", "train", "probe",
             "predict", "upkeep", "errors", "cli", "demo", "pipeline")
-"""The old names of raycache's internal packages and root modules."""
+"""The old names of raycache's packages and root modules: a path under one is an old path."""
 SDK_NAMES = frozenset({"fill", "train", "probe", "pipeline"})
-"""Old packages whose name is now an SDK function: refused, not aliased."""
-RENAMED = {"_train.data.landing": "_train.data.overlap",
-           "_train.data.board": "_train.data.shard_feed",
-           "_train.team": "_train.worker.heads", "_train.best": "_train.worker.best_epoch",
-           "_train.data.shares": "_train.data.share_reads",
-           **{f"_train.{m}": f"_train.driver.{m}" for m in (
-               "plan", "placement", "run", "runs", "result", "resources", "failures")},
-           **{f"_train.{m}": f"_train.worker.{m}" for m in (
-               "loop", "assemble", "epoch", "state", "diverged", "solved")},
-           "_train.worker_heads": "_train.worker.heads",
-           "_train.best_epoch": "_train.worker.best_epoch"}
-"""Modules renamed to plain names in 0.2, and training's moved into `driver/` and `worker/`
-since (old path under `_` -> new path): each value must be a module that exists
-(tests/test_docs.py checks it)."""
+"""Old packages whose name is now an SDK function: refused, never a module."""
 
 
-def new_name(old: str) -> str | None:
-    """The module an old `raycache.<package>...` path now lives at, or None if it is not old."""
-    parts = old.split(".")
-    if len(parts) < 2 or parts[0] != "raycache" or parts[1] not in PACKAGES:
-        return None
-    rest = "_" + ".".join(parts[1:])
-    for before, after in RENAMED.items():
-        if rest == before or rest.startswith(before + "."):
-            rest = after + rest[len(before):]
-    return f"raycache.{rest}"
+def held(path: str) -> list[str]:
+    """The public names `path` and the old modules under it held."""
+    return sorted({n for old, names in OLD.items() if old == path or old.startswith(path + ".")
+                   for n in names})
 
 
-def _asked(fullname: str) -> str:
-    """The old path being imported when its package `fullname` is refused: `import a.b.c` and
-    `python -m a.b.c` look up the package `a.b` first, so the name asked for is read from the
-    import machinery's frames (`fullname` itself where none names a longer one)."""
-    asked, frame = fullname, sys._getframe(1)
-    while frame is not None:
-        if frame.f_globals.get("__name__") in ("importlib._bootstrap", "importlib.util"):
-            for local in ("name", "fullname"):
-                value = frame.f_locals.get(local)
-                if isinstance(value, str) and value.startswith(fullname + ".") \
-                        and len(value) > len(asked):
-                    asked = value
-        frame = frame.f_back
-    return asked
+def notice(path: str) -> str:
+    """The line an old path of public names warns with."""
+    return (f"{path!r} is an old path, gone in raycache {REMOVED_IN}: import "
+            f"{', '.join(held(path))} from 'raycache' (the public names since {SINCE})")
 
 
-def refusal(fullname: str) -> ImportError:
-    """The ImportError for an old path under a package whose name is now an SDK function."""
-    package = fullname.split(".")[1]
-    new = new_name(fullname)
-    return ImportError(
-        f"{fullname!r} moved to {new!r}, an internal module since raycache 0.2 "
-        f"(raycache.{package} is the SDK function); import the public names from 'raycache' "
-        f"(see raycache.__all__), or from {new!r} at your own risk", name=fullname)
+def refusal(path: str) -> ImportError:
+    """The ImportError for an old path that no longer imports."""
+    package = path.split(".")[1]
+    why = (f"raycache.{package} is the SDK function" if package in SDK_NAMES
+           else "its modules are internal")
+    names = held(path)
+    where = f"import {', '.join(names)} from 'raycache'" if names else \
+        "import the public names from 'raycache' (raycache.__all__)"
+    return ImportError(f"{path!r} is an old path of raycache before {SINCE} ({why}): {where}",
+                       name=path)
 
 
-def notice(fullname: str) -> str:
-    """The line an aliased old path warns with."""
-    return (f"{fullname!r} is internal since raycache 0.2 and moved to {new_name(fullname)!r}; "
-            "import the public names from 'raycache'")
+class _OldPath(importlib.abc.Loader):
+    """An old path as a module holding its public names (an old package: an empty one)."""
 
-
-class _Alias(importlib.abc.Loader):
-    """Loads an old path as the module at its new path (one module object, not a copy)."""
-
-    def __init__(self, target: str) -> None:
-        self.target = target
-
-    def create_module(self, spec) -> ModuleType:
-        module = importlib.import_module(self.target)
-        self.spec = module.__spec__
-        return module
+    def create_module(self, spec) -> ModuleType | None:
+        return None  # the default module
 
     def exec_module(self, module: ModuleType) -> None:
-        """The module already ran under its new name: give it back its own spec."""
-        module.__spec__ = self.spec
-
-    def is_package(self, fullname: str) -> bool:
-        """Whether the new module is a package (how `python -m` asks)."""
-        spec = importlib.util.find_spec(self.target)
-        return spec is not None and spec.submodule_search_locations is not None
-
-    def get_code(self, fullname: str):
-        """The new module's code, for `python -m` on an old path: it runs as the new module
-        would, after the notice an import gives (shown: `python -m` hides DeprecationWarnings
-        raised outside `__main__`)."""
-        warnings.warn(notice(fullname), FutureWarning, stacklevel=2)
-        spec = importlib.util.find_spec(self.target)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
-            raise ImportError(f"{fullname!r} moved to {self.target!r}, which cannot be run "
-                              "with python -m", name=fullname)
-        return spec.loader.get_code(self.target)
+        public = sys.modules["raycache"]  # imported: it installed this finder
+        for name in OLD.get(module.__name__, ()):
+            setattr(module, name, getattr(public, name))
 
 
 class MovedFinder(importlib.abc.MetaPathFinder):
-    """Finds old internal paths: an alias of the new module, or an ImportError naming it."""
+    """Finds the old paths: a module of public names, or an ImportError naming them."""
 
     def find_spec(self, fullname: str, path=None, target=None):
-        new = new_name(fullname)
-        if new is None:
+        parts = fullname.split(".")
+        if len(parts) < 2 or parts[0] != "raycache" or parts[1] not in PACKAGES:
             return None
-        if fullname.split(".")[1] in SDK_NAMES:
-            raise refusal(_asked(fullname))
-        warnings.warn(notice(fullname), DeprecationWarning, stacklevel=2)
-        return importlib.util.spec_from_loader(fullname, _Alias(new))
+        below = any(old.startswith(fullname + ".") for old in OLD)
+        if parts[1] in SDK_NAMES or not (below or fullname in OLD):
+            raise refusal(fullname)
+        if fullname in OLD:
+            warnings.warn(notice(fullname), DeprecationWarning, stacklevel=2)
+        return importlib.machinery.ModuleSpec(fullname, _OldPath(), is_package=below)
 
 
 def install() -> None:
     """Put the finder on sys.meta_path once."""
     if not any(isinstance(f, MovedFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, MovedFinder())  # before the path finder: no second copy
+        sys.meta_path.insert(0, MovedFinder())  # before the path finder

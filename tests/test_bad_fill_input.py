@@ -12,7 +12,7 @@ import pytest
 from toy_encoders import WORDS, tiny_text_model
 
 import raycache
-from raycache._errors import ConfigError, SourceError, StoreUnavailable
+from raycache import ConfigError, SourceError, StoreUnavailable
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache._errors import (
+from raycache import (
     ConfigError,
     CorruptShard,
     DivergedError,

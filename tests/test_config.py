@@ -2,7 +2,7 @@
 
 import pytest
 
-from raycache._errors import ConfigError
+from raycache import ConfigError
 from raycache._fill.plan import load_config as load_fill
 from raycache._train.driver.plan import load_config as load_train
 

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache import CorruptCache, CorruptShard
 from raycache._cache.records import ShardEntry, ShardRecord
 from raycache._cache.selection import decode, encode
 from raycache._cli import main
-from raycache._errors import CorruptCache, CorruptShard
 from tests.conftest import separable, toy_fill
 from tests.test_version_defects import edit_entries as edit_list
 

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache import CorruptCache, DamagedCacheWarning, StoreError
 from raycache._cache.store import Store
 from raycache._cli import main
-from raycache._errors import CorruptCache, DamagedCacheWarning, StoreError
 from tests.conftest import free_port, separable, toy_fill
 
 pytestmark = pytest.mark.timeout(120)

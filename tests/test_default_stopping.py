@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from raycache import ConfigError
 from raycache._core.config import load
-from raycache._errors import ConfigError
 from raycache._train.config import TrainConfig
 from raycache._train.driver.plan import load_config
 from raycache._train.runspec import Recipe

@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import load_file
 
 import raycache
+from raycache import ConfigError
 from raycache._core.config import load
-from raycache._errors import ConfigError
 from raycache._train.config import TrainConfig
 from raycache._train.runspec import Recipe
 from tests.conftest import killed_after_epoch, toy_fill

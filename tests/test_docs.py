@@ -124,34 +124,32 @@ def test_cli_reference_covers_every_command():
                 assert flag in text, f"raycache {name} {flag} missing from the CLI reference"
 
 
-def test_old_import_paths_alias_or_name_the_new_one():
+def test_old_paths_of_public_names_import_with_a_notice_and_the_rest_name_them():
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        from raycache.cache.store import Store  # noqa: F401 (the old path, on purpose)
-    from raycache._cache.store import Store as New
-
-    assert Store is New
-    assert any("raycache._cache.store" in str(w.message) for w in caught)
-    with pytest.raises(ImportError, match=r"moved to .raycache\._train"):
+        from raycache.cache.committed import open_cache
+        from raycache.errors import ConfigError
+    assert open_cache is raycache.open_cache and ConfigError is raycache.ConfigError
+    assert any("'raycache.errors' is an old path, gone in raycache 0.3: import CacheNotFound, "
+               "ConfigError" in str(w.message) for w in caught)
+    assert all(issubclass(w.category, DeprecationWarning) for w in caught)
+    with pytest.raises(ImportError,
+                       match=r"'raycache\.cache\.store' .*internal.*raycache\.__all__"):
+        __import__("raycache.cache.store")  # Store was never public
+    with pytest.raises(ImportError, match=r"raycache\.train is the SDK function\): import "
+                                          r"RunInfo, RunSpec, TrainConfig, TrainResult"):
         __import__("raycache.train.run")
     assert callable(raycache.train) and callable(raycache.fill)  # not clobbered by the attempt
 
 
-def test_renamed_modules_map_real_old_paths_to_modules_that_exist():
-    import importlib.util
-
+def test_old_paths_hold_only_public_names():
     from raycache import _moved
 
-    for old, new in _moved.RENAMED.items():
-        assert old != new, f"{old} maps to itself"
-        assert importlib.util.find_spec(f"raycache.{new}") is not None, f"{new} does not exist"
-        parent, _, leaf = old.rpartition(".")
-        assert importlib.util.find_spec(f"raycache.{parent}.{leaf}") is None, f"{old} exists"
-    with pytest.raises(ImportError, match=r"'raycache\.train\.team' moved to "
-                                          r"'raycache\._train\.worker\.heads'"):
-        __import__("raycache.train.team")
+    assert all(path.split(".")[1] in _moved.PACKAGES for path in _moved.OLD)
+    for path, names in _moved.OLD.items():
+        assert set(names) <= set(raycache.__all__), path
 
 
 def _run_module(path: str) -> subprocess.CompletedProcess:
@@ -160,15 +158,11 @@ def _run_module(path: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, env=env, timeout=120)
 
 
-def test_python_m_on_an_old_path_says_where_it_moved():
+def test_python_m_on_an_old_path_says_where_the_names_are():
     refused = _run_module("raycache.train.team")
     assert refused.returncode != 0
-    assert "'raycache.train.team' moved to 'raycache._train.worker.heads'" in refused.stderr
-    assert "Traceback" not in refused.stderr and "get_code" not in refused.stderr
-    aliased = _run_module("raycache.cache.columns")  # runs as the new module, with the notice
-    assert aliased.returncode == 0, aliased.stderr
-    assert "'raycache.cache.columns' is internal since raycache 0.2 and moved to " \
-           "'raycache._cache.columns'" in aliased.stderr
+    assert "'raycache.train' is an old path of raycache before 0.2" in refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 def test_readme_is_short_and_links_into_the_docs():

@@ -5,9 +5,9 @@ import pyarrow as pa
 import pytest
 import torch
 
+from raycache import EncoderError
 from raycache._encoders import ENCODERS
 from raycache._encoders.config import EncoderConfig
-from raycache._errors import EncoderError
 
 SENTENCES = [
     "Return the cosine of x (measured in radians).",

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache._errors import ConfigError, EncoderError, SourceError
+from raycache import ConfigError, EncoderError, SourceError
 from tests.conftest import separable, toy_fill
 
 

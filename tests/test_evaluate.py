@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache import RaycacheError
 from raycache._cli import main
-from raycache._errors import RaycacheError
-from raycache._scripting import ERROR
+from raycache._cli.scripting import ERROR
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

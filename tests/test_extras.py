@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from raycache import ConfigError, MissingExtra
 from raycache._cli import main
 from raycache._core.extras import EXTRAS, lacking, need
-from raycache._errors import ConfigError, MissingExtra
 
 ROOT = Path(__file__).resolve().parents[1]
 LIGHT = {"torch", "pyarrow", "fsspec", "s3fs", "transformers", "safetensors", "yaml", "rich",

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache import ConfigError
 from raycache._compute.pool import size_pool
-from raycache._errors import ConfigError
 from raycache._fill.encode import run_in_process
 from raycache._fill.plan import load_config as load_fill
 from raycache._fill.plan import plan

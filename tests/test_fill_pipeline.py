@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache import ConfigError, EncoderError
 from raycache._compute.pool import Pool
 from raycache._encoders.batching import Batching
-from raycache._errors import ConfigError, EncoderError
 from raycache._fill.encode import build_pipeline
 from raycache._fill.plan import load_config as load_fill
 from raycache._fill.plan import plan

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache._errors import SourceError
+from raycache import SourceError
 from raycache._fill.plan import load_config, plan
 from raycache._upkeep.verify import verify
 from tests.conftest import ROOT, TESTS, separable, toy_fill

@@ -6,8 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from raycache import FingerprintError
 from raycache._core.fingerprint import canonical, fingerprint
-from raycache._errors import FingerprintError
 from raycache._fill.plan import load_config as load_fill
 from raycache._fill.plan import plan
 from tests.conftest import toy_fill

@@ -7,7 +7,7 @@ import pytest
 from toy_encoders import tiny_text_model
 
 import raycache
-from raycache._errors import ConfigError, EncoderError, SourceError, StoreError
+from raycache import ConfigError, EncoderError, SourceError, StoreError
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from raycache import StoreError
 from raycache._compute import model_actor
 from raycache._compute.model_actor import BLOCK_TIMES, SHAPES, ModelActor
 from raycache._compute.pool import GPU_ON_CPU, size_pool
 from raycache._compute.pool_config import PoolConfig
 from raycache._compute.runner import ModelChain, Stage, _pieces
-from raycache._errors import StoreError
 from raycache._fill.encode import build_pipeline, job
 from raycache._fill.plan import load_config, plan
 from raycache._source import files as sources

@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 import raycache
+from raycache import RaycacheError
 from raycache._cli import main
-from raycache._errors import RaycacheError
 from tests.conftest import ROOT
 
 TEXTS = ["Return the sine of y.", "Open the file notes.txt for reading.",

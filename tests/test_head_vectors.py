@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache._errors import ConfigError
+from raycache import ConfigError
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

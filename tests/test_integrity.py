@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import raycache
+from raycache import CorruptShard
 from raycache._cache.manifests import read_manifest
 from raycache._cache.vectors import unpack
 from raycache._cli import main
-from raycache._errors import CorruptShard
 from raycache._train.driver.plan import load_config as load_train
 from tests.conftest import separable, toy_fill
 

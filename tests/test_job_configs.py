@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from raycache import ConfigError, SourceError, StoreError
 from raycache._cache.store import Store
 from raycache._core.workdir import job_working_dir
-from raycache._errors import ConfigError, SourceError, StoreError
 from raycache._fill.plan import load_config as load_fill
 from raycache._pipeline import configs
 from raycache._probe.plan import load_config as load_probe

@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from raycache import RaycacheError, SourceError
 from raycache._cache.records import ShardRecord
 from raycache._cache.store import Store
-from raycache._errors import RaycacheError, SourceError
 from raycache._fill import keys, summary
 from raycache._fill.shards import STARTED, write_stage
 from raycache._fill.summary import KeySummary, key_hashes, summarize

@@ -10,10 +10,7 @@ ROOT = Path(raycache.__file__).parent
 LAYERS = ["_errors", "_core", "_source", "_cache", "_encoders", "_compute", "_fill", "_heads",
           "_train", "_probe", "_predict", "_upkeep", "_export", "_serve", "public"]
 """Bottom to top: a module may import from its own layer and those below it."""
-PUBLIC = {"__init__", "__main__", "_cli", "_cli_demo", "_cli_evaluate", "_cli_interrupted",
-          "_cli_jobs", "_cli_predict", "_cli_runs", "_cli_serve", "_cli_store", "_cli_tables",
-          "_cli_upkeep", "_cli_words", "_scripting", "_pipeline", "_demo", "_moved"}
-PUBLIC |= {"_cli_completion"}
+PUBLIC = {"__init__", "__main__", "_cli", "_pipeline", "_moved"}
 
 
 def module_name(path: Path) -> str:
@@ -96,6 +93,24 @@ def test_no_stage_imports_from_a_stage_above_it():
     assert not upward, "imports that run back up:\n" + "\n".join(upward)
 
 
+ROOT_FILES = {"__init__", "__main__", "_errors", "_moved", "_pipeline"}
+"""The package root's modules: the public face and the errors; the command line is one room,
+raycache/_cli/."""
+
+
+def in_cli(module: str) -> bool:
+    return module == "raycache._cli" or module.startswith("raycache._cli.")
+
+
+def test_the_command_line_is_one_room_that_nothing_below_imports():
+    assert {p.stem for p in ROOT.glob("*.py")} == ROOT_FILES
+    graph = imports()
+    assert sum(map(in_cli, graph)) > 10  # the walk found the command line's modules
+    into = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if in_cli(b) and not in_cli(a) and a != "raycache.__main__")
+    assert not into, "imports of the command line from below it:\n" + "\n".join(into)
+
+
 def test_every_module_says_its_job_and_stays_small():
     for path in ROOT.rglob("*.py"):
         tree = ast.parse(path.read_text())
@@ -129,7 +144,7 @@ def test_training_code_is_placed_by_where_it_runs():
 ENTRY_FIELDS = {"home", "keep", "stored"}
 """Format 5's fields of a shard entry: where its file lives and which of its rows a version
 reads. Only `_cache/` reads or sets them; the rest asks raycache._cache.entry_rows."""
-OTHER_KEEP = {"_cli_predict", "_predict.run", "_compute.runner", "_compute.prepare"}
+OTHER_KEEP = {"_cli.predict", "_predict.run", "_compute.runner", "_compute.prepare"}
 """Modules where `.keep` is predict's output columns, never a shard entry's kept rows."""
 
 

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 import raycache
-from raycache._errors import ConfigError, SourceError
+from raycache import ConfigError, SourceError
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(180)

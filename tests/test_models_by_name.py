@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from raycache import EncoderError
 from raycache._encoders import ENCODERS
 from raycache._encoders.config import EncoderConfig
-from raycache._errors import EncoderError
 from tests.test_encoders import SENTENCES
 
 pytestmark = pytest.mark.timeout(300)

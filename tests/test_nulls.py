@@ -13,7 +13,7 @@ import pytest
 from toy_encoders import WORDS, tiny_text_model
 
 import raycache
-from raycache._errors import BadInput, ConfigError
+from raycache import BadInput, ConfigError
 from raycache._fill.reuse import Lookup, input_hashes
 from tests.conftest import separable, toy_fill
 

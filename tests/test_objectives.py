@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from raycache import ConfigError
 from raycache._cache.store import Store
-from raycache._errors import ConfigError
 from raycache._heads.specs import HeadSpec
 from raycache._train.config import GroupsConfig
 from raycache._train.driver.plan import load_config as load_train

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import raycache
-from raycache._errors import RaycacheError
+from raycache import RaycacheError
 from raycache._heads.specs import HeadSpec
 from tests.conftest import separable, toy_fill
 

@@ -17,8 +17,7 @@ def test_import_is_light_and_exports_the_sdk():
     assert callable(raycache.fill) and callable(raycache.train)
 
 
-LEFT_INTERNAL = {"Store": "Cache.store and every store= parameter (a Store or a URI)",
-                 "Candidate": "Outcome.candidate, the probe's best-head weights"}
+LEFT_INTERNAL = {"Store": "Cache.store and every store= parameter (a Store or a URI)"}
 """Internal types public signatures still name, each with where: the list only shrinks (an
 entry that no public signature names any more must go)."""
 
@@ -66,3 +65,45 @@ def test_public_signatures_name_public_types():
     assert not new, f"internal types in public signatures (export them or keep them off): {new}"
     gone = set(LEFT_INTERNAL) - set(leaked)
     assert not gone, f"no longer leaked, remove from LEFT_INTERNAL: {gone}"
+
+
+def minor(version: str) -> tuple[int, int]:
+    major, minor_, *_ = version.split(".")
+    return int(major), int(minor_)
+
+
+def test_the_version_and_the_old_paths_words_agree():
+    """The release pyproject.toml names is the one the notices speak of: the layout internal
+    since _moved.SINCE, the old paths gone in _moved.REMOVED_IN (then delete _moved.py)."""
+    import tomllib
+    from pathlib import Path
+
+    from raycache import _moved
+
+    pyproject = Path(raycache.__file__).parent.parent / "pyproject.toml"
+    version = tomllib.loads(pyproject.read_text())["project"]["version"]
+    assert minor(_moved.SINCE) <= minor(version) < minor(_moved.REMOVED_IN), (
+        f"raycache {version}: the old import paths' notices say since {_moved.SINCE}, gone in "
+        f"{_moved.REMOVED_IN}")
+
+
+ERRORS_FROM_INSIDE = {"test_bad_rows", "test_fill_faults", "test_first_pass", "test_images",
+                      "test_reuse", "test_s3", "test_serve", "test_store_faults",
+                      "test_train_units"}
+"""Test files that still import a public error from raycache._errors: a list that only shrinks
+(the tests read the errors as users do, from `raycache`)."""
+
+
+def test_tests_import_public_errors_from_raycache():
+    import ast
+    from pathlib import Path
+
+    found = set()
+    for path in Path(__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "raycache._errors" and any(
+                    a.name in raycache.__all__ for a in node.names):
+                found.add(path.stem)
+    new = found - ERRORS_FROM_INSIDE
+    assert not new, f"tests importing a public error from raycache._errors: {sorted(new)}"
+    assert not ERRORS_FROM_INSIDE - found, f"done, remove: {ERRORS_FROM_INSIDE - found}"

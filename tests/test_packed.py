@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 import torch
 
+from raycache import EncoderError
 from raycache._encoders import ENCODERS, packed
 from raycache._encoders.config import EncoderConfig
 from raycache._encoders.hf_text import describe
 from raycache._encoders.pooling import POOLINGS
-from raycache._errors import EncoderError
 from tests.syncs import Syncs
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

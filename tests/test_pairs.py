@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import raycache
+from raycache import ConfigError
 from raycache._cache.store import Store
-from raycache._errors import ConfigError
 from raycache._heads.specs import HeadSpec
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.objectives.pair_table import PairShare

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache._errors import SourceError
+from raycache import SourceError
 from raycache._source import files
 from raycache._source.file import SourceFile
 from tests.conftest import separable, toy_fill

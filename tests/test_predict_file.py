@@ -13,11 +13,11 @@ import pytest
 import torch
 
 import raycache
+from raycache import ConfigError, EncoderError, RaycacheError
 from raycache._cli import main
 from raycache._compute.pool import Pool, size_pool
 from raycache._compute.pool_config import PoolConfig
 from raycache._encoders.batching import Batching
-from raycache._errors import ConfigError, EncoderError, RaycacheError
 from raycache._predict.run import PredictConfig, build_pipeline, in_process, plan, rows_per_call
 from raycache._source.files import plan_units
 from tests.conftest import separable, toy_fill

@@ -11,7 +11,7 @@ import pytest
 from sklearn.metrics import precision_recall_fscore_support
 
 import raycache
-from raycache._errors import ConfigError
+from raycache import ConfigError
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

@@ -9,7 +9,7 @@ import pytest
 from toy_encoders import WORDS, tiny_text_model
 
 import raycache
-from raycache._errors import ConfigError
+from raycache import ConfigError
 from raycache._probe.result import LEXICAL, Outcome, ProbeResult
 from tests.conftest import separable, toy_fill
 

@@ -13,9 +13,9 @@ import torch
 from sklearn.metrics import precision_recall_fscore_support
 
 import raycache
+from raycache import ConfigError
 from raycache._compute.placement import Room, decide
 from raycache._compute.where import Cluster
-from raycache._errors import ConfigError
 from raycache._probe.config import ProbeConfig
 from raycache._probe.data import Candidate
 from raycache._probe.knn import merge, neighbours, predict
@@ -241,8 +241,8 @@ def test_on_ray_the_table_equals_the_one_in_this_process(ray_session, store, cap
             [{k: v for k, v in g.items() if k not in drop} for g in b.grid]
         if a.method == "logreg":  # float32 L-BFGS stops where rounding stops its steps: the
             # two sums (one product, or three shares' added) agree to ~0.1% of the weights
-            for name, w in a.candidate.weights.items():
-                gap = (w - b.candidate.weights[name]).abs().max()
+            for name, w in a.head_weights.items():
+                gap = (w - b.head_weights[name]).abs().max()
                 assert gap <= 5e-3 * w.abs().max(), (a.encoder, name, float(gap))
     plain = ["seconds", "setting"]
     assert here.table.drop(columns=plain).equals(there.table.drop(columns=plain))

@@ -13,9 +13,9 @@ import pytest
 import toy_encoders
 
 import raycache
+from raycache import StoreError
 from raycache._cache.lease import LEASES, STALE_S, Lease
 from raycache._cache.store import PROGRESS, Store
-from raycache._errors import StoreError
 from tests.conftest import separable, toy_fill
 from tests.faults import wait_for
 

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache import RaycacheError
 from raycache._cli import main
-from raycache._errors import RaycacheError
 from raycache._upkeep.verify import verify
 from tests.conftest import separable, toy_fill
 

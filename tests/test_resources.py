@@ -3,9 +3,9 @@ before work starts, with the value, what the cluster has and the fix."""
 
 import pytest
 
+from raycache import ConfigError
 from raycache._compute.pool import READ_CPUS, size_pool
 from raycache._encoders.batching import Batching
-from raycache._errors import ConfigError
 from raycache._fill.config import FillConfig
 from raycache._fill.plan import load_config as load_fill
 

@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache import ConfigError
 from raycache._cli import main
 from raycache._core.units import parse_duration, parse_size
-from raycache._errors import ConfigError
 from raycache._train.checkpoint import PREFIX, STATE
 from tests.conftest import separable, toy_fill
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import raycache
-from raycache._errors import ConfigError
+from raycache import ConfigError
 from raycache._serve import shapes
 from raycache._serve.app import HeadServer
 from raycache._serve.config import limits

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import raycache
-from raycache._errors import ConfigError, RaycacheError
+from raycache import ConfigError, RaycacheError
 from raycache._heads.modules import standardized
 from raycache._heads.specs import HeadSpec, build_head
 from raycache._train.config import TrainConfig

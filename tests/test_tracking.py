@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import raycache
-from raycache._errors import ConfigError
+from raycache import ConfigError
 from raycache._train.driver.plan import load_config
 from raycache._train.tracking import TrainCallback
 from tests.conftest import toy_fill

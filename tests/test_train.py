@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 import raycache
+from raycache import ConfigError
 from raycache._cli import main
-from raycache._errors import ConfigError
 from tests.conftest import separable, toy_fill
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]

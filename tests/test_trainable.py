@@ -10,8 +10,8 @@ import toy_encoders
 from safetensors.torch import load_file
 
 import raycache
+from raycache import ConfigError, RaycacheError
 from raycache._cache.columns import input_column
-from raycache._errors import ConfigError, RaycacheError
 from raycache._fill.plan import load_config as load_fill
 from raycache._train.driver.plan import load_config as load_train
 from tests.conftest import separable, toy_fill

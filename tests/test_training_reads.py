@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
-from raycache._errors import CorruptShard
+from raycache import CorruptShard
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

@@ -8,7 +8,7 @@ import pytest
 
 import raycache
 from raycache._cli import main
-from raycache._scripting import ERROR
+from raycache._cli.scripting import ERROR
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

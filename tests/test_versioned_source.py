@@ -10,7 +10,7 @@ import torch
 from toy_encoders import projection
 
 import raycache
-from raycache._errors import SourceError
+from raycache import SourceError
 from raycache._fill.plan import load_config as load_fill
 from raycache._fill.plan import plan
 from raycache._fill.run import complete

@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache import DamagedCacheWarning
 from raycache._cache.finding import open_cache
 from raycache._cache.selection import encode
 from raycache._cache.vectors import pack
 from raycache._cli import main
-from raycache._errors import DamagedCacheWarning
 from raycache._upkeep.strays import read_by_others, strays
 from raycache._upkeep.verify import verify
 

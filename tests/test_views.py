@@ -12,8 +12,8 @@ from conftest import separable, toy_fill
 from toy_encoders import WORDS, tiny_text_model
 
 import raycache
+from raycache import ConfigError
 from raycache._cache.columns import views_column
-from raycache._errors import ConfigError
 from raycache._fill.augment import AUGMENTS, crop, word_dropout, word_swap
 from raycache._fill.config import ViewsConfig
 from raycache._fill.plan import load_config as load_fill

@@ -175,9 +175,9 @@ def test_a_job_starts_a_ray_of_its_own_unless_ray_address_names_one(monkeypatch)
 
 
 def test_a_cluster_with_no_cpus_is_named_not_a_crash_sizing_the_pool():
+    from raycache import ConfigError
     from raycache._compute.pool import size_pool
     from raycache._compute.pool_config import PoolConfig
-    from raycache._errors import ConfigError
 
     for nodes in ([{"memory": 8e9}], [{"CPU": 0.0, "GPU": 0.0}, {"CPU": 0.0}], []):
         for cfg in (PoolConfig(), PoolConfig(num_gpus=0), PoolConfig(num_cpus=1)):

@@ -104,7 +104,7 @@ def corrupt_linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float
     import os
     import tempfile
 
-    from raycache._errors import CorruptShard
+    from raycache import CorruptShard
 
     path = os.path.join(tempfile.gettempdir(), BUILDS.format(uid=os.getuid()))
     with open(path, "a") as f:

@@ -85,22 +85,21 @@ def markdown(result: ProbeResult) -> str:
 def _write_head(result: ProbeResult, store: Store, folder: str, key: str) -> str | None:
     """The best row's head (or, where it is no head, the best head's) as its weights and
     head.json (head.json last: a folder without it is no checkpoint)."""
-    heads = [o for o in result.outcomes if o.candidate is not None and o.candidate.is_head]
+    heads = [o for o in result.outcomes if o.has_head]
     if not heads:
         return None
     chosen: Outcome = max(heads, key=lambda o: o.scores[result.select])
-    c = chosen.candidate
-    assert c is not None
     info = {"metrics": chosen.scores, "key": key,
             "probe": {"encoder": chosen.encoder, "method": chosen.method,
                       "setting": _plain(chosen.setting)}}
-    if c.weights is not None:
-        name, weights, spec = HEAD_WEIGHTS, encode(c.weights), c.spec.to_dict()
+    if chosen.head_weights is not None:
+        name, weights = HEAD_WEIGHTS, encode(chosen.head_weights)
+        spec = chosen.head_spec.to_dict()
     else:
-        source = Store(c.checkpoint, store.fsspec_options())
+        source = Store(chosen.head_checkpoint, store.fsspec_options())
         name, weights = read(source)
         saved = json.loads(source.read_bytes(source.path(HEAD_CONFIG)))
-        spec, info["run"] = saved["head"], c.checkpoint
+        spec, info["run"] = saved["head"], chosen.head_checkpoint
     store.write_atomic(f"{folder}/{name}", weights)
     store.write_atomic(f"{folder}/{HEAD_CONFIG}",
                        json.dumps({"head": spec, **info}, indent=2, default=str).encode())

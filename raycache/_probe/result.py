@@ -11,13 +11,13 @@ import numpy as np
 
 from raycache._cache.store import Store
 from raycache._probe.config import ProbeConfig
-from raycache._probe.data import Candidate
 from raycache._probe.metrics import per_class
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from raycache._heads.loaded import Head
+    from raycache._heads.specs import HeadSpec
 
 __all__ = ["COLUMNS", "LEXICAL", "Outcome", "ProbeResult", "setting_text"]
 
@@ -59,8 +59,19 @@ class Outcome:
     """Wall time of the method on this encoder, every setting included."""
     grid: list[dict[str, Any]] = field(default_factory=list)
     """Every setting tried, with its scores."""
-    candidate: Candidate | None = field(default=None, repr=False)
-    """The selected setting's predictions and weights (what the report's best head is from)."""
+    head_spec: HeadSpec | None = field(default=None, repr=False)
+    """The selected setting's head, where the method makes one (logreg, linear, mlp); None for
+    knn and the lexical baseline."""
+    head_weights: dict[str, Any] | None = field(default=None, repr=False)
+    """That head's state_dict, where it was fitted in this process (logreg); else None."""
+    head_checkpoint: str | None = field(default=None, repr=False)
+    """That head's checkpoint folder, where a training run made it (linear, mlp); else None."""
+
+    @property
+    def has_head(self) -> bool:
+        """Whether the selected setting is a head the report can save (weights or a
+        checkpoint)."""
+        return self.head_weights is not None or self.head_checkpoint is not None
 
     def row(self) -> dict[str, Any]:
         """Its row of the probe's table.

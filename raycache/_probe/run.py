@@ -46,7 +46,8 @@ def score(data: Features | Shared, method: str, candidates: list[Candidate], sel
             best, best_conf = c, conf
     assert best is not None and best_conf is not None
     return Outcome(data.encoder, method, best.setting, scores(best_conf), best_conf,
-                   data.classes, data.train_rows, data.val_rows, seconds, grid, best)
+                   data.classes, data.train_rows, data.val_rows, seconds, grid, best.spec,
+                   best.weights, best.checkpoint)
 
 
 def probe(config: ProbeConfig | dict | str | Path, *, progress: bool | None = None

@@ -7,16 +7,14 @@ import argparse
 import json
 import sys
 
-from raycache._cli_words import TRUST_HELP
+from raycache._cli.command import Command
+from raycache._cli.words import TRUST_HELP
 
-__all__ = ["add_evaluate", "run_evaluate"]
+__all__ = ["COMMANDS"]
 
 
-def add_evaluate(sub: argparse._SubParsersAction) -> None:
-    """The evaluate command and its options."""
-    text = ("score a trained head on a labelled file: accuracy, macro-F1, per-class "
-            "precision/recall/F1 and the confusion matrix")
-    p = sub.add_parser("evaluate", help=text, description=text)
+def options(p: argparse.ArgumentParser) -> None:
+    """The evaluate command's options."""
     p.add_argument("--checkpoint", required=True,
                    help="a head checkpoint folder (path or URI), or a run folder (its final "
                         "checkpoint): `raycache runs` prints it")
@@ -40,9 +38,9 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
                    help="print evaluation.json's content instead of the tables")
 
 
-def run_evaluate(args: argparse.Namespace) -> int:
+def evaluate(args: argparse.Namespace) -> int:
     """Evaluate, then print the summary, the per-class table and the confusion matrix."""
-    from raycache._predict.evaluate import evaluate
+    from raycache._predict.evaluate import evaluate as run
 
     if args.held_out:
         from raycache._predict.held_out import write_held_out
@@ -50,9 +48,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
         n = write_held_out(args.checkpoint, args.held_out, label=args.label,
                            trust_code=args.trust_code)
         print(f"wrote {n:,} held-out rows (key, label) to {args.held_out}", file=sys.stderr)
-    ev = evaluate(args.checkpoint, args.input, label=args.label, output=args.output,
-                  trust_code=args.trust_code, overwrite=args.overwrite,
-                  progress=not args.no_progress)
+    ev = run(args.checkpoint, args.input, label=args.label, output=args.output,
+             trust_code=args.trust_code, overwrite=args.overwrite,
+             progress=not args.no_progress)
     if args.json:
         print(json.dumps(ev.to_dict(), indent=2))
         return 0
@@ -64,3 +62,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.output:
         print(f"\nwrote evaluation.json, confusion.txt and confusion.png to {args.output}")
     return 0
+
+
+COMMANDS = (Command("evaluate", "score a trained head on a labelled file: accuracy, macro-F1, "
+                                "per-class precision/recall/F1 and the confusion matrix",
+                    options, evaluate),)

@@ -12,17 +12,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from raycache._cli_jobs import EXAMPLES, add_overrides
-from raycache._cli_words import PREDICT_FLAGS, TRUST_HELP, flags_named
+from raycache._cli.command import Command
+from raycache._cli.jobs import EXAMPLES, add_overrides
+from raycache._cli.scripting import OK, add_json, summary
+from raycache._cli.words import PREDICT_FLAGS, TRUST_HELP, flags_named
 from raycache._core.overrides import overridden
-from raycache._scripting import OK, add_json, summary
 
-__all__ = ["COMMANDS", "PARSERS", "sniff"]
+__all__ = ["COMMANDS", "sniff"]
 
 
-def add_predict(sub: argparse._SubParsersAction) -> None:
-    text = "run a trained head over a file, write Parquet"
-    p = sub.add_parser("predict", help=text, description=text)
+def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True,
                    help="a head checkpoint folder (path or URI), or a run folder (its final "
                         "checkpoint, else its newest): `raycache runs` prints it")
@@ -102,8 +101,8 @@ def _jsonl(path: str, stream: Any, exact: bool = False) -> None:
 
     import pyarrow.parquet as pq
 
+    from raycache._cli.scripting import jsonable
     from raycache._predict.stage import PROBABILITIES
-    from raycache._scripting import jsonable
 
     for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
         shown = {f.name: (SHOWN_DIGITS if f.name == PROBABILITIES and not exact else None)
@@ -140,5 +139,4 @@ def _gpus(text: str) -> float | str:
     return text if text == "auto" else float(text)
 
 
-PARSERS = {"predict": add_predict}
-COMMANDS = {"predict": predict}
+COMMANDS = (Command("predict", "run a trained head over a file, write Parquet", options, predict),)

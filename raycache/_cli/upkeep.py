@@ -6,30 +6,28 @@ import argparse
 import sys
 
 from raycache._cache.config import default_store
-from raycache._cli_store import STORE_HELP, add_cache, checked_store
-from raycache._cli_words import GC_FLAGS, TRUST_HELP, flags_named
-from raycache._scripting import DAMAGED, OK, add_json, print_json, summary
+from raycache._cli.command import Command
+from raycache._cli.scripting import DAMAGED, OK, add_json, print_json, summary
+from raycache._cli.store import STORE_HELP, cache_options, checked_store
+from raycache._cli.words import GC_FLAGS, TRUST_HELP, flags_named
 
-__all__ = ["COMMANDS", "PARSERS"]
+__all__ = ["COMMANDS"]
 
 
-def add_repair(sub: argparse._SubParsersAction) -> None:
-    p = add_cache(sub, "repair", "re-encode a cache's bad or missing shards from its source")
+def repair_options(p: argparse.ArgumentParser) -> None:
+    cache_options(p)
     p.add_argument("--no-progress", action="store_true", help="print no progress bar")
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     add_json(p)
 
 
-def add_verify(sub: argparse._SubParsersAction) -> None:
-    p = add_cache(sub, "verify", "check every shard of a cache against its manifest")
-    add_json(p)
+def verify_options(p: argparse.ArgumentParser) -> None:
+    add_json(cache_options(p))
     p.add_argument("--fingerprint", help="this fill (default: the newest)")
 
 
-def add_compact(sub: argparse._SubParsersAction) -> None:
-    p = add_cache(sub, "compact", "copy a version's sparse or small shared shards' kept rows "
-                                  "into its own shards (nothing encoded), so its reads stay at "
-                                  "memory speed")
+def compact_options(p: argparse.ArgumentParser) -> None:
+    cache_options(p)
     p.add_argument("--below", type=float, default=None,
                    help="compact shared shards that keep less than this share of their rows "
                         "(default: the fill's compact_below, 0.9)")
@@ -38,9 +36,7 @@ def add_compact(sub: argparse._SubParsersAction) -> None:
     add_json(p)
 
 
-def add_gc(sub: argparse._SubParsersAction) -> None:
-    text = "remove unfinished fills and old fingerprints (dry run unless --delete)"
-    p = sub.add_parser("gc", help=text, description=text)
+def gc_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
     p.add_argument("--keep-last", type=int, help="keep the newest N committed fingerprints of "
                                                  "each name")
@@ -118,5 +114,14 @@ def gc(args: argparse.Namespace) -> int:
     return OK
 
 
-PARSERS = {"repair": add_repair, "verify": add_verify, "compact": add_compact, "gc": add_gc}
-COMMANDS = {"repair": repair, "verify": verify, "compact": compact, "gc": gc}
+COMMANDS = (
+    Command("repair", "re-encode a cache's bad or missing shards from its source",
+            repair_options, repair),
+    Command("verify", "check every shard of a cache against its manifest", verify_options,
+            verify),
+    Command("compact", "copy a version's sparse or small shared shards' kept rows into its own "
+                       "shards (nothing encoded), so its reads stay at memory speed",
+            compact_options, compact),
+    Command("gc", "remove unfinished fills and old fingerprints (dry run unless --delete)",
+            gc_options, gc),
+)

@@ -7,9 +7,10 @@ import argparse
 import json
 
 from raycache._cache.config import default_store
-from raycache._scripting import OK, add_json, print_json
+from raycache._cli.command import Command
+from raycache._cli.scripting import OK, add_json, print_json
 
-__all__ = ["CACHE_HELP", "COMMANDS", "PARSERS", "STORE_HELP", "add_cache", "checked_store"]
+__all__ = ["CACHE_HELP", "COMMANDS", "STORE_HELP", "cache_options", "checked_store"]
 
 STORE_HELP = ("store URI: a folder, s3://bucket/prefix or any fsspec URI (default: "
               "$RAYCACHE_STORE, else .raycache/store)")
@@ -29,30 +30,25 @@ def checked_store(uri: str):
     return store
 
 
-def add_cache(sub: argparse._SubParsersAction, name: str, text: str) -> argparse.ArgumentParser:
+def cache_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """A command on one cache: its CACHE argument and --store."""
-    p = sub.add_parser(name, help=text, description=text)
     p.add_argument("cache", help=CACHE_HELP)
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
     return p
 
 
-def add_ls(sub: argparse._SubParsersAction) -> None:
-    text = "list the committed caches in a store"
-    p = sub.add_parser("ls", help=text, description=text)
+def ls_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("store", nargs="?", default=argparse.SUPPRESS, metavar="STORE",
                    help="the same as --store")
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
     add_json(p)
 
 
-def add_inspect(sub: argparse._SubParsersAction) -> None:
-    add_json(add_cache(sub, "inspect", "print a cache's manifest"), "the whole manifest")
+def inspect_options(p: argparse.ArgumentParser) -> None:
+    add_json(cache_options(p), "the whole manifest")
 
 
-def add_du(sub: argparse._SubParsersAction) -> None:
-    text = "bytes, rows and shards of every cache folder in a store"
-    p = sub.add_parser("du", help=text, description=text)
+def du_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
     add_json(p)
 
@@ -69,7 +65,7 @@ def ls(args: argparse.Namespace) -> int:
     if not caches:
         print(f"no committed caches in {args.store}")
         return OK
-    from raycache._cli_tables import print_table
+    from raycache._cli.tables import print_table
 
     rows = [[f"{m.name}/{m.fingerprint}", m.rows, len(m.skipped), human_bytes(m.bytes),
              ",".join(f"{e.name}:{e.dim}" for e in m.encoders), m.created]
@@ -119,7 +115,7 @@ def du(args: argparse.Namespace) -> int:
     if args.json:
         print_json(found)
         return OK
-    from raycache._cli_tables import print_table
+    from raycache._cli.tables import print_table
 
     print_table(["cache folder", "state", "rows", "shards", "size", "runs", "created", "notes"],
                 [[u.id, u.state, "-" if u.rows is None else u.rows, u.shards,
@@ -132,5 +128,8 @@ def du(args: argparse.Namespace) -> int:
     return OK
 
 
-PARSERS = {"ls": add_ls, "inspect": add_inspect, "du": add_du}
-COMMANDS = {"ls": ls, "inspect": inspect, "du": du}
+COMMANDS = (
+    Command("ls", "list the committed caches in a store", ls_options, ls),
+    Command("inspect", "print a cache's manifest", inspect_options, inspect),
+    Command("du", "bytes, rows and shards of every cache folder in a store", du_options, du),
+)

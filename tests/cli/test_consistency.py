@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 import raycache
+from raycache import ConfigError
 from raycache._cli import build_parser, main
 from raycache._core.overrides import overridden
-from raycache._errors import ConfigError
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

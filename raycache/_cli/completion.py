@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["COMPLETION_COMMANDS", "add_completion", "complete"]
+from raycache._cli.command import Command
+
+__all__ = ["COMMANDS", "complete"]
 
 SHELLS = ("bash", "zsh", "fish")
 
 
-def add_completion(sub: argparse._SubParsersAction) -> None:
-    """The completion command and its options."""
-    text = ("print the shell code that completes raycache's commands and options: "
-            "eval \"$(raycache completion bash)\" in ~/.bashrc (zsh: in ~/.zshrc)")
-    p = sub.add_parser("completion", help=text, description=text)
+def options(p: argparse.ArgumentParser) -> None:
+    """The completion command's options."""
     p.add_argument("shell", choices=SHELLS, help="the shell to complete in")
     p.add_argument("--json", action="store_true", help="print the shell and its code as JSON")
 
@@ -36,7 +35,7 @@ def completion(args: argparse.Namespace) -> int:
 
     code = argcomplete.shellcode(["raycache"], shell=args.shell)
     if args.json:
-        from raycache._scripting import print_json
+        from raycache._cli.scripting import print_json
 
         print_json({"shell": args.shell, "code": code})
     else:
@@ -44,5 +43,6 @@ def completion(args: argparse.Namespace) -> int:
     return 0
 
 
-COMPLETION_COMMANDS = {"completion": completion}
-"""The commands this module adds, by name."""
+COMMANDS = (Command("completion", "print the shell code that completes raycache's commands and "
+                                  "options: eval \"$(raycache completion bash)\" in ~/.bashrc "
+                                  "(zsh: in ~/.zshrc)", options, completion),)

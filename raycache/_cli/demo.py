@@ -6,9 +6,10 @@ import argparse
 import contextlib
 import sys
 
-from raycache._scripting import add_json, print_json
+from raycache._cli.command import Command
+from raycache._cli.scripting import add_json, print_json
 
-__all__ = ["DEMO_COMMANDS", "add_demo"]
+__all__ = ["COMMANDS"]
 
 
 def _workers(text: str) -> int | str:
@@ -23,10 +24,7 @@ def _per_topic(text: str) -> int:
     return value
 
 
-def add_demo(sub: argparse._SubParsersAction) -> None:
-    """The demo and demo-data commands and their options."""
-    text = "fill and train on a real dataset and encoder, locally"
-    p = sub.add_parser("demo", help=text, description=text)
+def demo_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=".raycache/store",
                    help="store URI for the demo's cache (default .raycache/store)")
     p.add_argument("--epochs", type=int, help="epochs to train (default: training's defaults, "
@@ -36,9 +34,9 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true",
                    help="print no progress bars or per-epoch lines")
     add_json(p, "the demo's figures (the rest on stderr)")
-    text = ("write the demo's dataset (stdlib docstrings labelled by topic) as a Parquet file, "
-            "and print its path; an identical file is left untouched")
-    p = sub.add_parser("demo-data", help=text, description=text)
+
+
+def demo_data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", nargs="?", default="data/stdlib-docs.parquet",
                    help="the Parquet file to write (default data/stdlib-docs.parquet)")
     p.add_argument("--per-topic", type=_per_topic, default=150,
@@ -46,8 +44,8 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
     add_json(p, "the file's path and rows")
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from raycache._demo import run
+def demo(args: argparse.Namespace) -> int:
+    from raycache._cli.demo_run import run
 
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         figures = run(store=args.store, epochs=args.epochs, workers=args.workers,
@@ -57,7 +55,7 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo_data(args: argparse.Namespace) -> int:
+def demo_data(args: argparse.Namespace) -> int:
     from raycache._source.demo_data import write_stdlib_docs
 
     path = write_stdlib_docs(args.path, args.per_topic)
@@ -70,5 +68,9 @@ def _demo_data(args: argparse.Namespace) -> int:
     return 0
 
 
-DEMO_COMMANDS = {"demo": _demo, "demo-data": _demo_data}
-"""The commands this module adds, by name."""
+COMMANDS = (
+    Command("demo", "fill and train on a real dataset and encoder, locally", demo_options, demo),
+    Command("demo-data", "write the demo's dataset (stdlib docstrings labelled by topic) as a "
+                         "Parquet file, and print its path; an identical file is left untouched",
+            demo_data_options, demo_data),
+)

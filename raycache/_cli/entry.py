@@ -1,6 +1,5 @@
-"""The raycache command line: the parser wired from each command group's module, and main()
-(one command, its exit code)."""
-# PYTHON_ARGCOMPLETE_OK (argcomplete's global completion reads this marker)
+"""The raycache command line: every command module's `COMMANDS` gathered by name, the parser
+made from them, and main() (one command, its exit code)."""
 
 from __future__ import annotations
 
@@ -8,25 +7,36 @@ import argparse
 import sys
 import warnings
 
-from raycache import _cli_jobs, _cli_predict, _cli_runs, _cli_store, _cli_upkeep
-from raycache._cache.config import default_store
-from raycache._cli_completion import COMPLETION_COMMANDS, add_completion, complete
-from raycache._cli_demo import DEMO_COMMANDS, add_demo
-from raycache._cli_evaluate import add_evaluate, run_evaluate
-from raycache._cli_interrupted import interrupted
-from raycache._cli_serve import SERVING_COMMANDS, add_serving
-from raycache._cli_store import CACHE_HELP, STORE_HELP, checked_store
-from raycache._cli_words import one_line
+from raycache._cli import (
+    completion,
+    demo,
+    evaluate,
+    export,
+    jobs,
+    predict,
+    runs,
+    serve,
+    store,
+    upkeep,
+)
+from raycache._cli.command import Command
+from raycache._cli.completion import complete
+from raycache._cli.interrupted import interrupted
+from raycache._cli.scripting import CRASH, ERROR, epilog
+from raycache._cli.words import one_line
 from raycache._core.version import package_version
 from raycache._errors import RaycacheError
-from raycache._scripting import CRASH, ERROR, add_export, epilog, export
 
 DESCRIPTION = "Fill caches of frozen-encoder embeddings on Ray, and train heads on them."
-GROUPS = (_cli_jobs, _cli_predict, _cli_store, _cli_upkeep, _cli_runs)
-"""The modules of command groups: each has PARSERS and COMMANDS, by command name."""
+MODULES = (jobs, predict, store, upkeep, runs, export, demo, evaluate, serve, completion)
+"""The command modules: each hands on `COMMANDS`, a tuple of Command."""
 ORDER = ("fill", "train", "pipeline", "probe", "predict", "ls", "inspect", "repair", "runs",
-         "verify", "compact", "du", "gc", "export", "demo", "evaluate", "serving", "completion")
+         "verify", "compact", "du", "gc", "export", "demo", "demo-data", "evaluate",
+         "export-head", "serve", "completion")
 """The commands in the order `raycache -h` lists them."""
+FOUND = {command.name: command for module in MODULES for command in module.COMMANDS}
+COMMANDS: dict[str, Command] = {name: FOUND[name] for name in ORDER}
+"""Every raycache command, by name, in ORDER."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,24 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"raycache {package_version()}",
                         help="print raycache's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    parsers = {name: add for group in GROUPS for name, add in group.PARSERS.items()}
-    parsers.update(export=lambda sub: add_export(sub, STORE_HELP, CACHE_HELP, default_store()),
-                   demo=add_demo, evaluate=add_evaluate, serving=add_serving,
-                   completion=add_completion)
-    for name in ORDER:
-        parsers[name](sub)
+    for command in COMMANDS.values():
+        command.parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; its exit code (raycache._scripting.EXIT_CODES; argparse exits 2)."""
+    """Run one command; its exit code (raycache._cli.scripting.EXIT_CODES; argparse exits 2)."""
     parser = build_parser()
     complete(parser)  # a shell's tab press: answered and exits
     args = parser.parse_args(argv)
     shown = warnings.showwarning
     warnings.showwarning = one_line(shown, args.command)
     try:
-        return COMMANDS[args.command](args)
+        return COMMANDS[args.command].run(args)
     except RaycacheError as exc:
         print(f"raycache {args.command}: error: {exc}", file=sys.stderr)
         return ERROR
@@ -69,10 +75,3 @@ def main(argv: list[str] | None = None) -> int:
         return CRASH
     finally:
         warnings.showwarning = shown
-
-
-COMMANDS = {
-    **{name: run for group in GROUPS for name, run in group.COMMANDS.items()},
-    "evaluate": run_evaluate, "export": lambda args: export(args, checked_store(args.store)),
-    **DEMO_COMMANDS, **SERVING_COMMANDS, **COMPLETION_COMMANDS,
-}

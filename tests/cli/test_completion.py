@@ -10,7 +10,7 @@ import pytest
 
 from raycache._cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh"])

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from raycache._cli_words import TRUST_HELP
-from raycache._scripting import add_json, print_json
+from raycache._cli.command import Command
+from raycache._cli.scripting import add_json, print_json
+from raycache._cli.words import TRUST_HELP
 
-__all__ = ["SERVING_COMMANDS", "add_serving"]
+__all__ = ["COMMANDS"]
 
 
-def add_serving(sub: argparse._SubParsersAction) -> None:
-    """The export-head and serve commands and their options."""
-    text = "write a trained head as a sentence-transformers folder (encoder + Dense modules)"
-    p = sub.add_parser("export-head", help=text, description=text)
+def export_head_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True,
                    help="a head checkpoint folder (path or URI): `raycache runs` prints it")
     p.add_argument("--output", required=True, help="the folder to write (local)")
@@ -23,8 +21,9 @@ def add_serving(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing folder")
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     add_json(p, "the folder and its format")
-    text = "serve a trained head over HTTP with Ray Serve (frozen encoder + head, batched)"
-    p = sub.add_parser("serve", help=text, description=text)
+
+
+def serve_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True,
                    help="a head checkpoint folder (path or URI): `raycache runs` prints it")
     p.add_argument("--host", default="127.0.0.1",
@@ -70,4 +69,9 @@ def serve(args: argparse.Namespace) -> int:
         time.sleep(3600)
 
 
-SERVING_COMMANDS = {"export-head": export_head, "serve": serve}
+COMMANDS = (
+    Command("export-head", "write a trained head as a sentence-transformers folder (encoder + "
+                           "Dense modules)", export_head_options, export_head),
+    Command("serve", "serve a trained head over HTTP with Ray Serve (frozen encoder + head, "
+                     "batched)", serve_options, serve),
+)

@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import argparse
 
-from raycache._cli_store import add_cache, checked_store
+from raycache._cli.command import Command
+from raycache._cli.scripting import OK, add_json, print_json
+from raycache._cli.store import cache_options, checked_store
 from raycache._errors import RaycacheError
-from raycache._scripting import OK, add_json, print_json
 
-__all__ = ["COMMANDS", "PARSERS", "SORTS"]
+__all__ = ["COMMANDS", "SORTS"]
 
 SORTS = ("updated", "started", "name", "metric")
 """What `raycache runs --sort` orders by (metric: the served head's, best first)."""
 
 
-def add_runs(sub: argparse._SubParsersAction) -> None:
-    p = add_cache(sub, "runs", "list a cache's training runs, across its versions (NAME/"
-                               "FINGERPRINT: of that one): status, epochs, objective, head, the "
-                               "served head's metric and the checkpoint predict takes")
-    add_json(p)
+def runs_options(p: argparse.ArgumentParser) -> None:
+    add_json(cache_options(p))
     p.add_argument("--sort", choices=SORTS,
                    help="order by: updated (default, oldest first), started, name, or metric "
                         "(the served head's, best first; the default with --metric)")
@@ -30,7 +28,7 @@ def add_runs(sub: argparse._SubParsersAction) -> None:
 
 def runs(args: argparse.Namespace) -> int:
     from raycache._cache.finding import ls, open_cache
-    from raycache._cli_tables import print_table
+    from raycache._cli.tables import print_table
     from raycache._train.console import number
     from raycache._train.driver.runs import list_runs
 
@@ -94,5 +92,6 @@ def ranked(found: list, sort: str, metric: str | None) -> list:
     return sorted(found, key=key)
 
 
-PARSERS = {"runs": add_runs}
-COMMANDS = {"runs": runs}
+COMMANDS = (Command("runs", "list a cache's training runs, across its versions (NAME/FINGERPRINT: "
+                            "of that one): status, epochs, objective, head, the served head's "
+                            "metric and the checkpoint predict takes", runs_options, runs),)

@@ -4,12 +4,14 @@ probe; `--set` overrides, `--config -` and `--json` summaries."""
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
-from raycache._cli_words import store_folder
+from raycache._cli.command import Command
+from raycache._cli.scripting import OK, add_json, config_arg, summary
+from raycache._cli.words import store_folder
 from raycache._core.overrides import overridden
-from raycache._scripting import OK, add_json, config_arg, summary
 
-__all__ = ["COMMANDS", "EXAMPLES", "PARSERS", "add_overrides"]
+__all__ = ["COMMANDS", "EXAMPLES", "add_overrides"]
 
 EXAMPLES = {"fill": "rows_per_shard=512", "train": "optim.lr=1e-3 or loop.epochs=5",
             "pipeline": "train.optim.lr=1e-3", "predict": "pool.batch_size=64",
@@ -29,9 +31,8 @@ def add_overrides(p: argparse.ArgumentParser, example: str, what: str = "the con
                         f"groups, VALUE read as YAML, e.g. {example}")
 
 
-def add_job(sub: argparse._SubParsersAction, name: str) -> None:
+def job_options(name: str, p: argparse.ArgumentParser) -> None:
     """fill, train, pipeline or probe: --config, --set, --store, --no-progress, --json."""
-    p = sub.add_parser(name, help=TEXTS[name], description=TEXTS[name])
     p.add_argument("--config", required=True, help="the YAML config file (-: from stdin)")
     add_overrides(p, EXAMPLES[name])
     p.add_argument("--store", help="store URI; replaces the config's store.uri "
@@ -74,7 +75,7 @@ def pipeline(args: argparse.Namespace) -> int:
 
 
 def probe(args: argparse.Namespace) -> int:
-    from raycache._cli_tables import frame_table
+    from raycache._cli.tables import frame_table
     from raycache._probe.run import probe as run
 
     store_folder(args.store)
@@ -86,5 +87,5 @@ def probe(args: argparse.Namespace) -> int:
     return OK
 
 
-PARSERS = {name: lambda sub, name=name: add_job(sub, name) for name in TEXTS}
-COMMANDS = {"fill": fill, "train": train, "pipeline": pipeline, "probe": probe}
+COMMANDS = tuple(Command(name, TEXTS[name], partial(job_options, name), run) for name, run in
+                 {"fill": fill, "train": train, "pipeline": pipeline, "probe": probe}.items())

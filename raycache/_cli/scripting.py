@@ -1,6 +1,6 @@
 """The command line for scripts: its exit codes, the --json form of what a command prints (the
-SDK results' fields; a summary's to_dict() on stdout, the rest on stderr), `--config -` (the YAML
-from stdin) and `raycache export` (`--to -`: the Parquet file to stdout)."""
+SDK results' fields; a summary's to_dict() on stdout, the rest on stderr) and `--config -` (the
+YAML from stdin)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-__all__ = ["CRASH", "DAMAGED", "ERROR", "EXIT_CODES", "OK", "USAGE", "add_export", "add_json",
-           "config_arg", "export", "jsonable", "print_json", "summary"]
+__all__ = ["CRASH", "DAMAGED", "ERROR", "EXIT_CODES", "OK", "USAGE", "add_json", "config_arg",
+           "jsonable", "print_json", "summary"]
 
 OK = 0
 DAMAGED = 1
@@ -90,67 +90,6 @@ def config_arg(config: str) -> str | dict[str, Any]:
         raise ConfigError([f"config from stdin (--config -): expected a mapping of settings, "
                            f"got {type(data).__name__}"])
     return expand_env(data, "<stdin>")
-
-
-def add_export(sub: Any, store_help: str, cache_help: str, default_store: str) -> None:
-    """The `raycache export` command's parser."""
-    text = ("write a version's rows (key, labels, vectors as fixed-size lists) to Parquet, "
-            "Lance or Qdrant, for other tools")
-    p = sub.add_parser("export", help=text, description=text)
-    p.add_argument("cache", help=cache_help)
-    p.add_argument("--to", required=True,
-                   help="parquet: a file path or URI, or - for stdout; lance: a dataset folder "
-                        "or URI; qdrant: a local folder (qdrant-client's local mode) or an "
-                        "http(s) URL")
-    p.add_argument("--format", choices=["parquet", "lance", "qdrant"], default="parquet",
-                   help="what to write (default parquet; lance needs pylance, qdrant "
-                        "qdrant-client)")
-    p.add_argument("--store", default=default_store, help=store_help)
-    p.add_argument("--encoders", nargs="+", metavar="ENCODER",
-                   help="the encoders whose vectors are written (default: all)")
-    p.add_argument("--dtype", choices=["float32", "float16", "float64"], default="float32",
-                   help="the vectors' number type (default float32)")
-    p.add_argument("--collection", help="qdrant: the collection (default: the cache's name)")
-    p.add_argument("--index", action="store_true",
-                   help="lance: build an IVF_PQ vector index on the first encoder (cosine)")
-    p.add_argument("--head", metavar="CHECKPOINT",
-                   help="also a trained head's vectors of each row (a similarity head's "
-                        "embeddings; --layer penultimate for a classifier's last hidden layer)"
-                        "; only its column unless --encoders names some")
-    p.add_argument("--layer", choices=["output", "penultimate"], default="output",
-                   help="--head: its output layer (default) or the one before it")
-    p.add_argument("--head-column", default="head",
-                   help="--head: the column of its vectors (default head)")
-    p.add_argument("--tensor", action="store_true",
-                   help="parquet: vectors as Arrow fixed-shape tensors (Ray Data reads 2-D "
-                        "arrays; Hugging Face datasets cannot read them)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing file, dataset or collection")
-    p.add_argument("--json", action="store_true", help="print the result's fields as JSON")
-
-
-def export(args: argparse.Namespace, store: Any) -> int:
-    """`raycache export`: the SDK's export; with `--to -` the file goes to stdout and the
-    summary to stderr."""
-    from raycache._export.run import export as run
-
-    to: Any = args.to
-    if to == "-":
-        if args.format != "parquet":
-            from raycache._errors import ConfigError
-
-            raise ConfigError([f"--to - (stdout) takes --format parquet, not {args.format}; "
-                               "name a folder or URL for lance and qdrant"])
-        to = sys.stdout.buffer
-    result = run(args.cache, to, args.format, store=store, encoders=args.encoders,
-                 dtype=args.dtype, overwrite=args.overwrite, collection=args.collection,
-                 index=args.index, head=args.head, layer=args.layer,
-                 head_column=args.head_column, tensor=args.tensor)
-    if args.json and args.to != "-":
-        print_json(result)
-    else:
-        print(result.summary(), file=sys.stderr if args.to == "-" else sys.stdout)
-    return OK
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raycache._cli import main
-from raycache._cli_predict import _jsonl
+from raycache._cli.predict import _jsonl
 
 
 def predictions(path) -> str:

@@ -3,6 +3,7 @@ verify and gc (one JSON document, nothing else on stdout), distinct exit codes, 
 export` (to a file, to stdout with `--to -`, to Lance and Qdrant), and curves.png of a one-solve
 head showing its values."""
 
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -18,11 +19,11 @@ import pytest
 import raycache
 from raycache import _cli
 from raycache._cli import main
-from raycache._scripting import CRASH, DAMAGED, ERROR, EXIT_CODES, USAGE, jsonable
+from raycache._cli.scripting import CRASH, DAMAGED, ERROR, EXIT_CODES, USAGE, jsonable
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,7 @@ def test_exit_codes_are_distinct_and_documented(store, tmp_path, capsys, monkeyp
     def broken(args):
         raise RuntimeError("a bug")
 
-    monkeypatch.setitem(_cli.COMMANDS, "du", broken)
+    monkeypatch.setitem(_cli.COMMANDS, "du", dataclasses.replace(_cli.COMMANDS["du"], run=broken))
     assert main(["du", "--store", store]) == CRASH
     err = capsys.readouterr().err
     assert "Traceback" in err and "RuntimeError: a bug" in err and "crashed (exit code 4)" in err
@@ -207,7 +208,7 @@ def test_json_summaries_are_one_document_on_stdout_with_the_results_fields(store
     assert [r["id"] for r in out] == [f"row-{i:05d}" for i in range(5)]
     assert all(isinstance(r["prediction"], int) for r in out)
     assert "predict: 5 rows -> -" in piped.err
-    from raycache._cli_predict import sniff
+    from raycache._cli.predict import sniff
 
     assert (sniff(b' \n{"id": 1}'), sniff(b"id,text\n1,a\n")) == ("jsonl", "csv")
 
@@ -263,7 +264,7 @@ def test_a_summarys_json_holds_no_storage_options_or_credentials(store):
 
 
 def test_tables_are_drawn_by_rich_on_a_wide_terminal_and_plain_in_a_pipe(capsys, monkeypatch):
-    from raycache._cli_tables import print_table
+    from raycache._cli.tables import print_table
 
     rows = [["toy/abc", 300], ["docs/def", 12]]
     print_table(["cache", "rows"], rows, plain=["toy/abc rows=300", "docs/def rows=12"])
