@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 
 import raycache
 from raycache._demo import MODEL
+from raycache._fit.part import expected, load_share, pieces, read_piece
 from raycache._source.demo_data import stdlib_docs
-from raycache._train.data.share_reads import expected, load_share, pieces, read_piece
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.driver.plan import prepare
 

@@ -8,7 +8,7 @@ import raycache
 
 ROOT = Path(raycache.__file__).parent
 LAYERS = ["_errors", "_core", "_source", "_cache", "_encoders", "_compute", "_fill", "_heads",
-          "_train", "_probe", "_predict", "_upkeep", "_export", "_serve", "public"]
+          "_fit", "_train", "_probe", "_predict", "_upkeep", "_export", "_serve", "public"]
 """Bottom to top: a module may import from its own layer and those below it."""
 PUBLIC = {"__init__", "__main__", "_cli", "_cli_demo", "_cli_evaluate", "_cli_interrupted",
           "_cli_jobs", "_cli_predict", "_cli_runs", "_cli_serve", "_cli_store", "_cli_tables",

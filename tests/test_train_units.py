@@ -17,10 +17,10 @@ from raycache._cache.store import Store
 from raycache._core.config import load
 from raycache._errors import ConfigError
 from raycache._heads.specs import HEAD_CONFIG, HeadSpec, build_head
-from raycache._train import checkpoint as ckpt
 from raycache._train.config import LossConfig, TrainConfig
 from raycache._train.driver.plan import load_config as load_train
-from raycache._train.metrics_log import CURVES, METRICS, TENSORBOARD, write_artifacts
+from raycache._train.folder import checkpoints as ckpt
+from raycache._train.folder.metrics import CURVES, METRICS, TENSORBOARD, write_artifacts
 from raycache._train.optim import OPTIMIZERS, SCHEDULES, Schedule, build_optimizer
 from raycache._train.runspec import Recipe, WorkerSpec, digest
 from tests.conftest import free_port
@@ -519,7 +519,7 @@ def test_the_key_split_is_zlib_crc32_of_each_keys_text_whatever_its_length_or_ty
 
     import pyarrow as pa
 
-    from raycache._train.data.split import BUCKETS, validation_mask
+    from raycache._fit.split import BUCKETS, validation_mask
 
     keys = [pa.array(np.arange(-1000, 20_000, 7, dtype=np.int64)),
             pa.array(["", "é", "日本語", "x" * 64, "y" * 65, "row-17"]),
@@ -534,8 +534,8 @@ def test_an_in_memory_share_gathers_each_sides_rows_in_order_from_every_shard(tm
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from raycache._fit.split import validation_mask
     from raycache._train.data.in_memory import InMemory
-    from raycache._train.data.split import validation_mask
 
     rng = np.random.default_rng(1)
     shards, tables = [], []

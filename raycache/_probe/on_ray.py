@@ -93,7 +93,7 @@ def check(count: int, cpus: float, nodes: list[dict[str, float]], training: bool
 
 def share_spec(cfg: ProbeConfig, group: list[Target], world: int) -> Any:
     """A WorkerSpec of training on `world` workers over the group's cache, its head reading every
-    encoder of the group: what raycache._train.data.share_reads.load_share reads a share by."""
+    encoder of the group: what raycache._fit.part.load_share reads a share by."""
     from raycache._probe.heads import train_config
     from raycache._train.driver.plan import load_config as load_train
     from raycache._train.driver.plan import prepare
@@ -115,8 +115,8 @@ def logreg(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
     import ray
     import torch
 
-    from raycache._train.lbfgs import minimize
-    from raycache._train.logreg import penalty, standardizer, to_raw
+    from raycache._fit.lbfgs import minimize
+    from raycache._fit.logreg import penalty, standardizer, to_raw
 
     settings, k, d = cfg.logreg, data.spec.num_classes, data.spec.in_dim
     cs, n = list(settings.C), data.train_rows

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 
 from raycache._cache.store import Store
+from raycache._fit.part import features, label_ids, load_share
+from raycache._fit.split import validation_mask
 from raycache._probe.knn import QUERY_ROWS, merge, neighbours, predict, prepared
 from raycache._probe.metrics import confusion
-from raycache._train.data.share_reads import features, label_ids, load_share
-from raycache._train.data.split import validation_mask
 from raycache._train.runspec import WorkerSpec
 
 __all__ = ["ShareWorker"]
@@ -43,23 +43,23 @@ class ShareWorker:
         return int((~held).sum()), int(held.sum())
 
     def logreg_sums(self, column: str) -> Any:
-        """This share's training rows' moment sums (raycache._train.logreg.moment_sums): every
+        """This share's training rows' moment sums (raycache._fit.logreg.moment_sums): every
         share's added up standardise the features as in this process."""
         import torch
 
-        from raycache._train.logreg import moment_sums
+        from raycache._fit.logreg import moment_sums
 
         return moment_sums(torch.from_numpy(self._train(column)[0]))
 
     def logreg_term(self, column: str, params: Any, classes: int, groups: int, rows: int,
                     scale: tuple[Any, Any]) -> tuple[Any, Any]:
-        """This share's part of every C's data term (raycache._train.logreg.data_term) on its
+        """This share's part of every C's data term (raycache._fit.logreg.data_term) on its
         training rows standardised by `scale` (every share's mean, sd), over `rows` training
         rows of all shares: ([G], [G, m])."""
         import torch
 
         from raycache._core.threads import sized
-        from raycache._train.logreg import data_term
+        from raycache._fit.logreg import data_term
 
         x, y = self._train(column)
         z = (torch.from_numpy(x) - scale[0]) / scale[1]

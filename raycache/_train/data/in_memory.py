@@ -10,7 +10,7 @@ import pyarrow as pa
 import torch
 
 from raycache._cache.reads import map_ordered
-from raycache._train.data.share_reads import (
+from raycache._fit.part import (
     Batches,
     all_views,
     expected,
@@ -22,7 +22,7 @@ from raycache._train.data.share_reads import (
     rows_of,
     view_columns,
 )
-from raycache._train.data.split import validation_mask
+from raycache._fit.split import validation_mask
 from raycache._train.data.views import draw, row_ids
 from raycache._train.runspec import WorkerSpec
 

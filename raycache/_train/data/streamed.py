@@ -12,7 +12,7 @@ import torch
 
 from raycache._cache.entry_rows import Selection
 from raycache._cache.reads import read_unchecked
-from raycache._train.data.share_reads import (
+from raycache._fit.part import (
     Batches,
     all_views,
     cached_columns,
@@ -23,7 +23,7 @@ from raycache._train.data.share_reads import (
     rows_of,
     view_columns,
 )
-from raycache._train.data.split import validation_mask
+from raycache._fit.split import validation_mask
 from raycache._train.data.views import draw, row_ids
 from raycache._train.runspec import WorkerSpec
 

@@ -28,7 +28,7 @@ from raycache._train.config import TrainConfig
 from raycache._train.defaults import feature_l1, resolve_solver
 from raycache._train.driver.columns import Columns
 from raycache._train.driver.placement import cluster, resolve_placement, resolve_workers
-from raycache._train.driver.runs import read_record, runs_dir
+from raycache._train.folder.record import read_record, runs_dir
 from raycache._train.objectives import OBJECTIVES
 from raycache._train.runspec import Member, Recipe, WorkerSpec, digest, keeps, sweep_record
 from raycache._train.sweep.grid import apply, members
@@ -259,7 +259,7 @@ def _null_labels(cache: Cache, label: str, nulls: int, read: Columns) -> str:
 def split_problems(cfg: TrainConfig, cache: Cache, read: Columns) -> None:
     """A ConfigError where evaluation.val_fraction leaves no training or no validation rows
     (the split is by a hash of each key, so small caches are counted key by key)."""
-    from raycache._train.data.split import sides
+    from raycache._fit.split import sides
 
     key, fraction = cache.manifest.key_column, cfg.evaluation.val_fraction
     rows = len(read(key)) if read.filling else cache.manifest.rows

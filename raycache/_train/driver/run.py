@@ -23,7 +23,6 @@ from raycache._errors import (
     StoreUnavailable,
 )
 from raycache._heads.specs import HEAD_CONFIG
-from raycache._train import checkpoint as ckpt
 from raycache._train.config import TrainConfig
 from raycache._train.console import quiet_ray_train
 from raycache._train.driver.lease import run_lease
@@ -31,8 +30,9 @@ from raycache._train.driver.plan import check, cluster, guard_run_folder, prepar
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.driver.resources import check_local
 from raycache._train.driver.result import TrainResult
-from raycache._train.driver.runs import read_record, runs_dir, write_record
-from raycache._train.metrics_log import read_sweep
+from raycache._train.folder import checkpoints as ckpt
+from raycache._train.folder.metrics import read_sweep
+from raycache._train.folder.record import read_record, runs_dir, write_record
 from raycache._train.runspec import WorkerSpec
 
 if TYPE_CHECKING:

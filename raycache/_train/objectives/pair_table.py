@@ -18,10 +18,10 @@ import torch
 
 from raycache._cache.vectors import unpack
 from raycache._errors import ConfigError, SourceError
+from raycache._fit.part import features, selected
+from raycache._fit.split import validation_mask
 from raycache._source.config import SourceConfig
 from raycache._train.config import PairsConfig
-from raycache._train.data.share_reads import features, selected
-from raycache._train.data.split import validation_mask
 
 if TYPE_CHECKING:
     from raycache._cache.committed import Cache

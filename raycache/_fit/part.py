@@ -14,10 +14,10 @@ import torch
 from raycache._cache.columns import input_column, views_column
 from raycache._cache.reads import kept_of, map_ordered, read_checked, read_unchecked
 from raycache._errors import RaycacheError
-from raycache._train.runspec import WorkerSpec
 
 if TYPE_CHECKING:
     from raycache._heads.joint import Inputs
+    from raycache._train.runspec import WorkerSpec
 
 __all__ = ["Batches", "all_views", "cached_columns", "expected", "features", "label_ids",
            "load_share", "pieces", "read_piece", "rows_of", "selected", "to_arrays",
