@@ -25,7 +25,7 @@ SDK_NAMES = frozenset({"fill", "train", "probe", "pipeline"})
 RENAMED = {"_train.data.landing": "_train.data.overlap",
            "_train.data.board": "_train.data.shard_feed",
            "_train.team": "_train.worker.heads", "_train.best": "_train.worker.best_epoch",
-           "_train.data.shares": "_fit.part", "_train.runs": "_train.folder.record",
+           "_train.data.shares": "_train.data.rows", "_train.runs": "_train.folder.record",
            **{f"_train.{m}": f"_train.driver.{m}" for m in (
                "plan", "placement", "run", "result", "resources", "failures")},
            **{f"_train.{m}": f"_train.worker.{m}" for m in (

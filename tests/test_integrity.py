@@ -72,8 +72,8 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
         assert f"raycache repair toy --store {cache.store.uri}" in msg and "sha256" in msg
     assert cache.read_table(limit=10).num_rows == 10  # shard 0 alone is sound
 
-    from raycache._fit.part import load_share
     from raycache._train.data.in_memory import InMemory
+    from raycache._train.data.rows import load_share
     from raycache._train.data.streamed import Streamed
     from raycache._train.driver.plan import prepare
 

@@ -1,53 +1,92 @@
-"""Reading a worker's share of the cache: its pieces (shard, rows), each shard read whole and
-checked, and rows as arrays (features, class ids) for training."""
+"""Reading a worker's part of a cache's rows: its pieces (shard, rows), each shard read whole and
+checked, as a `Reading` (the cache's shards, their checks and kept rows) says; and rows as
+float32 features."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import torch
 
-from raycache._cache.columns import input_column, views_column
+from raycache._cache.entry_rows import reads_whole, selection
 from raycache._cache.reads import kept_of, map_ordered, read_checked, read_unchecked
-from raycache._errors import RaycacheError
+from raycache._cache.records import ShardEntry
+from raycache._cache.store import Store
 
 if TYPE_CHECKING:
-    from raycache._heads.joint import Inputs
-    from raycache._train.runspec import WorkerSpec
+    from raycache._cache.committed import Cache
 
-__all__ = ["Batches", "all_views", "cached_columns", "expected", "features", "label_ids",
-           "load_share", "pieces", "read_piece", "rows_of", "selected", "to_arrays",
-           "view_columns"]
-
-Batches = Iterator[tuple["torch.Tensor | Inputs", torch.Tensor]]
+__all__ = ["Reading", "expected", "features", "keeps", "load_part", "pieces", "read_piece",
+           "selected"]
 
 
-def to_arrays(batch: pa.Table, encoders: tuple[str, ...], label: str,
-              names: tuple[str, ...] = (), keep: np.ndarray | None = None
-              ) -> tuple[np.ndarray, ...]:
-    """Concatenated embedding columns as float32 features, and the label column as int64
-    class ids (see label_ids); with `keep` (a boolean mask), only those rows."""
-    y = label_ids(batch.column(label), names)
-    return features(batch, encoders, keep), y if keep is None else y[keep]
+@dataclass(frozen=True)
+class Reading:
+    """What a worker reads its part of a cache's rows by: the store, every shard (path, rows)
+    in manifest order, their checks and the rows each version keeps of them. Training's
+    WorkerSpec carries one (`WorkerSpec.reading`); the probe builds one with `of`."""
+
+    store: Store
+    """Where the shards are."""
+    name: str
+    """The cache as errors name it: `<cache>/<fingerprint>`."""
+    shards: tuple[tuple[str, int], ...]
+    """(path, rows) of every shard, in manifest order."""
+    checks: tuple[tuple[int, str], ...] = ()
+    """(bytes, sha256) of every shard, in `shards` order; empty: shards are read unchecked."""
+    keeps: tuple[tuple[str, int], ...] = ()
+    """(row selection, rows in the file) of every shard, in `shards` order (see `keeps`);
+    empty: every shard is read whole."""
+
+    @classmethod
+    def of(cls, cache: Cache, store: Store | None = None, verify: bool = True) -> Reading:
+        """A committed cache's reading: its shards, checked unless `verify` is false, read from
+        `store` (the cache's own if None: a worker's copy, say)."""
+        m = cache.manifest
+        return cls(store or cache.store, f"{m.name}/{m.fingerprint}",
+                   tuple((p, s.rows) for p, s in zip(cache.shard_paths(), m.shards, strict=True)),
+                   tuple((s.bytes, s.sha256) for s in m.shards) if verify else (),
+                   keeps(m.shards))
+
+    @property
+    def rows(self) -> int:
+        """The rows of every shard."""
+        return sum(rows for _, rows in self.shards)
+
+    @functools.cached_property
+    def selections(self) -> dict[str, tuple[str, int]]:
+        """Shard path -> (row selection, rows in the file), for the shards read in part."""
+        if not self.keeps:
+            return {}
+        return {path: keep for (path, _), keep in zip(self.shards, self.keeps, strict=True)
+                if keep[0]}
+
+    @functools.cached_property
+    def rows_of(self) -> dict[str, int]:
+        """Shard path -> the rows its entry says the version reads of it."""
+        return dict(self.shards)
 
 
-def label_ids(column: pa.ChunkedArray | pa.Array, names: tuple[str, ...] = ()) -> np.ndarray:
-    """A label column as int64 class ids: a named label's values by their place in `names`
-    (the head's class names), an integer label as it is."""
-    if not names:
-        return column.to_numpy().astype(np.int64)
-    if pa.types.is_dictionary(column.type):
-        column = column.cast(column.type.value_type)
-    ids = pc.index_in(column, value_set=pa.array(names, column.type))
-    if ids.null_count:
-        unknown = pc.filter(column, pc.is_null(ids)).unique().to_pylist()[:5]
-        raise RaycacheError(f"label values {unknown} are not among the run's classes "
-                            f"{list(names)[:10]}; the cache changed under the run: train again")
-    return ids.to_numpy().astype(np.int64)
+def keeps(shards: Sequence[ShardEntry]) -> tuple[tuple[str, int], ...]:
+    """Reading.keeps of a manifest's shards: empty where every shard is read whole."""
+    if all(map(reads_whole, shards)):
+        return ()
+    return tuple(selection(s) for s in shards)
+
+
+def load_part(reading: Reading, columns: list[str], rank: int, world: int) -> pa.Table | None:
+    """This worker's contiguous 1/world of the cache's rows, `columns` of them, read straight
+    from the store (each shard whole and checked against the manifest when the reading carries
+    checks), in parallel."""
+    checks = expected(reading)
+    tables = list(map_ordered(
+        lambda p: read_piece(reading, p[0], columns, checks.get(p[0])).slice(p[1], p[2] - p[1]),
+        pieces(reading, rank, world)))
+    return pa.concat_tables(tables, promote_options="default") if tables else None
 
 
 def features(batch: pa.Table, encoders: tuple[str, ...], keep: np.ndarray | None = None,
@@ -88,96 +127,40 @@ def features(batch: pa.Table, encoders: tuple[str, ...], keep: np.ndarray | None
     return x
 
 
-def view_columns(spec: WorkerSpec) -> list[str]:
-    """The views columns a run trains on (none when it uses no views)."""
-    return [views_column(e) for e in spec.head.encoders if e in spec.view_encoders]
-
-
-def all_views(batch: pa.Table, spec: WorkerSpec) -> np.ndarray:
-    """Every row's K views as float32 (rows, K, in_dim), the encoders concatenated in order; an
-    encoder without views gives its clean embedding to every view."""
-    k, parts = spec.views, []
-    for name in spec.head.encoders:
-        col = batch.column(views_column(name) if name in spec.view_encoders else name)
-        col = col.combine_chunks()
-        flat = col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), -1)
-        per = flat.reshape(len(col), k, -1) if name in spec.view_encoders else \
-            np.broadcast_to(flat[:, None, :], (len(col), k, flat.shape[1]))
-        parts.append(per)
-    return np.concatenate(parts, axis=2, dtype=np.float32)
-
-
-def load_share(spec: WorkerSpec, rank: int, world: int) -> pa.Table | None:
-    """This worker's contiguous 1/world of the cache's rows, read straight from the store (each
-    shard whole and checked against the manifest when the spec carries checks), in parallel."""
-    columns = [spec.key, spec.head.label, *cached_columns(spec), *view_columns(spec)]
-    checks = expected(spec)
-    tables = list(map_ordered(
-        lambda p: read_piece(spec, p[0], columns, checks.get(p[0])).slice(p[1], p[2] - p[1]),
-        pieces(spec, rank, world)))
-    return pa.concat_tables(tables, promote_options="default") if tables else None
-
-
-def cached_columns(spec: WorkerSpec) -> list[str]:
-    """The shard columns a worker reads besides key and label: the frozen encoders' embeddings,
-    and the trainable encoders' inputs."""
-    return [*spec.head.frozen, *(input_column(e) for e in spec.head.trainable)]
-
-
-def rows_of(table: pa.Table, spec: WorkerSpec, rows: np.ndarray | None = None
-            ) -> tuple[torch.Tensor | Inputs, torch.Tensor]:
-    """A table's `rows` (all: None; row numbers, or a boolean mask) as (model inputs, labels):
-    the frozen features as one float32 tensor, or with trainable encoders as Inputs
-    (raycache._heads.joint)."""
-    keep = rows if rows is not None and rows.dtype == np.bool_ else None
-    x, y = to_arrays(table, spec.head.frozen, spec.head.label, spec.head.class_names, keep)
-    if rows is not None and keep is None:
-        x, y = np.take(x, rows, axis=0), y[rows]
-    if not spec.head.trainable:  # np.take copied; a whole table's x may be a read-only view
-        return (torch.from_numpy(x) if x.flags.writeable else torch.tensor(x)), \
-            torch.from_numpy(y)
-    from raycache._heads.joint import inputs
-
-    if rows is not None:
-        table = table.filter(pa.array(keep)) if keep is not None else table.take(pa.array(rows))
-    return inputs(table, spec.head, x), torch.from_numpy(y)
-
-
-def expected(spec: WorkerSpec) -> dict[str, tuple[int, str]]:
+def expected(reading: Reading) -> dict[str, tuple[int, str]]:
     """Each shard path's (bytes, sha256) from the manifest; empty where the run reads unchecked."""
-    if not spec.checks:
+    if not reading.checks:
         return {}
-    return {path: check for (path, _), check in zip(spec.shards, spec.checks, strict=True)}
+    return {path: check for (path, _), check in zip(reading.shards, reading.checks, strict=True)}
 
 
-def read_piece(spec: WorkerSpec, path: str, columns: list[str],
+def read_piece(reading: Reading, path: str, columns: list[str],
                check: tuple[int, str] | None) -> pa.Table:
     """A shard read whole and checked against (bytes, sha256) (CorruptShard on a mismatch); with
     no check, only `columns`; either way only the rows its version keeps."""
-    label = f"{spec.head.cache}/{spec.head.fingerprint}"
     if check is not None:
-        table = read_checked(spec.store, path, *check, label, columns)
+        table = read_checked(reading.store, path, *check, reading.name, columns)
     else:
-        table = read_unchecked(spec.store, path, columns, label)
-    return selected(spec, path, table)
+        table = read_unchecked(reading.store, path, columns, reading.name)
+    return selected(reading, path, table)
 
 
-def selected(spec: WorkerSpec, path: str, table: pa.Table) -> pa.Table:
+def selected(reading: Reading, path: str, table: pa.Table) -> pa.Table:
     """A shard's rows that the cache's version keeps (a shard it shares in part with an older
     version: raycache._cache.selection), or all of them; a CorruptShard where the file holds
     another number of rows than its entry says."""
-    keep = spec.selections.get(path)
-    if not keep and path in spec.rows_of:  # a committed whole entry: its row count checked
-        keep = ("", spec.rows_of[path])  # (a shard landing in a first pass has no entry yet)
-    return kept_of(spec.store, path, f"{spec.head.cache}/{spec.head.fingerprint}", table,
-                   *keep) if keep else table
+    keep = reading.selections.get(path)
+    if not keep and path in reading.rows_of:  # a committed whole entry: its row count checked
+        keep = ("", reading.rows_of[path])  # (a shard landing in a first pass has no entry yet)
+    return kept_of(reading.store, path, reading.name, table, *keep) if keep else table
 
 
-def pieces(spec: WorkerSpec, rank: int, world: int) -> list[tuple[str, int, int]]:
+def pieces(reading: Reading, rank: int, world: int) -> list[tuple[str, int, int]]:
     """(shard path, first row, end row) of this worker's contiguous 1/world of the rows."""
-    lo, hi = spec.rows * rank // world, spec.rows * (rank + 1) // world
+    total = reading.rows
+    lo, hi = total * rank // world, total * (rank + 1) // world
     out, start = [], 0
-    for path, rows in spec.shards:
+    for path, rows in reading.shards:
         end = start + rows
         if end > lo and start < hi:
             out.append((path, max(lo - start, 0), min(hi, end) - start))

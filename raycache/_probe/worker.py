@@ -1,6 +1,6 @@
-"""A probe's Ray worker: its share of a cache's rows (read as a DDP worker reads its share,
-split by key), and the methods' work on it; only small arrays go back (a loss and gradient,
-top-k neighbours, confusion counts), never the rows or their predictions."""
+"""A probe's Ray worker: its part of a cache's rows (read as a DDP worker reads its part, by
+raycache._fit.part, split by key), and the methods' work on it; only small arrays go back (a
+loss and gradient, top-k neighbours, confusion counts), never the rows or their predictions."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from raycache._cache.labels import label_ids
 from raycache._cache.store import Store
-from raycache._fit.part import features, label_ids, load_share
+from raycache._fit.part import Reading, features, load_part
 from raycache._fit.split import validation_mask
 from raycache._probe.knn import QUERY_ROWS, merge, neighbours, predict, prepared
 from raycache._probe.metrics import confusion
-from raycache._train.runspec import WorkerSpec
 
 __all__ = ["ShareWorker"]
 
@@ -26,18 +26,19 @@ class ShareWorker:
         self.rows: dict[str, tuple[np.ndarray, ...]] = {}
         self.preds: dict[tuple[str, str], list[np.ndarray]] = {}
 
-    def load(self, spec: WorkerSpec, rank: int, world: int, val_fraction: float
+    def load(self, reading: Reading, key: str, label: str, names: tuple[str, ...],
+             columns: tuple[str, ...], rank: int, world: int, val_fraction: float
              ) -> tuple[int, int]:
-        """Read this rank's share of the cache (the rows and shards training's rank would
-        read, each shard checked) and split it by key: (training rows, validation rows)."""
+        """Read this rank's part of the cache (the rows and shards training's rank would
+        read, each shard checked), the embedding `columns` and the `label` (class `names`),
+        and split it by `key`: (training rows, validation rows)."""
         self.rows, self.preds = {}, {}
-        table = load_share(spec, rank, world)
+        table = load_part(reading, [key, label, *columns], rank, world)
         if table is None:
             return 0, 0
-        held = validation_mask(table.column(spec.key), val_fraction).to_numpy(
-            zero_copy_only=False)
-        y = label_ids(table.column(spec.head.label), spec.head.class_names)
-        for column in spec.head.frozen:
+        held = validation_mask(table.column(key), val_fraction).to_numpy(zero_copy_only=False)
+        y = label_ids(table.column(label), names)
+        for column in columns:
             x = np.array(features(table, (column,)), dtype=np.float32, copy=True)
             self.rows[column] = (x[~held], y[~held], x[held], y[held])
         return int((~held).sum()), int(held.sum())

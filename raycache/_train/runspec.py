@@ -8,13 +8,11 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from raycache._cache.entry_rows import reads_whole, selection
-from raycache._cache.records import ShardEntry
 from raycache._cache.store import Store
+from raycache._fit.part import Reading
 from raycache._heads.specs import HeadSpec
 from raycache._train.config import (
     EvalConfig,
@@ -28,7 +26,7 @@ from raycache._train.config import (
 )
 from raycache._train.defaults import resolve, resolve_lr
 
-__all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "WorkerSpec", "digest", "keeps",
+__all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "WorkerSpec", "digest",
            "sweep_record"]
 
 RUN_SPEC_VERSION = 1
@@ -250,17 +248,10 @@ class WorkerSpec:
     """The spec's layout version (RUN_SPEC_VERSION), recorded in run.json."""
 
     @functools.cached_property
-    def selections(self) -> dict[str, tuple[str, int]]:
-        """Shard path -> (row selection, rows in the file), for the shards read in part."""
-        if not self.keeps:
-            return {}
-        return {path: keep for (path, _), keep in zip(self.shards, self.keeps, strict=True)
-                if keep[0]}
-
-    @functools.cached_property
-    def rows_of(self) -> dict[str, int]:
-        """Shard path -> the rows its entry says the version reads of it."""
-        return dict(self.shards)
+    def reading(self) -> Reading:
+        """How a worker reads its part of the rows (raycache._fit.part)."""
+        return Reading(self.store, f"{self.head.cache}/{self.head.fingerprint}", self.shards,
+                       self.checks, self.keeps)
 
     @property
     def world(self) -> int:
@@ -316,13 +307,6 @@ class WorkerSpec:
             The sha256, hex: the same for runs that must train the same head.
         """
         return digest(self.head, self.recipe, self.sweep_record(), self.views)
-
-
-def keeps(shards: Sequence[ShardEntry]) -> tuple[tuple[str, int], ...]:
-    """WorkerSpec.keeps of a manifest's shards: empty where every shard is read whole."""
-    if all(map(reads_whole, shards)):
-        return ()
-    return tuple(selection(s) for s in shards)
 
 
 def sweep_record(sweep: tuple[Member, ...], select: str, mode: str) -> dict[str, Any]:

@@ -31,9 +31,10 @@ from raycache._errors import FillFailed
 from raycache._fill.commit import manifest_of, resumable
 from raycache._fill.plan import Plan
 from raycache._fill.run import FillResult, complete
+from raycache._fit.part import keeps
 from raycache._fit.split import validation_mask
 from raycache._train.data.streamed import Streamed
-from raycache._train.runspec import WorkerSpec, keeps
+from raycache._train.runspec import WorkerSpec
 
 __all__ = ["POLL_S", "Feed", "FirstPass", "OverlapFill", "first_pass"]
 

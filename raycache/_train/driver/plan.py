@@ -22,6 +22,7 @@ from raycache._core.trust import Trust
 from raycache._encoders.config import EncoderConfig
 from raycache._encoders.trusted import check_encoders
 from raycache._errors import ConfigError
+from raycache._fit.part import keeps
 from raycache._heads import HEADS
 from raycache._heads.specs import HeadSpec, standardizes
 from raycache._train.config import TrainConfig
@@ -30,7 +31,7 @@ from raycache._train.driver.columns import Columns
 from raycache._train.driver.placement import cluster, resolve_placement, resolve_workers
 from raycache._train.folder.record import read_record, runs_dir
 from raycache._train.objectives import OBJECTIVES
-from raycache._train.runspec import Member, Recipe, WorkerSpec, digest, keeps, sweep_record
+from raycache._train.runspec import Member, Recipe, WorkerSpec, digest, sweep_record
 from raycache._train.sweep.grid import apply, members
 
 __all__ = ["check", "cluster", "config_problems", "guard_run_folder", "overlap_problems",
@@ -173,7 +174,8 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str], read: Colu
     """The label column, its class counts and, for a named label, its class names (sorted),
     checked (with the problems found so far; `read` reads a column where the manifest's
     label_stats do not tell)."""
-    from raycache._fill.keys import MAX_NAMED, label_stats, named
+    from raycache._cache.labels import MAX_NAMED, named
+    from raycache._fill.keys import label_stats
 
     m, family = cache.manifest, OBJECTIVES[cfg.objective]
     label = cfg.label or (m.label_columns[0] if m.label_columns else None)
@@ -384,13 +386,14 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
         progress=cfg.progress, sweep=sweep, select=select, select_mode=select_mode,
         views=views, view_encoders=view_encoders, why=why, tracking=tuple(cfg.tracking),
     )
-    guard_run_folder(cfg, spec)
+    guard_run_folder(cfg, spec, read_record(spec.store, spec.run_dir))
     return cache, spec
 
 
-def guard_run_folder(cfg: TrainConfig, spec: WorkerSpec) -> None:
-    """Never train over another run: the folder must be empty, or hold this config's run."""
-    record = read_record(spec.store, spec.run_dir)
+def guard_run_folder(cfg: TrainConfig, spec: WorkerSpec, record: dict[str, Any] | None
+                     ) -> None:
+    """Never train over another run: the folder must be empty (`record`, its run.json: None), or
+    hold this config's run."""
     if record is None:
         return
     if record.get("digest") != spec.digest():

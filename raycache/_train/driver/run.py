@@ -30,9 +30,8 @@ from raycache._train.driver.plan import check, cluster, guard_run_folder, prepar
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.driver.resources import check_local
 from raycache._train.driver.result import TrainResult
-from raycache._train.folder import checkpoints as ckpt
-from raycache._train.folder.metrics import read_sweep
-from raycache._train.folder.record import read_record, runs_dir, write_record
+from raycache._train.folder.record import runs_dir
+from raycache._train.folder.run_folder import RunFolder
 from raycache._train.runspec import WorkerSpec
 
 if TYPE_CHECKING:
@@ -165,23 +164,23 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
     if filling is not None:
         spec = filling.runspec(spec)
     with run_lease(spec.store, spec.run_dir, spec.run_name):  # one train of a run at a time
-        guard_run_folder(cfg, spec)  # again, held: another run may have written it since
-        return _held(cfg, cache, spec, start, filling)
+        folder = RunFolder.open(spec.store, spec.run_dir)  # its record and checkpoints, once
+        guard_run_folder(cfg, spec, folder.record)  # again, held: another run may have written
+        return _held(cfg, cache, spec, folder, start, filling)
 
 
-def _held(cfg: TrainConfig, cache: Cache, spec: WorkerSpec, start: float,
+def _held(cfg: TrainConfig, cache: Cache, spec: WorkerSpec, folder: RunFolder, start: float,
           filling: OverlapFill | None) -> TrainResult:
     """The run, its lease held: returned where it finished before, else trained (resumed from
     its newest checkpoint) and recorded."""
-    store = spec.store
-    record = read_record(store, spec.run_dir)
-    if record and record["status"] == "finished" and ckpt.latest(store, spec.run_dir):
-        return _result(cache, spec, start, {"resumed_from": []},
-                       finished_before=record.get("updated") or "?")
-    first_epoch = _epochs_done(store, spec.run_dir)
+    record = folder.record
+    if folder.finished:
+        return _result(cache, spec, folder, start, {"resumed_from": []},
+                       finished_before=(record or {}).get("updated") or "?")
+    first_epoch = folder.epochs_done
     base = {**spec.record(), "started": (record or {}).get("started")}
     base = {k: v for k, v in base.items() if v is not None}
-    write_record(store, spec.run_dir, base, "running")
+    folder.write(base, "running")
     try:
         if not spec.num_workers:  # as Ray Train's local mode did, without importing it (~1 s)
             value = _train_loop({"spec": spec}) or {}
@@ -192,30 +191,22 @@ def _held(cfg: TrainConfig, cache: Cache, spec: WorkerSpec, start: float,
                 raise result.error
             value = result.return_value or {}
     except Exception as exc:
-        error = _failed(exc, spec, base)
+        error = _failed(exc, spec, folder, base)
         if error is exc:
             raise
         raise error from exc
     if filling is not None:
         cache = filling.result().cache  # committed: the first epoch's validation waited for it
-    out = _result(cache, spec, start, value, first_epoch=first_epoch)
+    folder.relist()  # the checkpoints training wrote
+    out = _result(cache, spec, folder, start, value, first_epoch=first_epoch)
     best = dict(out.monitored)
     if out.sweep:
         best = {spec.select: out.best[spec.select], "member": out.best["member"],
                 "settings": out.best["settings"], "epoch": out.best["epoch"]}
     diverged = {"diverged": out.diverged} if out.diverged else {}
-    write_record(store, spec.run_dir, base, "finished", best=best, checkpoint=out.checkpoint,
-                 metrics={k: v for k, v in out.metrics.items() if k != "placement"},
-                 **diverged)
+    folder.write(base, "finished", best=best, checkpoint=out.checkpoint,
+                 metrics={k: v for k, v in out.metrics.items() if k != "placement"}, **diverged)
     return out
-
-
-def _epochs_done(store: Store, run_dir: str) -> int:
-    """Epochs of the run's newest complete checkpoint (0: none): where a run resumes."""
-    path = ckpt.latest(store, run_dir)
-    if path is None:
-        return 0
-    return int(path.rsplit("/", 1)[-1].removeprefix(ckpt.PREFIX) or 0)
 
 
 def _check_cluster(cfg: TrainConfig, workers: int) -> None:
@@ -233,7 +224,8 @@ def _check_cluster(cfg: TrainConfig, workers: int) -> None:
         request_resources(**resources.request(cfg.resources, workers))
 
 
-def _failed(exc: Exception, spec: WorkerSpec, base: dict[str, Any]) -> RaycacheError:
+def _failed(exc: Exception, spec: WorkerSpec, folder: RunFolder, base: dict[str, Any]
+            ) -> RaycacheError:
     """The error a failed run raises (a worker's raycache error as its own type), with the run
     recorded as failed; what running it again does, said only where it is true."""
     typed = next((e for e in getattr(exc, "worker_failures", {}).values()
@@ -241,9 +233,9 @@ def _failed(exc: Exception, spec: WorkerSpec, base: dict[str, Any]) -> RaycacheE
     error = typed or (exc if isinstance(exc, RaycacheError) else None)
     store, again = spec.store, ""
     try:
-        write_record(store, spec.run_dir, base, "failed", error=f"{type(exc).__name__}: {exc}",
+        folder.write(base, "failed", error=f"{type(exc).__name__}: {exc}",
                      **({"resumable": False} if isinstance(error, DivergedError) else {}))
-        path = ckpt.latest(store, spec.run_dir)
+        path = folder.relist()
         again = (f"it resumes from its checkpoint {path.rsplit('/', 1)[-1]} when run again "
                  "with the same config" if path else
                  "it saved no checkpoint, so running it again starts over")
@@ -270,9 +262,9 @@ def _best(out: TrainResult, spec: WorkerSpec) -> float | None:
     return max(values) if spec.recipe.evaluation.mode == "max" else min(values)
 
 
-def _result(cache: Cache, spec: WorkerSpec, start: float, value: dict[str, Any],
-            **more: Any) -> TrainResult:
-    path = ckpt.latest(spec.store, spec.run_dir)
+def _result(cache: Cache, spec: WorkerSpec, folder: RunFolder, start: float,
+            value: dict[str, Any], **more: Any) -> TrainResult:
+    path = folder.latest
     if path is None:
         raise RaycacheError(f"run {spec.run_name!r} finished without a checkpoint in "
                             f"{spec.store.url(spec.run_dir)}; see the worker logs")
@@ -282,7 +274,7 @@ def _result(cache: Cache, spec: WorkerSpec, start: float, value: dict[str, Any],
         history = saved["history"]
     sweep = value.get("sweep")
     if sweep is None and spec.sweep:
-        sweep = read_sweep(spec.store, spec.run_dir)
+        sweep = folder.sweep()
     return TrainResult(cache=cache, spec=spec.view(), history=list(history),
                        checkpoint=spec.store.url(path), seconds=time.perf_counter() - start,
                        resumed_from=list(value.get("resumed_from", [])), sweep=list(sweep or []),

@@ -189,12 +189,13 @@ def join(spec: WorkerSpec, keys: pa.Array) -> tuple[pa.Array, np.ndarray, np.nda
     for path, rows in spec.shards:
         with spec.store.fs.open(path, "rb") as f:
             shard = pq.ParquetFile(f)
-            have = selected(spec, path, shard.read(columns=[spec.key])).column(spec.key)
+            have = selected(spec.reading, path, shard.read(columns=[spec.key])).column(spec.key)
             have = pc.cast(have, pa.string())
             hit = np.asarray(pc.is_in(have, value_set=keys), dtype=bool)
             if hit.any():
                 where = np.flatnonzero(hit)
-                table = selected(spec, path, unpack(shard.read(columns=list(spec.head.encoders))))
+                read = unpack(shard.read(columns=list(spec.head.encoders)))
+                table = selected(spec.reading, path, read)
                 table = table.take(where)
                 feats.append(np.array(features(table, spec.head.encoders)))
                 found.append(have.take(where))
