@@ -1,6 +1,6 @@
 """Reading a worker's part of a cache's rows: its pieces (shard, rows), each shard read whole and
-checked, as a `Reading` (the cache's shards, their checks and kept rows) says; and rows as
-float32 features."""
+checked, as a `Reading` (the cache's shards, their checks and kept rows) says; and its rows as
+arrays: float32 features, labels as class ids."""
 
 from __future__ import annotations
 
@@ -11,17 +11,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from raycache._cache.entry_rows import reads_whole, selection
 from raycache._cache.reads import kept_of, map_ordered, read_checked, read_unchecked
 from raycache._cache.records import ShardEntry
 from raycache._cache.store import Store
+from raycache._errors import RaycacheError
 
 if TYPE_CHECKING:
     from raycache._cache.committed import Cache
 
-__all__ = ["Reading", "expected", "features", "keeps", "load_part", "pieces", "read_piece",
-           "selected"]
+__all__ = ["Reading", "expected", "features", "keeps", "label_ids", "load_part", "pieces",
+           "read_piece", "selected"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,21 @@ def load_part(reading: Reading, columns: list[str], rank: int, world: int) -> pa
         lambda p: read_piece(reading, p[0], columns, checks.get(p[0])).slice(p[1], p[2] - p[1]),
         pieces(reading, rank, world)))
     return pa.concat_tables(tables, promote_options="default") if tables else None
+
+
+def label_ids(column: pa.ChunkedArray | pa.Array, names: tuple[str, ...] = ()) -> np.ndarray:
+    """A label column as int64 class ids: a named label's values by their place in `names`
+    (the head's class names), an integer label as it is."""
+    if not names:
+        return column.to_numpy().astype(np.int64)
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    ids = pc.index_in(column, value_set=pa.array(names, column.type))
+    if ids.null_count:
+        unknown = pc.filter(column, pc.is_null(ids)).unique().to_pylist()[:5]
+        raise RaycacheError(f"label values {unknown} are not among the run's classes "
+                            f"{list(names)[:10]}; the cache changed under the run: train again")
+    return ids.to_numpy().astype(np.int64)
 
 
 def features(batch: pa.Table, encoders: tuple[str, ...], keep: np.ndarray | None = None,

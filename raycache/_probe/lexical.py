@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from raycache._cache.labels import label_ids
 from raycache._core.extras import lacking
+from raycache._fit.part import label_ids
 from raycache._fit.split import validation_mask
 from raycache._probe.data import Candidate, Features
 from raycache._probe.result import LEXICAL

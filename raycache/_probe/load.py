@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from raycache._cache.labels import label_ids
-from raycache._fit.part import features
+from raycache._fit.part import features, label_ids
 from raycache._fit.split import validation_mask
 from raycache._probe.data import Features
 from raycache._probe.plan import Target

@@ -8,9 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from raycache._cache.labels import label_ids
 from raycache._cache.store import Store
-from raycache._fit.part import Reading, features, load_part
+from raycache._fit.part import Reading, features, label_ids, load_part
 from raycache._fit.split import validation_mask
 from raycache._probe.knn import QUERY_ROWS, merge, neighbours, predict, prepared
 from raycache._probe.metrics import confusion

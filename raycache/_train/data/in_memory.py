@@ -9,9 +9,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from raycache._cache.labels import label_ids
 from raycache._cache.reads import map_ordered
-from raycache._fit.part import expected, features, pieces, read_piece
+from raycache._fit.part import expected, features, label_ids, pieces, read_piece
 from raycache._fit.split import validation_mask
 from raycache._train.data.rows import Batches, all_views, load_share, rows_of, view_columns
 from raycache._train.data.views import draw, row_ids

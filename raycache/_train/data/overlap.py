@@ -174,12 +174,12 @@ class OverlapFill:
 
     def final(self, spec: WorkerSpec) -> WorkerSpec:
         """The run spec of the committed cache (waits for the commit; FillFailed)."""
-        return dataclasses.replace(spec, **self.committed())
+        return spec.replace(**self.committed())
 
     def runspec(self, spec: WorkerSpec) -> WorkerSpec:
         """The spec of a run whose first pass reads this fill as it lands; with DDP workers,
         the ShardFeed that tells them of it is started here (Ray is connected)."""
-        spec = dataclasses.replace(spec, filling=self.id)
+        spec = spec.replace(filling=self.id)
         if spec.num_workers:
             from raycache._train.data.shard_feed import NAMESPACE, ShardFeed
 
@@ -239,7 +239,7 @@ class FirstPass:
             return
         self.passed = True
         # a stream over the shards landed so far: the same checked read, split and shuffle
-        stream = Streamed(dataclasses.replace(self.spec, shards=(), rows=0, checks=()), 0,
+        stream = Streamed(self.spec.replace(shards=(), rows=0, checks=()), 0,
                           False, torch.device("cpu"))
         x, y = torch.empty(0), torch.empty(0, dtype=torch.int64)  # rows short of a batch
         world = self.spec.world
@@ -250,8 +250,8 @@ class FirstPass:
             if isinstance(record, ShardEntry):  # committed: maybe shared, maybe in part
                 path = file_path(self.spec.store, self.feed.dir, record)
                 if not reads_whole(record):
-                    stream.spec = dataclasses.replace(
-                        stream.spec, shards=(*stream.spec.shards, (path, record.rows)),
+                    stream.spec = stream.spec.replace(
+                        shards=(*stream.spec.shards, (path, record.rows)),
                         keeps=(*(stream.spec.keeps or [("", 0)] * len(stream.spec.shards)),
                                selection(record)))
             stream.pieces.append((path, 0, record.rows))

@@ -11,8 +11,7 @@ import pyarrow as pa
 import torch
 
 from raycache._cache.columns import input_column, views_column
-from raycache._cache.labels import label_ids
-from raycache._fit.part import features, load_part
+from raycache._fit.part import features, label_ids, load_part
 
 if TYPE_CHECKING:
     from raycache._heads.joint import Inputs

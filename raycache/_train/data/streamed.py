@@ -11,9 +11,8 @@ import pyarrow as pa
 import torch
 
 from raycache._cache.entry_rows import Selection
-from raycache._cache.labels import label_ids
 from raycache._cache.reads import read_unchecked
-from raycache._fit.part import expected, pieces, read_piece
+from raycache._fit.part import expected, label_ids, pieces, read_piece
 from raycache._fit.split import validation_mask
 from raycache._train.data.rows import Batches, all_views, cached_columns, rows_of, view_columns
 from raycache._train.data.views import draw, row_ids

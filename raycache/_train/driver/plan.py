@@ -373,7 +373,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
     placement = resolve_placement(cfg, head, held, workers)
     recipe = resolve_solver(cfg, recipe, head, rows, workers, placement, views, first_pass)
     name = run_name(cfg, head, recipe, sweep_record(sweep, select, select_mode), views)
-    spec = WorkerSpec(
+    spec = WorkerSpec.of(
         head=head, recipe=recipe, run_name=name, key=cache.manifest.key_column, rows=rows,
         placement=placement, num_workers=workers,
         use_gpu=cfg.resources.use_gpu, class_weights=class_weights(cfg, counts), store=store,

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from raycache._train.data.overlap import OverlapFill
 
-__all__ = ["TrainResult", "train"]
+__all__ = ["TrainResult", "train", "train_on"]
 
 
 def trainer(cache: Cache, spec: WorkerSpec, max_failures: int, cpus_per_worker: float) -> Any:
@@ -137,16 +137,23 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         warn("raycache.train(landing=...) is deprecated: pass filling=...",
              DeprecationWarning)
         filling = landing
-    require("ray", "raycache.train (the ray extra: Ray Train and the similarity losses)")
     cfg = load_train(config)
-    vouch([cfg.head, *cfg.sweep.get("head", [])])  # the user's own head families
     if progress is not None:
         cfg.progress = progress
+    return train_on(cfg, filling=filling)
+
+
+def train_on(cfg: TrainConfig, cache: Cache | None = None, filling: OverlapFill | None = None
+             ) -> TrainResult:
+    """`train` of a loaded config, on `cache` where the caller opened it already (the probe
+    hands on its caches), or on a fill under way (`filling`)."""
+    require("ray", "raycache.train (the ray extra: Ray Train and the similarity losses)")
+    vouch([cfg.head, *cfg.sweep.get("head", [])])  # the user's own head families
     start = time.perf_counter()
     store = Store.from_config(cfg.store)
     store.check_reachable()
     if filling is None:
-        checked = check(cfg, store)  # bad input fails here, before Ray starts
+        checked = check(cfg, store, cache)  # bad input fails here, before Ray starts
     else:
         checked = check(cfg, store, filling.cache(), filling.column)
 
