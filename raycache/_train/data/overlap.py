@@ -47,7 +47,11 @@ RUNNING: dict[str, OverlapFill] = {}
 
 class OverlapFill:
     """A fill running in a background thread of this process, and what training needs to know
-    of it before it commits: its records, the source's key and label columns."""
+    of it before it commits: its records, the source's key and label columns (the methods of a
+    committed cache's source, raycache._train.data.committed.Committed)."""
+
+    first_pass = True
+    """Epoch 1 reads the fill's shards as they land."""
 
     def __init__(self, plan: Plan, verify: bool):
         self.plan, self.verify = plan, verify
@@ -153,6 +157,10 @@ class OverlapFill:
             self.source = pa.concat_tables(pieces)
         return self.source.column(name)
 
+    def rows(self, key: str) -> int:
+        """The rows the cache will hold: the source's `key` column's."""
+        return len(self.column(key))
+
     def train_rows(self, spec: WorkerSpec, rank: int) -> int:
         """Rank's training rows in the committed cache (its contiguous share, less the
         validation split): what its schedule counts steps by, known before the commit."""
@@ -162,7 +170,7 @@ class OverlapFill:
         held_out = validation_mask(share, spec.recipe.evaluation.val_fraction)
         return len(share) - int(held_out.true_count)
 
-    def committed(self) -> dict[str, Any]:
+    def committed_spec(self) -> dict[str, Any]:
         """What a run spec of the committed cache changes (waits for the commit; FillFailed)."""
         cache = self.result().cache
         m = cache.manifest
@@ -172,9 +180,13 @@ class OverlapFill:
                 "checks": tuple((s.bytes, s.sha256) for s in m.shards) if self.verify else (),
                 "keeps": keeps(m.shards)}
 
+    def committed(self) -> Cache:
+        """The committed cache (waits for the commit; FillFailed)."""
+        return self.result().cache
+
     def final(self, spec: WorkerSpec) -> WorkerSpec:
         """The run spec of the committed cache (waits for the commit; FillFailed)."""
-        return spec.replace(**self.committed())
+        return spec.replace(**self.committed_spec())
 
     def runspec(self, spec: WorkerSpec) -> WorkerSpec:
         """The spec of a run whose first pass reads this fill as it lands; with DDP workers,
@@ -195,7 +207,7 @@ class OverlapFill:
         try:
             for record in self.records():
                 self.feed_actor.add.remote(record)
-            self.feed_actor.commit.remote(self.committed())  # no store: workers keep theirs
+            self.feed_actor.commit.remote(self.committed_spec())  # no store: workers keep theirs
         except BaseException as exc:  # FillFailed: every worker raises it
             self.feed_actor.fail.remote(str(exc))
 
@@ -208,7 +220,15 @@ class Feed(Protocol):
     verify: bool
 
     def records(self) -> Iterator[ShardRecord | ShardEntry]: ...
+    def rows(self, key: str) -> int:
+        """The rows the cache will hold: the source's `key` column's."""
+        return len(self.column(key))
+
     def train_rows(self, spec: WorkerSpec, rank: int) -> int: ...
+    def committed(self) -> Cache:
+        """The committed cache (waits for the commit; FillFailed)."""
+        return self.result().cache
+
     def final(self, spec: WorkerSpec) -> WorkerSpec: ...
 
 

@@ -25,6 +25,7 @@ from raycache._errors import (
 from raycache._heads.specs import HEAD_CONFIG
 from raycache._train.config import TrainConfig
 from raycache._train.console import quiet_ray_train
+from raycache._train.data.committed import Committed
 from raycache._train.driver.lease import run_lease
 from raycache._train.driver.plan import check, cluster, guard_run_folder, prepare
 from raycache._train.driver.plan import load_config as load_train
@@ -37,6 +38,8 @@ from raycache._train.runspec import WorkerSpec
 if TYPE_CHECKING:
 
     from raycache._train.data.overlap import OverlapFill
+
+    Source = Committed | OverlapFill
 
 __all__ = ["TrainResult", "train", "train_on"]
 
@@ -152,14 +155,10 @@ def train_on(cfg: TrainConfig, cache: Cache | None = None, filling: OverlapFill 
     start = time.perf_counter()
     store = Store.from_config(cfg.store)
     store.check_reachable()
-    if filling is None:
-        checked = check(cfg, store, cache)  # bad input fails here, before Ray starts
-    else:
-        checked = check(cfg, store, filling.cache(), filling.column)
-
-    cache, spec = prepare(cfg, checked, None if filling is None else
-                          len(filling.column(checked[0].manifest.key_column)),
-                          first_pass=filling is not None)
+    source: Source = filling or Committed(cfg, store, cache)
+    checked = check(cfg, store, source.cache(), source.column)  # bad input fails before Ray
+    cache, spec = prepare(cfg, checked, source.rows(checked[0].manifest.key_column),
+                          first_pass=source.first_pass)
     if spec.num_workers:  # local mode runs in this process: no Ray cluster to start or join
         from raycache._compute.cluster import check_store_for_cluster
 
@@ -168,16 +167,15 @@ def train_on(cfg: TrainConfig, cache: Cache | None = None, filling: OverlapFill 
         _check_cluster(cfg, spec.num_workers)
     else:
         check_local(cfg.resources)
-    if filling is not None:
-        spec = filling.runspec(spec)
+    spec = source.runspec(spec)
     with run_lease(spec.store, spec.run_dir, spec.run_name):  # one train of a run at a time
         folder = RunFolder.open(spec.store, spec.run_dir)  # its record and checkpoints, once
         guard_run_folder(cfg, spec, folder.record)  # again, held: another run may have written
-        return _held(cfg, cache, spec, folder, start, filling)
+        return _held(cfg, cache, spec, folder, start, source)
 
 
 def _held(cfg: TrainConfig, cache: Cache, spec: WorkerSpec, folder: RunFolder, start: float,
-          filling: OverlapFill | None) -> TrainResult:
+          source: Source) -> TrainResult:
     """The run, its lease held: returned where it finished before, else trained (resumed from
     its newest checkpoint) and recorded."""
     record = folder.record
@@ -202,8 +200,7 @@ def _held(cfg: TrainConfig, cache: Cache, spec: WorkerSpec, folder: RunFolder, s
         if error is exc:
             raise
         raise error from exc
-    if filling is not None:
-        cache = filling.result().cache  # committed: the first epoch's validation waited for it
+    cache = source.committed()  # a fill's: the first epoch's validation waited for it
     folder.relist()  # the checkpoints training wrote
     out = _result(cache, spec, folder, start, value, first_epoch=first_epoch)
     best = dict(out.monitored)
