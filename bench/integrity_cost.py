@@ -2,7 +2,7 @@
 
 On a MiniLM cache of 3 marked copies of the stdlib-docs set (~5k rows, 384-d float32, as in
 train_speed.py), one run measures a
-worker's in-memory load (shares.load_share, one worker) read unchecked as before (each shard's
+worker's in-memory load (load_share, one worker) read unchecked as before (each shard's
 columns through a file handle, one after another), and checked (each shard read whole, hashed,
 parsed from memory), sequentially and on the thread pool that training uses; and sha256 alone.
 The variants take turns in every repeat, so a machine's changing load hits them alike.
@@ -25,8 +25,9 @@ import pyarrow.parquet as pq
 
 import raycache
 from raycache._cli.demo_run import MODEL
+from raycache._fit.part import expected, pieces, read_piece
 from raycache._source.demo_data import stdlib_docs
-from raycache._train.data.share_reads import expected, load_share, pieces, read_piece
+from raycache._train.data.rows import load_share
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.driver.plan import prepare
 
@@ -71,11 +72,11 @@ def main() -> None:
         columns = [spec.key, spec.head.label, *spec.head.encoders]
         blobs = [Path(p).read_bytes() for p, _ in spec.shards] if fill.cache.store.is_local \
             else []
-        checks = expected(spec)
+        checks = expected(spec.reading)
 
         def sequential_checked() -> None:
-            for path, start, stop in pieces(spec, 0, 1):
-                read_piece(spec, path, columns, checks[path]).slice(start, stop - start)
+            for path, start, stop in pieces(spec.reading, 0, 1):
+                read_piece(spec.reading, path, columns, checks[path]).slice(start, stop - start)
 
         load_share(spec, 0, 1)  # warm the page cache and pyarrow
         took = interleaved({

@@ -128,11 +128,11 @@ def full(train: list[str], y_train, val: list[str], y_val, threads: int | None) 
 
 def one(table, rows: int, args: argparse.Namespace) -> dict[str, float]:
     """The three walls and accuracies on `rows` rows of `table`."""
+    from raycache._fit.split import validation_mask
     from raycache._heads.specs import HeadSpec
     from raycache._probe import knn, lexical, logreg
     from raycache._probe.config import ProbeConfig
     from raycache._probe.data import Features
-    from raycache._train.data.split import validation_mask
 
     pick = np.sort(np.random.default_rng(0).permutation(table.num_rows)[:rows])
     t = table.take(pick)

@@ -51,7 +51,7 @@ def cheap_rows(rows: int, classes: int) -> dict[str, np.ndarray]:
     import torch
     from cheap_encoder import IN, projection
 
-    from raycache._train.data.split import validation_mask
+    from raycache._fit.split import validation_mask
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, classes, rows)

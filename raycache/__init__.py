@@ -204,8 +204,8 @@ _LAZY = {
     "TrainConfig": "raycache._train.config",
     "TrainResult": "raycache._train.driver.run",
     "train": "raycache._train.driver.run",
-    "RunInfo": "raycache._train.driver.runs",
-    "list_runs": "raycache._train.driver.runs",
+    "RunInfo": "raycache._train.folder.record",
+    "list_runs": "raycache._train.folder.record",
     "Recipe": "raycache._train.runspec",
     "RunSpec": "raycache._train.runspec",
     "RunContext": "raycache._train.tracking.hook",
@@ -284,7 +284,7 @@ if TYPE_CHECKING:
         TrainConfig,
     )
     from raycache._train.driver.run import TrainResult, train
-    from raycache._train.driver.runs import RunInfo, list_runs
+    from raycache._train.folder.record import RunInfo, list_runs
     from raycache._train.objectives.retrieval import retrieval_metrics
     from raycache._train.runspec import Recipe, RunSpec
     from raycache._train.tracking.hook import RunContext, TrainCallback

@@ -22,7 +22,7 @@ from raycache import (
     SourceError,
 )
 from raycache._train.driver.plan import load_config
-from raycache._train.driver.runs import list_runs
+from raycache._train.folder.record import list_runs
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

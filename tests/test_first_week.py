@@ -139,7 +139,7 @@ def test_export_to_a_path_it_cannot_write_is_one_line_exit_3(store, tmp_path, ca
 
 def test_the_demo_run_again_with_nothing_changed_reuses_its_run(tmp_path):
     from raycache._cli.demo_run import train_config
-    from raycache._train.driver.runs import list_runs
+    from raycache._train.folder.record import list_runs
 
     (tmp_path / "src").mkdir()
     pq.write_table(separable(n=60), tmp_path / "src" / "a.parquet")

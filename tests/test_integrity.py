@@ -73,7 +73,7 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
     assert cache.read_table(limit=10).num_rows == 10  # shard 0 alone is sound
 
     from raycache._train.data.in_memory import InMemory
-    from raycache._train.data.share_reads import load_share
+    from raycache._train.data.rows import load_share
     from raycache._train.data.streamed import Streamed
     from raycache._train.driver.plan import prepare
 
@@ -89,7 +89,7 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
 
 
 def test_streamed_checks_each_shard_once_per_run(cache, monkeypatch):
-    from raycache._train.data import share_reads as shares
+    from raycache._fit import part as shares
     from raycache._train.data.streamed import Streamed
     from raycache._train.driver.plan import prepare
 

@@ -8,7 +8,7 @@ import raycache
 
 ROOT = Path(raycache.__file__).parent
 LAYERS = ["_errors", "_core", "_source", "_cache", "_encoders", "_compute", "_fill", "_heads",
-          "_train", "_probe", "_predict", "_upkeep", "_export", "_serve", "public"]
+          "_fit", "_train", "_probe", "_predict", "_upkeep", "_export", "_serve", "public"]
 """Bottom to top: a module may import from its own layer and those below it."""
 PUBLIC = {"__init__", "__main__", "_cli", "_pipeline", "_moved"}
 
@@ -182,3 +182,16 @@ def test_the_entry_check_finds_each_way_back():
     found = sorted(use.split(" ", 1)[1] for use in entry_format_uses(source, "_fill.x"))
     assert found == [".home", ".keep", ".stored", "imports raycache._cache.selection", "keep="]
     assert ".keep" not in " ".join(entry_format_uses(source, "_predict.run"))
+
+
+PROBE_TO_TRAINING = {"raycache._train.driver.plan", "raycache._train.driver.run"}
+"""What the probe imports of training: its front door (load_config, check, train), to train
+the linear and mlp heads; what both share lies below them in raycache/_fit/."""
+
+
+def test_the_probe_reaches_training_only_through_its_driver():
+    graph = imports()
+    inside = sorted(f"{a} -> {b}" for a, targets in graph.items() if a.startswith("raycache._probe")
+                    for b in targets if b.startswith("raycache._train")
+                    and b not in PROBE_TO_TRAINING)
+    assert not inside, "the probe imports training's internals:\n" + "\n".join(inside)

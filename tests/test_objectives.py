@@ -69,7 +69,7 @@ def run_spec(tmp_path, head="linear", normalize=False, out_dim=16, **over) -> Wo
     spec = HeadSpec(head=head, in_dim=DIM, num_classes=GROUPS, hidden=(32,), dropout=0.0,
                     encoders=("e",), label="label", cache="c", fingerprint="f" * 24,
                     objective=cfg.objective, out_dim=out_dim, normalize=normalize)
-    return WorkerSpec(head=spec, recipe=Recipe.from_config(cfg), run_name="r", key="id",
+    return WorkerSpec.of(head=spec, recipe=Recipe.from_config(cfg), run_name="r", key="id",
                    rows=900, placement="cpu", num_workers=0, use_gpu=False, class_weights=None,
                    store=Store(str(tmp_path)), shards=(), run_dir=str(tmp_path / "run"),
                    checkpoint_every=0, checkpoint_seconds=0, prefetch_batches=1,
@@ -198,7 +198,7 @@ def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
     from raycache._train.worker.heads import WorkerHeads
 
     spec = run_spec(tmp_path, objective="classification", out_dim=GROUPS, lr=0.05)
-    spec = dataclasses.replace(spec, head=dataclasses.replace(spec.head,
+    spec = spec.replace(head=dataclasses.replace(spec.head,
                                                               objective="classification"))
     torch.manual_seed(0)
     parts = build_parts(spec, torch.device("cpu"), 600)

@@ -83,7 +83,7 @@ def run_spec(tmp_path, pairs: dict, **over) -> WorkerSpec:
     head = HeadSpec(head="linear", in_dim=DIM, num_classes=0, hidden=(), dropout=0.0,
                     encoders=("e",), label="", cache="c", fingerprint="f" * 24,
                     objective="pairs", out_dim=16)
-    return WorkerSpec(head=head, recipe=Recipe.from_config(cfg), run_name="r", key="id",
+    return WorkerSpec.of(head=head, recipe=Recipe.from_config(cfg), run_name="r", key="id",
                    rows=600, placement="cpu", num_workers=0, use_gpu=False, class_weights=None,
                    store=Store(str(tmp_path)), shards=(), run_dir=str(tmp_path / "run"),
                    checkpoint_every=0, checkpoint_seconds=0, prefetch_batches=1,

@@ -81,10 +81,10 @@ def full_pipeline(train: list[str], y_train, val: list[str], y_val) -> float:
 
 
 def test_the_baseline_is_within_half_a_point_of_the_full_pipeline_on_real_texts():
+    from raycache._fit.split import validation_mask
     from raycache._probe import lexical
     from raycache._probe.config import ProbeConfig
     from raycache._probe.data import Features
-    from raycache._train.data.split import validation_mask
 
     docs = raycache.stdlib_docs(per_topic=120)  # real texts: stdlib docstrings, 6 topics
     held = validation_mask(docs.column("id"), 0.2).to_numpy(zero_copy_only=False)

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from raycache._fit.lbfgs import minimize
 from raycache._probe.config import KnnConfig, LogregConfig
 from raycache._probe.knn import fit as knn_fit
 from raycache._probe.knn import neighbours
 from raycache._probe.logreg import fit as logreg_fit
 from raycache._probe.logreg import objective, solve
 from raycache._probe.metrics import confusion, per_class, scores
-from raycache._train.lbfgs import minimize
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -199,9 +199,9 @@ def test_logreg_on_shares_standardises_every_share_alike_and_solves_what_one_pro
     """One meaning of C on Ray too: the workers' moment sums added up standardise each share
     (raycache._probe.on_ray.logreg), and the solution mapped back to the raw features is the
     in-process solve's."""
+    from raycache._fit.lbfgs import minimize
+    from raycache._fit.logreg import penalty, standardizer, to_raw
     from raycache._probe.worker import ShareWorker
-    from raycache._train.lbfgs import minimize
-    from raycache._train.logreg import penalty, standardizer, to_raw
 
     x, y, _, _ = blobs(n=400, d=6, k=3)
     x = x * np.array([0.1, 1, 3, 10, 0.5, 2], dtype=np.float32) + 4

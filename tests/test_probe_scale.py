@@ -134,7 +134,7 @@ def test_the_shares_data_terms_and_one_penalty_are_the_whole_objective():
     """What logreg on Ray minimises: each worker's data term over its rows (divided by every
     share's rows together), summed, and one L2 penalty; and with class weights, the gradient
     of the objective is still its autograd gradient."""
-    from raycache._train.logreg import data_term, objective, penalty
+    from raycache._fit.logreg import data_term, objective, penalty
 
     gen = torch.Generator().manual_seed(3)
     x, y = torch.randn(90, 5, generator=gen, dtype=torch.float64), torch.arange(90) % 3

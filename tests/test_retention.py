@@ -19,7 +19,7 @@ import raycache
 from raycache import ConfigError
 from raycache._cli import main
 from raycache._core.units import parse_duration, parse_size
-from raycache._train.checkpoint import PREFIX, STATE
+from raycache._train.folder.checkpoints import PREFIX, STATE
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(120)

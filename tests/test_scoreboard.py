@@ -101,7 +101,7 @@ def test_a_solved_head_chooses_c_on_training_rows_and_reports_validation_it_neve
 
 
 def test_runs_lines_show_accuracy_and_macro_f1_beside_the_monitored_metric(store):
-    from raycache._train.driver.runs import list_runs
+    from raycache._train.folder.record import list_runs
 
     raycache.train({"cache": "toy", "store": {"uri": store}, "head": "mlp", "epochs": 3,
                     "num_workers": 0, "progress": False, "run_name": "listed",
@@ -113,7 +113,7 @@ def test_runs_lines_show_accuracy_and_macro_f1_beside_the_monitored_metric(store
 
 
 def test_the_curves_of_a_one_epoch_run_show_its_points():
-    from raycache._train.metrics_log import curves_figure
+    from raycache._train.folder.metrics import curves_figure
 
     solved = [{"epoch": 1, "train_loss": 0.4, "val_loss": 0.5, "train_acc": 0.9, "val_acc": 0.8}]
     fig = curves_figure(solved)

@@ -6,8 +6,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache._fit.logreg import GRID, MAX_ITER, WIDEN_DECADES
 from raycache._train.console import solved_text
-from raycache._train.logreg import GRID, MAX_ITER, WIDEN_DECADES
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)
@@ -36,7 +36,7 @@ def test_a_c_at_the_grids_edge_widens_the_grid(solved):
 def test_a_capped_solve_continues_from_where_it_stopped():
     import torch
 
-    from raycache._train.logreg import moment_sums, objective, solve, standardizer, to_standard
+    from raycache._fit.logreg import moment_sums, objective, solve, standardizer, to_standard
     from raycache._train.worker.l2_search import finish
 
     torch.manual_seed(0)

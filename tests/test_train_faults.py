@@ -79,7 +79,7 @@ def test_a_killed_driver_resumes_when_the_same_config_runs_again(store, tmp_path
     assert reached, (tmp_path / "driver.log").read_text()[-3000:]
     record = json.loads(next(Path(store).glob("toy/*/runs/local-killed/run.json")).read_text())
     assert record["status"] == "running"  # what a killed driver leaves behind
-    from raycache._train.driver.runs import list_runs
+    from raycache._train.folder.record import list_runs
 
     listed = {r.name: r.status for r in list_runs(raycache.open_cache("toy", store))}
     assert listed["local-killed"] == "resumable"  # its driver is gone, its checkpoint is not

@@ -20,7 +20,7 @@ from raycache._encoders.config import EncoderConfig
 from raycache._heads.joint import build_model
 from raycache._heads.specs import HeadSpec
 from raycache._heads.weights import encode
-from raycache._train import checkpoint as ckpt
+from raycache._train.folder import checkpoints as ckpt
 from tests.conftest import killed_after_epoch, separable, toy_fill
 
 pytestmark = pytest.mark.timeout(300)

@@ -50,7 +50,7 @@ def sniff(data: bytes) -> str:
 
 def predict(args: argparse.Namespace) -> int:
     from raycache._predict.run import predict_file
-    from raycache._train.driver.runs import checkpoint_of
+    from raycache._train.folder.record import checkpoint_of
 
     flags = {"auto": "auto", "true": True, "false": False}
     config = overridden({"checkpoint": args.checkpoint, "input": args.input,

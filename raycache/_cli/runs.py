@@ -30,7 +30,7 @@ def runs(args: argparse.Namespace) -> int:
     from raycache._cache.finding import ls, open_cache
     from raycache._cli.tables import print_table
     from raycache._train.console import number
-    from raycache._train.driver.runs import list_runs
+    from raycache._train.folder.record import list_runs
 
     name, _, fp = args.cache.partition("/")
     store = checked_store(args.store)

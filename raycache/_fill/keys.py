@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from raycache._cache.labels import MAX_NAMED, named
 from raycache._cache.records import ShardRecord
 from raycache._cache.store import Store
 from raycache._errors import RaycacheError, SourceError
@@ -23,8 +24,6 @@ __all__ = ["DRIVER_ROWS", "MAX_COUNTED", "MAX_NAMED", "SUMMARY_ROWS", "counts_of
            "label_problems", "label_stats", "named", "scan", "stats_of"]
 
 MAX_COUNTED = 1_000_000
-MAX_NAMED = 100_000
-"""Named labels (strings) with more distinct values than this keep no vocabulary."""
 """Label values counted per value in the manifest up to this (larger ids: min and max only)."""
 DRIVER_ROWS = 2_000_000
 """A fill that ran on Ray with more rows than this scans its keys on the cluster; below it the
@@ -35,17 +34,6 @@ a moment); above it the keys are read again on the cluster."""
 SHARD = "__shard"
 ROW = "__row"
 EXAMPLES = 5
-
-
-def named(tp: pa.DataType | str) -> bool:
-    """Whether a label column of this type (or its name, as a manifest records it) holds class
-    names: strings, or categories of them."""
-    if isinstance(tp, str):
-        return tp in ("string", "large_string") or tp.startswith(
-            ("dictionary<values=string,", "dictionary<values=large_string,"))
-    if pa.types.is_dictionary(tp):
-        tp = tp.value_type
-    return pa.types.is_string(tp) or pa.types.is_large_string(tp)
 
 
 def scan(store: Store, cache_dir: str, records: list[ShardRecord], key: str, duplicates: str,

@@ -66,7 +66,7 @@ def evaluate(checkpoint: str | TrainResult, data: Any = None, *, label: str | No
         ```
     """
     from raycache._heads.loaded import load_head
-    from raycache._train.driver.runs import checkpoint_of
+    from raycache._train.folder.record import checkpoint_of
 
     if output:
         need("matplotlib", "evaluate's confusion.png (an output folder)")

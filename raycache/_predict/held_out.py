@@ -20,7 +20,7 @@ def held_out_rows(cache: Cache, fraction: float, head: Head, label: str
                   ) -> tuple[pa.Table, str]:
     """The rows of `cache` a run with validation fraction `fraction` held out (its key, `label`
     and the head's encoders' columns), and what they are in words."""
-    from raycache._train.data.split import validation_mask
+    from raycache._fit.split import validation_mask
 
     if head.spec.trainable:
         raise RaycacheError("this head trains encoders with it, so its cache holds their inputs, "
@@ -41,7 +41,7 @@ def split_of(path: str, head: Head, options: dict[str, Any]) -> tuple[Any, float
     cache head.json names."""
     from raycache._cache.finding import open_cache
     from raycache._cache.store import RUNS, Store
-    from raycache._train.driver.runs import RECORD, read_record
+    from raycache._train.folder.record import RECORD, read_record
 
     run_dir = path.rstrip("/").rsplit("/", 1)[0]
     parts = run_dir.rsplit("/", 4)  # store, cache, fingerprint, runs, run
@@ -72,7 +72,7 @@ def write_held_out(checkpoint: str, target: str, *, label: str | None = None,
     import pyarrow.parquet as pq
 
     from raycache._heads.loaded import load_head
-    from raycache._train.driver.runs import checkpoint_of
+    from raycache._train.folder.record import checkpoint_of
 
     path = checkpoint_of(checkpoint, options)
     head = load_head(path, trust_code=trust_code, **options)

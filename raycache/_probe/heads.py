@@ -61,12 +61,12 @@ def run_sweep(cache: Cache, column: str, cfg: Any, method: str, workers: int = 0
     (the checkpoint of its selected member, that head loaded, its settings and epochs)."""
     from raycache._heads.loaded import load_head
     from raycache._train.driver.plan import load_config as load_train
-    from raycache._train.driver.run import train
+    from raycache._train.driver.run import train_on
 
     m = cache.manifest
     tc = load_train(train_config(cfg, m.name, m.fingerprint, column, method, workers))
-    tc = dataclasses.replace(tc, store=cfg.store)
-    run = train(tc, progress=False)
+    tc = dataclasses.replace(tc, store=cfg.store, progress=False)
+    run = train_on(tc, cache)  # the cache the probe opened, handed on
     head = load_head(run.checkpoint, **cache.store.fsspec_options())
     setting = dict(run.best.get("settings", {}))
     setting["epochs"] = len(run.history)

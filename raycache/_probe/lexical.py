@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 
 from raycache._core.extras import lacking
+from raycache._fit.part import label_ids
+from raycache._fit.split import validation_mask
 from raycache._probe.data import Candidate, Features
 from raycache._probe.result import LEXICAL
-from raycache._train.data.share_reads import label_ids
-from raycache._train.data.split import validation_mask
 
 if TYPE_CHECKING:
     from raycache._cache.committed import Cache

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from raycache._fit.part import features, label_ids
+from raycache._fit.split import validation_mask
 from raycache._probe.data import Features
 from raycache._probe.plan import Target
-from raycache._train.data.share_reads import features, label_ids
-from raycache._train.data.split import validation_mask
 
 __all__ = ["read"]
 

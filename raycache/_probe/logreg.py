@@ -1,5 +1,5 @@
 """logreg: multinomial logistic regression over a grid of L2 strengths, every C solved at once
-by training's batched L-BFGS (raycache._train.logreg, which a default linear head shares), each
+by training's batched L-BFGS (raycache._fit.logreg, which a default linear head shares), each
 C a candidate with its validation predictions and its linear head."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from raycache._fit.logreg import objective, solve
 from raycache._probe.data import Candidate, Features
-from raycache._train.logreg import objective, solve
 
 __all__ = ["fit", "objective", "solve"]
 

@@ -12,8 +12,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 from raycache._errors import ConfigError
 from raycache._probe.config import ProbeConfig
 from raycache._probe.data import Candidate, Shared
@@ -45,8 +43,14 @@ class Workers:
         read): one Shared per target."""
         import ray
 
-        spec = share_spec(cfg, group, len(self.actors))
-        counts = ray.get([a.load.remote(spec, rank, len(self.actors), cfg.val_fraction)
+        from raycache._fit.part import Reading
+
+        first, world = group[0], len(self.actors)
+        reading = Reading.of(first.cache, first.cache.store.for_workers())
+        columns = tuple(t.column for t in group)
+        counts = ray.get([a.load.remote(reading, first.cache.manifest.key_column, first.label,
+                                        first.spec.class_names, columns, rank, world,
+                                        cfg.val_fraction)
                           for rank, a in enumerate(self.actors)])
         train, val = (sum(c[i] for c in counts) for i in (0, 1))
         return [Shared(t.name, t.cache, t.spec, t.column, train, val, self) for t in group]
@@ -91,23 +95,6 @@ def check(count: int, cpus: float, nodes: list[dict[str, float]], training: bool
                        "process"])
 
 
-def share_spec(cfg: ProbeConfig, group: list[Target], world: int) -> Any:
-    """A WorkerSpec of training on `world` workers over the group's cache, its head reading every
-    encoder of the group: what raycache._train.data.share_reads.load_share reads a share by."""
-    from raycache._probe.heads import train_config
-    from raycache._train.driver.plan import load_config as load_train
-    from raycache._train.driver.plan import prepare
-
-    first = group[0]
-    m = first.cache.manifest
-    tc = load_train(train_config(cfg, m.name, m.fingerprint, first.column, None, world))
-    tc = dataclasses.replace(tc, store=cfg.store, resources=dataclasses.replace(
-        tc.resources, placement="cpu"))
-    _, spec = prepare(tc, (first.cache, first.spec, np.zeros(0)))
-    head = dataclasses.replace(spec.head, encoders=tuple(t.column for t in group))
-    return dataclasses.replace(spec, head=head, store=spec.store.for_workers())
-
-
 def logreg(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
     """Every C solved together by the batched L-BFGS here, each evaluation the sum of the
     workers' data terms (their shares' rows, standardised by every share's moments) and one
@@ -115,8 +102,8 @@ def logreg(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
     import ray
     import torch
 
-    from raycache._train.lbfgs import minimize
-    from raycache._train.logreg import penalty, standardizer, to_raw
+    from raycache._fit.lbfgs import minimize
+    from raycache._fit.logreg import penalty, standardizer, to_raw
 
     settings, k, d = cfg.logreg, data.spec.num_classes, data.spec.in_dim
     cs, n = list(settings.C), data.train_rows

@@ -1,6 +1,6 @@
-"""A probe's Ray worker: its share of a cache's rows (read as a DDP worker reads its share,
-split by key), and the methods' work on it; only small arrays go back (a loss and gradient,
-top-k neighbours, confusion counts), never the rows or their predictions."""
+"""A probe's Ray worker: its part of a cache's rows (read as a DDP worker reads its part, by
+raycache._fit.part, split by key), and the methods' work on it; only small arrays go back (a
+loss and gradient, top-k neighbours, confusion counts), never the rows or their predictions."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from typing import Any
 import numpy as np
 
 from raycache._cache.store import Store
+from raycache._fit.part import Reading, features, label_ids, load_part
+from raycache._fit.split import validation_mask
 from raycache._probe.knn import QUERY_ROWS, merge, neighbours, predict, prepared
 from raycache._probe.metrics import confusion
-from raycache._train.data.share_reads import features, label_ids, load_share
-from raycache._train.data.split import validation_mask
-from raycache._train.runspec import WorkerSpec
 
 __all__ = ["ShareWorker"]
 
@@ -26,40 +25,41 @@ class ShareWorker:
         self.rows: dict[str, tuple[np.ndarray, ...]] = {}
         self.preds: dict[tuple[str, str], list[np.ndarray]] = {}
 
-    def load(self, spec: WorkerSpec, rank: int, world: int, val_fraction: float
+    def load(self, reading: Reading, key: str, label: str, names: tuple[str, ...],
+             columns: tuple[str, ...], rank: int, world: int, val_fraction: float
              ) -> tuple[int, int]:
-        """Read this rank's share of the cache (the rows and shards training's rank would
-        read, each shard checked) and split it by key: (training rows, validation rows)."""
+        """Read this rank's part of the cache (the rows and shards training's rank would
+        read, each shard checked), the embedding `columns` and the `label` (class `names`),
+        and split it by `key`: (training rows, validation rows)."""
         self.rows, self.preds = {}, {}
-        table = load_share(spec, rank, world)
+        table = load_part(reading, [key, label, *columns], rank, world)
         if table is None:
             return 0, 0
-        held = validation_mask(table.column(spec.key), val_fraction).to_numpy(
-            zero_copy_only=False)
-        y = label_ids(table.column(spec.head.label), spec.head.class_names)
-        for column in spec.head.frozen:
+        held = validation_mask(table.column(key), val_fraction).to_numpy(zero_copy_only=False)
+        y = label_ids(table.column(label), names)
+        for column in columns:
             x = np.array(features(table, (column,)), dtype=np.float32, copy=True)
             self.rows[column] = (x[~held], y[~held], x[held], y[held])
         return int((~held).sum()), int(held.sum())
 
     def logreg_sums(self, column: str) -> Any:
-        """This share's training rows' moment sums (raycache._train.logreg.moment_sums): every
+        """This share's training rows' moment sums (raycache._fit.logreg.moment_sums): every
         share's added up standardise the features as in this process."""
         import torch
 
-        from raycache._train.logreg import moment_sums
+        from raycache._fit.logreg import moment_sums
 
         return moment_sums(torch.from_numpy(self._train(column)[0]))
 
     def logreg_term(self, column: str, params: Any, classes: int, groups: int, rows: int,
                     scale: tuple[Any, Any]) -> tuple[Any, Any]:
-        """This share's part of every C's data term (raycache._train.logreg.data_term) on its
+        """This share's part of every C's data term (raycache._fit.logreg.data_term) on its
         training rows standardised by `scale` (every share's mean, sd), over `rows` training
         rows of all shares: ([G], [G, m])."""
         import torch
 
         from raycache._core.threads import sized
-        from raycache._train.logreg import data_term
+        from raycache._fit.logreg import data_term
 
         x, y = self._train(column)
         z = (torch.from_numpy(x) - scale[0]) / scale[1]

@@ -101,7 +101,7 @@ def solved_warnings(solved: dict[str, Any]) -> str:
     a C still at the widened edge), a solve continued past the iteration cap (and one still
     stopped by it); a run recorded before the head acted on these: its C at an edge of the grid
     and a solve stopped by the cap."""
-    from raycache._train.logreg import GRID, MAX_ITER, WIDEN_DECADES
+    from raycache._fit.logreg import GRID, MAX_ITER, WIDEN_DECADES
 
     c, iterations = solved["l2_C"], solved["lbfgs_iterations"]
     grid = ", ".join(f"{v:g}" for v in GRID)

@@ -127,7 +127,7 @@ def gradient_settings(cfg: TrainConfig) -> list[str]:
 def blockers(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int, placement: str,
              views: int, first_pass: bool) -> list[str]:
     """Why this run cannot be solved by L-BFGS (empty: it can)."""
-    from raycache._train.logreg import GRID
+    from raycache._fit.logreg import GRID
 
     out = []
     if (cfg.objective, head.head) != ("classification", "linear"):

@@ -8,13 +8,11 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from raycache._cache.entry_rows import reads_whole, selection
-from raycache._cache.records import ShardEntry
 from raycache._cache.store import Store
+from raycache._fit.part import Reading
 from raycache._heads.specs import HeadSpec
 from raycache._train.config import (
     EvalConfig,
@@ -28,7 +26,7 @@ from raycache._train.config import (
 )
 from raycache._train.defaults import resolve, resolve_lr
 
-__all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "WorkerSpec", "digest", "keeps",
+__all__ = ["RUN_SPEC_VERSION", "Member", "Recipe", "RunSpec", "WorkerSpec", "digest",
            "sweep_record"]
 
 RUN_SPEC_VERSION = 1
@@ -182,36 +180,21 @@ class RunSpec:
 @dataclass(frozen=True)
 class WorkerSpec:
     """What a training run does, decided once on the driver, never mutated, sent to every
-    worker: the RunSpec a user reads (`view`) and the plumbing the workers need (the store,
-    shards and their checks, checkpoint timing, a fill under way).
+    worker: the RunSpec a user reads (`run`, whose fields it reads through: `spec.head`,
+    `spec.recipe`, ...) and the plumbing the workers need (the store, shards and their checks,
+    checkpoint timing, a fill under way).
 
-    Built by raycache._train.driver.plan.prepare from a TrainConfig and the cache.
+    Built by raycache._train.driver.plan.prepare from a TrainConfig and the cache (`of`).
     """
 
-    head: HeadSpec
-    """The head to train: family, shape, encoders, label (a sweep: each member's in `sweep`)."""
-    recipe: Recipe
-    """How to train it: the loop, optimizer, schedule, loss and evaluation, autos resolved."""
-    run_name: str
-    """The run folder's name under the cache's runs/."""
+    run: RunSpec
+    """What a user reads of the run (TrainResult.spec); its fields read through this spec."""
     key: str
     """The cache's key column (the validation split hashes it)."""
-    rows: int
-    """The cache's rows."""
-    placement: str
-    """stream, cpu or gpu (auto resolved on the driver)."""
-    num_workers: int
-    """0: in the driver process, without Ray Train; else DDP workers."""
-    use_gpu: bool
-    """One GPU per worker."""
-    class_weights: tuple[float, ...] | None
-    """Per-class loss weights, resolved on the driver ("balanced" from the label counts)."""
     store: Store
     """Where the shards and the run folder are; never written into a checkpoint."""
     shards: tuple[tuple[str, int], ...]
     """(path, rows) of every shard, in manifest order."""
-    run_dir: str
-    """The run folder in the store's filesystem form: `<cache>/runs/<run_name>`."""
     checkpoint_every: int
     """Epochs between checkpoints (0: only after the last epoch and on checkpoint_seconds)."""
     checkpoint_seconds: float
@@ -221,46 +204,50 @@ class WorkerSpec:
     progress: bool
     """Print one line per epoch."""
     sweep: tuple[Member, ...] = ()
-    """A sweep's members, trained together on the same batches; empty for a single head."""
-    select: str = "val_loss"
-    """Sweep: the metric that picks the best member."""
-    select_mode: str = "min"
-    """Sweep: min or max for `select` (auto resolved)."""
+    """A sweep's members, trained together on the same batches; empty for a single head (the
+    RunSpec's `sweep` holds their settings)."""
     checks: tuple[tuple[int, str], ...] = ()
     """(bytes, sha256) of every shard, in `shards` order, what a worker checks a shard against
     on its first read in a run; empty: shards are read unchecked (TrainConfig.verify false)."""
     filling: str = ""
     """The id of a fill still under way on the driver, whose shards the first training pass
     reads as they land (`_train.data.overlap`; DDP workers ask its ShardFeed actor by that
-    name);
-    empty: a committed cache."""
-    views: int = 0
-    """K: training draws one of each row's K cached views per epoch; 0 trains on clean rows."""
-    view_encoders: tuple[str, ...] = ()
-    """The head's encoders whose views columns it trains on (the rest give their clean rows)."""
+    name); empty: a committed cache."""
     keeps: tuple[tuple[str, int], ...] = ()
     """(row selection, rows in the file) of every shard, in `shards` order, where a version
     shares older versions' shards (raycache._cache.entry_rows.Selection; "" keeps every row);
     empty: every shard is read whole."""
-    why: str = ""
-    """Why it trains where it does (num_workers: auto's reason), for the summary."""
     tracking: tuple[Any, ...] = ()
     """TrainConfig.tracking's entries, built into callbacks by rank 0 (not in the digest)."""
-    version: int = RUN_SPEC_VERSION
-    """The spec's layout version (RUN_SPEC_VERSION), recorded in run.json."""
+
+    @classmethod
+    def of(cls, **fields: Any) -> WorkerSpec:
+        """A spec from the RunSpec's fields and its own, by name (a sweep's members give the
+        RunSpec its settings)."""
+        run = {k: fields.pop(k) for k in RUN_FIELDS if k in fields and k != "sweep"}
+        members = fields.get("sweep", ())
+        return cls(run=RunSpec(**run, sweep=tuple(m.settings_dict() for m in members)),
+                   **fields)
+
+    def __getattr__(self, name: str) -> Any:
+        """The RunSpec's fields, read through (`spec.head`: `spec.run.head`)."""
+        run = self.__dict__.get("run")
+        if run is None or name not in RUN_FIELDS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(run, name)
+
+    def replace(self, **changes: Any) -> WorkerSpec:
+        """This spec with `changes` to its own fields or its RunSpec's."""
+        run = {k: changes.pop(k) for k in RUN_FIELDS if k in changes and k != "sweep"}
+        if "sweep" in changes:
+            run["sweep"] = tuple(m.settings_dict() for m in changes["sweep"])
+        return dataclasses.replace(self, run=dataclasses.replace(self.run, **run), **changes)
 
     @functools.cached_property
-    def selections(self) -> dict[str, tuple[str, int]]:
-        """Shard path -> (row selection, rows in the file), for the shards read in part."""
-        if not self.keeps:
-            return {}
-        return {path: keep for (path, _), keep in zip(self.shards, self.keeps, strict=True)
-                if keep[0]}
-
-    @functools.cached_property
-    def rows_of(self) -> dict[str, int]:
-        """Shard path -> the rows its entry says the version reads of it."""
-        return dict(self.shards)
+    def reading(self) -> Reading:
+        """How a worker reads its part of the rows (raycache._fit.part)."""
+        return Reading(self.store, f"{self.head.cache}/{self.head.fingerprint}", self.shards,
+                       self.checks, self.keeps)
 
     @property
     def world(self) -> int:
@@ -269,13 +256,7 @@ class WorkerSpec:
 
     def view(self) -> RunSpec:
         """What a user reads of this spec (TrainResult.spec): no plumbing."""
-        return RunSpec(head=self.head, recipe=self.recipe, run_name=self.run_name,
-                       run_dir=self.run_dir, rows=self.rows, placement=self.placement,
-                       num_workers=self.num_workers, use_gpu=self.use_gpu, why=self.why,
-                       class_weights=self.class_weights,
-                       sweep=tuple(m.settings_dict() for m in self.sweep), select=self.select,
-                       select_mode=self.select_mode, views=self.views,
-                       view_encoders=self.view_encoders, version=self.version)
+        return self.run
 
     def members(self) -> list[WorkerSpec]:
         """One spec per head trained: the sweep's members, or this run's one head.
@@ -286,7 +267,7 @@ class WorkerSpec:
         """
         if not self.sweep:
             return [self]
-        return [dataclasses.replace(self, head=m.head, recipe=m.recipe, sweep=())
+        return [self.replace(head=m.head, recipe=m.recipe, sweep=())
                 for m in self.sweep]
 
     def sweep_record(self) -> dict[str, Any]:
@@ -318,11 +299,8 @@ class WorkerSpec:
         return digest(self.head, self.recipe, self.sweep_record(), self.views)
 
 
-def keeps(shards: Sequence[ShardEntry]) -> tuple[tuple[str, int], ...]:
-    """WorkerSpec.keeps of a manifest's shards: empty where every shard is read whole."""
-    if all(map(reads_whole, shards)):
-        return ()
-    return tuple(selection(s) for s in shards)
+RUN_FIELDS = frozenset(f.name for f in dataclasses.fields(RunSpec))
+"""The RunSpec's fields, which a WorkerSpec reads through rather than copies."""
 
 
 def sweep_record(sweep: tuple[Member, ...], select: str, mode: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from raycache._cache.order import Place, place_of
 from raycache._cache.store import MANIFEST, PROGRESS, RUNS, SHARDS, Store
 from raycache._core.caller import warn
 from raycache._errors import CorruptCache, DamagedCacheWarning, StoreError
-from raycache._train.driver.runs import RECORD, RESUMABLE, list_runs
+from raycache._train.folder.record import RECORD, RESUMABLE, list_runs
 from raycache._upkeep.refs import Refs, references
 
 __all__ = ["Usage", "du", "scan"]

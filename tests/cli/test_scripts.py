@@ -137,7 +137,7 @@ def test_export_command_to_lance_and_qdrant(store, tmp_path, capsys):
 def test_curves_of_a_one_solve_head_show_its_values(tmp_path):
     from matplotlib.image import imread
 
-    from raycache._train.metrics_log import _curves
+    from raycache._train.folder.metrics import _curves
 
     path = tmp_path / "curves.png"
     _curves(str(path), [{"epoch": 1, "train_loss": 0.4, "val_loss": 0.5, "train_acc": 0.9,

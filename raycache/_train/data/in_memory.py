@@ -10,19 +10,9 @@ import pyarrow as pa
 import torch
 
 from raycache._cache.reads import map_ordered
-from raycache._train.data.share_reads import (
-    Batches,
-    all_views,
-    expected,
-    features,
-    label_ids,
-    load_share,
-    pieces,
-    read_piece,
-    rows_of,
-    view_columns,
-)
-from raycache._train.data.split import validation_mask
+from raycache._fit.part import expected, features, label_ids, pieces, read_piece
+from raycache._fit.split import validation_mask
+from raycache._train.data.rows import Batches, all_views, load_share, rows_of, view_columns
 from raycache._train.data.views import draw, row_ids
 from raycache._train.runspec import WorkerSpec
 
@@ -105,15 +95,15 @@ def gathered(spec: WorkerSpec, rank: int, where: torch.device) -> tuple[InMemory
     """(training, validation) of a share of frozen features only, each shard's rows copied into
     the two sides' arrays as soon as it is read and checked, shards read in parallel: the share
     is held once (its arrays, and the few shards under way), never also as a table."""
-    parts = pieces(spec, rank, spec.world)
+    parts = pieces(spec.reading, rank, spec.world)
     total = sum(stop - start for _, start, stop in parts)
-    checks = expected(spec)
+    checks = expected(spec.reading)
     columns = [spec.key, spec.head.label, *spec.head.frozen]
     fraction = spec.recipe.evaluation.val_fraction
     x: np.ndarray | None = None
     n = 0
     ys, val_x, val_y = [], [], []
-    for table in map_ordered(lambda p: read_piece(spec, p[0], columns, checks.get(p[0]))
+    for table in map_ordered(lambda p: read_piece(spec.reading, p[0], columns, checks.get(p[0]))
                              .slice(p[1], p[2] - p[1]), parts):
         held = validation_mask(table.column(spec.key), fraction).to_numpy(zero_copy_only=False)
         if x is None:  # room for every row; the pages of the validation rows' share unused

@@ -31,9 +31,10 @@ from raycache._errors import FillFailed
 from raycache._fill.commit import manifest_of, resumable
 from raycache._fill.plan import Plan
 from raycache._fill.run import FillResult, complete
-from raycache._train.data.split import validation_mask
+from raycache._fit.part import keeps
+from raycache._fit.split import validation_mask
 from raycache._train.data.streamed import Streamed
-from raycache._train.runspec import WorkerSpec, keeps
+from raycache._train.runspec import WorkerSpec
 
 __all__ = ["POLL_S", "Feed", "FirstPass", "OverlapFill", "first_pass"]
 
@@ -46,7 +47,11 @@ RUNNING: dict[str, OverlapFill] = {}
 
 class OverlapFill:
     """A fill running in a background thread of this process, and what training needs to know
-    of it before it commits: its records, the source's key and label columns."""
+    of it before it commits: its records, the source's key and label columns (the methods of a
+    committed cache's source, raycache._train.data.committed.Committed)."""
+
+    first_pass = True
+    """Epoch 1 reads the fill's shards as they land."""
 
     def __init__(self, plan: Plan, verify: bool):
         self.plan, self.verify = plan, verify
@@ -152,6 +157,10 @@ class OverlapFill:
             self.source = pa.concat_tables(pieces)
         return self.source.column(name)
 
+    def rows(self, key: str) -> int:
+        """The rows the cache will hold: the source's `key` column's."""
+        return len(self.column(key))
+
     def train_rows(self, spec: WorkerSpec, rank: int) -> int:
         """Rank's training rows in the committed cache (its contiguous share, less the
         validation split): what its schedule counts steps by, known before the commit."""
@@ -161,7 +170,7 @@ class OverlapFill:
         held_out = validation_mask(share, spec.recipe.evaluation.val_fraction)
         return len(share) - int(held_out.true_count)
 
-    def committed(self) -> dict[str, Any]:
+    def committed_spec(self) -> dict[str, Any]:
         """What a run spec of the committed cache changes (waits for the commit; FillFailed)."""
         cache = self.result().cache
         m = cache.manifest
@@ -171,14 +180,18 @@ class OverlapFill:
                 "checks": tuple((s.bytes, s.sha256) for s in m.shards) if self.verify else (),
                 "keeps": keeps(m.shards)}
 
+    def committed(self) -> Cache:
+        """The committed cache (waits for the commit; FillFailed)."""
+        return self.result().cache
+
     def final(self, spec: WorkerSpec) -> WorkerSpec:
         """The run spec of the committed cache (waits for the commit; FillFailed)."""
-        return dataclasses.replace(spec, **self.committed())
+        return spec.replace(**self.committed_spec())
 
     def runspec(self, spec: WorkerSpec) -> WorkerSpec:
         """The spec of a run whose first pass reads this fill as it lands; with DDP workers,
         the ShardFeed that tells them of it is started here (Ray is connected)."""
-        spec = dataclasses.replace(spec, filling=self.id)
+        spec = spec.replace(filling=self.id)
         if spec.num_workers:
             from raycache._train.data.shard_feed import NAMESPACE, ShardFeed
 
@@ -194,7 +207,7 @@ class OverlapFill:
         try:
             for record in self.records():
                 self.feed_actor.add.remote(record)
-            self.feed_actor.commit.remote(self.committed())  # no store: workers keep theirs
+            self.feed_actor.commit.remote(self.committed_spec())  # no store: workers keep theirs
         except BaseException as exc:  # FillFailed: every worker raises it
             self.feed_actor.fail.remote(str(exc))
 
@@ -207,7 +220,15 @@ class Feed(Protocol):
     verify: bool
 
     def records(self) -> Iterator[ShardRecord | ShardEntry]: ...
+    def rows(self, key: str) -> int:
+        """The rows the cache will hold: the source's `key` column's."""
+        return len(self.column(key))
+
     def train_rows(self, spec: WorkerSpec, rank: int) -> int: ...
+    def committed(self) -> Cache:
+        """The committed cache (waits for the commit; FillFailed)."""
+        return self.result().cache
+
     def final(self, spec: WorkerSpec) -> WorkerSpec: ...
 
 
@@ -238,7 +259,7 @@ class FirstPass:
             return
         self.passed = True
         # a stream over the shards landed so far: the same checked read, split and shuffle
-        stream = Streamed(dataclasses.replace(self.spec, shards=(), rows=0, checks=()), 0,
+        stream = Streamed(self.spec.replace(shards=(), rows=0, checks=()), 0,
                           False, torch.device("cpu"))
         x, y = torch.empty(0), torch.empty(0, dtype=torch.int64)  # rows short of a batch
         world = self.spec.world
@@ -249,8 +270,8 @@ class FirstPass:
             if isinstance(record, ShardEntry):  # committed: maybe shared, maybe in part
                 path = file_path(self.spec.store, self.feed.dir, record)
                 if not reads_whole(record):
-                    stream.spec = dataclasses.replace(
-                        stream.spec, shards=(*stream.spec.shards, (path, record.rows)),
+                    stream.spec = stream.spec.replace(
+                        shards=(*stream.spec.shards, (path, record.rows)),
                         keeps=(*(stream.spec.keeps or [("", 0)] * len(stream.spec.shards)),
                                selection(record)))
             stream.pieces.append((path, 0, record.rows))

@@ -4,7 +4,6 @@ polls it for the records it has not seen, in one order that every worker shares.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -91,4 +90,4 @@ class RemoteFeed:
         while self.committed is None:
             for _ in self.records():
                 pass
-        return dataclasses.replace(spec, **self.committed)
+        return spec.replace(**self.committed)

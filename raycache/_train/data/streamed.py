@@ -12,18 +12,9 @@ import torch
 
 from raycache._cache.entry_rows import Selection
 from raycache._cache.reads import read_unchecked
-from raycache._train.data.share_reads import (
-    Batches,
-    all_views,
-    cached_columns,
-    expected,
-    label_ids,
-    pieces,
-    read_piece,
-    rows_of,
-    view_columns,
-)
-from raycache._train.data.split import validation_mask
+from raycache._fit.part import expected, label_ids, pieces, read_piece
+from raycache._fit.split import validation_mask
+from raycache._train.data.rows import Batches, all_views, cached_columns, rows_of, view_columns
 from raycache._train.data.views import draw, row_ids
 from raycache._train.runspec import WorkerSpec
 
@@ -62,12 +53,12 @@ class Streamed:
 
     def __init__(self, spec: WorkerSpec, rank: int, validation: bool, device: torch.device):
         self.spec, self.validation, self.device = spec, validation, device
-        self.pieces = pieces(spec, rank, spec.world)
+        self.pieces = pieces(spec.reading, rank, spec.world)
         self.masks: dict[int, np.ndarray] = {}
         self.ids: dict[int, np.ndarray] = {}
         self.at: dict[int, np.ndarray] = {}
         """Row ids of each piece's training rows, for drawing views (runs with views only)."""
-        self.checks = expected(spec)
+        self.checks = expected(spec.reading)
         self.rows = 0
         self.fs = spec.store.pyarrow_fs()  # native for local folders and S3-like via fsspec
         self.pool = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="raycache-stream")
@@ -105,12 +96,12 @@ class Streamed:
         first = i not in self.masks
         at = None  # a shard read in part: the file rows of the piece's rows
         if first:  # the first read in this run: whole, checked against the manifest
-            table = read_piece(spec, path, [spec.key, *columns], self.checks.get(path))
+            table = read_piece(spec.reading, path, [spec.key, *columns], self.checks.get(path))
             table = table.slice(start, stop - start)
         else:
             table = read_unchecked(spec.store, path, columns,
                                    f"{spec.head.cache}/{spec.head.fingerprint}", self.fs)
-            if path in spec.selections:  # rows taken straight from the file: no copy of it
+            if path in spec.reading.selections:  # rows taken straight from the file: no copy of it
                 at = self.places(i, path, start, stop)
             else:
                 table = table.slice(start, stop - start)
@@ -136,7 +127,7 @@ class Streamed:
     def places(self, i: int, path: str, start: int, stop: int) -> np.ndarray:
         """The file rows of piece i's rows, in a shard its version reads in part (kept)."""
         if i not in self.at:
-            self.at[i] = Selection(*self.spec.selections[path]).index()[start:stop]
+            self.at[i] = Selection(*self.spec.reading.selections[path]).index()[start:stop]
         return self.at[i]
 
     def order(self, seed: int | None) -> list[int]:

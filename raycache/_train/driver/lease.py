@@ -14,7 +14,7 @@ from raycache._cache.lease import LEASES, STALE_S, Lease, live
 from raycache._cache.store import Store
 from raycache._core.units import human_duration
 from raycache._errors import RaycacheError
-from raycache._train.driver.runs import driver_alive
+from raycache._train.folder.record import driver_alive
 
 __all__ = ["run_lease"]
 

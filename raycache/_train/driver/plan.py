@@ -22,15 +22,16 @@ from raycache._core.trust import Trust
 from raycache._encoders.config import EncoderConfig
 from raycache._encoders.trusted import check_encoders
 from raycache._errors import ConfigError
+from raycache._fit.part import keeps
 from raycache._heads import HEADS
 from raycache._heads.specs import HeadSpec, standardizes
 from raycache._train.config import TrainConfig
 from raycache._train.defaults import feature_l1, resolve_solver
 from raycache._train.driver.columns import Columns
 from raycache._train.driver.placement import cluster, resolve_placement, resolve_workers
-from raycache._train.driver.runs import read_record, runs_dir
+from raycache._train.folder.record import read_record, runs_dir
 from raycache._train.objectives import OBJECTIVES
-from raycache._train.runspec import Member, Recipe, WorkerSpec, digest, keeps, sweep_record
+from raycache._train.runspec import Member, Recipe, WorkerSpec, digest, sweep_record
 from raycache._train.sweep.grid import apply, members
 
 __all__ = ["check", "cluster", "config_problems", "guard_run_folder", "overlap_problems",
@@ -173,7 +174,8 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str], read: Colu
     """The label column, its class counts and, for a named label, its class names (sorted),
     checked (with the problems found so far; `read` reads a column where the manifest's
     label_stats do not tell)."""
-    from raycache._fill.keys import MAX_NAMED, label_stats, named
+    from raycache._cache.labels import MAX_NAMED, named
+    from raycache._fill.keys import label_stats
 
     m, family = cache.manifest, OBJECTIVES[cfg.objective]
     label = cfg.label or (m.label_columns[0] if m.label_columns else None)
@@ -259,7 +261,7 @@ def _null_labels(cache: Cache, label: str, nulls: int, read: Columns) -> str:
 def split_problems(cfg: TrainConfig, cache: Cache, read: Columns) -> None:
     """A ConfigError where evaluation.val_fraction leaves no training or no validation rows
     (the split is by a hash of each key, so small caches are counted key by key)."""
-    from raycache._train.data.split import sides
+    from raycache._fit.split import sides
 
     key, fraction = cache.manifest.key_column, cfg.evaluation.val_fraction
     rows = len(read(key)) if read.filling else cache.manifest.rows
@@ -371,7 +373,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
     placement = resolve_placement(cfg, head, held, workers)
     recipe = resolve_solver(cfg, recipe, head, rows, workers, placement, views, first_pass)
     name = run_name(cfg, head, recipe, sweep_record(sweep, select, select_mode), views)
-    spec = WorkerSpec(
+    spec = WorkerSpec.of(
         head=head, recipe=recipe, run_name=name, key=cache.manifest.key_column, rows=rows,
         placement=placement, num_workers=workers,
         use_gpu=cfg.resources.use_gpu, class_weights=class_weights(cfg, counts), store=store,
@@ -384,13 +386,14 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
         progress=cfg.progress, sweep=sweep, select=select, select_mode=select_mode,
         views=views, view_encoders=view_encoders, why=why, tracking=tuple(cfg.tracking),
     )
-    guard_run_folder(cfg, spec)
+    guard_run_folder(cfg, spec, read_record(spec.store, spec.run_dir))
     return cache, spec
 
 
-def guard_run_folder(cfg: TrainConfig, spec: WorkerSpec) -> None:
-    """Never train over another run: the folder must be empty, or hold this config's run."""
-    record = read_record(spec.store, spec.run_dir)
+def guard_run_folder(cfg: TrainConfig, spec: WorkerSpec, record: dict[str, Any] | None
+                     ) -> None:
+    """Never train over another run: the folder must be empty (`record`, its run.json: None), or
+    hold this config's run."""
     if record is None:
         return
     if record.get("digest") != spec.digest():

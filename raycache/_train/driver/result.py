@@ -94,7 +94,7 @@ class TrainResult:
         import numpy as np
         import pyarrow as pa
 
-        from raycache._train.data.split import validation_mask
+        from raycache._fit.split import validation_mask
 
         keys = keys if isinstance(keys, pa.Array | pa.ChunkedArray) else pa.array(list(keys))
         fraction = self.spec.recipe.evaluation.val_fraction

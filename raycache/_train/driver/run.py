@@ -23,23 +23,25 @@ from raycache._errors import (
     StoreUnavailable,
 )
 from raycache._heads.specs import HEAD_CONFIG
-from raycache._train import checkpoint as ckpt
 from raycache._train.config import TrainConfig
 from raycache._train.console import quiet_ray_train
+from raycache._train.data.committed import Committed
 from raycache._train.driver.lease import run_lease
 from raycache._train.driver.plan import check, cluster, guard_run_folder, prepare
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.driver.resources import check_local
 from raycache._train.driver.result import TrainResult
-from raycache._train.driver.runs import read_record, runs_dir, write_record
-from raycache._train.metrics_log import read_sweep
+from raycache._train.folder.record import runs_dir
+from raycache._train.folder.run_folder import RunFolder
 from raycache._train.runspec import WorkerSpec
 
 if TYPE_CHECKING:
 
     from raycache._train.data.overlap import OverlapFill
 
-__all__ = ["TrainResult", "train"]
+    Source = Committed | OverlapFill
+
+__all__ = ["TrainResult", "train", "train_on"]
 
 
 def trainer(cache: Cache, spec: WorkerSpec, max_failures: int, cpus_per_worker: float) -> Any:
@@ -138,22 +140,25 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         warn("raycache.train(landing=...) is deprecated: pass filling=...",
              DeprecationWarning)
         filling = landing
-    require("ray", "raycache.train (the ray extra: Ray Train and the similarity losses)")
     cfg = load_train(config)
-    vouch([cfg.head, *cfg.sweep.get("head", [])])  # the user's own head families
     if progress is not None:
         cfg.progress = progress
+    return train_on(cfg, filling=filling)
+
+
+def train_on(cfg: TrainConfig, cache: Cache | None = None, filling: OverlapFill | None = None
+             ) -> TrainResult:
+    """`train` of a loaded config, on `cache` where the caller opened it already (the probe
+    hands on its caches), or on a fill under way (`filling`)."""
+    require("ray", "raycache.train (the ray extra: Ray Train and the similarity losses)")
+    vouch([cfg.head, *cfg.sweep.get("head", [])])  # the user's own head families
     start = time.perf_counter()
     store = Store.from_config(cfg.store)
     store.check_reachable()
-    if filling is None:
-        checked = check(cfg, store)  # bad input fails here, before Ray starts
-    else:
-        checked = check(cfg, store, filling.cache(), filling.column)
-
-    cache, spec = prepare(cfg, checked, None if filling is None else
-                          len(filling.column(checked[0].manifest.key_column)),
-                          first_pass=filling is not None)
+    source: Source = filling or Committed(cfg, store, cache)
+    checked = check(cfg, store, source.cache(), source.column)  # bad input fails before Ray
+    cache, spec = prepare(cfg, checked, source.rows(checked[0].manifest.key_column),
+                          first_pass=source.first_pass)
     if spec.num_workers:  # local mode runs in this process: no Ray cluster to start or join
         from raycache._compute.cluster import check_store_for_cluster
 
@@ -162,26 +167,25 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         _check_cluster(cfg, spec.num_workers)
     else:
         check_local(cfg.resources)
-    if filling is not None:
-        spec = filling.runspec(spec)
+    spec = source.runspec(spec)
     with run_lease(spec.store, spec.run_dir, spec.run_name):  # one train of a run at a time
-        guard_run_folder(cfg, spec)  # again, held: another run may have written it since
-        return _held(cfg, cache, spec, start, filling)
+        folder = RunFolder.open(spec.store, spec.run_dir)  # its record and checkpoints, once
+        guard_run_folder(cfg, spec, folder.record)  # again, held: another run may have written
+        return _held(cfg, cache, spec, folder, start, source)
 
 
-def _held(cfg: TrainConfig, cache: Cache, spec: WorkerSpec, start: float,
-          filling: OverlapFill | None) -> TrainResult:
+def _held(cfg: TrainConfig, cache: Cache, spec: WorkerSpec, folder: RunFolder, start: float,
+          source: Source) -> TrainResult:
     """The run, its lease held: returned where it finished before, else trained (resumed from
     its newest checkpoint) and recorded."""
-    store = spec.store
-    record = read_record(store, spec.run_dir)
-    if record and record["status"] == "finished" and ckpt.latest(store, spec.run_dir):
-        return _result(cache, spec, start, {"resumed_from": []},
-                       finished_before=record.get("updated") or "?")
-    first_epoch = _epochs_done(store, spec.run_dir)
+    record = folder.record
+    if folder.finished:
+        return _result(cache, spec, folder, start, {"resumed_from": []},
+                       finished_before=(record or {}).get("updated") or "?")
+    first_epoch = folder.epochs_done
     base = {**spec.record(), "started": (record or {}).get("started")}
     base = {k: v for k, v in base.items() if v is not None}
-    write_record(store, spec.run_dir, base, "running")
+    folder.write(base, "running")
     try:
         if not spec.num_workers:  # as Ray Train's local mode did, without importing it (~1 s)
             value = _train_loop({"spec": spec}) or {}
@@ -192,30 +196,21 @@ def _held(cfg: TrainConfig, cache: Cache, spec: WorkerSpec, start: float,
                 raise result.error
             value = result.return_value or {}
     except Exception as exc:
-        error = _failed(exc, spec, base)
+        error = _failed(exc, spec, folder, base)
         if error is exc:
             raise
         raise error from exc
-    if filling is not None:
-        cache = filling.result().cache  # committed: the first epoch's validation waited for it
-    out = _result(cache, spec, start, value, first_epoch=first_epoch)
+    cache = source.committed()  # a fill's: the first epoch's validation waited for it
+    folder.relist()  # the checkpoints training wrote
+    out = _result(cache, spec, folder, start, value, first_epoch=first_epoch)
     best = dict(out.monitored)
     if out.sweep:
         best = {spec.select: out.best[spec.select], "member": out.best["member"],
                 "settings": out.best["settings"], "epoch": out.best["epoch"]}
     diverged = {"diverged": out.diverged} if out.diverged else {}
-    write_record(store, spec.run_dir, base, "finished", best=best, checkpoint=out.checkpoint,
-                 metrics={k: v for k, v in out.metrics.items() if k != "placement"},
-                 **diverged)
+    folder.write(base, "finished", best=best, checkpoint=out.checkpoint,
+                 metrics={k: v for k, v in out.metrics.items() if k != "placement"}, **diverged)
     return out
-
-
-def _epochs_done(store: Store, run_dir: str) -> int:
-    """Epochs of the run's newest complete checkpoint (0: none): where a run resumes."""
-    path = ckpt.latest(store, run_dir)
-    if path is None:
-        return 0
-    return int(path.rsplit("/", 1)[-1].removeprefix(ckpt.PREFIX) or 0)
 
 
 def _check_cluster(cfg: TrainConfig, workers: int) -> None:
@@ -233,7 +228,8 @@ def _check_cluster(cfg: TrainConfig, workers: int) -> None:
         request_resources(**resources.request(cfg.resources, workers))
 
 
-def _failed(exc: Exception, spec: WorkerSpec, base: dict[str, Any]) -> RaycacheError:
+def _failed(exc: Exception, spec: WorkerSpec, folder: RunFolder, base: dict[str, Any]
+            ) -> RaycacheError:
     """The error a failed run raises (a worker's raycache error as its own type), with the run
     recorded as failed; what running it again does, said only where it is true."""
     typed = next((e for e in getattr(exc, "worker_failures", {}).values()
@@ -241,9 +237,9 @@ def _failed(exc: Exception, spec: WorkerSpec, base: dict[str, Any]) -> RaycacheE
     error = typed or (exc if isinstance(exc, RaycacheError) else None)
     store, again = spec.store, ""
     try:
-        write_record(store, spec.run_dir, base, "failed", error=f"{type(exc).__name__}: {exc}",
+        folder.write(base, "failed", error=f"{type(exc).__name__}: {exc}",
                      **({"resumable": False} if isinstance(error, DivergedError) else {}))
-        path = ckpt.latest(store, spec.run_dir)
+        path = folder.relist()
         again = (f"it resumes from its checkpoint {path.rsplit('/', 1)[-1]} when run again "
                  "with the same config" if path else
                  "it saved no checkpoint, so running it again starts over")
@@ -270,9 +266,9 @@ def _best(out: TrainResult, spec: WorkerSpec) -> float | None:
     return max(values) if spec.recipe.evaluation.mode == "max" else min(values)
 
 
-def _result(cache: Cache, spec: WorkerSpec, start: float, value: dict[str, Any],
-            **more: Any) -> TrainResult:
-    path = ckpt.latest(spec.store, spec.run_dir)
+def _result(cache: Cache, spec: WorkerSpec, folder: RunFolder, start: float,
+            value: dict[str, Any], **more: Any) -> TrainResult:
+    path = folder.latest
     if path is None:
         raise RaycacheError(f"run {spec.run_name!r} finished without a checkpoint in "
                             f"{spec.store.url(spec.run_dir)}; see the worker logs")
@@ -282,7 +278,7 @@ def _result(cache: Cache, spec: WorkerSpec, start: float, value: dict[str, Any],
         history = saved["history"]
     sweep = value.get("sweep")
     if sweep is None and spec.sweep:
-        sweep = read_sweep(spec.store, spec.run_dir)
+        sweep = folder.sweep()
     return TrainResult(cache=cache, spec=spec.view(), history=list(history),
                        checkpoint=spec.store.url(path), seconds=time.perf_counter() - start,
                        resumed_from=list(value.get("resumed_from", [])), sweep=list(sweep or []),

@@ -18,10 +18,10 @@ import torch
 
 from raycache._cache.vectors import unpack
 from raycache._errors import ConfigError, SourceError
+from raycache._fit.part import features, selected
+from raycache._fit.split import validation_mask
 from raycache._source.config import SourceConfig
 from raycache._train.config import PairsConfig
-from raycache._train.data.share_reads import features, selected
-from raycache._train.data.split import validation_mask
 
 if TYPE_CHECKING:
     from raycache._cache.committed import Cache
@@ -189,12 +189,13 @@ def join(spec: WorkerSpec, keys: pa.Array) -> tuple[pa.Array, np.ndarray, np.nda
     for path, rows in spec.shards:
         with spec.store.fs.open(path, "rb") as f:
             shard = pq.ParquetFile(f)
-            have = selected(spec, path, shard.read(columns=[spec.key])).column(spec.key)
+            have = selected(spec.reading, path, shard.read(columns=[spec.key])).column(spec.key)
             have = pc.cast(have, pa.string())
             hit = np.asarray(pc.is_in(have, value_set=keys), dtype=bool)
             if hit.any():
                 where = np.flatnonzero(hit)
-                table = selected(spec, path, unpack(shard.read(columns=list(spec.head.encoders))))
+                read = unpack(shard.read(columns=list(spec.head.encoders)))
+                table = selected(spec.reading, path, read)
                 table = table.take(where)
                 feats.append(np.array(features(table, spec.head.encoders)))
                 found.append(have.take(where))

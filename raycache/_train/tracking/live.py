@@ -10,8 +10,8 @@ import os
 import tempfile
 from typing import Any
 
-from raycache._train import checkpoint as ckpt
-from raycache._train.metrics_log import TENSORBOARD, write_metrics
+from raycache._train.folder import checkpoints as ckpt
+from raycache._train.folder.metrics import TENSORBOARD, write_metrics
 from raycache._train.runspec import WorkerSpec
 from raycache._train.tracking.configured import build
 from raycache._train.tracking.hook import RunContext, TrainCallback, params, scalars

@@ -9,9 +9,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from raycache._fit.logreg import moment_sums, standardizer
 from raycache._heads.modules import standardized
 from raycache._train.console import say
-from raycache._train.logreg import moment_sums, standardizer
 from raycache._train.worker.heads import WorkerHeads
 
 __all__ = ["BATCH", "fit_inputs", "moments"]
@@ -41,7 +41,7 @@ def fit_inputs(heads: WorkerHeads, train: Any) -> None:
 
 def moments(train: Any, dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean, standard deviation) of the training rows, float32 [dim], as the solved linear
-    head and the probe's logreg standardise (raycache._train.logreg.standardizer): from
+    head and the probe's logreg standardise (raycache._fit.logreg.standardizer): from
     float64 sums over this worker's rows and, under DDP, every worker's; (0, 1) without rows."""
     sums = torch.zeros(2 * dim + 1, dtype=torch.float64, device=device)
     x = getattr(train, "x", None)

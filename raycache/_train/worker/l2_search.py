@@ -1,7 +1,7 @@
 """A solved head acting on its own warnings: a C chosen at the grid's edge widens the grid a
 decade at a time on that side while the best stays on the edge, and a solve stopped by the
 iteration cap continues from where it stopped, each from a warm start, within the bounds of
-raycache._train.logreg (WIDEN_DECADES, CONTINUE_ROUNDS, CONTINUE_SECONDS); what was
+raycache._fit.logreg (WIDEN_DECADES, CONTINUE_ROUNDS, CONTINUE_SECONDS); what was
 widened and continued is recorded for the summary (raycache._train.console)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from raycache._train.logreg import (
+from raycache._fit.logreg import (
     CONTINUE_ROUNDS,
     CONTINUE_SECONDS,
     MAX_ITER,

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from raycache._train.console import epoch_text, quiet_ray_train, say_progress
-from raycache._train.metrics_log import write_artifacts
+from raycache._train.folder.metrics import write_artifacts
 from raycache._train.runspec import WorkerSpec
 from raycache._train.tracking.live import Live
 from raycache._train.worker.assemble import build_heads, data_sources, wrap

@@ -1,6 +1,6 @@
 """A linear classifier solved full batch (optim.solver: lbfgs): the multinomial logistic
 regression of its training rows, standardised (C means what it means to the probe's logreg:
-raycache._train.logreg), for every L2 strength of GRID at once (its batched L-BFGS), the
+raycache._fit.logreg), for every L2 strength of GRID at once (its batched L-BFGS), the
 strength chosen on a share of the training rows left out of that solve (never the validation
 rows), solved again on every training row, and the solution (for the raw features) recorded as
 the run's one epoch, so the head is saved, loaded and served as any linear head is."""
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from raycache._train.logreg import GRID, MAX_ITER, TOL, moment_sums, solve, standardizer
+from raycache._fit.logreg import GRID, MAX_ITER, TOL, moment_sums, solve, standardizer
 from raycache._train.worker.epoch import (
     SLOTS,
     TRAIN_HIT,

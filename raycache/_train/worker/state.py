@@ -6,8 +6,8 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from raycache._train import checkpoint as ckpt
-from raycache._train.metrics_log import write_metrics, write_sweep
+from raycache._train.folder import checkpoints as ckpt
+from raycache._train.folder.metrics import write_metrics, write_sweep
 from raycache._train.worker.best_epoch import saved_epoch, serves_best, sweep_rows
 from raycache._train.worker.heads import Parts, Progress, WorkerHeads
 

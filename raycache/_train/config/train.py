@@ -9,7 +9,7 @@ from typing import Any
 from raycache._cache.config import StoreConfig
 from raycache._core.config import AUTO, is_name, non_finite, sweepable
 from raycache._core.trust import problems as trust_problems
-from raycache._train.recipe_config import (
+from raycache._train.config.recipe import (
     MONITOR_MODES,
     PLACEMENTS,
     SOLVERS,
@@ -22,7 +22,7 @@ from raycache._train.recipe_config import (
     ResourcesConfig,
     ScheduleConfig,
 )
-from raycache._train.similarity_config import GroupsConfig, PairsConfig
+from raycache._train.config.similarity import GroupsConfig, PairsConfig
 
 __all__ = ["FLAT", "GROUPS", "MONITOR_MODES", "PLACEMENTS", "SOLVERS", "TRAIN_PRECISIONS",
            "CheckpointConfig", "EvalConfig", "GroupsConfig", "LoopConfig", "LossConfig",

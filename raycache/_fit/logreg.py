@@ -1,5 +1,5 @@
 """Multinomial logistic regression over a grid of L2 strengths, every C solved at once
-(raycache._train.lbfgs: one batched L-BFGS, each C with its own history and steps): the probe's
+(raycache._fit.lbfgs: one batched L-BFGS, each C with its own history and steps): the probe's
 `logreg` (in this process and on Ray) and a linear classifier's full-batch solve
 (raycache._train.worker.solved).
 
@@ -156,7 +156,7 @@ def solve(x: Any, y: Any, classes: int, cs: list[float], max_iter: int = 500,
     import torch
 
     from raycache._core.threads import sized
-    from raycache._train.lbfgs import minimize
+    from raycache._fit.lbfgs import minimize
 
     n, d = x.shape
     g = len(cs)

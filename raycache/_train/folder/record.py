@@ -13,8 +13,8 @@ from raycache._cache.committed import Cache
 from raycache._cache.store import RUNS, Store
 from raycache._errors import RaycacheError
 from raycache._heads.specs import HEAD_CONFIG
-from raycache._train.checkpoint import PREFIX, latest
 from raycache._train.console import number, settings_text
+from raycache._train.folder.checkpoints import PREFIX, latest
 
 __all__ = ["MAIN", "RECORD", "RESUMABLE", "RunInfo", "checkpoint_of", "driver_alive", "list_runs",
            "read_record", "runs_dir", "write_record"]
