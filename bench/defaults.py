@@ -16,13 +16,16 @@ groups) against the raw encoder's retrieval on the same validation rows (the flo
 `probe-mlp` head is the probe's mlp method (its default sweep, raycache._probe.heads.SWEEPS,
 its best member served): the default mlp's target; the closing lines compare the default mlp
 with it and with the default linear head.
+`--probe` times the mlp the probe adds by itself (methods left out: one head, the default mlp)
+against the logreg row of the same probe, and against `methods: [logreg, knn, mlp]` (the full
+sweep, what the added mlp trained before): the probe's own seconds for each row.
 Walls: a default run, and the former default (10 epochs, lr 1e-3, last epoch's weights)
 measured in the same run, so the ratio is honest on a shared machine. A default linear
 classifier is solved by L-BFGS (optim.solver: auto); the other heads train by epochs.
 
     python bench/defaults.py [--store DIR] [--sets docs modules ...]
                              [--heads linear mlp probe-mlp groups]
-                             [--repeat N]
+                             [--repeat N] [--no-former] [--probe]
 """
 
 from __future__ import annotations
@@ -190,6 +193,27 @@ def train(base: dict, head: str, over: dict | None = None):
     return run, time.perf_counter() - start
 
 
+def probe_costs(name: str, store: dict) -> list[tuple]:
+    """(set, probe, method, seconds, val_acc) of a probe with methods left out and one naming
+    logreg, knn and mlp (the full sweep), each on fresh runs of the cache."""
+    import raycache
+
+    out = []
+    for what, methods in (("methods left out", None), ("methods: [logreg, knn, mlp]",
+                                                       ["logreg", "knn", "mlp"])):
+        cfg = {"caches": [name], "store": store, "label": "label", "lexical": False,
+               "report": False, "progress": False, "name": f"cost-{time.time_ns()}",
+               "num_workers": 0, "mlp": {"train": {"resume": False}}}  # trained, not returned
+        if methods:
+            cfg["methods"] = methods
+        result = raycache.probe(cfg)
+        for o in result.outcomes:
+            out.append((name, what, o.method, o.seconds, o.scores["val_acc"]))
+            print(f"  probe ({what}) {o.method}: {o.seconds:.1f} s, val_acc "
+                  f"{o.scores['val_acc']:.4f}", flush=True)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--store", default=".raycache/bench-defaults")
@@ -198,7 +222,11 @@ def main() -> None:
                    choices=["linear", "mlp", "probe-mlp", "groups"])
     p.add_argument("--repeat", type=int, default=1,
                    help="runs of each (default, former) pair; walls are their medians")
+    p.add_argument("--no-former", action="store_true",
+                   help="skip the former defaults' runs (their wall and val_acc columns: -)")
     p.add_argument("--fill-only", action="store_true")
+    p.add_argument("--probe", action="store_true",
+                   help="only time the probe's own mlp against its logreg row (see above)")
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
@@ -208,7 +236,7 @@ def main() -> None:
     root = Path(args.store).resolve()
     store, data = {"uri": str(root / "store")}, root / "data"
     data.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, costs = [], []
     for name in args.sets:
         filled = raycache.fill({"name": name, "store": store, "in_process": True,
                                 "progress": False, "rows_per_shard": 4096,
@@ -218,6 +246,9 @@ def main() -> None:
               f"fill {m.fill_seconds:.0f} s{' (hit)' if filled.hit else ''}", flush=True)
         if args.fill_only:
             continue
+        if args.probe:
+            costs += probe_costs(name, store)
+            continue
         base = {"cache": name, "store": store, "label": "label"}
         reference = None
         train(base, args.heads[0], {"loop": {"epochs": 1}})  # warm: imports, first calls
@@ -225,7 +256,8 @@ def main() -> None:
             walls, formers = [], []
             for _ in range(args.repeat):  # alternating, so both meet the same load
                 run, wall = train(base, head)
-                old, former = (run, wall) if head == "probe-mlp" else train(base, head, FORMER)
+                old, former = ((run, wall) if head == "probe-mlp" or args.no_former
+                               else train(base, head, FORMER))
                 walls.append(wall)
                 formers.append(former)
             wall, former = float(np.median(walls)), float(np.median(formers))
@@ -244,15 +276,24 @@ def main() -> None:
                          old.served_metrics()["val_acc"]))
             print(f"  {head}: val_acc {got:.4f} vs {ref[1]} {ref[0]:.4f}; wall {wall:.1f} s "
                   f"(former default {former:.1f} s)", flush=True)
+    if costs:
+        print("\n| set | probe | method | seconds | vs logreg's seconds | val_acc |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for name, what, method, seconds, acc in costs:
+            lr = next(c[3] for c in costs if c[:2] == (name, what) and c[2] == "logreg")
+            print(f"| {name} | {what} | {method} | {seconds:.1f} s | {seconds / lr:.1f}x | "
+                  f"{acc:.4f} |")
     if rows:
         print("\n| set | head | default's val_acc | reference | gap (points) | wall | "
               "vs former default's wall | solved (C, iterations) or epoch served / run | "
               "former default's val_acc |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for name, head, got, ref, what, wall, former, epochs, old in rows:
+            alone = head == "probe-mlp" or args.no_former  # no former run to compare
             print(f"| {name} | {head} | {got:.4f} | {ref:.4f} ({what}) | "
-                  f"{100 * (got - ref):+.2f} | {wall:.1f} s | {wall / former:.2f}x | {epochs} | "
-                  f"{old:.4f} |")
+                  f"{100 * (got - ref):+.2f} | {wall:.1f} s | "
+                  f"{'-' if alone else f'{wall / former:.2f}x'} | {epochs} | "
+                  f"{'-' if alone else f'{old:.4f}'} |")
         got = {(name, head): acc for name, head, acc, *_ in rows}
         for name in args.sets:
             mlp = got.get((name, "mlp"))

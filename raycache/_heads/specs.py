@@ -197,6 +197,10 @@ class HeadSpec:
     """The head standardises its inputs with its training rows' mean and standard deviation,
     held as buffers in its weights (families of STANDARDIZED; heads saved before it read as
     false and predict as they did)."""
+    linear_start: bool = False
+    """Training started the head as the solved linear head (raycache._heads.linear_start: an
+    mlp classifier whose hidden widths are at least twice its classes), the solve its first
+    epoch; heads saved before it read as false."""
     format_version: int = HEAD_FORMAT_VERSION
     """The head.json layout version (HEAD_FORMAT_VERSION; older ones are read)."""
 
@@ -214,8 +218,8 @@ class HeadSpec:
         """The spec as JSON-ready values: what head.json holds under "head".
 
         Returns:
-            The fields, tuples as lists (`trainable`, `class_names` and `standardize` left
-            out when empty or false).
+            The fields, tuples as lists (`trainable`, `class_names`, `standardize` and
+            `linear_start` left out when empty or false).
 
         Example:
             ```python
@@ -232,6 +236,8 @@ class HeadSpec:
             del d["class_names"]
         if not self.standardize:  # so heads and run digests without it read as before
             del d["standardize"]
+        if not self.linear_start:
+            del d["linear_start"]
         return d
 
     @classmethod

@@ -19,7 +19,8 @@ DEFAULT_METHODS = ("logreg", "knn")
 """What methods left out run on every encoder (and an mlp where it costs little: MLP_AUTO_SIZE)."""
 MLP_AUTO_SIZE = 2_500_000
 """methods left out: an mlp also runs on each encoder whose training rows x dimensions are at
-most this (about 6,500 rows of 384-d), where its sweep costs about what logreg and knn do."""
+most this (about 6,500 rows of 384-d): one head with the default mlp's settings, not the sweep
+that `methods: [mlp]` trains (raycache._probe.heads.SWEEPS)."""
 SELECT = ("val_acc", "macro_f1", "balanced_acc")
 """Metrics that may pick a method's setting and the best row."""
 
@@ -159,7 +160,8 @@ class ProbeConfig:
     methods: list[str] | None = None
     """Keys of raycache.probe.METHODS: logreg, knn, linear, mlp; left out: logreg and knn on
     every encoder, and mlp too on each encoder of at most MLP_AUTO_SIZE training rows x
-    dimensions (2.5M) probed in this process."""
+    dimensions (2.5M) probed in this process: one head, the default mlp (named here, mlp
+    trains its sweep)."""
     logreg: LogregConfig = field(default_factory=LogregConfig)
     """logreg's settings: the C grid, iterations, tolerance."""
     knn: KnnConfig = field(default_factory=KnnConfig)

@@ -1,6 +1,8 @@
 """linear, mlp: heads trained by raycache's own sweep (every member on the same batches, one
 run in this process or on DDP workers), its selected member scored on the probe's validation
-rows."""
+rows. The mlp a probe adds by itself (methods left out) is one head with the default mlp's
+settings, no sweep: it starts as the solved linear head and reaches the sweep's best
+(bench/defaults.py), at the cost of one run."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ __all__ = ["SWEEPS", "fit_linear", "fit_mlp", "fit_sweep", "run_sweep", "train_c
 
 SWEEPS = {"linear": {"head": ["linear"], "optim.lr": [1e-3, 3e-3, 1e-2, 3e-2]},
           "mlp": {"head": ["mlp"], "optim.lr": [1e-3, 3e-3], "hidden": [[256], [1024]]}}
-"""The sweep each head method trains when its `sweep:` is left out."""
+"""The sweep each head method trains when it is named in `methods` and its `sweep:` is left
+out."""
 
 
 def train_config(cfg: ProbeConfig, cache: str, fingerprint: str | None, column: str,
@@ -41,7 +44,11 @@ def train_config(cfg: ProbeConfig, cache: str, fingerprint: str | None, column: 
     for key, value in extra.items():
         out[key] = ({**out[key], **value} if isinstance(out.get(key), dict)
                     and isinstance(value, dict) else value)
-    out["sweep"] = dict(heads.sweep or SWEEPS[method])
+    grid = heads.sweep or (SWEEPS[method] if cfg.methods else {})
+    if not grid:  # methods left out, so mlp was added: one head, the default mlp's settings
+        out["head"] = method
+        return out
+    out["sweep"] = dict(grid)
     out["select"] = "val_acc"  # what training measures; the probe scores the pick itself
     return out
 

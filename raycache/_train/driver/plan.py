@@ -24,6 +24,7 @@ from raycache._encoders.trusted import check_encoders
 from raycache._errors import ConfigError
 from raycache._fit.part import keeps
 from raycache._heads import HEADS
+from raycache._heads.linear_start import starts_linear
 from raycache._heads.specs import HeadSpec, standardizes
 from raycache._train.config import TrainConfig
 from raycache._train.defaults import feature_l1, resolve_solver
@@ -127,6 +128,7 @@ def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
                          if e not in trainable},
         trainable=tuple(trainable), class_names=names,
         standardize=standardizes(cfg.head, bool(trainable)),
+        linear_start=starts_linear(cfg.head, cfg.objective, classes, cfg.hidden, bool(trainable)),
     )
     return cache, head, counts
 
@@ -307,7 +309,10 @@ def sweep_members(cfg: TrainConfig, head: HeadSpec, rows: int | None = None,
                            for k, v in settings.items()),
             head=dataclasses.replace(head, head=c.head, hidden=tuple(c.hidden),
                                      dropout=c.dropout,
-                                     standardize=standardizes(c.head, bool(head.trainable))),
+                                     standardize=standardizes(c.head, bool(head.trainable)),
+                                     linear_start=starts_linear(
+                                         c.head, c.objective, head.num_classes, c.hidden,
+                                         bool(head.trainable))),
             recipe=Recipe.from_config(c, rows, workers, l1)))
     return tuple(out)
 

@@ -32,6 +32,7 @@ from raycache._train.worker.epoch import (
 from raycache._train.worker.heads import WorkerHeads
 from raycache._train.worker.input_stats import fit_inputs
 from raycache._train.worker.state import restore, save
+from raycache._train.worker.warm import first_epoch, start_linear
 
 __all__ = ["quiet_ray_train", "train_loop"]
 
@@ -66,6 +67,7 @@ def epochs_of(spec: WorkerSpec, rank: int, device: torch.device, live: Live | No
     restore(heads)
     if not heads.run.epoch:  # a resumed run's heads hold their standardisation already
         fit_inputs(heads, train_data)
+    warm = start_linear(heads, train_data) if not heads.run.epoch else None
     wrap(heads)
     epochs, last_save, started = spec.recipe.loop.epochs, time.monotonic(), time.monotonic()
     first = heads.run.epoch
@@ -76,6 +78,14 @@ def epochs_of(spec: WorkerSpec, rank: int, device: torch.device, live: Live | No
         record(heads, 0, rows, extras, seconds, time.monotonic() - started)
         if rank == 0 and spec.progress:
             say_progress(progress_line(heads, seconds), final=True)
+        save(heads, rank)
+        if live is not None:
+            live.epoch_end(heads.run.history, saved=True)
+    if warm is not None:  # an mlp started as the linear head: that is its first epoch
+        rows, extras = first_epoch(heads, train_data, val_data, warm)
+        record(heads, 0, rows, extras, warm["solve_seconds"], time.monotonic() - started)
+        if rank == 0 and spec.progress:
+            say_progress(progress_line(heads, warm["solve_seconds"]), final=False)
         save(heads, rank)
         if live is not None:
             live.epoch_end(heads.run.history, saved=True)

@@ -24,7 +24,8 @@ from raycache._train.worker.epoch import (
 from raycache._train.worker.heads import WorkerHeads
 from raycache._train.worker.l2_search import Grid, finish, widen
 
-__all__ = ["CHOOSE_SHARE", "choose", "fit_pass", "inner_split", "place", "solve_head"]
+__all__ = ["CHOOSE_SHARE", "choose", "fit_pass", "inner_split", "place", "solution",
+           "solve_head"]
 
 
 def solve_head(heads: WorkerHeads, train: Any, val: Any
@@ -38,9 +39,25 @@ def solve_head(heads: WorkerHeads, train: Any, val: Any
     metrics are honest."""
     t0 = time.perf_counter()
     parts = heads.members[0]
+    w, b, found = solution(parts, heads.spec.class_weights, train)
+    place(parts.base, w, b)  # for the raw features already
+    sums = torch.zeros(1, SLOTS, dtype=torch.float64, device=parts.device)
+    extra = evaluate(heads, val, sums)[0].compute()
+    fit_pass(heads, train, sums)
+    extra = {**epoch_metrics(parts, sums[0].tolist(), 0, 0.0, extra), **found}
+    extra = {k: v for k, v in extra.items() if k not in SUMMED}
+    return sums.tolist(), [extra], time.perf_counter() - t0
+
+
+def solution(parts: Any, class_weights: Any, train: Any
+             ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """The linear solution of `train`'s rows for a head of `parts` (its classes, seed and
+    monitor), as solve_head describes it: (W [D, K], b [K] for the raw features, the solve's
+    metrics: solver, l2_C, lbfgs_iterations, l2_grid, ...). An mlp that starts as the linear
+    head (raycache._train.worker.warm) takes the same one."""
     x, y = train.x.float(), train.y
     scale = standardizer(moment_sums(x))  # every training row's, for both solves
-    classes, weights = parts.spec.head.num_classes, heads.spec.class_weights
+    classes, weights = parts.spec.head.num_classes, class_weights
     fit, held = inner_split(len(y), parts.spec.recipe.loop.seed, y.device)
     w, b, _ = solve(x[fit], y[fit], classes, list(GRID), MAX_ITER, TOL, weights, scale)
     grid = Grid(list(GRID), [_scored(x[held], y[held], w[g], b[g]) for g in range(len(GRID))],
@@ -56,20 +73,13 @@ def solve_head(heads: WorkerHeads, train: Any, val: Any
                  lambda scores: choose(scores, parts.spec.recipe))
     c = grid.cs[pick]
     w, b, iterations, capped = finish(x, y, classes, c, weights, scale)
-    place(parts.base, w, b)  # for the raw features already
-    sums = torch.zeros(1, SLOTS, dtype=torch.float64, device=parts.device)
-    extra = evaluate(heads, val, sums)[0].compute()
-    fit_pass(heads, train, sums)
-    extra = {**epoch_metrics(parts, sums[0].tolist(), 0, 0.0, extra), "solver": "lbfgs",
-             "lr": 0.0, "l2_C": c, "lbfgs_iterations": iterations,
-             "l2_chosen_on": int(len(held)), "l2_widened": ", ".join(f"{v:g}" for v in
-                                                                       grid.widened),
-             "lbfgs_capped": capped,
-             "l2_grid": ", ".join(f"C={v:g}: acc {m['val_acc']:.4f} on {len(held)} training "
-                                  "rows held out of the solve"
-                                  for v, m in zip(grid.cs, grid.scores, strict=True))}
-    extra = {k: v for k, v in extra.items() if k not in SUMMED}
-    return sums.tolist(), [extra], time.perf_counter() - t0
+    return w, b, {
+        "solver": "lbfgs", "lr": 0.0, "l2_C": c, "lbfgs_iterations": iterations,
+        "l2_chosen_on": int(len(held)),
+        "l2_widened": ", ".join(f"{v:g}" for v in grid.widened), "lbfgs_capped": capped,
+        "l2_grid": ", ".join(f"C={v:g}: acc {m['val_acc']:.4f} on {len(held)} training "
+                             "rows held out of the solve"
+                             for v, m in zip(grid.cs, grid.scores, strict=True))}
 
 
 CHOOSE_SHARE = 0.2

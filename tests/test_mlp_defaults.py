@@ -1,0 +1,95 @@
+"""The default mlp starts as the solved linear head (its weights hold the linear solution, which
+GELU(z) - GELU(-z) = z carries through its hidden layers), the solve its first epoch, so the
+epoch it serves scores at least what the linear head scores; the mlp a probe adds by itself
+is one such head, while `methods: [mlp]` trains the full sweep. In-process: no Ray."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import raycache
+from raycache._heads.linear_start import place_linear, starts_linear
+from raycache._heads.specs import HeadSpec, build_head
+from raycache._probe.config import ProbeConfig
+from raycache._probe.heads import SWEEPS, train_config
+from tests.conftest import toy_fill
+
+pytestmark = [pytest.mark.timeout(120)]
+
+
+def spec(hidden: tuple[int, ...], classes: int = 3, dim: int = 6) -> HeadSpec:
+    return HeadSpec(head="mlp", in_dim=dim, num_classes=classes, hidden=hidden, dropout=0.0,
+                    encoders=("e",), label="label", cache="c", fingerprint="f",
+                    standardize=True, linear_start=True)
+
+
+@pytest.mark.parametrize("hidden", [(8,), (16, 6)])
+def test_an_mlp_started_linear_predicts_the_linear_heads_logits(hidden):
+    torch.manual_seed(0)
+    head = build_head(spec(hidden))
+    with torch.no_grad():  # a standardisation that is not the identity
+        head.mean.copy_(torch.randn(6))
+        head.scale.copy_(torch.rand(6) + 0.5)
+    w, b, x = torch.randn(6, 3), torch.randn(3), torch.randn(50, 6) * 3
+    assert not torch.allclose(head(x), x @ w + b, atol=1e-3)  # at random before
+    place_linear(head, w, b)
+    torch.testing.assert_close(head(x), x @ w + b, atol=1e-4, rtol=1e-4)
+    assert torch.equal(head(x).argmax(1), (x @ w + b).argmax(1))
+    last = head.inner[-1]
+    assert int((last.weight != 0).sum()) == 2 * 3  # only the pass-through units are read
+
+
+def test_an_mlp_too_narrow_for_its_classes_does_not_start_linear():
+    assert starts_linear("mlp", "classification", 3, [6])
+    assert not starts_linear("mlp", "classification", 4, [6])  # 2 x 4 > 6
+    assert not starts_linear("mlp", "groups", 3, [256])
+    assert not starts_linear("mlp", "classification", 3, [256], trainable=True)
+    assert not starts_linear("linear", "classification", 3, [256])
+    with pytest.raises(ValueError, match="hidden widths >= 8"):
+        place_linear(build_head(spec((6,), classes=4)), torch.randn(6, 4), torch.randn(4))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    """600 rows of 4 overlapping classes through the toy projection, filled in this process."""
+    from sklearn.datasets import make_classification
+
+    x, y = make_classification(n_samples=600, n_features=8, n_informative=6, n_redundant=0,
+                               n_classes=4, n_clusters_per_class=1, flip_y=0.05,
+                               class_sep=0.8, random_state=0)
+    root = tmp_path_factory.mktemp("mlp")
+    (root / "source").mkdir()
+    pq.write_table(pa.table({
+        "id": [f"row-{i:05d}" for i in range(len(y))],
+        "features": pa.FixedSizeListArray.from_arrays(pa.array(x.astype(np.float32).ravel()), 8),
+        "label": pa.array(y, pa.int64()), "name": [f"c{c}" for c in y]}),
+        root / "source" / "a.parquet")
+    raycache.fill(toy_fill(str(root / "source"), str(root / "store"), in_process=True))
+    return str(root / "store")
+
+
+def test_the_default_mlp_starts_as_the_linear_head_and_serves_no_worse(store):
+    base = {"cache": "toy", "store": {"uri": store}, "label": "label", "progress": False}
+    linear = raycache.train({**base, "head": "linear"})
+    mlp = raycache.train({**base, "head": "mlp", "loop": {"epochs": 4}})
+    first, solved = mlp.history[0], linear.history[0]
+    assert first["start"] == "linear (L-BFGS)" and first["lr"] == 0.0
+    assert first["l2_C"] == solved["l2_C"]  # the same solve
+    assert first["val_acc"] == solved["val_acc"]
+    assert first["val_loss"] == pytest.approx(solved["val_loss"], rel=1e-4)
+    assert len(mlp.history) == 4  # the solve, then three epochs of steps
+    assert mlp.served_metrics()["val_acc"] >= linear.served_metrics()["val_acc"]
+    assert mlp.spec.head.linear_start and not linear.spec.head.linear_start
+
+
+def test_the_probes_own_mlp_is_one_default_head_and_a_named_mlp_the_sweep():
+    left_out = train_config(ProbeConfig(caches=["c"]), "c", None, "e", "mlp")
+    assert left_out["head"] == "mlp" and "sweep" not in left_out
+    named = train_config(ProbeConfig(caches=["c"], methods=["logreg", "mlp"]), "c", None, "e",
+                         "mlp")
+    assert named["sweep"] == SWEEPS["mlp"] and len(SWEEPS["mlp"]["hidden"]) > 1
+    given = train_config(ProbeConfig(caches=["c"], mlp=raycache.ProbeHeadsConfig(
+        sweep={"hidden": [[64]]})), "c", None, "e", "mlp")
+    assert given["sweep"] == {"hidden": [[64]]}  # a sweep given is trained as given
