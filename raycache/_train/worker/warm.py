@@ -31,8 +31,8 @@ __all__ = ["first_epoch", "start_linear", "why_not"]
 
 def why_not(heads: WorkerHeads, train: Any) -> str | None:
     """Why these heads cannot start as the linear head here (None: they can; "" : none asks)."""
+    from raycache._fit.logreg import GRID
     from raycache._train.defaults import SOLVE_BYTES
-    from raycache._train.logreg import GRID
 
     spec = heads.spec
     if not all(p.spec.head.linear_start for p in heads.members):
