@@ -148,3 +148,23 @@ def test_methods_left_out_run_an_mlp_on_a_small_encoder(store):
              "train": {"loop": {"epochs": 2}}}  # the test's own, to keep it short
     result = probe(store, methods=None, lexical=False, mlp=small)
     assert set(result.table.method) == {"logreg", "knn", "mlp"}  # before: logreg and knn
+
+
+def test_past_sgd_rows_the_sgd_fits_stay_within_half_a_point_of_the_full_pipeline(monkeypatch):
+    from raycache._probe import lexical
+    from raycache._probe.config import ProbeConfig
+    from raycache._probe.data import Features
+    from raycache._train.data.split import validation_mask
+
+    monkeypatch.setattr(lexical, "SGD_ROWS", 0)  # every fit SGD's, as past 10,000 rows
+    docs = raycache.stdlib_docs(per_topic=120)
+    held = validation_mask(docs.column("id"), 0.2).to_numpy(zero_copy_only=False)
+    text = np.array(docs.column("text").to_pylist(), dtype=object)
+    y = docs.column("label").to_numpy()
+    empty = np.zeros((0, 0), np.float32)
+    data = Features("tfidf[text]", None, None, empty, y[~held], empty, y[held])
+    lex = lexical.Lexical(None, "text", list(text[~held]), list(text[held]), data)
+    assert type(lexical._model(1.0, len(lex.texts_train))).__name__ == "SGDClassifier"
+    mine = max(float((c.pred == y[held]).mean()) for c in lexical.fit(lex, ProbeConfig(["x"])))
+    full = full_pipeline(list(text[~held]), y[~held], list(text[held]), y[held])
+    assert mine >= full - 0.005, (mine, full)
