@@ -3,7 +3,8 @@ scikit-learn TF-IDF pipeline it replaced, on the same rows and split (not a test
 
 For each N of `--rows`:
 - lexical: raycache._probe.lexical.fit (TF-IDF word 1-2 + char 2-5 n-grams, a linear SVM over
-  its C grid), wall and the best validation accuracy;
+  its C grid: liblinear's, SGD's past SGD_ROWS training rows), wall and the best validation
+  accuracy;
 - encoder probe: the probe's default methods on 384-d features of the same rows (logreg over
   its 10 C, knn at k 10 and 20, in this process on the CPU), wall; the features are a cheap
   deterministic text embedding (hashed word counts through a fixed random projection and tanh),
@@ -18,6 +19,7 @@ packages, labelled by top-level package (those with at least 200 texts), written
 `--data`; N rows drawn at random (seeded), split by the key hash training uses.
 
     python bench/lexical.py --rows 5000 20000
+    python bench/lexical.py --rows 5000 20000 50000 --encoder-up-to 0 --full-up-to 0
 """
 
 from __future__ import annotations
