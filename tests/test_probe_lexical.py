@@ -154,7 +154,7 @@ def test_past_sgd_rows_the_sgd_fits_stay_within_half_a_point_of_the_full_pipelin
     from raycache._probe import lexical
     from raycache._probe.config import ProbeConfig
     from raycache._probe.data import Features
-    from raycache._train.data.split import validation_mask
+    from raycache._fit.split import validation_mask
 
     monkeypatch.setattr(lexical, "SGD_ROWS", 0)  # every fit SGD's, as past 10,000 rows
     docs = raycache.stdlib_docs(per_topic=120)
