@@ -151,10 +151,10 @@ def test_methods_left_out_run_an_mlp_on_a_small_encoder(store):
 
 
 def test_past_sgd_rows_the_sgd_fits_stay_within_half_a_point_of_the_full_pipeline(monkeypatch):
+    from raycache._fit.split import validation_mask
     from raycache._probe import lexical
     from raycache._probe.config import ProbeConfig
     from raycache._probe.data import Features
-    from raycache._fit.split import validation_mask
 
     monkeypatch.setattr(lexical, "SGD_ROWS", 0)  # every fit SGD's, as past 10,000 rows
     docs = raycache.stdlib_docs(per_topic=120)
