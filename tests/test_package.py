@@ -111,7 +111,10 @@ def test_public_signatures_name_public_types():
 def test_the_signature_walk_sees_what_only_type_checkers_import():
     """The walk reads an annotation's word from the module's `if TYPE_CHECKING:` imports too,
     so a type imported only for annotations still counts."""
-    assert internal_type("Store", "raycache._cache.committed") == "raycache._cache.store"
+    import raycache._source.memory as memory
+
+    assert "Store" not in vars(memory)  # imported for its annotations alone
+    assert internal_type("Store", "raycache._source.memory") == "raycache._cache.store"
     assert internal_type("Buffer", "raycache._cache.store") is None  # typing_extensions'
     assert internal_type("StoreConfig", "raycache._cache.config") is None  # public
     assert internal_type("CorruptCache", "raycache._cache.finding") is None  # an error
