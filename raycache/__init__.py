@@ -104,6 +104,7 @@ __all__ = [
     "ProbeHeadsConfig",
     "ProbeResult",
     "RaycacheError",
+    "ReadOnlyStore",
     "Recipe",
     "Removal",
     "Report",
@@ -157,6 +158,7 @@ _LAZY = {
     "StoreConfig": "raycache._cache.config",
     "ls": "raycache._cache.finding",
     "open_cache": "raycache._cache.finding",
+    "ReadOnlyStore": "raycache._cache.opened",
     "EncoderEntry": "raycache._cache.manifest",
     "Manifest": "raycache._cache.manifest",
     "Place": "raycache._cache.order",
@@ -247,6 +249,7 @@ if TYPE_CHECKING:
     from raycache._cache.config import StoreConfig
     from raycache._cache.finding import ls, open_cache
     from raycache._cache.manifest import EncoderEntry, Manifest
+    from raycache._cache.opened import ReadOnlyStore
     from raycache._cache.order import Place
     from raycache._cache.records import RowRange, ShardEntry, SkippedRow
     from raycache._compute.pool_config import PoolConfig

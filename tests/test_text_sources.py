@@ -47,3 +47,57 @@ def test_a_small_jsonl_fill_runs_in_process_with_no_ray(tmp_path):
     got = fill_in_fresh_process(cfg, timeout=200)
     pool, rows, ray_started = got["pool"], got["rows"], got["ray_started"]
     assert pool.startswith("in-process") and rows == 300 and not ray_started
+
+
+def test_a_fills_listing_resolves_its_sources_secrets_once(tmp_path, monkeypatch):
+    """The fill's steps over its listed files (plan's schema checks, the row counts, the reads
+    and the check before commit) use the options the listing resolved: the source's secrets are
+    revealed once, not once per file, open and check."""
+    import sys
+
+    from raycache._core import secrets
+    from raycache._fill.plan import load_config
+    from raycache._source.files import check_unchanged, read_schemas, read_unit
+    from tests.conftest import toy_fill
+
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(
+            {"id": f"{name}{i}", "features": [0.5] * 8, "label": i % 2}) + "\n" for i in range(6)))
+    cfg = toy_fill(str(tmp_path / "*.jsonl"), str(tmp_path / "store"))
+    cfg["source"] = {"path": str(tmp_path / "*.jsonl"), "key": "id", "labels": ["label"],
+                     "options": {"token": "hush"}}
+    cfg = load_config(cfg)
+    calls, original, inside = [], secrets.reveal, []
+
+    def counted(options):  # the outermost call only: reveal walks nested options by itself
+        calls.extend([] if inside else [options])
+        inside.append(1)
+        try:
+            return original(options)
+        finally:
+            inside.pop()
+
+    for name, module in list(sys.modules.items()):  # where a source module holds its own name
+        if name.startswith("raycache._source") and getattr(module, "reveal", None) is original:
+            monkeypatch.setattr(module, "reveal", counted)
+    monkeypatch.setattr(secrets, "reveal", counted)
+    monkeypatch.setattr("fsspec.core.url_to_fs", _local_only(__import__("fsspec").core.url_to_fs))
+    monkeypatch.setattr("fsspec.open", _local_only(__import__("fsspec").open))
+    options = cfg.source.options  # as the fill's plan, encode and commit hand them on
+    fmt, files = list_files(cfg.source)
+    read_schemas(files, fmt, options)
+    units, _ = plan_units(files, fmt, options, 4, key="id")
+    rows = sum(t.num_rows for u in units
+               for t in read_unit(u, fmt, options, 4, ["id", "features"]))
+    check_unchanged(files, options, "nothing was committed")
+    assert len(files) == 2 and rows == 12
+    assert len(calls) == 1, f"the source's options revealed {len(calls)} times in one listing"
+
+
+def _local_only(fsspec_call):
+    """An fsspec entry point that drops a token the local filesystem has no use for."""
+    def call(*args, **options):
+        options.pop("token", None)
+        return fsspec_call(*args, **options)
+
+    return call

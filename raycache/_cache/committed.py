@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from raycache._cache.manifest import Manifest
 from raycache._cache.native import as_dtype, frame, pick_encoder, stacked, tensors
+from raycache._cache.opened import ReadOnlyStore
 from raycache._cache.outside import KEPT_ROWS, kept_rows, read_whole
 from raycache._cache.reads import (
     THREADS,
@@ -43,8 +44,9 @@ class Cache:
         ```
     """
 
-    store: Store
-    """The store that holds the cache."""
+    store: ReadOnlyStore
+    """The store that holds the cache (what users may read of it: its URI, paths, listings and
+    files; raycache's functions that take a store take it too)."""
     manifest: Manifest
     """Its manifest: encoders, columns, rows and shards."""
 

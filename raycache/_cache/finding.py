@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from raycache._cache.committed import Cache
+from raycache._cache.config import StoreConfig
 from raycache._cache.manifests import read_manifest
+from raycache._cache.opened import opened
 from raycache._cache.order import history
 from raycache._cache.store import Store
 from raycache._core.caller import warn
@@ -15,13 +17,13 @@ from raycache._errors import CacheNotFound, CorruptCache, DamagedCacheWarning, S
 __all__ = ["ls", "open_cache", "scan"]
 
 
-def scan(store: Store | str, name: str | None = None
+def scan(store: StoreConfig | Store | str, name: str | None = None
          ) -> tuple[list[Cache], list[StoreError]]:
     """Every committed cache in a store (or of one name), oldest first (each name's versions in
     the order of their first commits, raycache._cache.order); and, apart, the errors
     of the caches whose manifest cannot be read (CorruptCache, or a format this raycache does
     not read)."""
-    store = store if isinstance(store, Store) else Store(store)
+    store = opened(store)
     if name is None:
         store.check_folder()
     names = [name] if name else store.listdir(store.root)
@@ -38,14 +40,15 @@ def scan(store: Store | str, name: str | None = None
     return history(caches, lambda c: c.name, lambda c: c.manifest.place), bad
 
 
-def ls(store: Store | str, name: str | None = None) -> list[Cache]:
+def ls(store: StoreConfig | str, name: str | None = None) -> list[Cache]:
     """Every committed cache in a store (or of one name), oldest first.
 
     A cache whose manifest cannot be read is left out, with one warning (DamagedCacheWarning)
     naming it.
 
     Args:
-        store: The store: a Store, or its URI (a folder, s3://bucket/prefix).
+        store: The store: its URI (a folder, s3://bucket/prefix) or a StoreConfig (or an
+            opened one, `Cache.store`).
         name: Only the versions of this cache (every cache when None).
 
     Returns:
@@ -69,7 +72,7 @@ def ls(store: Store | str, name: str | None = None) -> list[Cache]:
 
 def open_cache(
     name: str,
-    store: Store | str | None = None,
+    store: StoreConfig | str | None = None,
     fingerprint: str | None = None,
     **options: Any,
 ) -> Cache:
@@ -77,8 +80,8 @@ def open_cache(
 
     Args:
         name: The cache's name (the fill config's `name`).
-        store: The store: a Store, or its URI ($RAYCACHE_STORE, else .raycache/store, when
-            None).
+        store: The store: its URI or a StoreConfig (or an opened one, `Cache.store`;
+            $RAYCACHE_STORE, else .raycache/store, when None).
         fingerprint: Open this version rather than the newest.
         **options: fsspec storage options for a store given as a URI (credentials are used,
             never written or shown).
@@ -100,9 +103,7 @@ def open_cache(
         first = raycache.open_cache("docs", fingerprint=oldest.fingerprint)
         ```
     """
-    from raycache._cache.config import default_store
-
-    store = store if isinstance(store, Store) else Store(store or default_store(), options)
+    store = opened(store, options)
     if fingerprint:
         manifest = read_manifest(store, store.cache_dir(name, fingerprint))
         if manifest is None:

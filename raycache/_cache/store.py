@@ -118,13 +118,17 @@ class Store:
         return reveal(merge(self.options, ray.get(self.secrets_ref)))
 
     @cached_property
-    def fs(self) -> fsspec.AbstractFileSystem:
-        fs, _ = fsspec.core.url_to_fs(self.uri, **self.fsspec_options())
-        return fs
+    def _reached(self) -> tuple[fsspec.AbstractFileSystem, str]:
+        """The filesystem and the store's root in it, from its options resolved once."""
+        return fsspec.core.url_to_fs(self.uri, **self.fsspec_options())
 
-    @cached_property
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        return self._reached[0]
+
+    @property
     def root(self) -> str:
-        return fsspec.core.url_to_fs(self.uri, **self.fsspec_options())[1]
+        return self._reached[1]
 
     @property
     def is_local(self) -> bool:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["REDACTED", "SECRET_NAME", "Secret", "is_secret", "merge", "redact", "reveal",
-           "seal", "split"]
+__all__ = ["REDACTED", "SECRET_NAME", "Resolved", "Secret", "is_secret", "merge", "redact",
+           "resolve", "resolved", "reveal", "seal", "split"]
 
 REDACTED = "<redacted>"
 
@@ -124,3 +124,44 @@ def merge(public: dict[str, Any], secret: dict[str, Any]) -> dict[str, Any]:
     for k, v in secret.items():
         out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
+
+
+class Resolved:
+    """Sealed options and, once first asked (`fsspec`), their revealed form, kept: a listing's
+    files share one, so a source's credentials are read once per listing, not once per open
+    or check. Pickled as nothing (None): a file sent to a Ray worker opens with the sealed
+    options it is given there, and no credential rides in the rows Ray Data moves."""
+
+    __slots__ = ("_fsspec", "sealed")
+
+    def __init__(self, options: Any):
+        self.sealed = options.sealed if isinstance(options, Resolved) else seal(options)
+        self._fsspec: Any = None
+
+    @property
+    def fsspec(self) -> Any:
+        """The options as fsspec takes them, revealed on first use only."""
+        if self._fsspec is None:
+            self._fsspec = reveal(self.sealed)
+        return self._fsspec
+
+    def __repr__(self) -> str:
+        return f"Resolved({self.sealed!r})"
+
+    def __reduce__(self) -> tuple:
+        return _dropped, ()
+
+
+def _dropped() -> None:
+    """What a pickled Resolved becomes."""
+    return None
+
+
+def resolved(options: Any) -> Resolved:
+    """`options` as a Resolved (one given is handed on as it is)."""
+    return options if isinstance(options, Resolved) else Resolved(options)
+
+
+def resolve(options: Any) -> Any:
+    """Options as fsspec takes them: a Resolved's kept form, or sealed options revealed."""
+    return options.fsspec if isinstance(options, Resolved) else reveal(options)

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from raycache._cache.committed import Cache
+from raycache._cache.config import StoreConfig
 from raycache._cache.finding import open_cache
 from raycache._cache.manifest import Manifest, human_bytes
 from raycache._cache.manifests import read_manifest
-from raycache._cache.store import Store
 from raycache._errors import CacheNotFound, ConfigError, CorruptCache, CorruptShard, StoreError
 from raycache._export import EXPORTERS
 from raycache._export.rows import rows_of
@@ -75,7 +75,7 @@ class ExportResult:
 
 
 def export(cache: Cache | str, to: Any, format: str = "parquet", *,
-           store: Store | str | None = None, fingerprint: str | None = None,
+           store: StoreConfig | str | None = None, fingerprint: str | None = None,
            encoders: list[str] | None = None, dtype: str = "float32", overwrite: bool = False,
            collection: str | None = None, index: bool = False,
            options: dict[str, Any] | None = None, head: Head | str | None = None,
@@ -100,8 +100,8 @@ def export(cache: Cache | str, to: Any, format: str = "parquet", *,
         format: "parquet" (key, labels, FixedSizeList vectors: DuckDB's FLOAT[dim], Polars'
             Array), "lance" (needs pylance) or "qdrant" (needs qdrant-client; point ids are
             uuid5 of the key, the key and labels in the payload).
-        store: The store, for a cache given by name (None: $RAYCACHE_STORE, else
-            .raycache/store).
+        store: The store, for a cache given by name: its URI or a StoreConfig (None:
+            $RAYCACHE_STORE, else .raycache/store).
         fingerprint: The version, for a cache given by name (None: the newest).
         encoders: The encoders whose vectors are written (None: all).
         dtype: The vectors' number type: "float32", "float16" or "float64".

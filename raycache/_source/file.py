@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["SourceFile"]
@@ -20,6 +20,10 @@ class SourceFile:
     """The object version listed on a bucket with versioning (S3's VersionId): exactly that
     version is read, whatever replaces the object meanwhile, and it is fingerprinted; empty
     elsewhere (then a file that changes during a fill fails it)."""
+    access: Any = field(default=None, compare=False, repr=False)
+    """The source's options as its listing resolved them (`_core.secrets.Resolved`, shared by
+    the listing's files), used by `open` and the checks before the options they are given; left
+    behind when the file is pickled."""
 
     @property
     def block(self) -> str:
@@ -39,15 +43,16 @@ class SourceFile:
 
     def open(self, options: dict[str, Any]) -> Any:
         """fsspec.open of the listed version of the file, for reading bytes (`options`:
-        fsspec's, credentials sealed)."""
+        fsspec's, credentials sealed, or a Resolved; the listing's own when the file has it)."""
         import fsspec
 
-        from raycache._core.secrets import reveal
+        from raycache._core.secrets import resolve
 
+        opened = resolve(self.access if self.access is not None else options)
         if not self.version_id:
-            return fsspec.open(self.uri, "rb", **reveal(options))
+            return fsspec.open(self.uri, "rb", **opened)
         return fsspec.open(f"{self.uri}?versionId={self.version_id}", "rb",
-                           **{**reveal(options), "version_aware": True})
+                           **{**opened, "version_aware": True})
 
     def whole(self, options: dict[str, Any], chunk: int = 1 << 24) -> Any:
         """The file's bytes in a pyarrow Buffer of Arrow's own memory, read in this thread: a

@@ -18,6 +18,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from raycache._core import started
+from raycache._core.secrets import resolved
 from raycache._core.transient import is_transient
 from raycache._errors import SourceError
 from raycache._source.checks import check_columns, check_text_utf8, check_utf8
@@ -238,7 +239,9 @@ def _json_lines(fh: Any, chunk: int = 1 << 24) -> int:
 def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: list[str]
               ) -> Iterator[pa.Table]:
     """The unit's rows not yet done, in pieces of at most `rows` rows, each with META columns.
-    A file changed since it was listed is a SourceError before any of it is read."""
+    A file changed since it was listed is a SourceError before any of it is read; the options
+    resolved once for both."""
+    options = resolved(options)
     check_unchanged([u.file], options, "the run stopped")
     if fmt == "parquet":
         with _reading(u.file, fmt), u.file.open(options) as f:

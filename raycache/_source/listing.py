@@ -9,7 +9,7 @@ from typing import Any
 
 import fsspec
 
-from raycache._core.secrets import reveal
+from raycache._core.secrets import Resolved, resolve, resolved
 from raycache._core.transient import is_transient
 from raycache._core.workdir import temporary_path_problem
 from raycache._errors import FingerprintError, RaycacheError, SourceError, StoreUnavailable
@@ -23,12 +23,14 @@ SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".json":
 
 
 def list_files(cfg: SourceConfig) -> tuple[str, list[SourceFile]]:
-    """The format and every file of the source, sorted, each with size and mtime or ETag."""
+    """The format and every file of the source, sorted, each with size and mtime or ETag and
+    the source's options resolved once for them all (`SourceFile.access`)."""
     paths = [cfg.path] if isinstance(cfg.path, str) else list(cfg.path)
+    access = resolved(cfg.options)
     files: dict[str, SourceFile] = {}
     for path in paths:
         try:
-            files.update(_listed(path, cfg))
+            files.update(_listed(path, cfg, access))
         except RaycacheError:
             raise
         except Exception as exc:  # each filesystem raises its own types (botocore's, ...)
@@ -45,9 +47,9 @@ def list_files(cfg: SourceConfig) -> tuple[str, list[SourceFile]]:
     return fmt, [files[k] for k in sorted(files)]
 
 
-def _listed(path: str, cfg: SourceConfig) -> dict[str, SourceFile]:
+def _listed(path: str, cfg: SourceConfig, access: Resolved) -> dict[str, SourceFile]:
     """The files of one source path (a file, folder or glob), by URI."""
-    fs, root = fsspec.core.url_to_fs(path, **reveal(cfg.options))
+    fs, root = fsspec.core.url_to_fs(path, **access.fsspec)
     exists = _has_magic(root) or fs.exists(root)
     found = (fs.glob(root) if _has_magic(root) else [root]) if exists else []
     if not found and (problem := temporary_path_problem("source path", path, _SHIP)):
@@ -63,14 +65,16 @@ def _listed(path: str, cfg: SourceConfig) -> dict[str, SourceFile]:
             if name.rsplit("/", 1)[-1].startswith(("_", ".")):
                 continue
             uri = fs.unstrip_protocol(name) if "://" in path else name
-            files[uri] = SourceFile(uri, int(info["size"]), _version(info, uri, cfg))
-    return _pinned(files, cfg) if "s3" in fs.protocol else files
+            files[uri] = SourceFile(uri, int(info["size"]), _version(info, uri, cfg),
+                                    access=access)
+    return _pinned(files, cfg, access) if "s3" in fs.protocol else files
 
 
-def _pinned(files: dict[str, SourceFile], cfg: SourceConfig) -> dict[str, SourceFile]:
+def _pinned(files: dict[str, SourceFile], cfg: SourceConfig, access: Resolved
+            ) -> dict[str, SourceFile]:
     """On S3, each file with the VersionId its bucket gives it (versioning on), its size and
     ETag from the same answer; files of an unversioned bucket as they are."""
-    fs = fsspec.filesystem("s3", **{**reveal(cfg.options), "version_aware": True})
+    fs = fsspec.filesystem("s3", **{**access.fsspec, "version_aware": True})
 
     def pin(f: SourceFile) -> SourceFile:
         fs.invalidate_cache(f.uri)
@@ -78,7 +82,8 @@ def _pinned(files: dict[str, SourceFile], cfg: SourceConfig) -> dict[str, Source
         vid = info.get("VersionId")
         if not vid or vid == "null":  # unversioned (or written before versioning was on)
             return f
-        return SourceFile(f.uri, int(info["size"]), _version(info, f.uri, cfg), str(vid))
+        return SourceFile(f.uri, int(info["size"]), _version(info, f.uri, cfg), str(vid),
+                          access)
 
     with ThreadPoolExecutor(min(16, max(1, len(files)))) as pool:
         return dict(zip(files, pool.map(pin, files.values()), strict=True))
@@ -117,16 +122,20 @@ def _stamp(info: dict[str, Any], uri: str) -> str | None:
 
 def changes(files: list[SourceFile], options: dict[str, Any]) -> list[str]:
     """What changed in each of `files` since it was listed (its size, or its modification time
-    or ETag, read again from the store, past any listing cache): one line per changed file."""
+    or ETag, read again from the store, past any listing cache): one line per changed file.
+    `options`: sealed or a Resolved, resolved once for files that hold no listing's own."""
+    given = resolved(options)
+
     def change(f: SourceFile) -> str | None:
+        opened = resolve(f.access if f.access is not None else given)
         if f.version_id:  # read by version: a newer one changes nothing; a removed one does
-            fs, path = fsspec.core.url_to_fs(f.uri, **{**reveal(options), "version_aware": True})
+            fs, path = fsspec.core.url_to_fs(f.uri, **{**opened, "version_aware": True})
             try:
                 fs.info(f"{path}?versionId={f.version_id}")
             except FileNotFoundError:
                 return f"{f.uri!r}: its version {f.version_id} was removed"
             return None
-        fs, path = fsspec.core.url_to_fs(f.uri, **reveal(options))
+        fs, path = fsspec.core.url_to_fs(f.uri, **opened)
         fs.invalidate_cache(path)
         try:
             info = fs.info(path)

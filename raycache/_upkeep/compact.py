@@ -9,9 +9,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from raycache._cache.config import StoreConfig
 from raycache._cache.entry_rows import is_shared
 from raycache._cache.finding import open_cache
-from raycache._cache.store import Store
 from raycache._errors import RaycacheError
 from raycache._fill.plan import plan
 from raycache._fill.run import FillResult, complete
@@ -21,7 +21,7 @@ from raycache._upkeep.repair import config_of, own_records
 __all__ = ["compact"]
 
 
-def compact(name: str, store: Store | str | None = None, fingerprint: str | None = None, *,
+def compact(name: str, store: StoreConfig | str | None = None, fingerprint: str | None = None, *,
             below: float | None = None, source_options: dict[str, Any] | None = None,
             progress: bool = True, trust_code: bool | Sequence[str] = False) -> FillResult:
     """Compact a cache version: its sparse or small shared shards written again in its folder.
@@ -34,8 +34,8 @@ def compact(name: str, store: Store | str | None = None, fingerprint: str | None
 
     Args:
         name: The cache's name.
-        store: The store: a Store, or its URI ($RAYCACHE_STORE, else .raycache/store, when
-            None).
+        store: The store: its URI or a StoreConfig (or an opened one, `Cache.store`;
+            $RAYCACHE_STORE, else .raycache/store, when None).
         fingerprint: Compact this version rather than the newest.
         below: Compact shards keeping less than this fraction of their rows (None: the fill's
             compact_below, 0.9).

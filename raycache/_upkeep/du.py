@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from raycache._cache.committed import Cache
+from raycache._cache.config import StoreConfig
 from raycache._cache.entry_rows import is_shared, label
 from raycache._cache.lease import LEASES
 from raycache._cache.manifest import Manifest, human_bytes
@@ -212,15 +213,15 @@ def _with_sharing(u: Usage, manifest: Manifest | None, sizes: dict[str, int], re
     return dataclasses.replace(u, lent_bytes=lent, shared_bytes=shared)
 
 
-def du(store: Store | str | None = None) -> list[Usage]:
+def du(store: StoreConfig | str | None = None) -> list[Usage]:
     """What a store holds: every cache folder, committed or unfinished, with its bytes.
 
     A folder whose manifest cannot be read is listed as damaged, with one warning
     (DamagedCacheWarning) naming it.
 
     Args:
-        store: The store: a Store, or its URI ($RAYCACHE_STORE, else .raycache/store, when
-            None).
+        store: The store: its URI or a StoreConfig (or an opened one, `Cache.store`;
+            $RAYCACHE_STORE, else .raycache/store, when None).
 
     Returns:
         One Usage per folder, by name then age (oldest first), with the bytes versions share
@@ -236,7 +237,7 @@ def du(store: Store | str | None = None) -> list[Usage]:
             print(usage.line())
         ```
     """
-    from raycache._cache.config import default_store
+    from raycache._cache.opened import opened
 
-    store = store if isinstance(store, Store) else Store(store or default_store())
+    store = opened(store)
     return scan(store)[0]

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raycache._cache.committed import Cache
+from raycache._cache.config import StoreConfig
 from raycache._cache.manifest import human_bytes
 from raycache._cache.manifests import read_manifest
+from raycache._cache.opened import opened
 from raycache._cache.store import MANIFEST, Store
 from raycache._core.units import human_duration, parse_duration, parse_size
 from raycache._errors import ConfigError, CorruptCache, RaycacheError
@@ -105,7 +107,7 @@ class GcResult:
         return out
 
 
-def gc(store: Store | str | None = None, keep_last: int | None = None,
+def gc(store: StoreConfig | str | None = None, keep_last: int | None = None,
        older_than: str | float | None = None, max_size: str | int | None = None,
        grace: str | float | None = "24h", delete: bool = False, include_newest: bool = False,
        now: float | None = None, damaged: bool = False, keep_runs: bool = True) -> GcResult:
@@ -133,8 +135,8 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
     manifest of a newer format (what they read is not known). Bytes count only what goes.
 
     Args:
-        store: The store: a Store, or its URI ($RAYCACHE_STORE, else .raycache/store, when
-            None).
+        store: The store: its URI or a StoreConfig (or an opened one, `Cache.store`;
+            $RAYCACHE_STORE, else .raycache/store, when None).
         keep_last: Keep the newest this many committed fingerprints of each name.
         older_than: Remove committed fingerprints created longer ago ("7d", "24h", seconds).
         max_size: Remove the oldest committed fingerprints until the store fits ("50GB",
@@ -164,7 +166,7 @@ def gc(store: Store | str | None = None, keep_last: int | None = None,
         ```
     """
     grace_s, older_s, limit = _arguments(keep_last, older_than, max_size, grace)
-    store = store if isinstance(store, Store) else Store(store or _default())
+    store = opened(store)
     now = time.time() if now is None else now
     found, manifests = scan(store)
     result = GcResult(deleted=delete)
@@ -299,9 +301,3 @@ def _parsed(parse: Callable[[Any, str], float], value: Any, what: str, problems:
     except ConfigError as exc:
         problems += exc.problems
         return None
-
-
-def _default() -> str:
-    from raycache._cache.config import default_store
-
-    return default_store()

@@ -12,7 +12,6 @@ from raycache._cache.config import StoreConfig
 from raycache._cache.confined import path_problem
 from raycache._cache.entry_rows import is_shared, label
 from raycache._cache.finding import open_cache
-from raycache._cache.store import Store
 from raycache._core.trust import Trust
 from raycache._encoders.config import EncoderConfig
 from raycache._encoders.trusted import check_encoders
@@ -27,7 +26,7 @@ from raycache._source.config import SourceConfig
 __all__ = ["config_of", "own_records", "remove_bad", "repair"]
 
 
-def repair(name: str, store: Store | str | None = None, fingerprint: str | None = None, *,
+def repair(name: str, store: StoreConfig | str | None = None, fingerprint: str | None = None, *,
            source_options: dict[str, Any] | None = None, progress: bool = True,
            in_process: bool | str = "auto", trust_code: bool | Sequence[str] = False
            ) -> FillResult:
@@ -40,8 +39,8 @@ def repair(name: str, store: Store | str | None = None, fingerprint: str | None 
 
     Args:
         name: The cache's name.
-        store: The store: a Store, or its URI ($RAYCACHE_STORE, else .raycache/store, when
-            None).
+        store: The store: its URI or a StoreConfig (or an opened one, `Cache.store`;
+            $RAYCACHE_STORE, else .raycache/store, when None).
         fingerprint: Repair this version rather than the newest.
         source_options: fsspec storage options for the source (never recorded in the cache).
         progress: Show the progress bar and summary.
