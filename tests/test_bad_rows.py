@@ -10,8 +10,8 @@ import pytest
 import toy_encoders
 
 import raycache
+from raycache import ConfigError, EncoderError
 from raycache._cli import main
-from raycache._errors import ConfigError, EncoderError
 from raycache._upkeep.verify import verify
 from tests.conftest import separable, toy_fill
 

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import raycache
+from raycache import RaycacheError
 from raycache._compute.pool import nodes, size_pool
-from raycache._errors import RaycacheError
 from raycache._fill.encode import build_pipeline
 from raycache._fill.plan import load_config as load_fill
 from raycache._fill.plan import plan
@@ -116,7 +116,7 @@ def test_s3_server_stopped_mid_fill_fails_clearly_and_resumes(ray_session, sourc
 
     import s3fs
 
-    from raycache._errors import StoreError
+    from raycache import StoreError
     from tests.conftest import free_port
 
     port = free_port()

@@ -12,7 +12,7 @@ import toy_encoders
 import toy_heads
 
 import raycache
-from raycache._errors import ConfigError, FillFailed
+from raycache import ConfigError, FillFailed
 from raycache._pipeline import pipeline
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.driver.plan import overlap_problems

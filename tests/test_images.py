@@ -14,10 +14,10 @@ import pyarrow as pa
 import pytest
 
 import raycache
+from raycache import BadInput, ConfigError, EncoderError, SourceError
 from raycache._compute.pool import GPU_ON_CPU
 from raycache._encoders import ENCODERS
 from raycache._encoders.config import EncoderConfig
-from raycache._errors import BadInput, ConfigError, EncoderError, SourceError
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -12,8 +12,8 @@ import torch
 from toy_encoders import projection
 
 import raycache
+from raycache import RaycacheError
 from raycache._cache.columns import hash_column
-from raycache._errors import RaycacheError
 from raycache._fill.reuse import input_hashes
 from tests.conftest import separable, toy_fill
 

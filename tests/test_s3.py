@@ -9,8 +9,8 @@ import pytest
 import s3fs
 
 import raycache
+from raycache import StoreError
 from raycache._core.secrets import REDACTED
-from raycache._errors import StoreError
 from tests.conftest import separable, toy_fill
 
 KEY, SECRET = "AKIARAYCACHETESTKEY01", "raycache-secret-value-xyz"

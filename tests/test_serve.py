@@ -23,7 +23,7 @@ import pytest
 from starlette.requests import Request
 
 import raycache
-from raycache._errors import ConfigError
+from raycache import ConfigError
 from raycache._serve.app import HeadServer
 from raycache._serve.config import limits
 from raycache._serve.requests import BadRequest, Query, parse, read_body

@@ -16,8 +16,8 @@ import pytest
 import s3fs
 
 import raycache
+from raycache import StoreError
 from raycache._cache.store import Store
-from raycache._errors import StoreError
 from tests.conftest import separable, toy_fill
 from tests.fault_proxy import FAULTS, FaultProxy
 

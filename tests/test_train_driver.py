@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from raycache._errors import ConfigError
+from raycache import ConfigError
 from raycache._train.driver.plan import load_config as load_train
 
 
