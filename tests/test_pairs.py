@@ -102,23 +102,23 @@ LEARNERS = [  # (pairs settings, table, the metric that must rise above 0.7, lr)
                          ids=[f"{p['loss']}-{t}" for p, t, _, _ in LEARNERS])
 def test_each_pair_loss_learns_what_a_random_projection_misses(tmp_path, pairs, target, metric,
                                                                lr):
-    from raycache._train.worker.assemble import build_parts
+    from raycache._train.worker.assemble import build_kit
     from raycache._train.worker.epoch import SLOTS, evaluate, train_epoch
     from raycache._train.worker.heads import WorkerHeads
 
     torch.manual_seed(0)
-    parts = build_parts(run_spec(tmp_path, pairs, lr=lr), torch.device("cpu"), 1200)
+    kit = build_kit(run_spec(tmp_path, pairs, lr=lr), torch.device("cpu"), 1200)
     train = pair_share(400, 1200, 1, target)
     val = pair_share(300, 600, 2, "positive" if target == "positive" else "label")
 
     def validate():
         slots = torch.zeros(SLOTS, dtype=torch.float64)
-        return evaluate(WorkerHeads.of(parts), val, slots)[0].compute()
+        return evaluate(WorkerHeads.of(kit), val, slots)[0].compute()
 
     before, losses = validate(), []
     for epoch in range(8):
         sums = torch.zeros(SLOTS, dtype=torch.float64)
-        train_epoch(WorkerHeads.of(parts), train, seed=epoch, sums=sums)
+        train_epoch(WorkerHeads.of(kit), train, seed=epoch, sums=sums)
         losses.append(float(sums[0] / sums[2]))
     after = validate()
     assert losses[-1] < losses[0], losses

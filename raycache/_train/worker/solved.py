@@ -37,11 +37,11 @@ def solve_head(heads: WorkerHeads, train: Any, val: Any
     metrics, seconds), as loop.record takes them. The validation rows are scored only: their
     metrics are honest."""
     t0 = time.perf_counter()
-    parts = heads.members[0]
+    kit = heads.members[0]
     x, y = train.x.float(), train.y
     scale = standardizer(moment_sums(x))  # every training row's, for both solves
-    classes, weights = parts.spec.head.num_classes, heads.spec.class_weights
-    fit, held = inner_split(len(y), parts.spec.recipe.loop.seed, y.device)
+    classes, weights = kit.spec.head.num_classes, heads.spec.class_weights
+    fit, held = inner_split(len(y), kit.spec.recipe.loop.seed, y.device)
     w, b, _ = solve(x[fit], y[fit], classes, list(GRID), MAX_ITER, TOL, weights, scale)
     grid = Grid(list(GRID), [_scored(x[held], y[held], w[g], b[g]) for g in range(len(GRID))],
                 [(w[g], b[g]) for g in range(len(GRID))])
@@ -51,16 +51,16 @@ def solve_head(heads: WorkerHeads, train: Any, val: Any
                           start=(start[0][None], start[1][None]))
         return w1[0], b1[0]
 
-    pick = widen(grid, choose(grid.scores, parts.spec.recipe), solve_one,
+    pick = widen(grid, choose(grid.scores, kit.spec.recipe), solve_one,
                  lambda w1, b1: _scored(x[held], y[held], w1, b1),
-                 lambda scores: choose(scores, parts.spec.recipe))
+                 lambda scores: choose(scores, kit.spec.recipe))
     c = grid.cs[pick]
     w, b, iterations, capped = finish(x, y, classes, c, weights, scale)
-    place(parts.base, w, b)  # for the raw features already
-    sums = torch.zeros(1, SLOTS, dtype=torch.float64, device=parts.device)
+    place(kit.base, w, b)  # for the raw features already
+    sums = torch.zeros(1, SLOTS, dtype=torch.float64, device=kit.device)
     extra = evaluate(heads, val, sums)[0].compute()
     fit_pass(heads, train, sums)
-    extra = {**epoch_metrics(parts, sums[0].tolist(), 0, 0.0, extra), "solver": "lbfgs",
+    extra = {**epoch_metrics(kit, sums[0].tolist(), 0, 0.0, extra), "solver": "lbfgs",
              "lr": 0.0, "l2_C": c, "lbfgs_iterations": iterations,
              "l2_chosen_on": int(len(held)), "l2_widened": ", ".join(f"{v:g}" for v in
                                                                        grid.widened),
@@ -123,12 +123,12 @@ def place(head: torch.nn.Module, w: torch.Tensor, b: torch.Tensor) -> None:
 
 def fit_pass(heads: WorkerHeads, train: Any, sums: torch.Tensor) -> None:
     """The training rows' loss and hits under the chosen head, into `sums`' training slots."""
-    parts = heads.members[0]
-    parts.base.eval()
+    kit = heads.members[0]
+    kit.base.eval()
     with torch.inference_mode():
         for x, y in train.batches(len(train) or 1, seed=None):
-            out = parts.base(x.to(parts.device)).float()
-            y = y.to(parts.device)
-            sums[0, TRAIN_LOSS] += float(parts.objective.loss(out, y)[1]) * len(y)
-            sums[0, TRAIN_HIT] += parts.objective.hits(out, y)
+            out = kit.base(x.to(kit.device)).float()
+            y = y.to(kit.device)
+            sums[0, TRAIN_LOSS] += float(kit.objective.loss(out, y)[1]) * len(y)
+            sums[0, TRAIN_HIT] += kit.objective.hits(out, y)
             sums[0, TRAIN_N] += len(y)
