@@ -106,5 +106,5 @@ def decide(setting: int | str, size: int, room: Room, *, key: str = "num_workers
     if fits(size, room.memory):
         return 0, f"{features} fit in {here}"
     workers = max(2, len(nodes), math.ceil(size / max(BUDGET * room.memory, 1)))
-    return workers, (f"{features} do not fit in {here}: {workers} shares of "
+    return workers, (f"{features} do not fit in {here}: {workers} parts of "
                      f"{size / workers / 2**30:.2f} GiB")

@@ -162,13 +162,13 @@ class OverlapFill:
         return len(self.column(key))
 
     def train_rows(self, spec: WorkerSpec, rank: int) -> int:
-        """Rank's training rows in the committed cache (its contiguous share, less the
+        """Rank's training rows in the committed cache (its contiguous part, less the
         validation split): what its schedule counts steps by, known before the commit."""
         keys = self.column(spec.key)
         lo, hi = len(keys) * rank // spec.world, len(keys) * (rank + 1) // spec.world
-        share = keys.slice(lo, hi - lo)
-        held_out = validation_mask(share, spec.recipe.evaluation.val_fraction)
-        return len(share) - int(held_out.true_count)
+        part = keys.slice(lo, hi - lo)
+        held_out = validation_mask(part, spec.recipe.evaluation.val_fraction)
+        return len(part) - int(held_out.true_count)
 
     def committed_spec(self) -> dict[str, Any]:
         """What a run spec of the committed cache changes (waits for the commit; FillFailed)."""
@@ -243,7 +243,7 @@ class FirstPass:
         self.validation, self.passed = validation, False
 
     def __len__(self) -> int:
-        """Training rows: this worker's share of the committed cache for an in-memory
+        """Training rows: this worker's part of the committed cache for an in-memory
         placement (the number the schedule counts steps by); 0 (estimated from rows) for a
         streamed one."""
         if self.passed:

@@ -1,6 +1,6 @@
 """A fill under way on the driver, told to DDP workers: the driver posts each shard's record
 to a ShardFeed actor as it lands, then the commit (or the fill's error); each worker
-polls it for the records it has not seen, in one order that every worker shares."""
+polls it for the records it has not seen, in one order, the same for every worker."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ def resolve_workers(cfg: TrainConfig, head: HeadSpec, rows: int) -> tuple[int, s
     DDP is faster: GPUs (use_gpu: one worker per GPU, for a cache over AUTO_LOCAL_BYTES of
     features), else the placement decision the probe shares (raycache._compute.placement:
     one CPU worker per node of a cluster of several; on one node, DDP's workers would share its
-    cores and memory after seconds of start-up, so a share too large for memory is streamed
+    cores and memory after seconds of start-up, so a part too large for memory is streamed
     here instead, see resolve_placement)."""
     setting = cfg.resources.num_workers
     size = feature_bytes(rows, head.in_dim)

@@ -88,7 +88,7 @@ def _train_loop(config: dict[str, Any]) -> dict[str, Any]:
 
     if config["spec"].num_workers:  # on a Ray Train worker
         _quiet_reports()
-    threads = torch.get_num_threads()  # a streamed share lowers them; in-process, restore them
+    threads = torch.get_num_threads()  # a streamed part lowers them; in-process, restore them
     try:
         return train_loop(config)
     finally:

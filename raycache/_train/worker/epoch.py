@@ -39,8 +39,8 @@ def epoch_seed(spec: WorkerSpec, epoch: int, rank: int) -> int:
 
 def train_epoch(heads: WorkerHeads, data: Any, seed: int, sums: torch.Tensor,
                 then: int | None = None) -> None:
-    """One pass over the training share: micro-batches, accumulation, clipping, stepping
-    (`then`: the next epoch's seed, so a streamed share can read ahead for it). Every head
+    """One pass over the training part: micro-batches, accumulation, clipping, stepping
+    (`then`: the next epoch's seed, so a streamed part can read ahead for it). Every head
     sees every batch; `sums` holds one row of slots per head."""
     lead, sums = heads.members[0], sums.view(-1, SLOTS)
     r, model = lead.spec.recipe, heads.runner()

@@ -37,7 +37,7 @@ __all__ = ["quiet_ray_train", "train_loop"]
 
 
 def train_loop(config: dict[str, Any]) -> dict[str, Any]:
-    """Train the head (or a sweep's heads) on this worker's share; returns the history, where
+    """Train the head (or a sweep's heads) on this worker's part; returns the history, where
     it resumed, and a sweep's per-member records. Rank 0 writes each epoch as it ends (Live)."""
     spec: WorkerSpec = config["spec"]
     quiet_ray_train()

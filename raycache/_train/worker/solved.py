@@ -1,7 +1,7 @@
 """A linear classifier solved full batch (optim.solver: lbfgs): the multinomial logistic
 regression of its training rows, standardised (C means what it means to the probe's logreg:
 raycache._fit.logreg), for every L2 strength of GRID at once (its batched L-BFGS), the
-strength chosen on a share of the training rows left out of that solve (never the validation
+strength chosen on a fraction of the training rows left out of that solve (never the validation
 rows), solved again on every training row, and the solution (for the raw features) recorded as
 the run's one epoch, so the head is saved, loaded and served as any linear head is."""
 
@@ -24,13 +24,13 @@ from raycache._train.worker.epoch import (
 from raycache._train.worker.heads import WorkerHeads
 from raycache._train.worker.l2_search import Grid, finish, widen
 
-__all__ = ["CHOOSE_SHARE", "choose", "fit_pass", "inner_split", "place", "solve_head"]
+__all__ = ["CHOOSE_FRACTION", "choose", "fit_pass", "inner_split", "place", "solve_head"]
 
 
 def solve_head(heads: WorkerHeads, train: Any, val: Any
                ) -> tuple[list[list[float]], list[dict], float]:
     """Solve the run's one linear head on `train`: every L2 strength of GRID on most of the
-    training rows, one chosen on the rest (CHOOSE_SHARE of them, never the validation rows;
+    training rows, one chosen on the rest (CHOOSE_FRACTION of them, never the validation rows;
     the grid widened past an edge the choice lands on: l2_search.widen), then the chosen one
     solved again on every training row (continued past the iteration cap: l2_search.finish);
     leave its weights in the head and return (the epoch's slot sums on `val`, its objective
@@ -72,19 +72,19 @@ def solve_head(heads: WorkerHeads, train: Any, val: Any
     return sums.tolist(), [extra], time.perf_counter() - t0
 
 
-CHOOSE_SHARE = 0.2
-"""The share of the training rows that chooses a solved head's L2 strength (the rest are
+CHOOSE_FRACTION = 0.2
+"""The fraction of the training rows that chooses a solved head's L2 strength (the rest are
 solved on); the validation rows never choose."""
 
 
 def inner_split(n: int, seed: int, device: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(rows solved on, rows that choose C): a seeded permutation of the n training rows,
-    CHOOSE_SHARE of them (at least one) choosing; with fewer than 5 rows, all rows do both."""
+    CHOOSE_FRACTION of them (at least one) choosing; with fewer than 5 rows, all rows do both."""
     if n < 5:
         every = torch.arange(n, device=device)
         return every, every
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).to(device)
-    k = max(1, round(n * CHOOSE_SHARE))
+    k = max(1, round(n * CHOOSE_FRACTION))
     return order[k:], order[:k]
 
 
