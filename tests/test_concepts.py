@@ -46,6 +46,10 @@ OTHER_MEANINGS: dict[str, dict[str, str]] = {
     "part": {  # a worker's portion of the rows
         r"\bhead's parts\b": "a head's model, optimizer and schedule: say kit",
     },
+    "placement": {  # where a worker holds its rows: cpu, gpu, stream
+        r"\bplacement decision\b": "how many workers run: say the decision of how many "
+                                    "workers (raycache._compute.workers)",
+    },
 }
 """Each defined word -> {phrase of another meaning: which meaning, and the word to use}."""
 
@@ -60,6 +64,10 @@ OTHER_NAMES: dict[str, dict[str, str]] = {
     },
     "part": {
         r"^(Parts|build_parts)$": "a head's model, optimizer and schedule: say kit (Kit)",
+    },
+    "overlap": {  # training while its fill runs: one name
+        r"^(first_pass|FirstPass|ShardFeed|RemoteFeed)$": "training while the fill runs: say "
+                                                          "overlap (OverlapRows, OverlapFeed)",
     },
 }
 """Each defined word -> {identifier of another meaning: which meaning, and the name to use}."""

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from raycache._errors import ConfigError
+from raycache import ConfigError
 from raycache._heads.specs import HeadSpec, build_head
 from tests.train_specs import HEAD
 

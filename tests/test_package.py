@@ -88,8 +88,7 @@ def test_the_version_and_the_old_paths_words_agree():
 
 
 ERRORS_FROM_INSIDE = {"test_bad_rows", "test_fill_faults", "test_first_pass", "test_images",
-                      "test_reuse", "test_s3", "test_serve", "test_store_faults",
-                      "test_train_units"}
+                      "test_reuse", "test_s3", "test_serve", "test_store_faults"}
 """Test files that still import a public error from raycache._errors: a list that only shrinks
 (the tests read the errors as users do, from `raycache`)."""
 

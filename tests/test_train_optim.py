@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from raycache._errors import ConfigError
+from raycache import ConfigError
 from raycache._heads.specs import build_head
 from raycache._train.optim import OPTIMIZERS, SCHEDULES, Schedule, build_optimizer
 from raycache._train.runspec import Recipe

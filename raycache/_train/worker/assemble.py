@@ -25,10 +25,10 @@ __all__ = ["build_heads", "build_kit", "compile_or_eager", "data_sources", "fuse
 
 def data_sources(spec: WorkerSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
     """(train, validation) data of this worker, in the spec's placement."""
-    if spec.filling:  # the fill is still under way: epoch 1 reads its shards as they land
-        from raycache._train.data.overlap import first_pass
+    if spec.overlap_feed:  # the fill is still under way: epoch 1 reads its shards as they land
+        from raycache._train.data.overlap import overlap_sources
 
-        return first_pass(spec, rank, device, data_sources)
+        return overlap_sources(spec, rank, device, data_sources)
     custom = OBJECTIVES[spec.recipe.objective].data_sources
     if custom is not None:
         return custom(spec, rank, device)

@@ -1,5 +1,5 @@
-"""Where work on cached features runs, decided once for training and the probe: in this process
-(0 workers) or on Ray workers that each hold a part of the rows, from the features' size, the
+"""How many workers cached features need, decided once for training and the probe: this process
+(0 workers) or Ray workers that each hold a part of the rows, from the features' size, the
 memory at hand and the cluster's CPU nodes; with the reason, in words."""
 
 from __future__ import annotations
