@@ -46,6 +46,11 @@ OTHER_MEANINGS: dict[str, dict[str, str]] = {
     "part": {  # a worker's portion of the rows
         r"\bhead's parts\b": "a head's model, optimizer and schedule: say kit",
     },
+    "sweep": {  # many heads trained in one run
+        r"\b(gc's sweep|marks? (before it|and) sweeps?|mark and sweep)\b": "gc's removal of "
+                                                                         "what it marked: say "
+                                                                         "removal",
+    },
     "placement": {  # where a worker holds its rows: cpu, gpu, stream
         r"\bplacement decision\b": "how many workers run: say the decision of how many "
                                     "workers (raycache._compute.workers)",
