@@ -107,7 +107,7 @@ def sleeping_forward() -> None:
     hf_text.HFTextEncoder.forward = forward
 
 
-def _tokenise_share(args: tuple[str, str, list[str]]) -> tuple[float, int]:
+def _tokenise_part(args: tuple[str, str, list[str]]) -> tuple[float, int]:
     """One process's share, tokenised as the prepare stage does: (CPU seconds, tokens)."""
     folder, name, texts = args
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -127,9 +127,9 @@ def tokenise_alone(folder: str, texts: list[str], cores: int) -> dict[str, float
     shares = [(folder, "standin", texts[i::cores]) for i in range(cores)]
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(cores) as pool:
-        pool.map(_tokenise_share, [(folder, "standin", texts[:2000])] * cores)  # warm
+        pool.map(_tokenise_part, [(folder, "standin", texts[:2000])] * cores)  # warm
         start = time.perf_counter()
-        done = pool.map(_tokenise_share, shares)
+        done = pool.map(_tokenise_part, shares)
         wall = time.perf_counter() - start
     cpu = sum(c for c, _ in done)
     return {"rows_per_s": len(texts) / wall, "cpu_us_per_row": cpu / len(texts) * 1e6,

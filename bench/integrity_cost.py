@@ -2,7 +2,7 @@
 
 On a MiniLM cache of 3 marked copies of the stdlib-docs set (~5k rows, 384-d float32, as in
 train_speed.py), one run measures a
-worker's in-memory load (load_share, one worker) read unchecked as before (each shard's
+worker's in-memory load (load_worker_part, one worker) read unchecked as before (each shard's
 columns through a file handle, one after another), and checked (each shard read whole, hashed,
 parsed from memory), sequentially and on the thread pool that training uses; and sha256 alone.
 The variants take turns in every repeat, so a machine's changing load hits them alike.
@@ -27,7 +27,7 @@ import raycache
 from raycache._cli.demo_run import MODEL
 from raycache._fit.part import expected, pieces, read_piece
 from raycache._source.demo_data import stdlib_docs
-from raycache._train.data.rows import load_share
+from raycache._train.data.rows import load_worker_part
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.driver.plan import prepare
 
@@ -78,11 +78,11 @@ def main() -> None:
             for path, start, stop in pieces(spec.reading, 0, 1):
                 read_piece(spec.reading, path, columns, checks[path]).slice(start, stop - start)
 
-        load_share(spec, 0, 1)  # warm the page cache and pyarrow
+        load_worker_part(spec, 0, 1)  # warm the page cache and pyarrow
         took = interleaved({
-            "before": lambda: load_share(unchecked, 0, 1),
+            "before": lambda: load_worker_part(unchecked, 0, 1),
             "sequential": sequential_checked,
-            "pooled": lambda: load_share(spec, 0, 1),
+            "pooled": lambda: load_worker_part(spec, 0, 1),
             "sha": lambda: [hashlib.sha256(b).hexdigest() for b in blobs],
         }, args.repeats)
     before, seq, pooled, sha = took["before"], took["sequential"], took["pooled"], took["sha"]

@@ -219,7 +219,7 @@ _LAZY = {
     "Stray": "raycache._upkeep.gc",
     "gc": "raycache._upkeep.gc",
     "repair": "raycache._upkeep.repair",
-    "Removal": "raycache._upkeep.sweep",
+    "Removal": "raycache._upkeep.removal",
     "Duplicates": "raycache._upkeep.verify",
     "Report": "raycache._upkeep.verify",
     "verify": "raycache._upkeep.verify",
@@ -294,6 +294,6 @@ if TYPE_CHECKING:
     from raycache._upkeep.compact import compact
     from raycache._upkeep.du import Usage, du
     from raycache._upkeep.gc import GcResult, Stray, gc
+    from raycache._upkeep.removal import Removal
     from raycache._upkeep.repair import repair
-    from raycache._upkeep.sweep import Removal
     from raycache._upkeep.verify import Duplicates, Report, verify

@@ -17,7 +17,7 @@ from raycache._fill.plan import load_config as load_fill
 from raycache._fill.run import FillResult, fill
 from raycache._train.config import TrainConfig
 from raycache._train.driver.plan import load_config as load_train
-from raycache._train.driver.run import TrainResult, train
+from raycache._train.driver.run import TrainResult, train, train_on
 
 __all__ = ["PipelineResult", "configs", "document", "pipeline"]
 
@@ -169,11 +169,14 @@ def overlapped(fill_cfg: FillConfig, train_cfg: TrainConfig, progress: bool | No
         filled = fill(fill_cfg)
         print(filled.summary(), flush=True)
         return PipelineResult(filled, train(train_cfg, progress=progress))
-    filling = OverlapFill.start(p, train_cfg.verify)
+    cfg = load_train(train_cfg)
+    if progress is not None:
+        cfg.progress = progress
+    overlap = OverlapFill.start(p, cfg.verify)
     try:
-        trained = train(train_cfg, progress=progress, filling=filling)
+        trained = train_on(cfg, overlap=overlap)  # the one way to train on a fill under way
     finally:
-        filling.close()
-    filled = filling.result()
+        overlap.close()
+    filled = overlap.result()
     print(filled.summary(), flush=True)
     return PipelineResult(filled, trained)

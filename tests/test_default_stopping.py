@@ -31,7 +31,7 @@ def test_a_rising_val_loss_does_not_stop_a_classifier_whose_accuracy_still_rises
     r = recipe(head="mlp")
     assert (r.evaluation.monitor, r.evaluation.mode) == ("val_acc", "max")
     head = torch.nn.Linear(2, 2)
-    parts = SimpleNamespace(spec=SimpleNamespace(recipe=r), base=head, schedule=Schedule(),
+    kit = SimpleNamespace(spec=SimpleNamespace(recipe=r), base=head, schedule=Schedule(),
                             best_weights=None)
     progress = Progress()
     # val_loss bottoms out at epoch 2 and rises from there (the head grows confident on
@@ -42,13 +42,13 @@ def test_a_rising_val_loss_does_not_stop_a_classifier_whose_accuracy_still_rises
         with torch.no_grad():
             head.weight.fill_(epoch)  # this epoch's weights, to see which are kept
         loss = 0.9 if epoch == 1 else 0.8 + 0.05 * epoch
-        track_best(parts, progress, {"epoch": epoch, "val_loss": loss, "val_acc": acc})
+        track_best(kit, progress, {"epoch": epoch, "val_loss": loss, "val_acc": acc})
         progress.epoch = epoch
         if progress.stopped:
             break
     assert progress.best_epoch == 12 and progress.best == pytest.approx(0.755)
     assert progress.epoch == 12 + r.evaluation.patience  # stopped once accuracy stopped rising
-    assert torch.equal(parts.best_weights["weight"], torch.full((2, 2), 12.0))
+    assert torch.equal(kit.best_weights["weight"], torch.full((2, 2), 12.0))
 
 
 def test_monitor_auto_is_the_objectives_metric_and_a_given_one_is_kept():

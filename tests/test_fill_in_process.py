@@ -44,7 +44,7 @@ def test_in_process_fill_equals_the_ray_pipeline_and_starts_no_ray(ray_session, 
     local = raycache.open_cache("toy", str(tmp_path / "local"))
     assert [s.rows for s in local.manifest.shards] == [150] * 4
     # Ray Data tasks on CPUs; the second fill's tasks find the stages and the model that
-    # their worker processes kept from the first (_compute.kept): the same shards all the same
+    # their worker processes kept from the first (_compute.memo): the same shards all the same
     for again in ("ray", "ray-again"):
         piped = raycache.fill({**cfg, "store": {"uri": str(tmp_path / again)},
                                "in_process": False})

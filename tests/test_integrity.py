@@ -73,7 +73,7 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
     assert cache.read_table(limit=10).num_rows == 10  # shard 0 alone is sound
 
     from raycache._train.data.in_memory import InMemory
-    from raycache._train.data.rows import load_share
+    from raycache._train.data.rows import load_worker_part
     from raycache._train.data.streamed import Streamed
     from raycache._train.driver.plan import prepare
 
@@ -84,7 +84,7 @@ def test_a_flipped_byte_makes_every_whole_read_raise_corrupt_shard_naming_it_and
         InMemory.for_worker(spec, 0, torch.device("cpu"))
     with pytest.raises(CorruptShard, match=str(path)):
         list(Streamed(spec, 0, False, torch.device("cpu")).batches(64, seed=0))
-    unchecked = load_share(dataclasses.replace(spec, checks=()), 0, 1)
+    unchecked = load_worker_part(dataclasses.replace(spec, checks=()), 0, 1)
     assert unchecked.num_rows == 600  # verify: false reads as before, unchecked
 
 

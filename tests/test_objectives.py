@@ -78,22 +78,22 @@ def run_spec(tmp_path, head="linear", normalize=False, out_dim=16, **over) -> Wo
 
 def fit(spec: WorkerSpec, epochs: int) -> tuple[list[float], dict, dict]:
     """(train loss per epoch, validation metrics before training, after training)."""
-    from raycache._train.worker.assemble import build_parts
+    from raycache._train.worker.assemble import build_kit
     from raycache._train.worker.epoch import SLOTS, evaluate, train_epoch
     from raycache._train.worker.heads import WorkerHeads
 
     torch.manual_seed(0)
-    parts = build_parts(spec, torch.device("cpu"), 600)
+    kit = build_kit(spec, torch.device("cpu"), 600)
     train, val = Holder(*hidden_groups(600, 1)), Holder(*hidden_groups(300, 2))
 
     def validate():
         slots = torch.zeros(SLOTS, dtype=torch.float64)
-        return evaluate(WorkerHeads.of(parts), val, slots)[0].compute()
+        return evaluate(WorkerHeads.of(kit), val, slots)[0].compute()
 
     before, losses = validate(), []
     for epoch in range(epochs):
         sums = torch.zeros(SLOTS, dtype=torch.float64)
-        train_epoch(WorkerHeads.of(parts), train, seed=epoch, sums=sums)
+        train_epoch(WorkerHeads.of(kit), train, seed=epoch, sums=sums)
         losses.append(float(sums[0] / sums[2]))
     return losses, before, validate()
 
@@ -193,7 +193,7 @@ def test_retrieval_metrics_match_a_brute_force_computation_and_torchmetrics():
 
 
 def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
-    from raycache._train.worker.assemble import build_parts
+    from raycache._train.worker.assemble import build_kit
     from raycache._train.worker.epoch import SLOTS, evaluate, train_epoch
     from raycache._train.worker.heads import WorkerHeads
 
@@ -201,12 +201,12 @@ def test_classification_reports_macro_f1_and_top_k_accuracy(tmp_path):
     spec = spec.replace(head=dataclasses.replace(spec.head,
                                                               objective="classification"))
     torch.manual_seed(0)
-    parts = build_parts(spec, torch.device("cpu"), 600)
+    kit = build_kit(spec, torch.device("cpu"), 600)
     for epoch in range(5):
-        train_epoch(WorkerHeads.of(parts), Holder(*hidden_groups(600, 1)), epoch,
+        train_epoch(WorkerHeads.of(kit), Holder(*hidden_groups(600, 1)), epoch,
                     torch.zeros(SLOTS, dtype=torch.float64))
     sums = torch.zeros(SLOTS, dtype=torch.float64)
-    found = evaluate(WorkerHeads.of(parts), Holder(*hidden_groups(300, 2)), sums)[0].compute()
+    found = evaluate(WorkerHeads.of(kit), Holder(*hidden_groups(300, 2)), sums)[0].compute()
     acc = float(sums[4] / sums[5])
     assert set(found) == {"val_f1", "val_top5_acc"}
     assert 0.5 < found["val_f1"] <= 1 and found["val_top5_acc"] >= acc > 0.5

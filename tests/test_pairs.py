@@ -18,7 +18,7 @@ from raycache import ConfigError
 from raycache._cache.store import Store
 from raycache._heads.specs import HeadSpec
 from raycache._train.driver.plan import load_config as load_train
-from raycache._train.objectives.pair_table import PairShare
+from raycache._train.objectives.pair_table import PairPart
 from raycache._train.objectives.pairs import Pairs
 from raycache._train.runspec import Recipe, WorkerSpec
 from tests.conftest import separable, toy_fill
@@ -45,7 +45,7 @@ def items(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, group
 
 
-def views(n: int, seed: int) -> PairShare:
+def views(n: int, seed: int) -> PairPart:
     """n positive pairs: two views of each of n items, alike in SIGNAL dims (each item its own
     point there), each drowned in its own noise: only a head that keeps the signal finds a
     view's partner among every other item's."""
@@ -55,10 +55,10 @@ def views(n: int, seed: int) -> PairShare:
     x[:, :SIGNAL] = torch.cat([z, z]) + 0.1 * torch.randn(2 * n, SIGNAL, generator=g)
     rows = torch.stack([torch.arange(n), torch.arange(n, 2 * n)], dim=1)
     y = torch.cat([torch.ones(n, 1, dtype=torch.float64), rows.double()], dim=1)
-    return PairShare(x, rows, y)
+    return PairPart(x, rows, y)
 
 
-def pair_share(n_items: int, n_pairs: int, seed: int, target: str) -> PairShare:
+def pair_part(n_items: int, n_pairs: int, seed: int, target: str) -> PairPart:
     """Random pairs of items scored by the truth: 0/1 same group ("label"), or the cosine of
     their signal dims ("score"); two views of an item ("positive": views())."""
     if target == "positive":
@@ -74,7 +74,7 @@ def pair_share(n_items: int, n_pairs: int, seed: int, target: str) -> PairShare:
     same = (group[left] == group[right]).double()
     cos = torch.nn.functional.cosine_similarity(x[left, :SIGNAL], x[right, :SIGNAL]).double()
     y = torch.stack([same if target == "label" else cos, left.double(), right.double()], dim=1)
-    return PairShare(x, torch.stack([left, right], dim=1), y)
+    return PairPart(x, torch.stack([left, right], dim=1), y)
 
 
 def run_spec(tmp_path, pairs: dict, **over) -> WorkerSpec:
@@ -102,23 +102,23 @@ LEARNERS = [  # (pairs settings, table, the metric that must rise above 0.7, lr)
                          ids=[f"{p['loss']}-{t}" for p, t, _, _ in LEARNERS])
 def test_each_pair_loss_learns_what_a_random_projection_misses(tmp_path, pairs, target, metric,
                                                                lr):
-    from raycache._train.worker.assemble import build_parts
+    from raycache._train.worker.assemble import build_kit
     from raycache._train.worker.epoch import SLOTS, evaluate, train_epoch
     from raycache._train.worker.heads import WorkerHeads
 
     torch.manual_seed(0)
-    parts = build_parts(run_spec(tmp_path, pairs, lr=lr), torch.device("cpu"), 1200)
-    train = pair_share(400, 1200, 1, target)
-    val = pair_share(300, 600, 2, "positive" if target == "positive" else "label")
+    kit = build_kit(run_spec(tmp_path, pairs, lr=lr), torch.device("cpu"), 1200)
+    train = pair_part(400, 1200, 1, target)
+    val = pair_part(300, 600, 2, "positive" if target == "positive" else "label")
 
     def validate():
         slots = torch.zeros(SLOTS, dtype=torch.float64)
-        return evaluate(WorkerHeads.of(parts), val, slots)[0].compute()
+        return evaluate(WorkerHeads.of(kit), val, slots)[0].compute()
 
     before, losses = validate(), []
     for epoch in range(8):
         sums = torch.zeros(SLOTS, dtype=torch.float64)
-        train_epoch(WorkerHeads.of(parts), train, seed=epoch, sums=sums)
+        train_epoch(WorkerHeads.of(kit), train, seed=epoch, sums=sums)
         losses.append(float(sums[0] / sums[2]))
     after = validate()
     assert losses[-1] < losses[0], losses

@@ -201,11 +201,11 @@ def test_logreg_on_shares_standardises_every_share_alike_and_solves_what_one_pro
     in-process solve's."""
     from raycache._fit.lbfgs import minimize
     from raycache._fit.logreg import penalty, standardizer, to_raw
-    from raycache._probe.worker import ShareWorker
+    from raycache._probe.worker import PartWorker
 
     x, y, _, _ = blobs(n=400, d=6, k=3)
     x = x * np.array([0.1, 1, 3, 10, 0.5, 2], dtype=np.float32) + 4
-    shares = [ShareWorker(), ShareWorker()]
+    shares = [PartWorker(), PartWorker()]
     for share, (lo, hi) in zip(shares, ((0, 90), (90, 300)), strict=True):
         share.rows["e"] = (x[lo:hi], y[lo:hi], x[:0], y[:0])
     cs, n = [0.1, 10.0], 300

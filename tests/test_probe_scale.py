@@ -14,14 +14,14 @@ from sklearn.metrics import precision_recall_fscore_support
 
 import raycache
 from raycache import ConfigError
-from raycache._compute.placement import Room, decide
 from raycache._compute.where import Cluster
+from raycache._compute.workers import Room, decide
 from raycache._probe.config import ProbeConfig
 from raycache._probe.data import Candidate
 from raycache._probe.knn import merge, neighbours, predict
 from raycache._probe.metrics import confusion, per_class
-from raycache._probe.placement import target_bytes
 from raycache._probe.run import score
+from raycache._probe.workers import target_bytes
 from tests.conftest import separable, toy_fill
 
 GIB = 2**30

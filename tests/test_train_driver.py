@@ -31,7 +31,7 @@ def test_the_plan_reads_each_column_of_the_cache_once():
         class_counts(load_train({"cache": "c"}), cache, [], Columns(cache))
     assert sorted(asked) == [("id",), ("label",)]
     filling = Columns(cache, lambda name: table.column(name))
-    assert filling.filling and filling("id") is filling("id") and len(asked) == 2
+    assert filling.overlap and filling("id") is filling("id") and len(asked) == 2
 
 
 def test_config_problems_name_value_expectation_and_fix():
@@ -68,10 +68,12 @@ def test_a_monitor_or_select_that_names_no_metric_is_refused_before_any_work():
                     "pairs": {"path": "p.parquet", "loss": "cosine"}})
 
 
-def test_train_takes_the_old_landing_keyword_with_a_deprecation_warning():
+def test_train_takes_the_old_overlap_keywords_with_a_deprecation_pointing_at_pipeline():
     import raycache
 
-    with pytest.warns(DeprecationWarning, match="pass filling="), pytest.raises(ConfigError):
-        raycache.train({"cache": "c", "head": "nope"}, landing=object())  # then refused
-    with pytest.raises(TypeError, match="filling= alone"):
+    for old in ("filling", "landing"):
+        with pytest.warns(DeprecationWarning, match=rf"train\({old}=.*raycache.pipeline"), \
+                pytest.raises(ConfigError):
+            raycache.train({"cache": "c", "head": "nope"}, **{old: object()})  # then refused
+    with pytest.raises(TypeError, match="neither filling= nor landing="):
         raycache.train({"cache": "c"}, landing=object(), filling=object())

@@ -34,31 +34,31 @@ class Fixed:
 
 
 def one_epoch(tmp_path, model=None, **over):
-    from raycache._train.worker.assemble import build_parts
+    from raycache._train.worker.assemble import build_kit
     from raycache._train.worker.epoch import SLOTS, train_epoch
     from raycache._train.worker.heads import WorkerHeads
 
     s = spec(tmp_path, optimizer="sgd", momentum=0.0, lr=0.5, **over)
     torch.manual_seed(0)
-    parts = build_parts(s, torch.device("cpu"), 64)
+    kit = build_kit(s, torch.device("cpu"), 64)
     if model is not None:
-        parts.model = model(parts.base)
+        kit.model = model(kit.base)
     sums = torch.zeros(SLOTS, dtype=torch.float64)
-    train_epoch(WorkerHeads.of(parts), Fixed(*data()), seed=0, sums=sums)
-    return parts, sums
+    train_epoch(WorkerHeads.of(kit), Fixed(*data()), seed=0, sums=sums)
+    return kit, sums
 
 
 def test_heads_step_fused_on_a_gpu_and_in_a_sweep_per_tensor_alone_on_a_cpu(tmp_path):
 
     from raycache._train.runspec import Member
-    from raycache._train.worker.assemble import build_parts, fused_for
+    from raycache._train.worker.assemble import build_kit, fused_for
 
     lone = spec(tmp_path)
     swept = lone.replace(sweep=tuple(
         Member((("lr", lr),), lone.head, lone.recipe) for lr in (0.1, 0.01)))
     assert fused_for(lone, torch.device("cuda")) and fused_for(swept, torch.device("cpu"))
     assert not fused_for(lone, torch.device("cpu"))
-    opt = build_parts(lone, torch.device("cpu"), 64, fused=True).opt
+    opt = build_kit(lone, torch.device("cpu"), 64, fused=True).opt
     assert opt.param_groups[0]["fused"]
 
 
@@ -87,35 +87,35 @@ def test_accumulating_steps_skip_the_ddp_all_reduce(tmp_path):
             wrapped.register_comm_hook(None, hook)
             return wrapped
 
-        parts, _ = one_epoch(tmp_path, model=ddp, batch_size=8, grad_accum=4)
+        kit, _ = one_epoch(tmp_path, model=ddp, batch_size=8, grad_accum=4)
     finally:
         dist.destroy_process_group()
-    assert parts.schedule.step_no == 2  # 8 micro-batches, 4 per step
+    assert kit.schedule.step_no == 2  # 8 micro-batches, 4 per step
     assert len(calls) == 2  # one all-reduce per optimizer step, none on the 6 others
 
 
 def test_gradient_clipping_bounds_the_update(tmp_path):
-    parts, _ = one_epoch(tmp_path, batch_size=64, grad_clip=1e-3)
+    kit, _ = one_epoch(tmp_path, batch_size=64, grad_clip=1e-3)
     torch.manual_seed(0)
     start = build_head(HEAD).state_dict()
-    moved = torch.cat([(p - start[n]).flatten() for n, p in parts.base.named_parameters()])
+    moved = torch.cat([(p - start[n]).flatten() for n, p in kit.base.named_parameters()])
     assert 0 < moved.norm() <= 0.5 * 1e-3 * 1.0001  # lr 0.5 x clipped norm
 
 
 def test_bf16_autocast_trains_on_cpu(tmp_path):
-    parts, sums = one_epoch(tmp_path, batch_size=16, precision="bfloat16")
+    kit, sums = one_epoch(tmp_path, batch_size=16, precision="bfloat16")
     assert sums[2] == 64 and torch.isfinite(sums[0])
     from raycache._train.worker.epoch import autocast
 
-    with autocast(parts):
-        assert parts.base(torch.zeros(1, 4)).dtype == torch.bfloat16
+    with autocast(kit):
+        assert kit.base(torch.zeros(1, 4)).dtype == torch.bfloat16
 
 
 def test_fp16_on_a_cpu_worker_is_a_clear_error(tmp_path):
-    from raycache._train.worker.assemble import build_parts
+    from raycache._train.worker.assemble import build_kit
 
     with pytest.raises(RuntimeError, match="float16' needs a CUDA device.*bfloat16"):
-        build_parts(spec(tmp_path, precision="float16", use_gpu=True), torch.device("cpu"), 64)
+        build_kit(spec(tmp_path, precision="float16", use_gpu=True), torch.device("cpu"), 64)
 
 
 def test_compile_falls_back_to_eager_with_a_message(monkeypatch, capsys):
@@ -144,7 +144,7 @@ def test_label_smoothing_and_class_weights_change_the_loss(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_empty_cache_every_and_fp16_on_gpu(tmp_path, monkeypatch):
-    from raycache._train.worker.assemble import build_parts
+    from raycache._train.worker.assemble import build_kit
     from raycache._train.worker.epoch import SLOTS, train_epoch
     from raycache._train.worker.heads import WorkerHeads
 
@@ -152,8 +152,8 @@ def test_empty_cache_every_and_fp16_on_gpu(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(1))
     s = spec(tmp_path, precision="float16", empty_cache_every=2, batch_size=8,
              use_gpu=True).replace(use_gpu=True)
-    parts = build_parts(s, torch.device("cuda"), 64)
+    kit = build_kit(s, torch.device("cuda"), 64)
     x, y = data()
-    train_epoch(WorkerHeads.of(parts), Fixed(x.cuda(), y.cuda()), 0,
+    train_epoch(WorkerHeads.of(kit), Fixed(x.cuda(), y.cuda()), 0,
                 torch.zeros(SLOTS, dtype=torch.float64, device="cuda"))
-    assert parts.scaler.is_enabled() and len(calls) == 4  # 8 steps, every 2nd
+    assert kit.scaler.is_enabled() and len(calls) == 4  # 8 steps, every 2nd

@@ -36,7 +36,7 @@ def test_what_a_user_reads_of_a_run_spec_holds_no_plumbing_and_digests_the_same(
         assert (view.run_name, view.run_dir, view.recipe) == (s.run_name, s.run_dir, s.recipe)
     assert swept.view().sweep == ({"optim.lr": 0.1, "hidden": [8]},
                                   {"optim.lr": 0.01, "hidden": [8]})
-    plumbing = {"store", "shards", "checks", "keeps", "filling", "checkpoint_every",
+    plumbing = {"store", "shards", "checks", "keeps", "overlap_feed", "checkpoint_every",
                 "checkpoint_seconds", "prefetch_batches", "progress", "key", "tracking"}
     fields = {f.name for f in dataclasses.fields(RunSpec)}
     assert not fields & plumbing

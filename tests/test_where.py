@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from raycache._compute import where
-from raycache._compute.placement import AUTO_LOCAL_BYTES
 from raycache._compute.where import AUTO_IN_PROCESS_ROWS, LOCAL_CORES, Cluster
+from raycache._compute.workers import AUTO_LOCAL_BYTES
 from raycache._fill.encode import in_process
 from raycache._fill.plan import load_config as load_fill
 from raycache._predict.config import AUTO_IN_PROCESS_BYTES, PredictConfig
@@ -95,7 +95,7 @@ def test_training_auto_trains_in_process_on_one_node(nothing_there, monkeypatch)
     rows = AUTO_LOCAL_BYTES // (384 * 4) * 3  # 1.5 GiB: DDP before, for no gain on one node
     workers, why = resolve_workers(cfg, head, rows)
     assert workers == 0 and why.startswith("one node with ") and "fit in memory" in why
-    monkeypatch.setattr(sys.modules["raycache._compute.placement"], "memory",
+    monkeypatch.setattr(sys.modules["raycache._compute.workers"], "memory",
                         lambda available=False: 2 * 2**30)
     assert "are streamed: they do not fit in memory" in resolve_workers(cfg, head, rows)[1]
     cluster_of(monkeypatch, NODE)

@@ -110,7 +110,7 @@ def keeping(entry: ShardEntry, mask: np.ndarray, **changes: Any) -> ShardEntry:
 
 def shared_from(entry: ShardEntry, folder: str) -> ShardEntry:
     """The entry as a later version that shares it reads it: in `folder` ("name/fingerprint",
-    the version that lends it) where it was that version's own file."""
+    the version whose folder holds it) where it was that version's own file."""
     return entry if entry.home else dataclasses.replace(entry, home=folder)
 
 

@@ -6,7 +6,7 @@ Why not Parquet's own nested list: Parquet decodes a list of floats value by val
 repetition level for each (~1.6 GB/s a core here), while a fixed-size binary column is read at
 memory speed: 8,192 rows of 384 float32 decode in 0.6 ms instead of 6.4 and write in 1.5 ms
 instead of 10. Training reads these columns every epoch, so their decoding set the speed of a
-streamed share (bench/README.md). Read a shard without raycache with
+streamed part (bench/README.md). Read a shard without raycache with
 `np.frombuffer(column.buffers()[1], "<f4").reshape(rows, dim)` per chunk, or through
 `unpack` below."""
 

@@ -49,14 +49,14 @@ def run(store: str = ".raycache/store", data: str = ".raycache/data/stdlib-docs.
         "train_seconds": trained.seconds,
         "live_estimate_seconds": live_s,
     }
-    reused = (f"train: nothing changed, so the run finished {trained.finished_before} is "
-              "returned as it was (`raycache demo --epochs N` trains another)\n"
-              if trained.finished_before else "")
+    returned = (f"train: nothing changed, so the run finished {trained.finished_before} is "
+                "returned as it was (`raycache demo --epochs N` trains another)\n"
+                if trained.finished_before else "")
     print(
         f"\nvalidation accuracy: {figures['val_acc']:.3f} "
         f"({trained.spec.head.num_classes} topics)\n"
         f"fill: {encode_s:.1f} s{' (cache hit now: 0 s spent encoding)' if filled.hit else ''}\n"
-        + (reused or f"train: {trained.seconds:.1f} s, {how}, {where}\n")
+        + (returned or f"train: {trained.seconds:.1f} s, {how}, {where}\n")
         + (f"with the encoder run every epoch instead: about {live_s:.0f} s "
            f"({passes} x {encode_s:.1f} s of encoding + training), "
            f"{live_s / (encode_s + trained.seconds):.1f}x this run's fill + train"

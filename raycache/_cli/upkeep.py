@@ -29,7 +29,7 @@ def verify_options(p: argparse.ArgumentParser) -> None:
 def compact_options(p: argparse.ArgumentParser) -> None:
     cache_options(p)
     p.add_argument("--below", type=float, default=None,
-                   help="compact shared shards that keep less than this share of their rows "
+                   help="compact shared shards that keep less than this fraction of their rows "
                         "(default: the fill's compact_below, 0.9)")
     p.add_argument("--no-progress", action="store_true", help="print no progress bar")
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)

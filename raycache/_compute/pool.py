@@ -64,8 +64,8 @@ class Pool:
     def tasks(self) -> bool:
         """Whether the model runs as Ray Data tasks, not actors: on CPUs, where a task starts
         in a worker process that Ray keeps (the model kept there between blocks, see
-        _compute.kept) and an actor pool costs seconds before its first call; GPU pools keep
-        their actors, one model held on each GPU share."""
+        _compute.memo) and an actor pool costs seconds before its first call; GPU pools keep
+        their actors, one model held on each GPU's fraction."""
         return not self.gpus
 
     @property

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from raycache._compute import model_actor
 from raycache._compute.actor import set_threads
-from raycache._compute.kept import kept
+from raycache._compute.memo import memo
 from raycache._compute.pool import LIGHT_CPUS, READ_CPUS, Pool
 from raycache._compute.prepare import Inputs, PrepareActor
 from raycache._compute.stage import Stage
@@ -88,7 +88,7 @@ def run(job: Job, pool: Pool, *, local: bool) -> Iterator[pa.Table]:
 
 def _on_ray(parts: list[Job], pool: Pool) -> Iterator[pa.Table]:
     """The output of each part of a job on Ray, one part after the other (a CPU pool's workers
-    keep their models between them, _compute.kept)."""
+    keep their models between them, _compute.memo)."""
     for i, part in enumerate(parts):
         ds = build(part, pool)
         if not i:
@@ -217,7 +217,7 @@ def chain_task(table: pa.Table, job: Shipped, pool: Pool) -> pa.Table:
     ModelChain that this worker process built for an earlier block (built now, the job fetched
     once, where there is none): no actor to start, each model loaded once a process."""
     started.once("task")
-    chain = kept("chain", job.ref.hex(), lambda: _built(job, pool))
+    chain = memo("chain", job.ref.hex(), lambda: _built(job, pool))
     set_threads(pool)  # another job's stages in this process may have set others
     return chain(table)
 

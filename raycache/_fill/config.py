@@ -117,8 +117,8 @@ class FillConfig:
     (raycache._fill.versions). Not part of the fingerprint: the rows are the same either way."""
     compact_below: float = 0.9
     """Compaction: a shared shard whose version keeps less than this fraction of its rows is
-    written again (its kept rows, embeddings reused, nothing encoded), so that reads, which
-    read a shard whole, stay within 1 / compact_below of the bytes they use; so are a
+    written again (its kept rows copied with their embeddings, nothing encoded), so that
+    reads, which read a shard whole, stay within 1 / compact_below of the bytes they use; so are a
     version's small shards once they outnumber MAX_SMALL_SHARDS. 0: never."""
     compact_budget: float = 0.08
     """A fill compacts at most this fraction of the version's rows, the sparsest shards first

@@ -308,7 +308,7 @@ def counts_of(stats: dict[str, Any]) -> dict[Any, int] | None:
 def _stats(counts: dict[Any, int]) -> dict[str, Any]:
     """A label column's stats for the manifest, from its count per value (None: nulls):
     nulls, min, max, and every value's count where the values are small ids (with nulls or
-    not, so a version with nulls lends its rows to the next); for named labels
+    not, so the next version shares the rows of one with nulls); for named labels
     (strings), `classes`, the vocabulary in sorted order, and the count of each."""
     counts = {v: n for v, n in counts.items() if n}
     nulls = counts.pop(None, 0)

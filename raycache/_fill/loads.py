@@ -1,12 +1,12 @@
 """A fill's encoders loaded where they run, each checked against the fingerprint's weights; in a
-Ray worker process, kept there for the tasks of every fill that comes (_compute.kept)."""
+Ray worker process, kept there for the tasks of every fill that comes (_compute.memo)."""
 
 from __future__ import annotations
 
 import functools
 from typing import TYPE_CHECKING
 
-from raycache._compute.kept import kept
+from raycache._compute.memo import memo
 from raycache._errors import EncoderError
 
 if TYPE_CHECKING:
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from raycache._encoders import Encoder
     from raycache._encoders.config import EncoderConfig
 
-__all__ = ["kept_encoder", "load_encoder"]
+__all__ = ["load_encoder", "memo_encoder"]
 
 
 def load_encoder(e: EncoderConfig, digest: str, pool: Pool) -> Encoder:
@@ -33,8 +33,8 @@ def load_encoder(e: EncoderConfig, digest: str, pool: Pool) -> Encoder:
     return loaded
 
 
-def kept_encoder(e: EncoderConfig, digest: str, pool: Pool) -> Encoder:
+def memo_encoder(e: EncoderConfig, digest: str, pool: Pool) -> Encoder:
     """Encoder `e` as this process loaded it before for the same settings, weights, device and
     batching (a Ray worker process's earlier task or fill), else loaded now and kept."""
     key = (repr(e), digest, pool.device, repr(pool.batching))
-    return kept("encoder", key, functools.partial(load_encoder, e, digest, pool))
+    return memo("encoder", key, functools.partial(load_encoder, e, digest, pool))

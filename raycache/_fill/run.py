@@ -176,7 +176,7 @@ def _commit(p: Plan, shares: Shares, resumed: Resumed, encoded: Encoded, totals:
                       startup_seconds=began - start_wall if began else 0.0,
                       shared_rows=shares.rows,
                       compacted_rows=sum(r.rows for r in resumed.compacted),
-                      base=shares.lender(p),
+                      base=shares.base_fingerprint(p),
                       written_bytes=sum(r.bytes for r in encoded.new + resumed.compacted))
 
 

@@ -1,5 +1,5 @@
-"""What a version shares, as a fill's steps ask it: a `Version` (the rows an older version
-lends, its shard files referred to, the sparse ones copied) or `Whole` (nothing shared: every
+"""What a version shares, as a fill's steps ask it: a `Version` (the rows of an older version,
+the base: its shard files referred to, the sparse ones copied) or `Whole` (nothing shared: every
 row the fill's own). Both answer the same questions, so the fill's run (raycache._fill.run)
 reads the same whatever a version shares; how a Version is planned is raycache._fill.versions."""
 
@@ -59,7 +59,7 @@ class Shares(Protocol):
              summaries: dict[str, KeySummary] | None = None
              ) -> tuple[list[ShardRecord], dict[str, Any]]: ...
 
-    def lender(self, p: Plan) -> str: ...
+    def base_fingerprint(self, p: Plan) -> str: ...
 
     def reuse(self, p: Plan, store: Callable[[frozenset], Reuse | None]
               ) -> Reuse | Either | None: ...
@@ -86,8 +86,8 @@ class Whole:
         writers', by shard path)."""
         return scan_keys(p, records, cluster=cluster, summaries=summaries)
 
-    def lender(self, p: Plan) -> str:
-        """The fingerprint of the version that lends rows: none."""
+    def base_fingerprint(self, p: Plan) -> str:
+        """The fingerprint of the base, the version it shares rows with: none."""
         return ""
 
     def reuse(self, p: Plan, store: Callable[[frozenset], Reuse | None]) -> Reuse | None:
@@ -164,9 +164,9 @@ class Version:
             return self.stats
         return {c: stats_of(counts + new.get(c, Counter())) for c, counts in self.counts.items()}
 
-    def lender(self, p: Plan) -> str:
-        """The fingerprint of the older version that lends rows ("": the version itself, made
-        again by a repair or a compaction)."""
+    def base_fingerprint(self, p: Plan) -> str:
+        """The fingerprint of the base, the older version it shares rows with
+        ("": the version itself, made again by a repair or a compaction)."""
         return self.base.fingerprint if self.base.fingerprint != p.fingerprint else ""
 
     def reuse(self, p: Plan, store: Callable[[frozenset], Reuse | None]) -> Either:

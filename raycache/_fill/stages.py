@@ -20,7 +20,7 @@ from raycache._encoders.config import EncoderConfig
 from raycache._errors import BadInput
 from raycache._fill.config import FillConfig, ViewsConfig
 from raycache._fill.finite import BAD, SKIP, bad_rows, cause, mark, non_finite_error, stored
-from raycache._fill.loads import kept_encoder, load_encoder
+from raycache._fill.loads import load_encoder, memo_encoder
 from raycache._fill.nulls import null_input
 from raycache._fill.reuse import Reuse, input_hashes, need_column
 from raycache._fill.shards import STARTED
@@ -115,7 +115,7 @@ class FillPrepare:
 
 class EncodeActor:
     """Ray Data actor (or a stage of a CPU pool's tasks): loads each frozen encoder once (checking
-    its weights; in a Ray worker process, once for every fill's tasks there, _compute.kept), then
+    its weights; in a Ray worker process, once for every fill's tasks there, _compute.memo), then
     turns each batch of prepared inputs into one embedding column per encoder (trainable encoders
     are neither loaded nor run)."""
 
@@ -133,7 +133,7 @@ class EncodeActor:
         `lazy` (in-process) at the first batch with rows to encode, so a fill that reuses every
         row loads none."""
         if self._encoders is None:
-            load = load_encoder if self.lazy else kept_encoder
+            load = load_encoder if self.lazy else memo_encoder
             with marks.span("model load"):
                 self._encoders = {e.name: load(e, self.digests[e.name], self.pool)
                                   for e in self.frozen}

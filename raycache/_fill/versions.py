@@ -63,7 +63,7 @@ def counted(p: Plan) -> list[str]:
 
 
 def unfit(p: Plan, m: Manifest) -> str | None:
-    """Why the committed version `m` cannot lend rows to the plan's version (None: it can)."""
+    """Why the committed version `m` cannot be the base of the plan's version (None: it can)."""
     src, old = p.inputs["source"], m.inputs.get("source", {})
     if m.format_version < 4:
         return f"format {m.format_version} (shards before format 4 are not shared)"
@@ -85,14 +85,14 @@ def unfit(p: Plan, m: Manifest) -> str | None:
 
 
 def base_of(p: Plan) -> Manifest | None:
-    """The newest committed version of the plan's cache that can lend it rows; one whose shard
+    """The newest committed version of the plan's cache that can be its base; one whose shard
     list cannot be read is passed by (with a DamagedCacheWarning naming it and the fix)."""
     caches, _ = scan(p.store, p.cfg.name)
     for c in reversed(caches):
         if c.fingerprint != p.fingerprint and unfit(p, c.manifest) is None:
             try:
                 len(c.manifest.shards)  # its shard list read and checked
-            except CorruptCache as exc:  # passed by, as the message says: an older one lends
+            except CorruptCache as exc:  # passed by, as the message says: an older one is the base
                 warn(str(exc), DamagedCacheWarning)
                 continue
             return c.manifest
@@ -171,7 +171,7 @@ def _lost(p: Plan, entries: list[ShardEntry]) -> bool:
 def compaction(p: Plan, carried: list[ShardEntry], budget: float | None = None
                ) -> tuple[list[ShardEntry], list[ShardEntry]]:
     """(entries kept as they are, entries to write again): those keeping less than
-    compact_below of their file's rows, the sparsest first, as many as `budget` (a share of
+    compact_below of their file's rows, the sparsest first, as many as `budget` (a fraction of
     the version's rows; default the config's compact_budget, None: no budget) allows, and those
     under half always; and the small ones once they outnumber MAX_SMALL_SHARDS beyond one a
     source file."""

@@ -24,7 +24,7 @@ __all__ = ["CONTINUE_ROUNDS", "CONTINUE_SECONDS", "GRID", "MAX_ITER", "TOL", "WI
 
 GRID = (0.1, 1.0, 10.0)
 """A linear head's inverse L2 strengths (scikit-learn's C on standardised features, above),
-solved at once; a share of its training rows chooses one (raycache._train.worker.solved)."""
+solved at once; a fraction of its training rows chooses one (raycache._train.worker.solved)."""
 MAX_ITER = 100
 TOL = 1e-4
 """L-BFGS's iteration cap and gradient tolerance: scikit-learn's LogisticRegression defaults."""
@@ -40,7 +40,7 @@ CONTINUE_SECONDS = 120.0
 
 def moment_sums(x: Any) -> Any:
     """[sum of each feature, sum of its squares, rows] of rows `x` [n, D], float64 [2D + 1]:
-    what shares of the rows add up before `standardizer`."""
+    what parts of the rows add up before `standardizer`."""
     import torch
 
     x = x.reshape(-1, x.shape[-1]).to(torch.float64)
@@ -50,7 +50,7 @@ def moment_sums(x: Any) -> Any:
 
 def standardizer(sums: Any) -> tuple[Any, Any]:
     """(mean, standard deviation) [D], float32, of the rows whose `moment_sums` (added up over
-    shares) are `sums`; a constant feature (its deviation 0, or only the rounding of its sums)
+    parts) are `sums`; a constant feature (its deviation 0, or only the rounding of its sums)
     gets 1; no rows: (0, 1)."""
     import torch
 
@@ -83,7 +83,7 @@ def to_standard(w: Any, b: Any, mean: Any, sd: Any) -> tuple[Any, Any]:
 
 def objective(x: Any, y: Any, classes: int, cs: list[float], weights: Any = None) -> Any:
     """params [G, D*K + K] -> (each C's loss [G], its gradient [G, D*K + K]), analytic;
-    `weights`: one per class (None: all 1). The data term plus the L2 penalty: a share of
+    `weights`: one per class (None: all 1). The data term plus the L2 penalty: a part of
     the rows on each of several workers sums its data_term, and one penalty is added."""
     import torch
 
@@ -104,7 +104,7 @@ def objective(x: Any, y: Any, classes: int, cs: list[float], weights: Any = None
 
 def data_term(x: Any, y: Any, classes: int, groups: int, rows: int, scale: Any = None) -> Any:
     """params [G, D*K + K] -> (the cross-entropy of these rows `x` [n, D] summed and divided by
-    `rows`, the rows of every share together [G]; its gradient [G, D*K + K]); `scale`: each
+    `rows`, the rows of every part together [G]; its gradient [G, D*K + K]); `scale`: each
     row's weight, or None."""
     import torch
 

@@ -186,7 +186,7 @@ class ProbeConfig:
     """Ray workers that each hold a part of the rows (logreg summed over them, knn searched
     per part and merged, linear and mlp as DDP workers); 0 runs in this process; auto: 0 where
     the features take under a quarter of this machine's available memory, else enough workers
-    for them (raycache._compute.placement)."""
+    for them (raycache._compute.workers)."""
     cpus_per_worker: float = 0.5
     """CPUs Ray reserves per worker: fractional ones leave room for Ray's own tasks."""
     name: str | None = None

@@ -1,5 +1,5 @@
 """What a probe method works on: one encoder's features and class ids, split into training
-and validation rows by the key hash training uses (in this process, or held in shares by Ray
+and validation rows by the key hash training uses (in this process, or held in parts by Ray
 workers), and what it hands back per setting."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Features:
 
 @dataclass
 class Shared:
-    """One encoder of one cache whose rows Ray workers hold, each its share (split by key as
+    """One encoder of one cache whose rows Ray workers hold, each its part (split by key as
     Features is): what the driver knows of them."""
 
     encoder: str
@@ -61,11 +61,11 @@ class Shared:
     column: str
     """The embedding column the workers hold."""
     train_rows: int
-    """Training rows of every share together."""
+    """Training rows of every part together."""
     val_rows: int
-    """Validation rows of every share together."""
+    """Validation rows of every part together."""
     workers: Any = field(default=None, repr=False)
-    """The raycache._probe.on_ray.Workers that hold the shares."""
+    """The raycache._probe.on_ray.Workers that hold the parts."""
 
     @property
     def classes(self) -> list[str]:
@@ -80,7 +80,7 @@ def names(spec: HeadSpec) -> list[str]:
 @dataclass
 class Candidate:
     """One setting of a method's grid: its validation predictions (or, where Ray workers scored
-    their shares, the sum of their confusion counts), and where it is a head, the head (weights
+    their parts, the sum of their confusion counts), and where it is a head, the head (weights
     of `spec`, or a trained run's checkpoint folder)."""
 
     setting: dict[str, Any]

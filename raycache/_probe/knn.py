@@ -4,7 +4,7 @@
 One pass keeps each query's best max(k) similarities so far: a block's products [q, B], their
 top max(k), merged with the running top max(k). Every k of the grid reads its first k of the
 same neighbours. Queries go in chunks too, so memory stays queries_chunk x block_rows. On Ray,
-each worker searches its share of the training rows, and the shares' best max(k) are merged
+each worker searches its part of the training rows, and the parts' best max(k) are merged
 (`merge`) before the same votes (`predict`).
 """
 
@@ -55,8 +55,8 @@ def neighbours(queries: Any, bank: Any, k: int, block_rows: int = 8192
 
 def merge(parts: list[tuple[Any, Any]], k: int) -> tuple[Any, Any]:
     """(similarities [q, k], labels [q, k]), best first, of the k most similar among several
-    searches' (similarities, labels) of the same queries (each a share of the training rows,
-    best first): the top k of the shares' top k's is the top k of all."""
+    searches' (similarities, labels) of the same queries (each a part of the training rows,
+    best first): the top k of the parts' top k's is the top k of all."""
     import torch
 
     sims = torch.cat([p[0] for p in parts], 1)

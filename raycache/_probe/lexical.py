@@ -1,7 +1,7 @@
 """The probe's lexical baseline: TF-IDF of word and character n-grams and a linear SVM
 (scikit-learn's liblinear, SGD past SGD_ROWS training rows: one thread, no OpenMP to contend
 for busy cores), on the source texts of the cache's own rows and the same key split, so that an
-encoder is compared with what a bag of n-grams does on the same task, at a small share of the
+encoder is compared with what a bag of n-grams does on the same task, at a small fraction of the
 time of the L-BFGS logistic regression it replaces and about its accuracy (bench/lexical.py)."""
 
 from __future__ import annotations

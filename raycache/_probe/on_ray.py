@@ -1,5 +1,5 @@
-"""A probe on Ray: N workers each hold a share of every cache's rows (raycache._probe.worker);
-logreg's L-BFGS sums their losses and gradients at each evaluation, knn merges their shares'
+"""A probe on Ray: N workers each hold a part of every cache's rows (raycache._probe.worker);
+logreg's L-BFGS sums their losses and gradients at each evaluation, knn merges their parts'
 nearest neighbours, linear and mlp train on DDP workers, and every method's scores come from
 the workers' confusion counts, summed here."""
 
@@ -23,7 +23,7 @@ HEAD_METHODS = ("linear", "mlp")
 
 
 class Workers:
-    """The probe's Ray actors, `count` of them with `cpus` CPUs each, and one cache's shares
+    """The probe's Ray actors, `count` of them with `cpus` CPUs each, and one cache's parts
     loaded into them at a time."""
 
     def __init__(self, count: int, cpus: float, progress: bool = True, training: bool = False):
@@ -31,15 +31,15 @@ class Workers:
 
         from raycache._compute.cluster import connect
         from raycache._compute.pool import nodes
-        from raycache._probe.worker import ShareWorker
+        from raycache._probe.worker import PartWorker
 
         connect(progress)
         check(count, cpus, nodes(), training)
-        actor = ray.remote(ShareWorker).options(num_cpus=cpus)
+        actor = ray.remote(PartWorker).options(num_cpus=cpus)
         self.actors = [actor.remote() for _ in range(count)]
 
     def load(self, cfg: ProbeConfig, group: list[Target]) -> list[Shared]:
-        """Every worker reads its share of the group's cache (all the group's encoders in one
+        """Every worker reads its part of the group's cache (all the group's encoders in one
         read): one Shared per target."""
         import ray
 
@@ -97,7 +97,7 @@ def check(count: int, cpus: float, nodes: list[dict[str, float]], training: bool
 
 def logreg(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
     """Every C solved together by the batched L-BFGS here, each evaluation the sum of the
-    workers' data terms (their shares' rows, standardised by every share's moments) and one
+    workers' data terms (their parts' rows, standardised by every part's moments) and one
     L2 penalty: the in-process objective; the solution mapped back to the raw features."""
     import ray
     import torch
@@ -126,9 +126,9 @@ def logreg(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
 
 
 def knn(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
-    """Every worker searches its share of the training rows for every worker's validation
+    """Every worker searches its part of the training rows for every worker's validation
     rows (object refs, never through here); each worker merges its own rows' neighbours from
-    all shares, votes and counts; the counts are summed."""
+    all parts, votes and counts; the counts are summed."""
     import ray
 
     s, actors = cfg.knn, data.workers.actors
@@ -146,7 +146,7 @@ def knn(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
 
 
 def heads(data: Shared, cfg: ProbeConfig, method: str) -> list[Candidate]:
-    """`method`'s sweep trained on as many DDP workers as hold shares; its selected head
+    """`method`'s sweep trained on as many DDP workers as hold parts; its selected head
     scored by the workers on their validation rows."""
     from raycache._probe.heads import run_sweep
 
@@ -183,8 +183,8 @@ def own_errors(fn: Any, *args: Any) -> Any:
 
 def run(cfg: ProbeConfig, found: list[Target], workers: int
         ) -> Iterator[tuple[Shared, str, list[Candidate], float]]:
-    """(encoder's shares, method, candidates, seconds) for every method on every target, one
-    cache's shares held by the workers at a time (methods left out: DEFAULT_METHODS; the
+    """(encoder's parts, method, candidates, seconds) for every method on every target, one
+    cache's parts held by the workers at a time (methods left out: DEFAULT_METHODS; the
     rows of a probe on Ray are past an mlp's MLP_AUTO_SIZE)."""
     from raycache._probe.config import DEFAULT_METHODS
 

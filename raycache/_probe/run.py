@@ -12,9 +12,9 @@ from raycache._core.steps import step
 from raycache._probe.config import ProbeConfig
 from raycache._probe.data import Candidate, Features, Shared
 from raycache._probe.metrics import confusion, scores
-from raycache._probe.placement import resolve
 from raycache._probe.plan import Target, load_config, targets
 from raycache._probe.result import Outcome, ProbeResult, setting_text
+from raycache._probe.workers import resolve
 
 __all__ = ["Outcome", "ProbeResult", "probe"]
 

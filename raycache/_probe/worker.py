@@ -14,11 +14,11 @@ from raycache._fit.split import validation_mask
 from raycache._probe.knn import QUERY_ROWS, merge, neighbours, predict, prepared
 from raycache._probe.metrics import confusion
 
-__all__ = ["ShareWorker"]
+__all__ = ["PartWorker"]
 
 
-class ShareWorker:
-    """One share of the rows, every encoder of the cache held as (x_train, y_train, x_val,
+class PartWorker:
+    """One part of the rows, every encoder of the cache held as (x_train, y_train, x_val,
     y_val); run as a Ray actor (raycache._probe.on_ray.Workers starts them)."""
 
     def __init__(self) -> None:
@@ -43,8 +43,8 @@ class ShareWorker:
         return int((~held).sum()), int(held.sum())
 
     def logreg_sums(self, column: str) -> Any:
-        """This share's training rows' moment sums (raycache._fit.logreg.moment_sums): every
-        share's added up standardise the features as in this process."""
+        """This part's training rows' moment sums (raycache._fit.logreg.moment_sums): every
+        part's added up standardise the features as in this process."""
         import torch
 
         from raycache._fit.logreg import moment_sums
@@ -53,9 +53,9 @@ class ShareWorker:
 
     def logreg_term(self, column: str, params: Any, classes: int, groups: int, rows: int,
                     scale: tuple[Any, Any]) -> tuple[Any, Any]:
-        """This share's part of every C's data term (raycache._fit.logreg.data_term) on its
-        training rows standardised by `scale` (every share's mean, sd), over `rows` training
-        rows of all shares: ([G], [G, m])."""
+        """This part's contribution to every C's data term (raycache._fit.logreg.data_term) on its
+        training rows standardised by `scale` (every part's mean, sd), over `rows` training
+        rows of all parts: ([G], [G, m])."""
         import torch
 
         from raycache._core.threads import sized
@@ -67,7 +67,7 @@ class ShareWorker:
             return data_term(z, torch.from_numpy(y), classes, groups, rows)(params)
 
     def logreg_confusion(self, column: str, w: Any, b: Any) -> np.ndarray:
-        """Each C's confusion counts on this share's validation rows: [G, K, K]."""
+        """Each C's confusion counts on this part's validation rows: [G, K, K]."""
         import torch
 
         _, _, xv, yv = self.rows[column]
@@ -79,13 +79,13 @@ class ShareWorker:
         return np.stack([confusion(yv, preds[:, i], k) for i in range(g)])
 
     def val_rows(self, column: str) -> np.ndarray:
-        """This share's validation features: the queries every worker's search takes."""
+        """This part's validation features: the queries every worker's search takes."""
         return self.rows[column][2]
 
     def knn_top(self, column: str, queries: list[Any], kmax: int, metric: str,
                 block_rows: int) -> tuple[tuple[Any, Any], ...]:
         """For each rank's queries (object refs of their rows), their kmax most similar rows
-        of this share: (similarities, labels), best first."""
+        of this part: (similarities, labels), best first."""
         import ray
         import torch
 
@@ -110,7 +110,7 @@ class ShareWorker:
 
     def knn_confusion(self, column: str, parts: list[Any], ks: list[int], classes: int,
                       temperature: float) -> np.ndarray:
-        """This rank's queries' neighbours from every share (object refs, merged: the top
+        """This rank's queries' neighbours from every part (object refs, merged: the top
         max(ks) of all), their votes for each k, and each k's confusion counts: [len(ks), K,
         K]."""
         import ray
@@ -126,7 +126,7 @@ class ShareWorker:
     def head_confusion(self, column: str, checkpoint: str, store: Store, classes: int
                        ) -> np.ndarray:
         """A trained head's (a checkpoint folder's, in `store`) confusion counts on this
-        share's validation rows: [K, K]."""
+        part's validation rows: [K, K]."""
         from raycache._heads.loaded import load_head
 
         _, _, xv, yv = self.rows[column]
@@ -136,7 +136,7 @@ class ShareWorker:
         return confusion(yv, pred, classes)
 
     def predictions(self, column: str, method: str) -> list[np.ndarray]:
-        """The last predictions of `method` (logreg, knn, head) on this share's validation
+        """The last predictions of `method` (logreg, knn, head) on this part's validation
         rows, one array per setting: for tests, which compare them with the in-process
         path's."""
         return self.preds.get((column, method), [])

@@ -125,7 +125,7 @@ def gradient_settings(cfg: TrainConfig) -> list[str]:
 
 
 def blockers(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int, placement: str,
-             views: int, first_pass: bool) -> list[str]:
+             views: int, overlap: bool) -> list[str]:
     """Why this run cannot be solved by L-BFGS (empty: it can)."""
     from raycache._fit.logreg import GRID
 
@@ -143,7 +143,7 @@ def blockers(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int, placemen
         out.append("a cache's views are drawn per epoch, and it has no epochs")
     if cfg.sweep:
         out.append("a sweep's heads train together by gradient")
-    if first_pass:
+    if overlap:
         out.append("it needs every row, and this run trains on a fill as it lands")
     need = rows * (1 - cfg.evaluation.val_fraction) * (
         head.in_dim + 2 * len(GRID) * max(head.num_classes, 1)) * 4
@@ -154,13 +154,13 @@ def blockers(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int, placemen
 
 
 def resolve_solver(cfg: TrainConfig, recipe: Any, head: HeadSpec, rows: int, workers: int,
-                   placement: str, views: int, first_pass: bool = False) -> Any:
+                   placement: str, views: int, overlap: bool = False) -> Any:
     """`recipe` with optim.solver decided: lbfgs (one epoch: the solve) or gradient. auto
     takes lbfgs where nothing blocks it and no gradient setting is given; lbfgs where it
     cannot be is a ConfigError that says why."""
     want = cfg.optim.solver
     if want != "gradient":
-        found = blockers(cfg, head, rows, workers, placement, views, first_pass)
+        found = blockers(cfg, head, rows, workers, placement, views, overlap)
         if want == "lbfgs" and found:
             raise ConfigError([f"optim.solver=lbfgs: {why}" for why in found] +
                               ["set optim.solver: gradient (or auto) to train this run by "

@@ -209,9 +209,9 @@ class WorkerSpec:
     checks: tuple[tuple[int, str], ...] = ()
     """(bytes, sha256) of every shard, in `shards` order, what a worker checks a shard against
     on its first read in a run; empty: shards are read unchecked (TrainConfig.verify false)."""
-    filling: str = ""
+    overlap_feed: str = ""
     """The id of a fill still under way on the driver, whose shards the first training pass
-    reads as they land (`_train.data.overlap`; DDP workers ask its ShardFeed actor by that
+    reads as they land (`_train.data.overlap`; DDP workers ask its OverlapFeed actor by that
     name); empty: a committed cache."""
     keeps: tuple[tuple[str, int], ...] = ()
     """(row selection, rows in the file) of every shard, in `shards` order, where a version

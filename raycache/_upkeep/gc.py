@@ -1,7 +1,7 @@
 """Garbage collection of a store: unfinished fills and stray files past a grace period, and old
 fingerprints of each name by policy (keep-last, older-than, max-size), never what a live run
-reads, nor a shard file that a kept version shares, nor (unless asked) a trained head (mark and
-sweep)."""
+reads, nor a shard file that a kept version shares, nor (unless asked) a trained head (marked,
+then removed)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from raycache._errors import ConfigError, CorruptCache, RaycacheError
 from raycache._upkeep.du import Usage, scan
 from raycache._upkeep.policies import by_size, leased, oldest_first, picked, protected, unknown
 from raycache._upkeep.refs import references
+from raycache._upkeep.removal import Removal, hold, recheck, remove
 from raycache._upkeep.strays import strays
-from raycache._upkeep.sweep import Removal, hold, recheck, remove
 
 __all__ = ["GcResult", "Removal", "Stray", "gc"]
 

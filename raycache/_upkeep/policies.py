@@ -14,7 +14,7 @@ from raycache._cache.order import history
 from raycache._cache.store import Store
 from raycache._core.units import human_duration
 from raycache._upkeep.du import Usage
-from raycache._upkeep.sweep import lease_only
+from raycache._upkeep.removal import lease_only
 
 __all__ = ["by_size", "leased", "oldest_first", "picked", "protected", "unknown"]
 

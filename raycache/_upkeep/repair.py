@@ -95,7 +95,7 @@ def repair(name: str, store: StoreConfig | str | None = None, fingerprint: str |
 
 def remove_bad(cache: Cache, bad: set[str]) -> None:
     """Remove the version's own shard files that verify found `bad`: each one file of its
-    folder's shards/, never a folder, a file another version lends, or a path out of it."""
+    folder's shards/, never a folder, a file another version shares, or a path out of it."""
     for e in cache.manifest.shards:
         if is_shared(e) or label(e) not in bad or path_problem(e.path):
             continue

@@ -1,2 +1,2 @@
-"""Where training rows come from: each worker's share, the split, views per epoch, the first
+"""Where training rows come from: each worker's part, the split, views per epoch, the first
 pass."""

@@ -19,7 +19,7 @@ __all__ = ["Committed"]
 class Committed:
     """A committed cache, opened once (or as the caller opened it: the probe hands its on)."""
 
-    first_pass = False
+    overlap = False
     """Epoch 1 reads the cache whole, not shards as they land."""
     column = None
     """No source columns: the plan's checks read the cache's own."""

@@ -1,4 +1,4 @@
-"""A worker's share held in memory (placement: cpu, or gpu in device memory), reshuffled every
+"""A worker's part held in memory (placement: cpu, or gpu in device memory), reshuffled every
 epoch."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from raycache._cache.reads import map_ordered
 from raycache._fit.part import expected, features, label_ids, pieces, read_piece
 from raycache._fit.split import validation_mask
-from raycache._train.data.rows import Batches, all_views, load_share, rows_of, view_columns
+from raycache._train.data.rows import Batches, all_views, load_worker_part, rows_of, view_columns
 from raycache._train.data.views import draw, row_ids
 from raycache._train.runspec import WorkerSpec
 
@@ -23,7 +23,7 @@ __all__ = ["InMemory"]
 
 
 class InMemory:
-    """A worker's share held as two tensors (host or device memory), reshuffled every epoch;
+    """A worker's part held as two tensors (host or device memory), reshuffled every epoch;
     with trainable encoders, x is an Inputs (the cached features and their input rows). With
     `ids` (each row's id) and `views` (every row's K views), it trains each pass on one view
     per row, drawn from (the pass's seed, row id)."""
@@ -73,11 +73,11 @@ class InMemory:
 
     @staticmethod
     def for_worker(spec: WorkerSpec, rank: int, where: torch.device) -> tuple[InMemory, InMemory]:
-        """(training, validation) of this worker's share: training on views when the spec has
+        """(training, validation) of this worker's part: training on views when the spec has
         them, validation on the clean embeddings."""
         if not spec.views and not spec.head.trainable:
             return gathered(spec, rank, where)
-        table = load_share(spec, rank, spec.world)
+        table = load_worker_part(spec, rank, spec.world)
         if table is None:
             return InMemory.empty(spec, where), InMemory.empty(spec, where)
         held = validation_mask(table.column(spec.key), spec.recipe.evaluation.val_fraction)
@@ -92,8 +92,8 @@ class InMemory:
 
 
 def gathered(spec: WorkerSpec, rank: int, where: torch.device) -> tuple[InMemory, InMemory]:
-    """(training, validation) of a share of frozen features only, each shard's rows copied into
-    the two sides' arrays as soon as it is read and checked, shards read in parallel: the share
+    """(training, validation) of a part of frozen features only, each shard's rows copied into
+    the two sides' arrays as soon as it is read and checked, shards read in parallel: the part
     is held once (its arrays, and the few shards under way), never also as a table."""
     parts = pieces(spec.reading, rank, spec.world)
     total = sum(stop - start for _, start, stop in parts)
@@ -106,7 +106,7 @@ def gathered(spec: WorkerSpec, rank: int, where: torch.device) -> tuple[InMemory
     for table in map_ordered(lambda p: read_piece(spec.reading, p[0], columns, checks.get(p[0]))
                              .slice(p[1], p[2] - p[1]), parts):
         held = validation_mask(table.column(spec.key), fraction).to_numpy(zero_copy_only=False)
-        if x is None:  # room for every row; the pages of the validation rows' share unused
+        if x is None:  # room for every row; the pages of the validation rows' fraction unused
             dim = sum(table.column(e).type.list_size for e in spec.head.frozen)
             x = np.frombuffer(pa.allocate_buffer(total * dim * 4), np.float32)
             x = x.reshape(total, dim)

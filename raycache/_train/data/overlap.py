@@ -3,7 +3,7 @@ shards in the order their progress records appear (`raycache pipeline` with over
 
 Epoch 1 reads each shard once as it lands, its training rows shuffled within the shard (the
 order cannot be the full-cache shuffle: the cache is not there yet); under DDP the k-th shard to
-land goes to worker k mod world, the order told to every worker by a ShardFeed actor
+land goes to worker k mod world, the order told to every worker by an OverlapFeed actor
 (raycache._train.data.shard_feed). Validation waits for the commit and then runs on the whole
 validation split, as usual. Every later epoch is the ordinary read of the committed cache in
 the run's placement.
@@ -36,13 +36,13 @@ from raycache._fit.split import validation_mask
 from raycache._train.data.streamed import Streamed
 from raycache._train.runspec import WorkerSpec
 
-__all__ = ["POLL_S", "Feed", "FirstPass", "OverlapFill", "first_pass"]
+__all__ = ["POLL_S", "Feed", "OverlapFill", "OverlapRows", "overlap_sources"]
 
 POLL_S = 0.2
 """Seconds between two looks for newly written shard records."""
 
 RUNNING: dict[str, OverlapFill] = {}
-"""Fills under way in this process, by their id (what a WorkerSpec's `filling` names)."""
+"""Fills under way in this process, by their id (what a WorkerSpec's `overlap_feed` names)."""
 
 
 class OverlapFill:
@@ -50,7 +50,7 @@ class OverlapFill:
     of it before it commits: its records, the source's key and label columns (the methods of a
     committed cache's source, raycache._train.data.committed.Committed)."""
 
-    first_pass = True
+    overlap = True
     """Epoch 1 reads the fill's shards as they land."""
 
     def __init__(self, plan: Plan, verify: bool):
@@ -58,7 +58,7 @@ class OverlapFill:
         self.dir = plan.dir
         self.id = f"raycache-filling-{uuid.uuid4().hex[:12]}"
         self.feed_actor: Any = None
-        """The ShardFeed actor that tells DDP workers of the landed shards (None in-process)."""
+        """The OverlapFeed actor that tells DDP workers of the landed shards (None in-process)."""
         self.poster: threading.Thread | None = None
         self.done = threading.Event()
         self.filled: FillResult | None = None
@@ -68,10 +68,10 @@ class OverlapFill:
 
     @classmethod
     def start(cls, plan: Plan, verify: bool) -> OverlapFill:
-        filling = cls(plan, verify)
-        RUNNING[filling.id] = filling
-        filling.thread.start()
-        return filling
+        fill = cls(plan, verify)
+        RUNNING[fill.id] = fill
+        fill.thread.start()
+        return fill
 
     def _fill(self) -> None:
         try:
@@ -162,19 +162,19 @@ class OverlapFill:
         return len(self.column(key))
 
     def train_rows(self, spec: WorkerSpec, rank: int) -> int:
-        """Rank's training rows in the committed cache (its contiguous share, less the
+        """Rank's training rows in the committed cache (its contiguous part, less the
         validation split): what its schedule counts steps by, known before the commit."""
         keys = self.column(spec.key)
         lo, hi = len(keys) * rank // spec.world, len(keys) * (rank + 1) // spec.world
-        share = keys.slice(lo, hi - lo)
-        held_out = validation_mask(share, spec.recipe.evaluation.val_fraction)
-        return len(share) - int(held_out.true_count)
+        part = keys.slice(lo, hi - lo)
+        held_out = validation_mask(part, spec.recipe.evaluation.val_fraction)
+        return len(part) - int(held_out.true_count)
 
     def committed_spec(self) -> dict[str, Any]:
         """What a run spec of the committed cache changes (waits for the commit; FillFailed)."""
         cache = self.result().cache
         m = cache.manifest
-        return {"filling": "", "rows": m.rows,
+        return {"overlap_feed": "", "rows": m.rows,
                 "shards": tuple((p, s.rows) for p, s in zip(cache.shard_paths(), m.shards,
                                                             strict=True)),
                 "checks": tuple((s.bytes, s.sha256) for s in m.shards) if self.verify else (),
@@ -190,12 +190,12 @@ class OverlapFill:
 
     def runspec(self, spec: WorkerSpec) -> WorkerSpec:
         """The spec of a run whose first pass reads this fill as it lands; with DDP workers,
-        the ShardFeed that tells them of it is started here (Ray is connected)."""
-        spec = spec.replace(filling=self.id)
+        the OverlapFeed that tells them of it is started here (Ray is connected)."""
+        spec = spec.replace(overlap_feed=self.id)
         if spec.num_workers:
-            from raycache._train.data.shard_feed import NAMESPACE, ShardFeed
+            from raycache._train.data.shard_feed import NAMESPACE, OverlapFeed
 
-            self.feed_actor = ShardFeed.options(name=self.id, namespace=NAMESPACE).remote(
+            self.feed_actor = OverlapFeed.options(name=self.id, namespace=NAMESPACE).remote(
                 self.dir, self.verify, [self.train_rows(spec, r) for r in range(spec.world)])
             self.poster = threading.Thread(target=self._post, daemon=True,
                                            name="raycache-feed")
@@ -203,7 +203,7 @@ class OverlapFill:
         return spec
 
     def _post(self) -> None:
-        """Post each record to the ShardFeed actor as it lands, then the commit or the error."""
+        """Post each record to the OverlapFeed actor as it lands, then the commit or the error."""
         try:
             for record in self.records():
                 self.feed_actor.add.remote(record)
@@ -214,7 +214,7 @@ class OverlapFill:
 
 class Feed(Protocol):
     """A fill under way as a first pass reads it: the OverlapFill itself in the driver's process,
-    a raycache._train.data.shard_feed.RemoteFeed in a DDP worker."""
+    a raycache._train.data.shard_feed.RemoteOverlapFeed in a DDP worker."""
 
     dir: str
     verify: bool
@@ -232,7 +232,7 @@ class Feed(Protocol):
     def final(self, spec: WorkerSpec) -> WorkerSpec: ...
 
 
-class FirstPass:
+class OverlapRows:
     """A worker's training or validation data while the fill runs: the first training pass
     over its deal of the shards as they land; everything else from the committed cache
     (validation waits)."""
@@ -243,7 +243,7 @@ class FirstPass:
         self.validation, self.passed = validation, False
 
     def __len__(self) -> int:
-        """Training rows: this worker's share of the committed cache for an in-memory
+        """Training rows: this worker's part of the committed cache for an in-memory
         placement (the number the schedule counts steps by); 0 (estimated from rows) for a
         streamed one."""
         if self.passed:
@@ -288,17 +288,17 @@ class FirstPass:
         stream.pool.shutdown()
 
 
-def first_pass(spec: WorkerSpec, rank: int, device: torch.device,
-               data_sources: Callable[[WorkerSpec, int, torch.device], tuple[Any, Any]]
-               ) -> tuple[FirstPass, FirstPass]:
+def overlap_sources(spec: WorkerSpec, rank: int, device: torch.device,
+                    data_sources: Callable[[WorkerSpec, int, torch.device], tuple[Any, Any]]
+               ) -> tuple[OverlapRows, OverlapRows]:
     """(train, validation) of a run whose fill is under way on the driver (in this process,
-    or told by its ShardFeed to a DDP worker); `data_sources` builds the ordinary ones once the fill
-    has committed."""
-    feed: Feed | None = RUNNING.get(spec.filling)
+    or told by its OverlapFeed to a DDP worker); `data_sources` builds the ordinary ones once
+    the fill has committed."""
+    feed: Feed | None = RUNNING.get(spec.overlap_feed)
     if feed is None:
-        from raycache._train.data.shard_feed import RemoteFeed
+        from raycache._train.data.shard_feed import RemoteOverlapFeed
 
-        feed = RemoteFeed(spec.filling)
+        feed = RemoteOverlapFeed(spec.overlap_feed)
     built: list[tuple[Any, Any]] = []
 
     def committed() -> tuple[Any, Any]:
@@ -306,5 +306,5 @@ def first_pass(spec: WorkerSpec, rank: int, device: torch.device,
             built.append(data_sources(feed.final(spec), rank, device))
         return built[0]
 
-    return (FirstPass(feed, committed, spec, rank, False),
-            FirstPass(feed, committed, spec, rank, True))
+    return (OverlapRows(feed, committed, spec, rank, False),
+            OverlapRows(feed, committed, spec, rank, True))

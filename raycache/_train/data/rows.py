@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from raycache._heads.joint import Inputs
     from raycache._train.runspec import WorkerSpec
 
-__all__ = ["Batches", "all_views", "cached_columns", "load_share", "rows_of", "to_arrays",
+__all__ = ["Batches", "all_views", "cached_columns", "load_worker_part", "rows_of", "to_arrays",
            "view_columns"]
 
 Batches = Iterator[tuple["torch.Tensor | Inputs", torch.Tensor]]
@@ -51,7 +51,7 @@ def all_views(batch: pa.Table, spec: WorkerSpec) -> np.ndarray:
     return np.concatenate(parts, axis=2, dtype=np.float32)
 
 
-def load_share(spec: WorkerSpec, rank: int, world: int) -> pa.Table | None:
+def load_worker_part(spec: WorkerSpec, rank: int, world: int) -> pa.Table | None:
     """This worker's contiguous 1/world of the cache's rows, read straight from the store (each
     shard whole and checked against the manifest when the spec carries checks), in parallel."""
     columns = [spec.key, spec.head.label, *cached_columns(spec), *view_columns(spec)]

@@ -1,6 +1,6 @@
 """A fill under way on the driver, told to DDP workers: the driver posts each shard's record
-to a ShardFeed actor as it lands, then the commit (or the fill's error); each worker
-polls it for the records it has not seen, in one order that every worker shares."""
+to an OverlapFeed actor as it lands, then the commit (or the fill's error); each worker
+polls it for the records it has not seen, in one order, the same for every worker."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from raycache._cache.records import ShardRecord
 from raycache._errors import FillFailed, RaycacheError
 from raycache._train.runspec import WorkerSpec
 
-__all__ = ["NAMESPACE", "POLL_S", "RemoteFeed", "ShardFeed"]
+__all__ = ["NAMESPACE", "POLL_S", "OverlapFeed", "RemoteOverlapFeed"]
 
 NAMESPACE = "raycache"
-"""The Ray namespace of ShardFeed actors (workers look theirs up by name)."""
+"""The Ray namespace of OverlapFeed actors (workers look theirs up by name)."""
 POLL_S = 0.2
-"""Seconds between a worker's two looks at its ShardFeed actor."""
+"""Seconds between a worker's two looks at its OverlapFeed actor."""
 
 
 @ray.remote(num_cpus=0)
-class ShardFeed:
+class OverlapFeed:
     """The landed shards' records in landing order, then the commit or the failure."""
 
     def __init__(self, folder: str, verify: bool, train_rows: list[int]):
@@ -51,8 +51,8 @@ class ShardFeed:
         return self.records[n:], self.final, self.error
 
 
-class RemoteFeed:
-    """A DDP worker's view of the driver's fill through its ShardFeed actor (in-process, the
+class RemoteOverlapFeed:
+    """A DDP worker's view of the driver's fill through its OverlapFeed actor (in-process, the
     OverlapFill of raycache._train.data.overlap is the feed): the records in the actor's order,
     and the committed spec once there is one."""
 

@@ -1,4 +1,4 @@
-"""A worker's share streamed from the store piece by piece on every pass (placement: stream)."""
+"""A worker's part streamed from the store piece by piece on every pass (placement: stream)."""
 
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 __all__ = ["KEPT_VALIDATION_BYTES", "READERS", "Streamed", "beside_readers"]
 
 KEPT_VALIDATION_BYTES = 1 << 30
-"""A streamed share keeps its validation rows in memory, taken from the training pass's first
+"""A streamed part keeps its validation rows in memory, taken from the training pass's first
 reads, when their features take at most this; above it, every validation pass reads the
 shards again."""
 READERS = 2
-"""Pieces a streamed share reads at once: Parquet decoding and file reads release the GIL, so
+"""Pieces a streamed part reads at once: Parquet decoding and file reads release the GIL, so
 two readers overlap each other and the training step."""
 
 
@@ -42,7 +42,7 @@ def beside_readers() -> None:
 
 
 class Streamed:
-    """A worker's share read from the store piece by piece on every pass, never all in memory.
+    """A worker's part read from the store piece by piece on every pass, never all in memory.
 
     Background threads (READERS) read `prefetch_batches` pieces ahead, across passes too:
     when a pass ends, the next one's first pieces are already being read (for training, the
@@ -72,7 +72,7 @@ class Streamed:
     @staticmethod
     def for_worker(spec: WorkerSpec, rank: int, device: torch.device
                    ) -> tuple[Streamed, Streamed]:
-        """(training, validation) of this worker's share. Where the validation rows are small
+        """(training, validation) of this worker's part. Where the validation rows are small
         (KEPT_VALIDATION_BYTES), the training pass's first read of each piece hands them over,
         and validation passes read no shard."""
         train, val = Streamed(spec, rank, False, device), Streamed(spec, rank, True, device)

@@ -21,7 +21,7 @@ class Columns:
         self._read: dict[str, Any] = {}
 
     @property
-    def filling(self) -> bool:
+    def overlap(self) -> bool:
         """Whether the columns come from a fill under way rather than the committed shards."""
         return self.source is not None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from raycache._compute.placement import AUTO_LOCAL_BYTES, Room, decide, feature_bytes, fits, memory
+from raycache._compute.workers import AUTO_LOCAL_BYTES, Room, decide, feature_bytes, fits, memory
 from raycache._train.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -17,9 +17,9 @@ __all__ = ["AUTO_LOCAL_BYTES", "cluster", "resolve_placement", "resolve_workers"
 def resolve_workers(cfg: TrainConfig, head: HeadSpec, rows: int) -> tuple[int, str]:
     """How many DDP workers (0: in this process), and why, in words. auto trains here unless
     DDP is faster: GPUs (use_gpu: one worker per GPU, for a cache over AUTO_LOCAL_BYTES of
-    features), else the placement decision the probe shares (raycache._compute.placement:
+    features), else the decision of how many the probe shares (raycache._compute.workers:
     one CPU worker per node of a cluster of several; on one node, DDP's workers would share its
-    cores and memory after seconds of start-up, so a share too large for memory is streamed
+    cores and memory after seconds of start-up, so a part too large for memory is streamed
     here instead, see resolve_placement)."""
     setting = cfg.resources.num_workers
     size = feature_bytes(rows, head.in_dim)
@@ -35,7 +35,7 @@ def resolve_workers(cfg: TrainConfig, head: HeadSpec, rows: int) -> tuple[int, s
 
 def resolve_placement(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int) -> str:
     """auto: in memory (gpu with use_gpu, else cpu) when each worker's part fits its memory
-    (raycache._compute.placement.fits: the smallest node's, split between the workers); else
+    (raycache._compute.workers.fits: the smallest node's, split between the workers); else
     stream."""
     if cfg.resources.placement != "auto":
         return cfg.resources.placement

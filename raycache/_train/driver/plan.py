@@ -94,7 +94,7 @@ def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
     Each column the checks need is read once (Columns)."""
     cache = cache or open_cache(cfg.cache, store, cfg.fingerprint)
     m, read = cache.manifest, Columns(cache, column)
-    if not read.filling and not m.rows:
+    if not read.overlap and not m.rows:
         raise ConfigError([f"cache {m.name}/{m.fingerprint[:12]} holds no rows: nothing to train "
                            "on. Fill it again from a source that has rows"])
     problems = []
@@ -215,7 +215,7 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str], read: Colu
             raise ConfigError([f"label column {label!r}: smallest class id is {low}; expected "
                                ">= 0"])
         if "counts" not in stats:
-            if not read.filling and stats["max"] >= max(10 * m.rows, 2**20):  # a bincount that big
+            if not read.overlap and stats["max"] >= max(10 * m.rows, 2**20):  # a bincount that big
                 raise ConfigError([
                     f"label column {label!r} holds ids up to {stats['max']} over {m.rows} rows; "
                     f"objective {cfg.objective!r} needs ids 0..K-1, and would build a head of "
@@ -266,7 +266,7 @@ def split_problems(cfg: TrainConfig, cache: Cache, read: Columns) -> None:
     from raycache._fit.split import sides
 
     key, fraction = cache.manifest.key_column, cfg.evaluation.val_fraction
-    rows = len(read(key)) if read.filling else cache.manifest.rows
+    rows = len(read(key)) if read.overlap else cache.manifest.rows
     found = sides(rows, fraction, lambda: read(key))
     if found is None or all(found):
         return
@@ -356,10 +356,10 @@ def run_name(cfg: TrainConfig, head: HeadSpec, recipe: Recipe,
 
 
 def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = None,
-            first_pass: bool = False) -> tuple[Cache, WorkerSpec]:
+            overlap: bool = False) -> tuple[Cache, WorkerSpec]:
     """Everything checked and resolved, and the WorkerSpec built (Ray is joined only where an auto
     choice needs the cluster; `checked` is check()'s result when the caller already ran it;
-    `rows`, the cache's rows where its manifest does not list them yet; `first_pass`: the run
+    `rows`, the cache's rows where its manifest does not list them yet; `overlap`: the run
     trains on a fill as it lands)."""
     if checked is None:
         store = Store.from_config(cfg.store)
@@ -376,7 +376,7 @@ def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = N
     views, view_encoders = resolve_views(cfg, cache, head)
     held = rows * (1 + views)  # in memory, a row with views takes K + 1 rows of features
     placement = resolve_placement(cfg, head, held, workers)
-    recipe = resolve_solver(cfg, recipe, head, rows, workers, placement, views, first_pass)
+    recipe = resolve_solver(cfg, recipe, head, rows, workers, placement, views, overlap)
     name = run_name(cfg, head, recipe, sweep_record(sweep, select, select_mode), views)
     spec = WorkerSpec.of(
         head=head, recipe=recipe, run_name=name, key=cache.manifest.key_column, rows=rows,

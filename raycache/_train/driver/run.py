@@ -88,7 +88,7 @@ def _train_loop(config: dict[str, Any]) -> dict[str, Any]:
 
     if config["spec"].num_workers:  # on a Ray Train worker
         _quiet_reports()
-    threads = torch.get_num_threads()  # a streamed share lowers them; in-process, restore them
+    threads = torch.get_num_threads()  # a streamed part lowers them; in-process, restore them
     try:
         return train_loop(config)
     finally:
@@ -107,15 +107,15 @@ def _quiet_reports() -> None:
 
 
 def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
-          filling: OverlapFill | None = None, landing: OverlapFill | None = None
-          ) -> TrainResult:
+          filling: object = None, landing: object = None) -> TrainResult:
     """Train a head on a committed cache; the same config again resumes its run (or returns it).
 
     Args:
         config: A TrainConfig, a dict of its fields, or a YAML file's path.
         progress: Print a line per epoch (None: as `config.progress` says).
-        filling: A fill under way, whose shards epoch 1 reads as they land (pipeline's overlap).
-        landing: The old name of `filling` (a DeprecationWarning).
+        filling: Deprecated (a DeprecationWarning): train while a fill runs through
+            `raycache.pipeline` with `overlap: true`.
+        landing: The older name of `filling` (a DeprecationWarning).
 
     Returns:
         The run's history, checkpoint, best epoch and sweep.
@@ -125,7 +125,7 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         CacheNotFound: No committed cache of that name (or fingerprint) is in the store.
         CorruptShard: A shard does not match its manifest (`raycache repair` it).
         StoreError: The store cannot be reached or written (StoreUnavailable: run it again).
-        FillFailed: The fill under way (`filling`) stopped with an error.
+        FillFailed: The fill under way (the deprecated `filling`) stopped with an error.
         RaycacheError: Another train holds the run (its lease: same run_name, now), or
             training failed otherwise (DivergedError: a loss became NaN or inf).
 
@@ -134,31 +134,33 @@ def train(config: TrainConfig | dict | str, *, progress: bool | None = None,
         run = raycache.train({"cache": "docs", "head": "mlp", "loop": {"epochs": 20}})
         ```
     """
-    if landing is not None:
-        if filling is not None:
-            raise TypeError("raycache.train: pass filling= alone (landing= is its old name)")
-        warn("raycache.train(landing=...) is deprecated: pass filling=...",
+    if landing is not None and filling is not None:
+        raise TypeError("raycache.train: pass neither filling= nor landing= (its old name); "
+                        "train while a fill runs with raycache.pipeline and overlap: true")
+    overlap = filling if landing is None else landing
+    if overlap is not None:
+        warn(f"raycache.train({'filling' if landing is None else 'landing'}=...) is "
+             "deprecated: train while a fill runs with raycache.pipeline and overlap: true",
              DeprecationWarning)
-        filling = landing
     cfg = load_train(config)
     if progress is not None:
         cfg.progress = progress
-    return train_on(cfg, filling=filling)
+    return train_on(cfg, overlap=overlap)  # type: ignore[arg-type]
 
 
-def train_on(cfg: TrainConfig, cache: Cache | None = None, filling: OverlapFill | None = None
+def train_on(cfg: TrainConfig, cache: Cache | None = None, overlap: OverlapFill | None = None
              ) -> TrainResult:
     """`train` of a loaded config, on `cache` where the caller opened it already (the probe
-    hands on its caches), or on a fill under way (`filling`)."""
+    hands on its caches), or on a fill under way (`overlap`: pipeline's)."""
     require("ray", "raycache.train (the ray extra: Ray Train and the similarity losses)")
     vouch([cfg.head, *cfg.sweep.get("head", [])])  # the user's own head families
     start = time.perf_counter()
     store = Store.from_config(cfg.store)
     store.check_reachable()
-    source: Source = filling or Committed(cfg, store, cache)
+    source: Source = overlap or Committed(cfg, store, cache)
     checked = check(cfg, store, source.cache(), source.column)  # bad input fails before Ray
     cache, spec = prepare(cfg, checked, source.rows(checked[0].manifest.key_column),
-                          first_pass=source.first_pass)
+                          overlap=source.overlap)
     if spec.num_workers:  # local mode runs in this process: no Ray cluster to start or join
         from raycache._compute.cluster import check_store_for_cluster
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from raycache._train.config import TrainConfig
     from raycache._train.runspec import WorkerSpec
 
-__all__ = ["PairShare", "data_problems", "data_sources", "pair_ids", "read_pairs", "shares"]
+__all__ = ["PairPart", "data_problems", "data_sources", "pair_ids", "pair_parts", "read_pairs"]
 
 SHOWN = 5
 """Missing keys named in the error (the rest counted)."""
@@ -134,7 +134,7 @@ def data_problems(cfg: TrainConfig, cache: Cache) -> list[str]:
 
 def split_problems(table: pa.Table, p: PairsConfig, fraction: float) -> list[str]:
     """Where evaluation.val_fraction leaves no pairs to train on or none to validate on."""
-    train, held = shares(table, p, fraction, 0, 1)
+    train, held = pair_parts(table, p, fraction, 0, 1)
     if train.num_rows and held.num_rows:
         return []
     side, fix = (("validation", "raise") if train.num_rows else ("training", "lower"))
@@ -146,7 +146,7 @@ def split_problems(table: pa.Table, p: PairsConfig, fraction: float) -> list[str
             "it, or add pairs"]
 
 
-class PairShare:
+class PairPart:
     """A worker's pairs: each key's embedding once, and per pair its two embedding rows and its
     targets. A batch is (pairs, 2, dim) features and (pairs, 3) float64 targets: the score, and
     the two keys' ids (their row in the cache), so that a loss can tell copies of a key apart
@@ -170,7 +170,7 @@ class PairShare:
             yield self.emb[self.rows[idx]], self.y[idx]
 
 
-def shares(table: pa.Table, p: PairsConfig, fraction: float, rank: int,
+def pair_parts(table: pa.Table, p: PairsConfig, fraction: float, rank: int,
            world: int) -> tuple[pa.Table, pa.Table]:
     """This worker's (train, validation) pairs: the split by pair_ids, each side dealt out
     to the workers in turn (mnr with `positives`: training keeps the positive pairs only)."""
@@ -208,11 +208,11 @@ def join(spec: WorkerSpec, keys: pa.Array) -> tuple[pa.Array, np.ndarray, np.nda
             np.concatenate(ids))
 
 
-def data_sources(spec: WorkerSpec, rank: int, device: torch.device) -> tuple[PairShare, PairShare]:
+def data_sources(spec: WorkerSpec, rank: int, device: torch.device) -> tuple[PairPart, PairPart]:
     """This worker's (train, validation) pairs with their keys' embeddings, in host memory
     (device memory with placement: gpu)."""
     p = spec.recipe.pairs
-    parts = shares(read_pairs(p), p, spec.recipe.evaluation.val_fraction, rank, spec.world)
+    parts = pair_parts(read_pairs(p), p, spec.recipe.evaluation.val_fraction, rank, spec.world)
     wanted = pc.unique(pa.chunked_array([chunk for t in parts for c in ("left", "right")
                                          for chunk in t.column(c).chunks], pa.string()))
     keys, emb, ids = join(spec, wanted)
@@ -229,7 +229,7 @@ def data_sources(spec: WorkerSpec, rank: int, device: torch.device) -> tuple[Pai
         rows = np.stack([s.to_numpy(zero_copy_only=False) for s in sides], axis=1)
         y = np.stack([part.column("score").to_numpy(), ids[rows[:, 0]], ids[rows[:, 1]]],
                      axis=1).astype(np.float64)
-        out.append(PairShare(table,
+        out.append(PairPart(table,
                              torch.from_numpy(rows.astype(np.int64)).to(where),
                              torch.from_numpy(y).to(where)))
     return out[0], out[1]

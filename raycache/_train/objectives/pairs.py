@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from raycache._cache.committed import Cache
     from raycache._train.config import PairsConfig, TrainConfig
-    from raycache._train.objectives.pair_table import PairShare
+    from raycache._train.objectives.pair_table import PairPart
     from raycache._train.runspec import WorkerSpec
 
 __all__ = ["LOSSES", "PAIRS", "PairMetrics", "Pairs", "build_loss", "mnr_loss"]
@@ -230,7 +230,7 @@ def out_dim(cfg: TrainConfig, classes: int) -> int:
     return cfg.embedding_dim
 
 
-def data_sources(spec: WorkerSpec, rank: int, device: torch.device) -> tuple[PairShare, PairShare]:
+def data_sources(spec: WorkerSpec, rank: int, device: torch.device) -> tuple[PairPart, PairPart]:
     from raycache._train.objectives.pair_table import data_sources
 
     return data_sources(spec, rank, device)

@@ -17,18 +17,18 @@ from raycache._train.optim import Schedule, build_optimizer
 from raycache._train.runspec import WorkerSpec
 from raycache._train.sweep.members import Members
 from raycache._train.sweep.stack import Stack, stackable
-from raycache._train.worker.heads import Parts, Progress, Trained, WorkerHeads
+from raycache._train.worker.heads import Kit, Progress, Trained, WorkerHeads
 
-__all__ = ["build_parts", "build_heads", "compile_or_eager", "data_sources", "fused_for",
+__all__ = ["build_heads", "build_kit", "compile_or_eager", "data_sources", "fused_for",
            "steps_per_epoch", "wrap"]
 
 
 def data_sources(spec: WorkerSpec, rank: int, device: torch.device) -> tuple[Any, Any]:
     """(train, validation) data of this worker, in the spec's placement."""
-    if spec.filling:  # the fill is still under way: epoch 1 reads its shards as they land
-        from raycache._train.data.overlap import first_pass
+    if spec.overlap_feed:  # the fill is still under way: epoch 1 reads its shards as they land
+        from raycache._train.data.overlap import overlap_sources
 
-        return first_pass(spec, rank, device, data_sources)
+        return overlap_sources(spec, rank, device, data_sources)
     custom = OBJECTIVES[spec.recipe.objective].data_sources
     if custom is not None:
         return custom(spec, rank, device)
@@ -47,9 +47,9 @@ def steps_per_epoch(spec: WorkerSpec, train_rows: int | None) -> int:
     return max(math.ceil(rows / spec.recipe.loop.batch_size / spec.recipe.optim.grad_accum), 1)
 
 
-def build_parts(spec: WorkerSpec, device: torch.device, train_rows: int | None,
-                fused: bool = False) -> Parts:
-    """One head's parts (`fused`: its optimizer's fused implementation, for a sweep's many
+def build_kit(spec: WorkerSpec, device: torch.device, train_rows: int | None,
+                fused: bool = False) -> Kit:
+    """One head's kit (`fused`: its optimizer's fused implementation, for a sweep's many
     small heads and on a GPU, where the per-tensor one costs a kernel launch per tensor op)."""
     r = spec.recipe
     base = build_model(spec.head).to(device)
@@ -60,7 +60,7 @@ def build_parts(spec: WorkerSpec, device: torch.device, train_rows: int | None,
         raise RuntimeError(f"precision='float16' needs a CUDA device, but this worker has "
                            f"{device.type}; use precision: bfloat16 on CPU")
     model = Trained(base, objective.criterion) if learnable else base
-    return Parts(spec, base, model, opt, Schedule(opt, r, steps_per_epoch(spec, train_rows)),
+    return Kit(spec, base, model, opt, Schedule(opt, r, steps_per_epoch(spec, train_rows)),
                  torch.amp.GradScaler(device.type, enabled=r.optim.precision == "float16"),
                  objective, device)
 
@@ -73,12 +73,12 @@ def fused_for(spec: WorkerSpec, device: torch.device) -> bool:
 
 
 def build_heads(spec: WorkerSpec, device: torch.device, train_rows: int | None) -> WorkerHeads:
-    """Each head's parts, seeded alike: a sweep's member starts from the weights a lone run of
+    """Each head's kit, seeded alike: a sweep's member starts from the weights a lone run of
     its settings would start from."""
     members = []
     for member in spec.members():
         torch.manual_seed(spec.recipe.loop.seed)
-        members.append(build_parts(member, device, train_rows, fused=fused_for(spec, device)))
+        members.append(build_kit(member, device, train_rows, fused=fused_for(spec, device)))
     progress = [Progress() for _ in members]
     run = progress[0] if not spec.sweep else Progress()
     heads = WorkerHeads(spec, members, progress, run)
@@ -86,9 +86,9 @@ def build_heads(spec: WorkerSpec, device: torch.device, train_rows: int | None) 
     recipes = [p.spec.recipe for p in members]
     if spec.sweep and stackable([p.base for p in members], recipes, learnable):
         heads.stack = Stack([p.base for p in members], recipes, spec.class_weights)
-        for parts, view in zip(members, heads.stack.members, strict=True):
-            parts.opt = view  # the member's slice of the stack's optimizer
-            parts.schedule = Schedule(view, parts.spec.recipe, parts.schedule.spe)
+        for kit, view in zip(members, heads.stack.members, strict=True):
+            kit.opt = view  # the member's slice of the stack's optimizer
+            kit.schedule = Schedule(view, kit.spec.recipe, kit.schedule.spe)
     return heads
 
 
@@ -97,18 +97,18 @@ def wrap(heads: WorkerHeads) -> None:
     head alone, or a sweep's heads as one module (so one DDP all-reduces all of them)."""
     spec = heads.spec
     if not spec.sweep:
-        parts = heads.members[0]
+        kit = heads.members[0]
         if spec.world > 1:  # a pre-trained encoder may hold parameters the model never uses
             import ray.train.torch
 
             unused = {"find_unused_parameters": True} if spec.head.trainable else None
-            parts.model = ray.train.torch.prepare_model(parts.model, move_to_device=False,
+            kit.model = ray.train.torch.prepare_model(kit.model, move_to_device=False,
                                                         parallel_strategy_kwargs=unused)
         if spec.recipe.loop.compile and spec.head.trainable:
             say("compile: true compiles a head on cached features; with trainable encoders "
                 "the model trains in eager mode")
         elif spec.recipe.loop.compile:
-            parts.model = compile_or_eager(parts.model, spec.head.in_dim, parts.device)
+            kit.model = compile_or_eager(kit.model, spec.head.in_dim, kit.device)
         return
     if heads.stack is not None:
         heads.stack.push()  # the members' (maybe restored) weights

@@ -6,15 +6,15 @@ import math
 from typing import Any
 
 from raycache._errors import ConfigError
-from raycache._train.worker.heads import Parts, Progress, WorkerHeads
+from raycache._train.worker.heads import Kit, Progress, WorkerHeads
 
 __all__ = ["end_sweep_epoch", "saved_epoch", "serves_best", "score", "sweep_rows",
            "track_best"]
 
 
-def track_best(parts: Parts, progress: Progress, metrics: dict[str, Any]) -> None:
+def track_best(kit: Kit, progress: Progress, metrics: dict[str, Any]) -> None:
     """Best epoch on the monitored metric (its weights kept), and early stopping."""
-    r = parts.spec.recipe
+    r = kit.spec.recipe
     value = metrics.get(r.evaluation.monitor)
     if value is None:
         raise ConfigError([f"evaluation.monitor={r.evaluation.monitor!r} is not a metric of "
@@ -22,25 +22,25 @@ def track_best(parts: Parts, progress: Progress, metrics: dict[str, Any]) -> Non
                            f"{sorted(k for k in metrics if k != 'placement')}"])
     if progress.best is None or r.better(value, progress.best):
         progress.best, progress.best_epoch, progress.bad_epochs = value, metrics["epoch"], 0
-        parts.best_weights = {k: v.detach().cpu().clone()
-                              for k, v in parts.base.state_dict().items()}
+        kit.best_weights = {k: v.detach().cpu().clone()
+                            for k, v in kit.base.state_dict().items()}
     else:
         progress.bad_epochs += 1
         ev = r.evaluation
         progress.stopped = (ev.early_stopping and progress.bad_epochs >= ev.patience
                             and metrics["epoch"] >= r.loop.min_epochs)
-    parts.schedule.step_epoch(value, r.better)
+    kit.schedule.step_epoch(value, r.better)
 
 
-def serves_best(parts: Parts) -> bool:
+def serves_best(kit: Kit) -> bool:
     """Whether the head's checkpoint serves its best epoch's weights (evaluation.weights)."""
-    return parts.spec.recipe.evaluation.weights == "best" and parts.best_weights is not None
+    return kit.spec.recipe.evaluation.weights == "best" and kit.best_weights is not None
 
 
-def saved_epoch(parts: Parts, progress: Progress) -> dict[str, Any]:
+def saved_epoch(kit: Kit, progress: Progress) -> dict[str, Any]:
     """The metrics of the epoch whose weights a head saves: its best (evaluation.weights:
     best), else its last."""
-    epoch = progress.best_epoch if serves_best(parts) else progress.history[-1]["epoch"]
+    epoch = progress.best_epoch if serves_best(kit) else progress.history[-1]["epoch"]
     return next(m for m in progress.history if m["epoch"] == epoch)
 
 

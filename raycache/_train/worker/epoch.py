@@ -11,7 +11,7 @@ import torch
 from raycache._train.objectives import Evaluator
 from raycache._train.objectives.gather import lockstep
 from raycache._train.runspec import WorkerSpec
-from raycache._train.worker.heads import Parts, WorkerHeads
+from raycache._train.worker.heads import Kit, WorkerHeads
 
 __all__ = ["FINITE", "SAVE_NOW", "SLOTS", "TRAIN_LOSS", "VAL_LOSS", "autocast", "epoch_metrics",
            "epoch_seed", "evaluate", "train_epoch"]
@@ -23,12 +23,12 @@ TRAIN_LOSS, TRAIN_HIT, TRAIN_N, VAL_LOSS, VAL_HIT, VAL_N, SAVE_NOW, FINITE = ran
 SLOTS = 8
 
 
-def autocast(parts: Parts) -> Any:
-    p = parts.spec.recipe.optim.precision
+def autocast(kit: Kit) -> Any:
+    p = kit.spec.recipe.optim.precision
     if p == "float32":
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if p == "bfloat16" else torch.float16
-    return torch.autocast(parts.device.type, dtype=dtype)
+    return torch.autocast(kit.device.type, dtype=dtype)
 
 
 def epoch_seed(spec: WorkerSpec, epoch: int, rank: int) -> int:
@@ -39,8 +39,8 @@ def epoch_seed(spec: WorkerSpec, epoch: int, rank: int) -> int:
 
 def train_epoch(heads: WorkerHeads, data: Any, seed: int, sums: torch.Tensor,
                 then: int | None = None) -> None:
-    """One pass over the training share: micro-batches, accumulation, clipping, stepping
-    (`then`: the next epoch's seed, so a streamed share can read ahead for it). Every head
+    """One pass over the training part: micro-batches, accumulation, clipping, stepping
+    (`then`: the next epoch's seed, so a streamed part can read ahead for it). Every head
     sees every batch; `sums` holds one row of slots per head."""
     lead, sums = heads.members[0], sums.view(-1, SLOTS)
     r, model = lead.spec.recipe, heads.runner()
@@ -99,9 +99,9 @@ def step(heads: WorkerHeads) -> None:
     if heads.stack is not None:  # one step for every member: a stopped one's is a no-op
         active = [not p.stopped for p in heads.progress]
         heads.stack.step(active)
-        for parts, on in zip(heads.members, active, strict=True):
+        for kit, on in zip(heads.members, active, strict=True):
             if on:
-                parts.schedule.step_batch()
+                kit.schedule.step_batch()
     else:
         step_each(heads)
     lead.scaler.update()
@@ -113,18 +113,18 @@ def step(heads: WorkerHeads) -> None:
 def step_each(heads: WorkerHeads) -> None:
     """Each head's own optimizer step, one after another."""
     lead = heads.members[0]
-    for parts, progress in zip(heads.members, heads.progress, strict=True):
+    for kit, progress in zip(heads.members, heads.progress, strict=True):
         if progress.stopped:
-            parts.opt.zero_grad(set_to_none=True)
+            kit.opt.zero_grad(set_to_none=True)
             continue
-        r = parts.spec.recipe
+        r = kit.spec.recipe
         if r.optim.grad_clip > 0:
-            lead.scaler.unscale_(parts.opt)
-            params = [p for group in parts.opt.param_groups for p in group["params"]]
+            lead.scaler.unscale_(kit.opt)
+            params = [p for group in kit.opt.param_groups for p in group["params"]]
             torch.nn.utils.clip_grad_norm_(params, r.optim.grad_clip)
-        lead.scaler.step(parts.opt)
-        parts.opt.zero_grad(set_to_none=True)
-        parts.schedule.step_batch()
+        lead.scaler.step(kit.opt)
+        kit.opt.zero_grad(set_to_none=True)
+        kit.schedule.step_batch()
 
 
 def evaluate(heads: WorkerHeads, data: Any, sums: torch.Tensor) -> list[Evaluator]:
@@ -159,7 +159,7 @@ def evaluate(heads: WorkerHeads, data: Any, sums: torch.Tensor) -> list[Evaluato
     return metrics
 
 
-def epoch_metrics(parts: Parts, s: list[float], epoch: int, seconds: float,
+def epoch_metrics(kit: Kit, s: list[float], epoch: int, seconds: float,
                   extra: dict[str, float] | None = None) -> dict[str, Any]:
     """The epoch's metrics: losses and accuracies from the summed slots, then the objective's
     (which may refine val_acc, e.g. as precision@1 over every worker's validation rows)."""
@@ -171,9 +171,9 @@ def epoch_metrics(parts: Parts, s: list[float], epoch: int, seconds: float,
         "val_acc": s[VAL_HIT] / max(s[VAL_N], 1),
         "train_rows": int(s[TRAIN_N]),
         "val_rows": int(s[VAL_N]),
-        "lr": parts.opt.param_groups[0]["lr"],
+        "lr": kit.opt.param_groups[0]["lr"],
         "epoch_seconds": seconds,
         "rows_per_s": s[TRAIN_N] / max(seconds, 1e-9),
-        "placement": parts.spec.placement,
+        "placement": kit.spec.placement,
         **(extra or {}),
     }

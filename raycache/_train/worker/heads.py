@@ -1,4 +1,4 @@
-"""What one worker trains: each head's parts and progress, and a sweep's shared module."""
+"""What one worker trains: each head's kit and progress, and a sweep's shared module."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from raycache._train.runspec import WorkerSpec
 from raycache._train.sweep.members import Members
 from raycache._train.sweep.stack import Stack
 
-__all__ = ["Parts", "Progress", "WorkerHeads", "Trained"]
+__all__ = ["Kit", "Progress", "WorkerHeads", "Trained"]
 
 
 @dataclass
@@ -33,8 +33,9 @@ class Progress:
 
 
 @dataclass
-class Parts:
-    """The objects a step needs, built once per worker."""
+class Kit:
+    """A head's kit: the objects its training step needs (model, optimizer, schedule), built
+    once per worker."""
 
     spec: WorkerSpec
     base: torch.nn.Module
@@ -54,16 +55,16 @@ class Parts:
 @dataclass
 class WorkerHeads:
     """Every head the run trains (one, or a sweep's members) on the same batches: each one's
-    parts and progress, the run's own progress, and, for a sweep, the module that runs all its
+    kit and progress, the run's own progress, and, for a sweep, the module that runs all its
     heads in one call."""
 
     spec: WorkerSpec
-    members: list[Parts]
+    members: list[Kit]
     progress: list[Progress]
     run: Progress
     """The one head's progress; a sweep's: its epochs and its leading member's metrics."""
     base: Members | None = None
-    """A sweep's heads as one module; None for a single head (its parts.model runs it)."""
+    """A sweep's heads as one module; None for a single head (its kit.model runs it)."""
     model: Any = None
     """What a sweep's training step calls: `base`, maybe DDP-wrapped and compiled."""
     leader: int = 0
@@ -72,10 +73,10 @@ class WorkerHeads:
     """A stackable sweep's heads as one (then `base` is its module); None otherwise."""
 
     @classmethod
-    def of(cls, parts: Parts) -> WorkerHeads:
+    def of(cls, kit: Kit) -> WorkerHeads:
         """One head alone."""
         progress = Progress()
-        return cls(parts.spec, [parts], [progress], progress)
+        return cls(kit.spec, [kit], [progress], progress)
 
     def runner(self) -> Any:
         """The module the training step calls."""

@@ -27,7 +27,7 @@ def fit_inputs(heads: WorkerHeads, train: Any) -> None:
     layers = [s for s in (standardized(p.base) for p in heads.members) if s is not None]
     if not layers:
         return
-    if heads.spec.filling:
+    if heads.spec.overlap_feed:
         if heads.spec.progress:
             say("the head standardises its inputs only when training on a committed cache; "
                 "with overlap its inputs stay as they are")

@@ -38,7 +38,7 @@ __all__ = ["quiet_ray_train", "train_loop"]
 
 
 def train_loop(config: dict[str, Any]) -> dict[str, Any]:
-    """Train the head (or a sweep's heads) on this worker's share; returns the history, where
+    """Train the head (or a sweep's heads) on this worker's part; returns the history, where
     it resumed, and a sweep's per-member records. Rank 0 writes each epoch as it ends (Live)."""
     spec: WorkerSpec = config["spec"]
     quiet_ray_train()
@@ -135,15 +135,15 @@ def record(heads: WorkerHeads, epoch: int, rows: list[list[float]], extras: list
     """Each head still training: the epoch's metrics into its history, its best epoch and
     early stopping; a sweep: its leader and run-level progress."""
     latest = []
-    for parts, progress, row, extra in zip(heads.members, heads.progress, rows, extras,
+    for kit, progress, row, extra in zip(heads.members, heads.progress, rows, extras,
                                            strict=True):
-        metrics = epoch_metrics(parts, row, epoch, seconds, extra)
+        metrics = epoch_metrics(kit, row, epoch, seconds, extra)
         metrics["wall_s"] = wall  # since this worker's loop began
         latest.append(metrics)
         if not progress.stopped:
             progress.epoch = epoch + 1
             progress.history.append(metrics)
-            track_best(parts, progress, metrics)
+            track_best(kit, progress, metrics)
     if heads.spec.sweep:
         end_sweep_epoch(heads, latest)
 

@@ -1,7 +1,7 @@
 """A linear classifier solved full batch (optim.solver: lbfgs): the multinomial logistic
 regression of its training rows, standardised (C means what it means to the probe's logreg:
 raycache._fit.logreg), for every L2 strength of GRID at once (its batched L-BFGS), the
-strength chosen on a share of the training rows left out of that solve (never the validation
+strength chosen on a fraction of the training rows left out of that solve (never the validation
 rows), solved again on every training row, and the solution (for the raw features) recorded as
 the run's one epoch, so the head is saved, loaded and served as any linear head is."""
 
@@ -24,41 +24,41 @@ from raycache._train.worker.epoch import (
 from raycache._train.worker.heads import WorkerHeads
 from raycache._train.worker.l2_search import Grid, finish, widen
 
-__all__ = ["CHOOSE_SHARE", "choose", "fit_pass", "inner_split", "place", "solution",
+__all__ = ["CHOOSE_FRACTION", "choose", "fit_pass", "inner_split", "place", "solution",
            "solve_head"]
 
 
 def solve_head(heads: WorkerHeads, train: Any, val: Any
                ) -> tuple[list[list[float]], list[dict], float]:
     """Solve the run's one linear head on `train`: every L2 strength of GRID on most of the
-    training rows, one chosen on the rest (CHOOSE_SHARE of them, never the validation rows;
+    training rows, one chosen on the rest (CHOOSE_FRACTION of them, never the validation rows;
     the grid widened past an edge the choice lands on: l2_search.widen), then the chosen one
     solved again on every training row (continued past the iteration cap: l2_search.finish);
     leave its weights in the head and return (the epoch's slot sums on `val`, its objective
     metrics, seconds), as loop.record takes them. The validation rows are scored only: their
     metrics are honest."""
     t0 = time.perf_counter()
-    parts = heads.members[0]
-    w, b, found = solution(parts, heads.spec.class_weights, train)
-    place(parts.base, w, b)  # for the raw features already
-    sums = torch.zeros(1, SLOTS, dtype=torch.float64, device=parts.device)
+    kit = heads.members[0]
+    w, b, found = solution(kit, heads.spec.class_weights, train)
+    place(kit.base, w, b)  # for the raw features already
+    sums = torch.zeros(1, SLOTS, dtype=torch.float64, device=kit.device)
     extra = evaluate(heads, val, sums)[0].compute()
     fit_pass(heads, train, sums)
-    extra = {**epoch_metrics(parts, sums[0].tolist(), 0, 0.0, extra), **found}
+    extra = {**epoch_metrics(kit, sums[0].tolist(), 0, 0.0, extra), **found}
     extra = {k: v for k, v in extra.items() if k not in SUMMED}
     return sums.tolist(), [extra], time.perf_counter() - t0
 
 
-def solution(parts: Any, class_weights: Any, train: Any
+def solution(kit: Any, class_weights: Any, train: Any
              ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """The linear solution of `train`'s rows for a head of `parts` (its classes, seed and
+    """The linear solution of `train`'s rows for a head of `kit` (its classes, seed and
     monitor), as solve_head describes it: (W [D, K], b [K] for the raw features, the solve's
     metrics: solver, l2_C, lbfgs_iterations, l2_grid, ...). An mlp that starts as the linear
     head (raycache._train.worker.warm) takes the same one."""
     x, y = train.x.float(), train.y
     scale = standardizer(moment_sums(x))  # every training row's, for both solves
-    classes, weights = parts.spec.head.num_classes, class_weights
-    fit, held = inner_split(len(y), parts.spec.recipe.loop.seed, y.device)
+    classes, weights = kit.spec.head.num_classes, class_weights
+    fit, held = inner_split(len(y), kit.spec.recipe.loop.seed, y.device)
     w, b, _ = solve(x[fit], y[fit], classes, list(GRID), MAX_ITER, TOL, weights, scale)
     grid = Grid(list(GRID), [_scored(x[held], y[held], w[g], b[g]) for g in range(len(GRID))],
                 [(w[g], b[g]) for g in range(len(GRID))])
@@ -68,9 +68,9 @@ def solution(parts: Any, class_weights: Any, train: Any
                           start=(start[0][None], start[1][None]))
         return w1[0], b1[0]
 
-    pick = widen(grid, choose(grid.scores, parts.spec.recipe), solve_one,
+    pick = widen(grid, choose(grid.scores, kit.spec.recipe), solve_one,
                  lambda w1, b1: _scored(x[held], y[held], w1, b1),
-                 lambda scores: choose(scores, parts.spec.recipe))
+                 lambda scores: choose(scores, kit.spec.recipe))
     c = grid.cs[pick]
     w, b, iterations, capped = finish(x, y, classes, c, weights, scale)
     return w, b, {
@@ -82,19 +82,19 @@ def solution(parts: Any, class_weights: Any, train: Any
                              for v, m in zip(grid.cs, grid.scores, strict=True))}
 
 
-CHOOSE_SHARE = 0.2
-"""The share of the training rows that chooses a solved head's L2 strength (the rest are
+CHOOSE_FRACTION = 0.2
+"""The fraction of the training rows that chooses a solved head's L2 strength (the rest are
 solved on); the validation rows never choose."""
 
 
 def inner_split(n: int, seed: int, device: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(rows solved on, rows that choose C): a seeded permutation of the n training rows,
-    CHOOSE_SHARE of them (at least one) choosing; with fewer than 5 rows, all rows do both."""
+    CHOOSE_FRACTION of them (at least one) choosing; with fewer than 5 rows, all rows do both."""
     if n < 5:
         every = torch.arange(n, device=device)
         return every, every
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).to(device)
-    k = max(1, round(n * CHOOSE_SHARE))
+    k = max(1, round(n * CHOOSE_FRACTION))
     return order[k:], order[:k]
 
 
@@ -133,12 +133,12 @@ def place(head: torch.nn.Module, w: torch.Tensor, b: torch.Tensor) -> None:
 
 def fit_pass(heads: WorkerHeads, train: Any, sums: torch.Tensor) -> None:
     """The training rows' loss and hits under the chosen head, into `sums`' training slots."""
-    parts = heads.members[0]
-    parts.base.eval()
+    kit = heads.members[0]
+    kit.base.eval()
     with torch.inference_mode():
         for x, y in train.batches(len(train) or 1, seed=None):
-            out = parts.base(x.to(parts.device)).float()
-            y = y.to(parts.device)
-            sums[0, TRAIN_LOSS] += float(parts.objective.loss(out, y)[1]) * len(y)
-            sums[0, TRAIN_HIT] += parts.objective.hits(out, y)
+            out = kit.base(x.to(kit.device)).float()
+            y = y.to(kit.device)
+            sums[0, TRAIN_LOSS] += float(kit.objective.loss(out, y)[1]) * len(y)
+            sums[0, TRAIN_HIT] += kit.objective.hits(out, y)
             sums[0, TRAIN_N] += len(y)

@@ -9,32 +9,32 @@ from typing import Any
 from raycache._train.folder import checkpoints as ckpt
 from raycache._train.folder.metrics import write_metrics, write_sweep
 from raycache._train.worker.best_epoch import saved_epoch, serves_best, sweep_rows
-from raycache._train.worker.heads import Parts, Progress, WorkerHeads
+from raycache._train.worker.heads import Kit, Progress, WorkerHeads
 
 __all__ = ["KEEP_CHECKPOINTS", "load_member", "member_state", "restore", "save"]
 
 KEEP_CHECKPOINTS = 2
 
 
-def member_state(parts: Parts, progress: Progress) -> dict[str, Any]:
+def member_state(kit: Kit, progress: Progress) -> dict[str, Any]:
     """One head's whole training state (what state.pt holds for it)."""
     return {
-        "model": parts.base.state_dict(), "criterion": parts.objective.criterion.state_dict(),
-        "optimizer": parts.opt.state_dict(),
-        "schedule": parts.schedule.state_dict(), "scaler": parts.scaler.state_dict(),
-        "best_weights": parts.best_weights, "progress": vars(progress),
+        "model": kit.base.state_dict(), "criterion": kit.objective.criterion.state_dict(),
+        "optimizer": kit.opt.state_dict(),
+        "schedule": kit.schedule.state_dict(), "scaler": kit.scaler.state_dict(),
+        "best_weights": kit.best_weights, "progress": vars(progress),
     }
 
 
-def load_member(parts: Parts, state: dict[str, Any]) -> Progress:
-    """One head's training state back into its parts; its progress."""
-    parts.base.load_state_dict(state["model"])
+def load_member(kit: Kit, state: dict[str, Any]) -> Progress:
+    """One head's training state back into its kit; its progress."""
+    kit.base.load_state_dict(state["model"])
     if "criterion" in state:
-        parts.objective.criterion.load_state_dict(state["criterion"])
-    parts.opt.load_state_dict(state["optimizer"])
-    parts.schedule.load_state_dict(state["schedule"])
-    parts.scaler.load_state_dict(state["scaler"])
-    parts.best_weights = state["best_weights"]
+        kit.objective.criterion.load_state_dict(state["criterion"])
+    kit.opt.load_state_dict(state["optimizer"])
+    kit.schedule.load_state_dict(state["schedule"])
+    kit.scaler.load_state_dict(state["scaler"])
+    kit.best_weights = state["best_weights"]
     return Progress(**state["progress"])
 
 

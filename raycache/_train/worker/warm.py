@@ -39,7 +39,7 @@ def why_not(heads: WorkerHeads, train: Any) -> str | None:
         return ""
     if spec.world > 1:
         return "the solve runs in one process, and this run has DDP workers"
-    if spec.filling:
+    if spec.overlap_feed:
         return "the solve needs every row, and this run trains on a fill as it lands"
     if not isinstance(getattr(train, "x", None), torch.Tensor):
         return "the solve needs the rows in memory, and this run streams them"
@@ -63,8 +63,8 @@ def start_linear(heads: WorkerHeads, train: Any) -> dict[str, Any] | None:
         return None
     t0 = time.perf_counter()
     w, b, found = solution(heads.members[0], heads.spec.class_weights, train)
-    for parts in heads.members:
-        place_linear(parts.base, w, b)
+    for kit in heads.members:
+        place_linear(kit.base, w, b)
     found = {k: v for k, v in found.items() if k != "solver"}
     return {**found, "start": "linear (L-BFGS)", "solve_seconds": time.perf_counter() - t0}
 

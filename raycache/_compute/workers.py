@@ -1,5 +1,5 @@
-"""Where work on cached features runs, decided once for training and the probe: in this process
-(0 workers) or on Ray workers that each hold a part of the rows, from the features' size, the
+"""How many workers cached features need, decided once for training and the probe: this process
+(0 workers) or Ray workers that each hold a part of the rows, from the features' size, the
 memory at hand and the cluster's CPU nodes; with the reason, in words."""
 
 from __future__ import annotations
@@ -106,5 +106,5 @@ def decide(setting: int | str, size: int, room: Room, *, key: str = "num_workers
     if fits(size, room.memory):
         return 0, f"{features} fit in {here}"
     workers = max(2, len(nodes), math.ceil(size / max(BUDGET * room.memory, 1)))
-    return workers, (f"{features} do not fit in {here}: {workers} shares of "
+    return workers, (f"{features} do not fit in {here}: {workers} parts of "
                      f"{size / workers / 2**30:.2f} GiB")

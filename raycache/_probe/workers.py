@@ -1,11 +1,11 @@
-"""Where a probe runs: its features' bytes and this machine's available memory, given to the
-placement decision training shares (raycache._compute.placement.decide)."""
+"""How many workers a probe runs on: its features' bytes and this machine's available memory,
+given to the decision of how many that training shares (raycache._compute.workers.decide)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raycache._compute.placement import Room, decide, feature_bytes
+from raycache._compute.workers import Room, decide, feature_bytes
 
 if TYPE_CHECKING:
     from raycache._probe.config import ProbeConfig

@@ -1,4 +1,4 @@
-"""gc's sweep: each picked folder removed, its manifest first, but for the files that kept
+"""gc's removal: each picked folder removed, its manifest first, but for the files that kept
 versions read; the name's leases and manifests read again just before, so that a fill that
 started (or committed) since gc looked keeps every shard file it may share."""
 
