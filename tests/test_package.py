@@ -92,20 +92,13 @@ def leaked_types() -> dict[str, set[str]]:
     return found
 
 
-LEFT_INTERNAL = {"OverlapFill": "train(filling=, landing=): the overlap goes behind pipeline()"}
-"""Internal types public signatures still name, each with where: the list only shrinks (an
-entry that no public signature names any more must go)."""
-
-
 def test_public_signatures_name_public_types():
     """No internal type in a public signature: every type a public callable, method, property
-    or dataclass field names is in `raycache.__all__` (or outside raycache), save LEFT_INTERNAL.
+    or dataclass field names is in `raycache.__all__` (or outside raycache).
     A store is taken as a StoreConfig or a URI and handed out as a ReadOnlyStore."""
     leaked = {k: sorted(v) for k, v in leaked_types().items()}
-    new = {k: v for k, v in leaked.items() if k.rsplit(".", 1)[1] not in LEFT_INTERNAL}
-    assert not new, f"internal types in public signatures (export them or keep them off): {new}"
-    gone = set(LEFT_INTERNAL) - {k.rsplit(".", 1)[1] for k in leaked}
-    assert not gone, f"no longer leaked, remove from LEFT_INTERNAL: {gone}"
+    assert not leaked, f"internal types in public signatures (export them or keep them off): "\
+                       f"{leaked}"
 
 
 def test_the_signature_walk_sees_what_only_type_checkers_import():
