@@ -218,15 +218,21 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
     assert len(rows) == 8 and [r["member"] for r in rows] == list(range(8))
     assert rows[7]["settings"] == {"lr": 0.05, "head": "mlp", "hidden": [32]}
     members = state(run)["members"]
-    # a member ends exactly where a lone run of its settings (same seed) ends
-    for i, settings in ((7, {"lr": 0.05, "head": "mlp", "hidden": [32]}),
-                        (4, {"lr": 0.05, "head": "linear"})):
-        lone = raycache.train(cfg(store, **settings, run_name=f"lone-{i}"))
-        assert not lone.spec.sweep and not lone.sweep  # a plain single-head run
-        assert results(rows[i]["history"]) == pytest.approx(results(lone.history), rel=1e-5)
-        lone_state = torch.load(Path(lone.checkpoint) / "state.pt", weights_only=False)
+    # a member ends exactly where a lone run of its settings (same seed) ends. An mlp member of
+    # a sweep holding linear heads starts at random, where a lone mlp starts as the linear
+    # solve (its epoch 1), so its twin is the same member in a sweep of two
+    lone = raycache.train(cfg(store, lr=0.05, head="mlp", hidden=[32], run_name="lone-mlp"))
+    assert lone.history[0].get("start") == "linear (L-BFGS)"
+    assert "start" not in rows[7]["history"][0]
+    twin = raycache.train(cfg(store, lr=0.05, hidden=[32], sweep={"head": ["linear", "mlp"]},
+                              run_name="twin-7"))
+    lone = raycache.train(cfg(store, lr=0.05, head="linear", run_name="lone-4"))
+    assert not lone.spec.sweep and not lone.sweep  # a plain single-head run
+    for i, history, theirs in ((7, twin.sweep[1]["history"], state(twin)["members"][1]),
+                               (4, lone.history, state(lone))):
+        assert results(rows[i]["history"]) == pytest.approx(results(history), rel=1e-5)
         for key in ("model", "best_weights"):  # its last weights, and the best it serves
-            for k, v in lone_state[key].items():
+            for k, v in theirs[key].items():
                 torch.testing.assert_close(members[i][key][k], v, rtol=1e-5, atol=1e-6)
     # linear heads ignore hidden: two members, one head, the same batches, the same weights
     assert results(rows[0]["history"]) == pytest.approx(results(rows[1]["history"]))
