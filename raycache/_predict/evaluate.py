@@ -140,20 +140,17 @@ def _table(data: Any, options: dict[str, Any]) -> tuple[pa.Table, str]:
         raise RaycacheError(f"data is a {type(data).__name__}; expected a file path or URI, a "
                             "pandas DataFrame, a pyarrow Table, or None (the run's validation "
                             "keys)")
-    import pyarrow.csv as pcsv
-    import pyarrow.json as pjson
     import pyarrow.parquet as pq
 
     from raycache._source.config import SourceConfig
-    from raycache._source.files import list_files
+    from raycache._source.files import list_files, parse_text
 
     fmt, files = list_files(SourceConfig(path=data, options=options))
     tables = []
     for f in files:
         try:
             blob = pa.BufferReader(f.whole(options))
-            tables.append(pq.read_table(blob) if fmt == "parquet" else
-                          pjson.read_json(blob) if fmt == "jsonl" else pcsv.read_csv(blob))
+            tables.append(pq.read_table(blob) if fmt == "parquet" else parse_text(blob, fmt))
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise SourceError(f"{f.uri!r} cannot be read as {fmt} ({type(exc).__name__}: "
                               f"{exc}); pass a whole, UTF-8 {fmt} file") from exc

@@ -26,9 +26,9 @@ from raycache._source.file import SourceFile
 from raycache._source.listing import SUFFIXES, changes, check_unchanged, list_files, unavailable
 from raycache._source.listing import _version as _version  # the fingerprint tests' door
 
-__all__ = ["META", "SUFFIXES", "Ranges", "SourceFile", "Span", "Unit", "changes",
-           "check_columns", "check_unchanged", "list_files", "merged", "plan_units", "read_schema",
-           "read_schemas", "read_stage", "read_unit"]
+__all__ = ["JSON_READ", "META", "SUFFIXES", "Ranges", "SourceFile", "Span", "Unit", "changes",
+           "check_columns", "check_unchanged", "list_files", "merged", "parse_text", "plan_units",
+           "read_schema", "read_schemas", "read_stage", "read_unit"]
 
 SCHEMA_BYTES = 1 << 20
 """A JSONL or CSV file's schema comes from its first SCHEMA_BYTES (pyarrow's block size) and
@@ -236,6 +236,17 @@ def _json_lines(fh: Any, chunk: int = 1 << 24) -> int:
     return rows + bool(tail.strip())
 
 
+JSON_READ = pjson.ReadOptions(use_threads=False)
+"""pyarrow's threaded JSON parser can crash the process (a segfault, pyarrow 26) on a file whose
+column types change part way; on one thread the same file is an ArrowInvalid, as it should be.
+Fills parse their files in parallel already, one a task."""
+
+
+def parse_text(data: pa.NativeFile, fmt: str) -> pa.Table:
+    """A whole JSONL or CSV file's table (JSON parsed on one thread: JSON_READ)."""
+    return pjson.read_json(data, read_options=JSON_READ) if fmt == "jsonl" else pcsv.read_csv(data)
+
+
 def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: list[str]
               ) -> Iterator[pa.Table]:
     """The unit's rows not yet done, in pieces of at most `rows` rows, each with META columns.
@@ -254,7 +265,7 @@ def read_unit(u: Unit, fmt: str, options: dict[str, Any], rows: int, columns: li
         return
     with _reading(u.file, fmt):  # read whole, as the table is: parsed from Arrow's memory
         data = pa.BufferReader(u.file.whole(options))
-        table = pjson.read_json(data) if fmt == "jsonl" else pcsv.read_csv(data)
+        table = parse_text(data, fmt)
     (check_utf8 if fmt == "csv" else check_text_utf8)(table, u.file.uri, columns)
     for offset in range(0, table.num_rows, rows):
         yield from _tagged(table.slice(offset, rows), u, offset, table.num_rows, columns)

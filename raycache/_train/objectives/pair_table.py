@@ -11,8 +11,6 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pcsv
-import pyarrow.json as pjson
 import pyarrow.parquet as pq
 import torch
 
@@ -37,7 +35,7 @@ SHOWN = 5
 def read_pairs(p: PairsConfig) -> pa.Table:
     """The pairs table as columns left, right (keys as strings) and score (float64; 1.0 for
     every pair when `score` is none), in file order."""
-    from raycache._source.files import list_files
+    from raycache._source.files import list_files, parse_text
 
     try:
         fmt, files = list_files(SourceConfig(path=p.path or "", format=p.format))
@@ -52,7 +50,7 @@ def read_pairs(p: PairsConfig) -> pa.Table:
                 table = pq.read_table(fh, columns=[c for c in wanted
                                                    if c in pq.read_schema(fh).names])
             else:
-                table = pjson.read_json(fh) if fmt == "jsonl" else pcsv.read_csv(fh)
+                table = parse_text(fh, fmt)
         missing = [c for c in wanted if c not in table.column_names]
         if missing:
             raise ConfigError([f"pairs table {f.uri!r} has no column {missing[0]!r}; it holds "
