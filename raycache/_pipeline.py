@@ -223,6 +223,6 @@ def probe(config: ProbeConfig | dict | str | Path, *, progress: bool | None = No
         print(result.summary())
         ```
     """
-    from raycache._probe.run import probe as run
+    from raycache._probe import run
 
-    return run(config, TRAINING, progress=progress)
+    return run.probe(config, TRAINING, progress=progress)
