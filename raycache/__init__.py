@@ -188,7 +188,7 @@ _LAZY = {
     "ProbeHeadsConfig": "raycache._probe.config",
     "Outcome": "raycache._probe.result",
     "ProbeResult": "raycache._probe.result",
-    "probe": "raycache._probe.run",
+    "probe": "raycache._pipeline",
     "ServeConfig": "raycache._serve.config",
     "serve": "raycache._serve.run",
     "serve_app": "raycache._serve.run",
@@ -261,14 +261,13 @@ if TYPE_CHECKING:
     from raycache._heads.joint import Inputs
     from raycache._heads.loaded import Head, load_head
     from raycache._heads.specs import HeadSpec
-    from raycache._pipeline import PipelineResult, pipeline
+    from raycache._pipeline import PipelineResult, pipeline, probe
     from raycache._predict.config import PredictConfig
     from raycache._predict.evaluate import evaluate
     from raycache._predict.evaluation import Evaluation
     from raycache._predict.run import PredictResult, predict_file
     from raycache._probe.config import KnnConfig, LogregConfig, ProbeConfig, ProbeHeadsConfig
     from raycache._probe.result import Outcome, ProbeResult
-    from raycache._probe.run import probe
     from raycache._serve.config import ServeConfig
     from raycache._serve.run import serve, serve_app
     from raycache._serve.st_export import export_head

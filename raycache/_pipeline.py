@@ -1,5 +1,7 @@
-"""Fill then train as one run: the train section defaults its cache and store to the fill's;
-with overlap: true, training starts on the fill's shards while it is still encoding."""
+"""The SDK functions that join stages. Fill then train as one run: the train section defaults
+its cache and store to the fill's; with overlap: true, training starts on the fill's shards while
+it is still encoding. The probe, with training's driver handed in (TRAINING): the probe imports
+nothing of raycache._train."""
 
 from __future__ import annotations
 
@@ -8,20 +10,28 @@ import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raycache._core.config import at, read_yaml
 from raycache._errors import ConfigError, CorruptCache
 from raycache._fill.config import FillConfig
 from raycache._fill.plan import load_config as load_fill
 from raycache._fill.run import FillResult, fill
+from raycache._probe.training import Training
 from raycache._train.config import TrainConfig
+from raycache._train.driver.plan import check
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.driver.run import TrainResult, train, train_on
 
-__all__ = ["PipelineResult", "configs", "document", "pipeline"]
+if TYPE_CHECKING:
+    from raycache._probe.config import ProbeConfig
+    from raycache._probe.result import ProbeResult
+
+__all__ = ["TRAINING", "PipelineResult", "configs", "document", "pipeline", "probe"]
 
 SECTIONS = ("fill", "train", "overlap")
+TRAINING = Training(load_config=load_train, check=check, train_on=train_on)
+"""Training as the probe reaches it: the driver's own load_config, check and train_on."""
 
 
 @dataclass
@@ -180,3 +190,39 @@ def overlapped(fill_cfg: FillConfig, train_cfg: TrainConfig, progress: bool | No
     filled = overlap.result()
     print(filled.summary(), flush=True)
     return PipelineResult(filled, trained)
+
+
+def probe(config: ProbeConfig | dict | str | Path, *, progress: bool | None = None
+          ) -> ProbeResult:
+    """Compare encoders: run each method on each encoder of the caches, on one label.
+
+    Every encoder gets the same key split as training; logreg and knn run in this process
+    where the features fit its memory (or num_workers: 0), else on Ray workers that each hold a
+    part of the rows, with the same results; linear and mlp train a sweep (on as many DDP
+    workers). The report and best head are saved under the first cache.
+
+    Args:
+        config: A ProbeConfig, a dict of its fields, or a YAML file's path.
+        progress: Print a line per (encoder, method) (None: as `config.progress` says).
+
+    Returns:
+        The table, per-class metrics, the best row, and the report's and best head's URIs.
+
+    Raises:
+        ConfigError: Every problem of the config, or of it against the caches (encoders,
+            label), in one message; device cuda on a machine without one; more workers than
+            the Ray cluster holds.
+        CacheNotFound: A cache it names is not in the store.
+        CorruptShard: A shard does not match its manifest.
+        StoreError: The store cannot be reached (StoreUnavailable: after its retries).
+
+    Example:
+        ```python
+        result = raycache.probe({"caches": ["docs", "docs-bge"],
+                                 "methods": ["logreg", "knn", "linear"]})
+        print(result.summary())
+        ```
+    """
+    from raycache._probe import run
+
+    return run.probe(config, TRAINING, progress=progress)

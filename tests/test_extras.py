@@ -86,15 +86,16 @@ def test_evaluate_output_without_matplotlib_refuses_with_exit_3(monkeypatch, tmp
 
 
 def test_probe_report_and_lexical_without_their_packages_are_config_problems(monkeypatch):
+    from raycache._pipeline import TRAINING
     from raycache._probe.plan import load_config
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "sklearn", None)
     with pytest.raises(ConfigError) as e:
-        load_config({"caches": ["docs"], "lexical": True})
+        load_config({"caches": ["docs"], "lexical": True}, TRAINING)
     assert any("raycache[plots]" in p and "report: false" in p for p in e.value.problems)
     assert any("raycache[lexical]" in p for p in e.value.problems)
-    load_config({"caches": ["docs"], "report": False})  # nothing else needs either
+    load_config({"caches": ["docs"], "report": False}, TRAINING)  # nothing else needs either
 
 
 def test_lance_and_qdrant_exports_name_the_export_extra(monkeypatch, tmp_path):

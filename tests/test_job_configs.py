@@ -10,7 +10,7 @@ from raycache import ConfigError, SourceError, StoreError
 from raycache._cache.store import Store
 from raycache._core.workdir import job_working_dir
 from raycache._fill.plan import load_config as load_fill
-from raycache._pipeline import configs
+from raycache._pipeline import TRAINING, configs
 from raycache._probe.plan import load_config as load_probe
 from raycache._source.config import SourceConfig
 from raycache._source.files import list_files
@@ -36,7 +36,7 @@ def test_config_loads_and_checks(path):
         cfg = load_train(path)
         assert cfg.resources.num_workers >= 2
     elif path.stem.startswith("probe"):
-        cfg = load_probe(path)
+        cfg = load_probe(path, TRAINING)
         assert cfg.caches and cfg.methods
     else:
         fill, train = configs(path)

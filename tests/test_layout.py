@@ -184,14 +184,40 @@ def test_the_entry_check_finds_each_way_back():
     assert ".keep" not in " ".join(entry_format_uses(source, "_predict.run"))
 
 
-PROBE_TO_TRAINING = {"raycache._train.driver.plan", "raycache._train.driver.run"}
-"""What the probe imports of training: its front door (load_config, check, train), to train
-the linear and mlp heads; what both share lies below them in raycache/_fit/."""
+PROBE_TO_TRAINING: set[str] = set()
+"""What the probe may import of training: nothing. raycache.probe hands the training driver in
+(raycache._probe.training.Training); what both share lies below them in raycache/_fit/."""
 
 
-def test_the_probe_reaches_training_only_through_its_driver():
-    graph = imports()
-    inside = sorted(f"{a} -> {b}" for a, targets in graph.items() if a.startswith("raycache._probe")
-                    for b in targets if b.startswith("raycache._train")
-                    and b not in PROBE_TO_TRAINING)
-    assert not inside, "the probe imports training's internals:\n" + "\n".join(inside)
+def training_imports(source: str) -> list[str]:
+    """Every raycache._train module `source` imports: at any depth, `if TYPE_CHECKING:` blocks
+    and import_module("...") calls included."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in {
+                "import_module", "__import__"} and node.args \
+                and isinstance(node.args[0], ast.Constant):
+            out.append(str(node.args[0].value))
+    return sorted(m for m in out if (m == "raycache._train" or m.startswith("raycache._train."))
+                  and m not in PROBE_TO_TRAINING)
+
+
+def test_training_imports_finds_every_form_of_import():
+    source = ("from typing import TYPE_CHECKING\nimport raycache._train.optim\n"
+              "from raycache._fit import split\nif TYPE_CHECKING:\n"
+              "    from raycache._train.config import TrainConfig\n"
+              "def f():\n    from raycache._train.driver.run import train_on\n"
+              "    importlib.import_module('raycache._train.driver.plan')\n")
+    assert training_imports(source) == ["raycache._train.config", "raycache._train.driver.plan",
+                                         "raycache._train.driver.run", "raycache._train.optim"]
+
+
+def test_the_probe_imports_nothing_of_training():
+    files = sorted((ROOT / "_probe").rglob("*.py"))
+    assert len(files) > 10  # the walk found the probe
+    found = [f"{p.relative_to(ROOT)}: {m}" for p in files for m in training_imports(p.read_text())]
+    assert not found, "the probe imports training:\n" + "\n".join(found)

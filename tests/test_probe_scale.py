@@ -258,13 +258,14 @@ def test_the_workers_predictions_are_the_ones_made_in_this_process(ray_session, 
     import ray
 
     from raycache._cache.store import Store
+    from raycache._pipeline import TRAINING
     from raycache._probe import METHODS
     from raycache._probe.load import read
     from raycache._probe.on_ray import ON_RAY, Workers
     from raycache._probe.plan import load_config, targets
 
-    cfg = load_config(config(store, methods=["logreg", "knn"]))
-    found = targets(cfg, Store.from_config(cfg.store))
+    cfg = load_config(config(store, methods=["logreg", "knn"]), TRAINING)
+    found = targets(cfg, Store.from_config(cfg.store), TRAINING)
     features = {f.encoder: f for f in read(found, cfg.val_fraction)}
     group = Workers(2, 0.5, progress=False)
     try:
@@ -272,8 +273,8 @@ def test_the_workers_predictions_are_the_ones_made_in_this_process(ray_session, 
             data = features[shared.encoder]
             assert (shared.train_rows, shared.val_rows) == (data.train_rows, data.val_rows)
             for method, key in (("knn", "knn"), ("logreg", "logreg")):
-                want = [c.pred for c in METHODS[method](data, cfg, "cpu")]
-                ON_RAY[method](shared, cfg)
+                want = [c.pred for c in METHODS[method](data, cfg, "cpu", TRAINING)]
+                ON_RAY[method](shared, cfg, TRAINING)
                 parts = ray.get([a.predictions.remote(shared.column, key)
                                  for a in group.actors])
                 got = [np.concatenate([p[i] for p in parts]) for i in range(len(want))]

@@ -76,7 +76,7 @@ def pipeline(args: argparse.Namespace) -> int:
 
 def probe(args: argparse.Namespace) -> int:
     from raycache._cli.tables import frame_table
-    from raycache._probe.run import probe as run
+    from raycache._pipeline import probe as run
 
     store_folder(args.store)
     with summary(args.json) as out:

@@ -1,5 +1,6 @@
 """Frozen-feature protocols: which encoder, which head (`raycache.probe`); the METHODS
-registry, each method a function (Features, ProbeConfig, device) -> list of Candidates."""
+registry, each method a function (Features, ProbeConfig, device, Training) -> list of
+Candidates (the Training handed in, raycache._probe.training, trains linear and mlp)."""
 
 from raycache._probe import heads, knn, logreg
 

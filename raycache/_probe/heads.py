@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from raycache._cache.committed import Cache
     from raycache._heads.loaded import Head
     from raycache._probe.config import ProbeConfig
+    from raycache._probe.training import Training
 
 __all__ = ["SWEEPS", "fit_linear", "fit_mlp", "fit_sweep", "run_sweep", "train_config"]
 
@@ -53,36 +54,36 @@ def train_config(cfg: ProbeConfig, cache: str, fingerprint: str | None, column: 
     return out
 
 
-def fit_sweep(data: Features, cfg: Any, device: str, method: str) -> list[Candidate]:
+def fit_sweep(data: Features, cfg: Any, training: Training, method: str) -> list[Candidate]:
     """One candidate: the sweep's selected member (its settings, validation predictions and
     checkpoint). The run is an ordinary run of the cache (`raycache runs` lists it), so
     probing again with the same settings returns it without training."""
-    checkpoint, head, setting = run_sweep(data.cache, data.spec.encoders[0], cfg, method)
+    checkpoint, head, setting = run_sweep(data.cache, data.spec.encoders[0], cfg, training,
+                                          method)
     pred = head.predict_ids(data.x_val) if len(data.x_val) else data.y_val[:0]
     return [Candidate(setting, pred, head.spec, checkpoint=checkpoint)]
 
 
-def run_sweep(cache: Cache, column: str, cfg: Any, method: str, workers: int = 0
-              ) -> tuple[str, Head, dict[str, Any]]:
-    """Train `method`'s sweep on one encoder (in this process, or on `workers` DDP workers):
-    (the checkpoint of its selected member, that head loaded, its settings and epochs)."""
+def run_sweep(cache: Cache, column: str, cfg: Any, training: Training, method: str,
+              workers: int = 0) -> tuple[str, Head, dict[str, Any]]:
+    """Train `method`'s sweep on one encoder through `training` (in this process, or on
+    `workers` DDP workers): (the checkpoint of its selected member, that head loaded, its
+    settings and epochs)."""
     from raycache._heads.loaded import load_head
-    from raycache._train.driver.plan import load_config as load_train
-    from raycache._train.driver.run import train_on
 
     m = cache.manifest
-    tc = load_train(train_config(cfg, m.name, m.fingerprint, column, method, workers))
+    tc = training.load_config(train_config(cfg, m.name, m.fingerprint, column, method, workers))
     tc = dataclasses.replace(tc, store=cfg.store, progress=False)
-    run = train_on(tc, cache)  # the cache the probe opened, handed on
+    run = training.train_on(tc, cache)  # the cache the probe opened, handed on
     head = load_head(run.checkpoint, **cache.store.fsspec_options())
     setting = dict(run.best.get("settings", {}))
     setting["epochs"] = len(run.history)
     return run.checkpoint, head, setting
 
 
-def fit_linear(data: Features, cfg: Any, device: str) -> list[Candidate]:
-    return fit_sweep(data, cfg, device, "linear")
+def fit_linear(data: Features, cfg: Any, device: str, training: Training) -> list[Candidate]:
+    return fit_sweep(data, cfg, training, "linear")
 
 
-def fit_mlp(data: Features, cfg: Any, device: str) -> list[Candidate]:
-    return fit_sweep(data, cfg, device, "mlp")
+def fit_mlp(data: Features, cfg: Any, device: str, training: Training) -> list[Candidate]:
+    return fit_sweep(data, cfg, training, "mlp")

@@ -84,8 +84,8 @@ def votes(sims: Any, labels: Any, k: int, classes: int, temperature: float) -> A
     return scores.argmax(1)
 
 
-def fit(data: Features, cfg: Any, device: str) -> list[Candidate]:
-    """One candidate per k, all from one search."""
+def fit(data: Features, cfg: Any, device: str, training: Any = None) -> list[Candidate]:
+    """One candidate per k, all from one search (`training`: unused, the METHODS shape)."""
     from raycache._core.threads import sized
 
     queries = min(len(data.x_val), QUERY_ROWS)

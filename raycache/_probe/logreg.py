@@ -15,8 +15,9 @@ from raycache._probe.data import Candidate, Features
 __all__ = ["fit", "objective", "solve"]
 
 
-def fit(data: Features, cfg: Any, device: str) -> list[Candidate]:
-    """One candidate per C: validation predictions and the linear head's weights."""
+def fit(data: Features, cfg: Any, device: str, training: Any = None) -> list[Candidate]:
+    """One candidate per C: validation predictions and the linear head's weights (`training`:
+    unused, the METHODS shape)."""
     import torch
 
     settings = cfg.logreg

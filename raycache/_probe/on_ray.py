@@ -16,6 +16,7 @@ from raycache._errors import ConfigError
 from raycache._probe.config import ProbeConfig
 from raycache._probe.data import Candidate, Shared
 from raycache._probe.plan import Target
+from raycache._probe.training import Training
 
 __all__ = ["ON_RAY", "Workers", "run"]
 
@@ -95,10 +96,11 @@ def check(count: int, cpus: float, nodes: list[dict[str, float]], training: bool
                        "process"])
 
 
-def logreg(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
+def logreg(data: Shared, cfg: ProbeConfig, training: Training | None = None) -> list[Candidate]:
     """Every C solved together by the batched L-BFGS here, each evaluation the sum of the
     workers' data terms (their parts' rows, standardised by every part's moments) and one
-    L2 penalty: the in-process objective; the solution mapped back to the raw features."""
+    L2 penalty: the in-process objective; the solution mapped back to the raw features
+    (`training`: unused, the ON_RAY shape)."""
     import ray
     import torch
 
@@ -125,10 +127,11 @@ def logreg(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
                       confusion=confs[i]) for i, c in enumerate(cs)]
 
 
-def knn(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
+def knn(data: Shared, cfg: ProbeConfig, training: Training | None = None) -> list[Candidate]:
     """Every worker searches its part of the training rows for every worker's validation
     rows (object refs, never through here); each worker merges its own rows' neighbours from
-    all parts, votes and counts; the counts are summed."""
+    all parts, votes and counts; the counts are summed (`training`: unused, the ON_RAY
+    shape)."""
     import ray
 
     s, actors = cfg.knn, data.workers.actors
@@ -145,13 +148,13 @@ def knn(data: Shared, cfg: ProbeConfig) -> list[Candidate]:
                       confusion=summed[i]) for i, k in enumerate(s.k)]
 
 
-def heads(data: Shared, cfg: ProbeConfig, method: str) -> list[Candidate]:
-    """`method`'s sweep trained on as many DDP workers as hold parts; its selected head
-    scored by the workers on their validation rows."""
+def heads(data: Shared, cfg: ProbeConfig, training: Training, method: str) -> list[Candidate]:
+    """`method`'s sweep trained through `training` on as many DDP workers as hold parts; its
+    selected head scored by the workers on their validation rows."""
     from raycache._probe.heads import run_sweep
 
     workers = data.workers
-    checkpoint, head, setting = run_sweep(data.cache, data.column, cfg, method,
+    checkpoint, head, setting = run_sweep(data.cache, data.column, cfg, training, method,
                                           len(workers.actors))
     conf = workers.summed("head_confusion", data.column, checkpoint,
                           data.cache.store.for_workers(), data.spec.num_classes)
@@ -164,7 +167,7 @@ ON_RAY = {
     "linear": functools.partial(heads, method="linear"),
     "mlp": functools.partial(heads, method="mlp"),
 }
-"""Each METHODS entry's Ray form: (Shared, ProbeConfig) -> Candidates."""
+"""Each METHODS entry's Ray form: (Shared, ProbeConfig, Training) -> Candidates."""
 
 
 def own_errors(fn: Any, *args: Any) -> Any:
@@ -181,7 +184,7 @@ def own_errors(fn: Any, *args: Any) -> Any:
         raise error from exc
 
 
-def run(cfg: ProbeConfig, found: list[Target], workers: int
+def run(cfg: ProbeConfig, found: list[Target], workers: int, training: Training
         ) -> Iterator[tuple[Shared, str, list[Candidate], float]]:
     """(encoder's parts, method, candidates, seconds) for every method on every target, one
     cache's parts held by the workers at a time (methods left out: DEFAULT_METHODS; the
@@ -199,7 +202,7 @@ def run(cfg: ProbeConfig, found: list[Target], workers: int
             for data in own_errors(group.load, cfg, targets):
                 for method in methods:
                     start = time.perf_counter()
-                    candidates = own_errors(ON_RAY[method], data, cfg)
+                    candidates = own_errors(ON_RAY[method], data, cfg, training)
                     yield data, method, candidates, time.perf_counter() - start
     finally:
         group.close()

@@ -1,6 +1,7 @@
 """A probe planned on the driver: the config checked against the METHODS registry, the train
 settings its sweep methods name, and the caches; each encoder to probe resolved to its cache,
-its head spec and the TrainConfig that names it (the checks training itself runs)."""
+its head spec and the train config that names it (the checks training itself runs, reached
+through the Training handed in)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from raycache._errors import ConfigError
 from raycache._heads.specs import HeadSpec
 from raycache._probe.config import ProbeConfig
 from raycache._probe.heads import train_config
+from raycache._probe.training import Training
 
 __all__ = ["Target", "load_config", "problems", "targets"]
 
@@ -34,10 +36,9 @@ class Target:
     label: str
 
 
-def problems(cfg: ProbeConfig) -> list[str]:
+def problems(cfg: ProbeConfig, training: Training) -> list[str]:
     """The checks of `cfg` that consult the METHODS registry and the train settings."""
     from raycache._probe import METHODS
-    from raycache._train.driver.plan import load_config as load_train
 
     out = [f"methods: {m!r} is unknown; expected some of {sorted(METHODS)}"
            for m in cfg.methods or [] if m not in METHODS]
@@ -50,24 +51,22 @@ def problems(cfg: ProbeConfig) -> list[str]:
         if method not in (cfg.methods or ["mlp"]):  # left out: mlp may run
             continue
         try:
-            load_train(train_config(cfg, "CACHE", None, "ENCODER", method))
+            training.load_config(train_config(cfg, "CACHE", None, "ENCODER", method))
         except ConfigError as exc:
             out += [f"{method}: {p}" for p in exc.problems]
     return out
 
 
-def load_config(data: ProbeConfig | dict[str, Any] | str | Path) -> ProbeConfig:
+def load_config(data: ProbeConfig | dict[str, Any] | str | Path, training: Training
+                ) -> ProbeConfig:
     """A ProbeConfig from a dict, a YAML path or an instance, every problem in one
-    ConfigError."""
-    return load(ProbeConfig, data, problems)
+    ConfigError (its train settings checked by `training`)."""
+    return load(ProbeConfig, data, lambda cfg: problems(cfg, training))
 
 
-def targets(cfg: ProbeConfig, store: Store) -> list[Target]:
+def targets(cfg: ProbeConfig, store: Store, training: Training) -> list[Target]:
     """Every (cache, encoder) to probe, checked as training checks them: the label, its
     classes, the split leaving rows on both sides."""
-    from raycache._train.driver.plan import check
-    from raycache._train.driver.plan import load_config as load_train
-
     caches = []
     for item in cfg.caches:
         name, _, fp = item.partition("/")
@@ -83,9 +82,9 @@ def targets(cfg: ProbeConfig, store: Store) -> list[Target]:
         for column in have[cache.name]:
             if cfg.encoders is not None and column not in cfg.encoders:
                 continue
-            tc = load_train(train_config(cfg, cache.name, cache.fingerprint, column))
+            tc = training.load_config(train_config(cfg, cache.name, cache.fingerprint, column))
             tc = dataclasses.replace(tc, store=cfg.store)
-            _, spec, _ = check(tc, store, cache)
+            _, spec, _ = training.check(tc, store, cache)
             shown = f"{cache.name}/{column}" if len(caches) > 1 else column
             out.append(Target(shown, cache, column, spec, spec.label))
     return out

@@ -14,6 +14,7 @@ from raycache._probe.data import Candidate, Features, Shared
 from raycache._probe.metrics import confusion, scores
 from raycache._probe.plan import Target, load_config, targets
 from raycache._probe.result import Outcome, ProbeResult, setting_text
+from raycache._probe.training import Training
 from raycache._probe.workers import resolve
 
 __all__ = ["Outcome", "ProbeResult", "probe"]
@@ -50,51 +51,24 @@ def score(data: Features | Shared, method: str, candidates: list[Candidate], sel
                    best.weights, best.checkpoint)
 
 
-def probe(config: ProbeConfig | dict | str | Path, *, progress: bool | None = None
-          ) -> ProbeResult:
-    """Compare encoders: run each method on each encoder of the caches, on one label.
-
-    Every encoder gets the same key split as training; logreg and knn run in this process
-    where the features fit its memory (or num_workers: 0), else on Ray workers that each hold a
-    part of the rows, with the same results; linear and mlp train a sweep (on as many DDP
-    workers). The report and best head are saved under the first cache.
-
-    Args:
-        config: A ProbeConfig, a dict of its fields, or a YAML file's path.
-        progress: Print a line per (encoder, method) (None: as `config.progress` says).
-
-    Returns:
-        The table, per-class metrics, the best row, and the report's and best head's URIs.
-
-    Raises:
-        ConfigError: Every problem of the config, or of it against the caches (encoders,
-            label), in one message; device cuda on a machine without one; more workers than
-            the Ray cluster holds.
-        CacheNotFound: A cache it names is not in the store.
-        CorruptShard: A shard does not match its manifest.
-        StoreError: The store cannot be reached (StoreUnavailable: after its retries).
-
-    Example:
-        ```python
-        result = raycache.probe({"caches": ["docs", "docs-bge"],
-                                 "methods": ["logreg", "knn", "linear"]})
-        print(result.summary())
-        ```
-    """
-    cfg = load_config(config)
+def probe(config: ProbeConfig | dict | str | Path, training: Training, *,
+          progress: bool | None = None) -> ProbeResult:
+    """raycache.probe (raycache._pipeline.probe, which documents it), with `training` the
+    front door that checks the train settings and trains linear and mlp."""
+    cfg = load_config(config, training)
     if progress is not None:
         cfg.progress = progress
     store = Store.from_config(cfg.store)
     store.check_reachable()
-    found = targets(cfg, store)  # bad input fails here, before any read
+    found = targets(cfg, store, training)  # bad input fails here, before any read
     device = resolve_device(cfg.device)
     workers, why = resolve(cfg, found)
     where = f"on Ray, {workers} workers" if workers else "in this process"
     if cfg.progress:
         print(f"probe {where}: {why}", flush=True)
     outcomes = []
-    for data, method, candidates, seconds in (_on_ray(cfg, found, workers) if workers
-                                              else _here(cfg, found, device)):
+    for data, method, candidates, seconds in (_on_ray(cfg, found, workers, training) if workers
+                                              else _here(cfg, found, device, training)):
         out = score(data, method, candidates, cfg.select, seconds)
         outcomes.append(out)
         if cfg.progress:
@@ -136,7 +110,7 @@ def _lexical(cfg: ProbeConfig, found: list[Target]) -> list[Outcome]:
     return out
 
 
-def _here(cfg: ProbeConfig, found: list[Target], device: str
+def _here(cfg: ProbeConfig, found: list[Target], device: str, training: Training
           ) -> Iterator[tuple[Features, str, list[Candidate], float]]:
     """Every method on every target's features, read into this process."""
     from raycache._probe import METHODS
@@ -150,15 +124,15 @@ def _here(cfg: ProbeConfig, found: list[Target], device: str
             start = time.perf_counter()
             with step(cfg.progress, f"probe {data.encoder} {method}: {data.train_rows:,} "
                                     "training rows"):
-                candidates = METHODS[method](data, cfg, device)
+                candidates = METHODS[method](data, cfg, device, training)
             yield data, method, candidates, time.perf_counter() - start
 
 
-def _on_ray(cfg: ProbeConfig, found: list[Target], workers: int
+def _on_ray(cfg: ProbeConfig, found: list[Target], workers: int, training: Training
             ) -> Iterator[tuple[Shared, str, list[Candidate], float]]:
     from raycache._probe.on_ray import run
 
-    steps, end = run(cfg, found, workers), object()
+    steps, end = run(cfg, found, workers, training), object()
     while True:
         with step(cfg.progress, f"probe on Ray, {workers} workers: the next encoder and "
                                 "method"):
