@@ -16,9 +16,14 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 demo: $(STAMP)
 	$(BIN)/raycache demo
 
+# The suite on two pytest workers (pytest-xdist), each file on one of them (its module fixtures
+# built once): most tests wait on Ray, subprocesses and sockets, so two share two cores well.
+# `make test WORKERS=0` runs it in this process, one test at a time.
+WORKERS ?= 2
+
 test: $(STAMP)
 	$(BIN)/ruff check raycache jobs tests bench
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile)
 
 DOCS_STAMP := $(VENV)/.docs-installed
 
