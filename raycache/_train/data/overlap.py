@@ -4,7 +4,7 @@ shards in the order their progress records appear (`raycache pipeline` with over
 Epoch 1 reads each shard once as it lands, its training rows shuffled within the shard (the
 order cannot be the full-cache shuffle: the cache is not there yet); under DDP the k-th shard to
 land goes to worker k mod world, the order told to every worker by an OverlapFeed actor
-(raycache._train.data.shard_feed). Validation waits for the commit and then runs on the whole
+(raycache._train.data.overlap_feed). Validation waits for the commit and then runs on the whole
 validation split, as usual. Every later epoch is the ordinary read of the committed cache in
 the run's placement.
 A fill that fails stops the training with FillFailed; its shards and records stay, so running
@@ -193,7 +193,7 @@ class OverlapFill:
         the OverlapFeed that tells them of it is started here (Ray is connected)."""
         spec = spec.replace(overlap_feed=self.id)
         if spec.num_workers:
-            from raycache._train.data.shard_feed import NAMESPACE, OverlapFeed
+            from raycache._train.data.overlap_feed import NAMESPACE, OverlapFeed
 
             self.feed_actor = OverlapFeed.options(name=self.id, namespace=NAMESPACE).remote(
                 self.dir, self.verify, [self.train_rows(spec, r) for r in range(spec.world)])
@@ -214,7 +214,7 @@ class OverlapFill:
 
 class Feed(Protocol):
     """A fill under way as a first pass reads it: the OverlapFill itself in the driver's process,
-    a raycache._train.data.shard_feed.RemoteOverlapFeed in a DDP worker."""
+    a raycache._train.data.overlap_feed.RemoteOverlapFeed in a DDP worker."""
 
     dir: str
     verify: bool
@@ -296,7 +296,7 @@ def overlap_sources(spec: WorkerSpec, rank: int, device: torch.device,
     the fill has committed."""
     feed: Feed | None = RUNNING.get(spec.overlap_feed)
     if feed is None:
-        from raycache._train.data.shard_feed import RemoteOverlapFeed
+        from raycache._train.data.overlap_feed import RemoteOverlapFeed
 
         feed = RemoteOverlapFeed(spec.overlap_feed)
     built: list[tuple[Any, Any]] = []
