@@ -36,10 +36,13 @@ from raycache._fit.split import validation_mask
 from raycache._train.data.streamed import Streamed
 from raycache._train.runspec import WorkerSpec
 
-__all__ = ["POLL_S", "Feed", "OverlapFill", "OverlapRows", "overlap_sources"]
+__all__ = ["POLL_S", "PREFIX", "Feed", "OverlapFill", "OverlapRows", "overlap_sources"]
 
 POLL_S = 0.2
 """Seconds between two looks for newly written shard records."""
+PREFIX = "raycache-overlap-"
+"""How an overlap's id, the name of its OverlapFeed actor, begins: the id travels in the
+WorkerSpec (`overlap_feed`), so a driver and its workers always read the same one."""
 
 RUNNING: dict[str, OverlapFill] = {}
 """Fills under way in this process, by their id (what a WorkerSpec's `overlap_feed` names)."""
@@ -56,7 +59,7 @@ class OverlapFill:
     def __init__(self, plan: Plan, verify: bool):
         self.plan, self.verify = plan, verify
         self.dir = plan.dir
-        self.id = f"raycache-filling-{uuid.uuid4().hex[:12]}"
+        self.id = f"{PREFIX}{uuid.uuid4().hex[:12]}"
         self.feed_actor: Any = None
         """The OverlapFeed actor that tells DDP workers of the landed shards (None in-process)."""
         self.poster: threading.Thread | None = None
