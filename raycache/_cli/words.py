@@ -43,7 +43,7 @@ def store_folder(store: str | None) -> None:
 
 # --- flags named as flags: the SDK's names for them in its messages, as the CLI spells them ---
 
-GC_FLAGS = {"keep_last": "--keep-last", "older_than": "--older-than", "max_size": "--max-size",
+GC_FLAGS = {"retain": "--retain", "older_than": "--older-than", "max_size": "--max-size",
             "grace": "--grace"}
 PREDICT_FLAGS = {"in_process": "--in-process", "pool.num_gpus": "--num-gpus",
                  "checkpoint": "--checkpoint", "input": "--input", "output": "--output"}
@@ -51,8 +51,8 @@ PREDICT_FLAGS = {"in_process": "--in-process", "pool.num_gpus": "--num-gpus",
 
 @contextlib.contextmanager
 def flags_named(names: dict[str, str]) -> Iterator[None]:
-    """Re-raise a ConfigError with the SDK's parameter names (`keep_last=-1`, `set
-    pool.num_gpus: 0`) written as this command's flags (`--keep-last=-1`, `set --num-gpus 0`)."""
+    """Re-raise a ConfigError with the SDK's parameter names (`retain=-1`, `set
+    pool.num_gpus: 0`) written as this command's flags (`--retain=-1`, `set --num-gpus 0`)."""
     pattern = re.compile(r"(?<![\w.(-])(" + "|".join(map(re.escape, names)) + r")(=|: )")
     try:
         yield
