@@ -125,6 +125,18 @@ def test_keep_the_old_name_of_passthrough_still_works_with_a_warning_naming_it(
     assert pq.read_schema(tmp_path / "d.parquet").names == ["label", "embedding"]
 
 
+def test_predict_config_takes_keep_as_its_old_name_warning_at_the_callers_line():
+    import dataclasses
+
+    with pytest.warns(DeprecationWarning, match=r"PredictConfig\(\): keep= is the old name "
+                                                r"of passthrough=") as caught:
+        cfg = PredictConfig("ckpt", "in.jsonl", "out.parquet", keep=["id"])
+    assert cfg.passthrough == ["id"] and caught[0].filename == __file__
+    assert dataclasses.replace(cfg, overwrite=True).passthrough == ["id"]
+    with pytest.raises(TypeError, match="got passthrough= and keep=, its old name"):
+        PredictConfig("ckpt", "in.jsonl", "out.parquet", passthrough=["id"], keep=["id"])
+
+
 def test_bad_input_is_refused_before_any_work_naming_the_fix(heads, tmp_path, capsys):
     out = tmp_path / "out.parquet"
     base = {"checkpoint": heads["classifier"], "input": str(heads["jsonl"]),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from raycache._compute.pool_config import PoolConfig, gather_pool_keys
 from raycache._core.config import AUTO
-from raycache._core.renamed import renamed_keys
+from raycache._core.renamed import renamed_argument, renamed_keys
 from raycache._core.trust import problems as trust_problems
 from raycache._source.config import FILE_FORMATS
 
@@ -71,6 +71,12 @@ class PredictConfig:
     """Show a progress bar (rows) and the summary."""
     verbose: bool = False
     """Show Ray's and Ray Data's own logs and progress bars too."""
+    keep: InitVar[list[str] | None] = None
+    """The old name of `passthrough` (a DeprecationWarning; it goes in 0.3)."""
+
+    def __post_init__(self, keep: list[str] | None) -> None:
+        self.passthrough = renamed_argument("keep", keep, "passthrough", self.passthrough,
+                                            "PredictConfig")
 
     @staticmethod
     def moved(data: dict[str, Any]) -> dict[str, Any]:
