@@ -8,7 +8,7 @@ before it, and each as a share of the full fill's time and of its bytes:
   edit every file 1% of the rows edited, spread over every file
 Then the storage of the chain against as many whole copies; a chain of --chain versions, each
 with 1% of the rows edited across every file, and training rows/s on its newest version against
-the same rows written whole (in memory and streamed); gc --keep-last 1 and what it freed.
+the same rows written whole (in memory and streamed); gc --retain 1 and what it freed.
 
     python bench/versions.py                    # 1,000,000 rows, a chain of 20
     python bench/versions.py --rows 10000000 --chain 5 --skip train
@@ -140,9 +140,9 @@ def main() -> None:
             print(f"train {placement:<6} epochs 2+: newest version {shared:,.0f} rows/s, the same "
                   f"rows written whole {written:,.0f}: {shared / written:.2f}x")
         before = disk(store)
-        freed = raycache.gc(str(store), keep_last=1, grace=None, delete=True)
+        freed = raycache.gc(str(store), retain=1, grace=None, delete=True)
         check = raycache.verify(raycache.open_cache("data", str(store)))
-        print(f"gc --keep-last 1: reported {freed.bytes / 2**20:.1f} MiB, freed "
+        print(f"gc --retain 1: reported {freed.bytes / 2**20:.1f} MiB, freed "
               f"{(before - disk(store)) / 2**20:.1f} MiB; newest version verify "
               f"{'OK' if check.ok else 'BAD'}")
 

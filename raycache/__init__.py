@@ -6,7 +6,7 @@ The SDK:
     result = raycache.fill("fill.yaml")           # or a dict, or a FillConfig
     cache = raycache.open_cache("docs")           # manifest, to_pandas(), to_ray_dataset()
     raycache.verify(cache).ok                     # every shard checked against the manifest
-    raycache.gc(keep_last=2, delete=True)         # unfinished fills, old fingerprints
+    raycache.gc(retain=2, delete=True)            # unfinished fills, old fingerprints
     raycache.compact("docs")                      # rewrite a version's sparse shared shards
     raycache.export("docs", "docs.parquet")       # a version's rows: Parquet, Lance, Qdrant
     run = raycache.train({"cache": "docs", "epochs": 10})

@@ -39,7 +39,7 @@ for line in sys.stdin:
             out = raycache.repair("toy", cmd["store"], cmd["fp"], progress=False,
                                   trust_code=["toy_encoders:"]).encoded_rows
         elif op == "gc":
-            out = [r.usage.id for r in raycache.gc(cmd["store"], keep_last=cmd["keep"],
+            out = [r.usage.id for r in raycache.gc(cmd["store"], retain=cmd["retain"],
                                                    delete=True, grace="0").removed]
         else:  # read the name's newest
             c = raycache.open_cache("toy", cmd["store"])
@@ -157,11 +157,11 @@ def test_two_processes_fill_gc_compact_repair_and_read_one_s3_store(bucket, tmp_
                 newest = fill_version(versions, here)
                 versions += 1
             elif op == "gc":
-                keep = int(rng.integers(1, 3))
+                retain = int(rng.integers(1, 3))
                 if here:
-                    raycache.gc(store, keep_last=keep, delete=True, grace="0")
+                    raycache.gc(store, retain=retain, delete=True, grace="0")
                 else:
-                    other(op="gc", store=store, keep=keep)
+                    other(op="gc", store=store, retain=retain)
             elif op == "compact":  # an older version where there is one: its place must stay
                 fp = str(rng.choice(kept[:-1] or kept))
                 if here:

@@ -252,7 +252,7 @@ def test_a_damaged_run_record_is_listed_as_such_and_du_and_gc_go_on(root, capsys
     [run] = raycache.list_runs(raycache.open_cache("toy", store, cache.name))
     assert run.name == "r1" and "damaged" in run.status
     assert main(["du", "--store", store]) == 0
-    assert main(["gc", "--store", store, "--keep-last", "0", "--include-newest"]) == 0
+    assert main(["gc", "--store", store, "--retain", "0", "--include-newest"]) == 0
     assert f"would remove toy/{cache.name}" in capsys.readouterr().out
 
 

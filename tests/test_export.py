@@ -329,7 +329,7 @@ def test_an_export_racing_compact_and_gc_exports_the_version_again_not_damaged(s
                             progress=False).compaction
     older = raycache.ls(store, "toy")[0]
     assert older.fingerprint != store_copy.fingerprint
-    gone = raycache.gc(store, keep_last=1, delete=True).removed
+    gone = raycache.gc(store, retain=1, delete=True).removed
     assert [r.usage.id for r in gone] == [f"toy/{older.fingerprint}"]
     with pytest.raises(raycache.StoreError, match="missing"):
         store_copy.read_table(["id"])  # the stale manifest names shards that are gone

@@ -88,7 +88,7 @@ def test_gc_keeps_the_files_of_a_fill_that_starts_after_it_looked(src, tmp_path,
             late["v3"] = raycache.fill(cfg).cache
         return out
     monkeypatch.setattr(gc_module, "unknown", fill_starts)
-    result = raycache.gc(str(store), keep_last=0, include_newest=True, delete=True)
+    result = raycache.gc(str(store), retain=0, include_newest=True, delete=True)
     monkeypatch.undo()
     shared = [s for s in v2.manifest.shards if s.home] + list(v2.manifest.shards)
     assert shared and all((store / (s.home or f"toy/{v2.fingerprint}") / s.path).exists()
@@ -132,11 +132,11 @@ def test_a_run_in_progress_keeps_the_files_of_the_shard_list_it_started_on(src, 
               if (home, path) not in {(s.home, s.path) for s in raycache.open_cache(
                   "toy", str(store)).manifest.shards}]
     assert sparse and all(p.exists() for p in sparse)
-    result = raycache.gc(str(store), keep_last=1, delete=True)
+    result = raycache.gc(str(store), retain=1, delete=True)
     assert [r.usage.fingerprint for r in result.removed] == [v1.fingerprint]
     assert "started before its last commit" in "\n".join(result.lines())
     assert all(p.exists() for p in sparse)  # the run may still read them
     (run / "run.json").write_text(json.dumps({**record, "status": "finished"}))
-    raycache.gc(str(store), keep_last=1, delete=True, grace="0")  # v1's folder: files alone
+    raycache.gc(str(store), retain=1, delete=True, grace="0")  # v1's folder: files alone
     assert not any(p.exists() for p in sparse)
     assert raycache.verify(raycache.open_cache("toy", str(store))).ok

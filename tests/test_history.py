@@ -81,7 +81,7 @@ def test_compact_and_repair_of_older_versions_leave_the_newest_newest(chain, cap
     assert main(["runs", "toy", "--store", str(store)]) == 0
     assert v3.fingerprint[:12] in capsys.readouterr().out
 
-    assert main(["gc", "--store", str(store), "--keep-last", "1", "--delete"]) == 0
+    assert main(["gc", "--store", str(store), "--retain", "1", "--delete"]) == 0
     assert fps(raycache.ls(str(store))) == [v3.fingerprint]
     after = raycache.open_cache("toy", str(store))
     assert after.read_table().sort_by("id").equals(newest_rows)

@@ -143,9 +143,8 @@ def test_training_code_is_placed_by_where_it_runs():
 
 ENTRY_FIELDS = {"home", "keep", "stored"}
 """Format 5's fields of a shard entry: where its file lives and which of its rows a version
-reads. Only `_cache/` reads or sets them; the rest asks raycache._cache.entry_rows."""
-OTHER_KEEP = {"_cli.predict", "_predict.run", "_compute.runner", "_compute.prepare"}
-"""Modules where `.keep` is predict's output columns, never a shard entry's kept rows."""
+reads. Only `_cache/` reads or sets them; the rest asks raycache._cache.entry_rows (no other
+`.keep` is left: predict's copied columns are its `passthrough`)."""
 
 
 def entry_format_uses(source: str, module: str) -> list[str]:
@@ -155,8 +154,7 @@ def entry_format_uses(source: str, module: str) -> list[str]:
     out = []
     for node in ast.walk(ast.parse(source)):
         where = f"{module}:{getattr(node, 'lineno', '?')}"
-        if isinstance(node, ast.Attribute) and node.attr in ENTRY_FIELDS and not (
-                node.attr == "keep" and module in OTHER_KEEP):
+        if isinstance(node, ast.Attribute) and node.attr in ENTRY_FIELDS:
             out.append(f"{where} .{node.attr}")
         elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in {
                 "replace", "ShardEntry"}:
@@ -181,7 +179,7 @@ def test_the_entry_check_finds_each_way_back():
               "y = dataclasses.replace(e, keep='')\nz = e.stored\nw = cfg.keep\n")
     found = sorted(use.split(" ", 1)[1] for use in entry_format_uses(source, "_fill.x"))
     assert found == [".home", ".keep", ".stored", "imports raycache._cache.selection", "keep="]
-    assert ".keep" not in " ".join(entry_format_uses(source, "_predict.run"))
+    assert ".keep" in " ".join(entry_format_uses(source, "_predict.run"))  # no module excused
 
 
 PROBE_TO_TRAINING: set[str] = set()

@@ -136,7 +136,8 @@ def minor(version: str) -> tuple[int, int]:
 
 def test_the_version_and_the_old_paths_words_agree():
     """The release pyproject.toml names is the one the notices speak of: the layout internal
-    since _moved.SINCE, the old paths gone in _moved.REMOVED_IN (then delete _moved.py)."""
+    since _moved.SINCE, the old paths gone in _moved.REMOVED_IN (then delete _moved.py), and
+    the renamed settings' notices (raycache._core.renamed) saying the same."""
     import tomllib
     from pathlib import Path
 
@@ -147,6 +148,9 @@ def test_the_version_and_the_old_paths_words_agree():
     assert minor(_moved.SINCE) <= minor(version) < minor(_moved.REMOVED_IN), (
         f"raycache {version}: the old import paths' notices say since {_moved.SINCE}, gone in "
         f"{_moved.REMOVED_IN}")
+    from raycache._core import renamed  # renamed settings and keywords: the same words
+
+    assert (renamed.SINCE, renamed.REMOVED_IN) == (_moved.SINCE, _moved.REMOVED_IN)
 
 
 

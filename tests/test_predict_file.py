@@ -71,15 +71,15 @@ def test_cli_writes_head_predict_and_probabilities(heads, tmp_path, capsys):
     assert (expected == rows.column("label").to_numpy()).mean() > 0.9  # a head that learned
 
 
-def test_similarity_head_writes_head_embed_and_keeps_asked_columns(heads, tmp_path):
+def test_similarity_head_writes_head_embed_and_passes_asked_columns_through(heads, tmp_path):
     out = tmp_path / "emb.parquet"
     result = raycache.predict_file({"checkpoint": heads["similarity"], "input":
                                     str(heads["jsonl"]), "output": str(out),
-                                    "keep": ["features", "id"], "in_process": True,
+                                    "passthrough": ["features", "id"], "in_process": True,
                                     "progress": False})
     assert result.rows == 100 and result.where.startswith("in-process")
     table = pq.read_table(out)
-    assert table.column_names == ["features", "id", "embedding"]  # an input column kept too
+    assert table.column_names == ["features", "id", "embedding"]  # an input column too
     assert table.column("features").to_pylist() == heads["rows"].column("features").to_pylist()
     assert table.schema.field("embedding").type == pa.list_(pa.float32(), 4)
     head = raycache.load_head(heads["similarity"])
@@ -87,7 +87,7 @@ def test_similarity_head_writes_head_embed_and_keeps_asked_columns(heads, tmp_pa
     assert np.allclose(vectors(table.column("embedding")), expected, atol=1e-6)
 
 
-def test_without_a_recorded_key_every_non_input_column_is_kept(heads, tmp_path):
+def test_without_a_recorded_key_every_non_input_column_passes_through(heads, tmp_path):
     old = tmp_path / "old"  # a checkpoint from before head.json recorded the key
     old.mkdir()
     saved = json.loads((Path(heads["classifier"]) / "head.json").read_text())
@@ -96,7 +96,45 @@ def test_without_a_recorded_key_every_non_input_column_is_kept(heads, tmp_path):
     weights = (Path(heads["classifier"]) / "head.safetensors").read_bytes()
     (old / "head.safetensors").write_bytes(weights)
     p = plan(PredictConfig(str(old), str(heads["jsonl"]), str(tmp_path / "o.parquet")))
-    assert p.keep == ["id", "label", "name"]  # all but the encoder's input, "features"
+    assert p.passthrough == ["id", "label", "name"]  # all but the encoder's input, "features"
+
+
+def test_keep_the_old_name_of_passthrough_still_works_with_a_warning_naming_it(
+        heads, tmp_path, capsys):
+    base = {"checkpoint": heads["similarity"], "input": str(heads["jsonl"]),
+            "in_process": True, "progress": False}
+    with pytest.warns(DeprecationWarning, match=r"PredictConfig: keep is the old name of "
+                                                r"passthrough \(renamed in raycache 0.2; the "
+                                                r"old name goes in 0.3\): write passthrough"):
+        raycache.predict_file({**base, "output": str(tmp_path / "a.parquet"),
+                               "keep": ["features", "id"]})
+    assert pq.read_schema(tmp_path / "a.parquet").names == ["features", "id", "embedding"]
+    with pytest.raises(ConfigError, match="keep and passthrough are both given"):
+        raycache.predict_file({**base, "output": str(tmp_path / "b.parquet"),
+                               "keep": ["id"], "passthrough": ["id"]})
+    assert main(["predict", "--checkpoint", heads["similarity"], "--input", str(heads["jsonl"]),
+                 "--output", str(tmp_path / "c.parquet"), "--in-process", "true",
+                 "--no-progress", "--keep", "label", "id"]) == 0
+    err = capsys.readouterr().err
+    assert "raycache predict: warning: --keep is the old name of --passthrough" in err, err
+    assert pq.read_schema(tmp_path / "c.parquet").names == ["label", "id", "embedding"]
+    assert main(["predict", "--checkpoint", heads["similarity"], "--input", str(heads["jsonl"]),
+                 "--output", str(tmp_path / "d.parquet"), "--in-process", "true",
+                 "--no-progress", "--passthrough", "label"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert pq.read_schema(tmp_path / "d.parquet").names == ["label", "embedding"]
+
+
+def test_predict_config_takes_keep_as_its_old_name_warning_at_the_callers_line():
+    import dataclasses
+
+    with pytest.warns(DeprecationWarning, match=r"PredictConfig\(\): keep= is the old name "
+                                                r"of passthrough=") as caught:
+        cfg = PredictConfig("ckpt", "in.jsonl", "out.parquet", keep=["id"])
+    assert cfg.passthrough == ["id"] and caught[0].filename == __file__
+    assert dataclasses.replace(cfg, overwrite=True).passthrough == ["id"]
+    with pytest.raises(TypeError, match="got passthrough= and keep=, its old name"):
+        PredictConfig("ckpt", "in.jsonl", "out.parquet", passthrough=["id"], keep=["id"])
 
 
 def test_bad_input_is_refused_before_any_work_naming_the_fix(heads, tmp_path, capsys):
@@ -107,8 +145,8 @@ def test_bad_input_is_refused_before_any_work_naming_the_fix(heads, tmp_path, ca
     with pytest.raises(ConfigError, match=r"input column 'features' \(read by encoder 'proj'"
                                           r".*Rename the column"):
         raycache.predict_file({**base, "input": str(no_features)})
-    with pytest.raises(ConfigError, match=r"keep: column 'nope' is not in"):
-        raycache.predict_file({**base, "keep": ["nope"]})
+    with pytest.raises(ConfigError, match=r"passthrough: column 'nope' is not in"):
+        raycache.predict_file({**base, "passthrough": ["nope"]})
     with pytest.raises(RaycacheError, match=r"is not a head checkpoint .*TrainResult.checkpoint"):
         raycache.predict_file({**base, "checkpoint": str(tmp_path / "missing")})
     broken = tmp_path / "broken"

@@ -99,34 +99,53 @@ def test_du_totals_equal_the_bytes_on_disk(store, capsys):
 
 def test_gc_dry_run_deletes_nothing_and_lists_the_bytes(store, capsys):
     before = files(store)
-    result = raycache.gc(str(store), keep_last=1)
+    result = raycache.gc(str(store), retain=1)
     assert files(store) == before and not result.deleted
     ids = committed_ids(store)
     assert sorted(r.usage.id for r in result.removed) == sorted(["toy/stale0000000", ids[1]])
     assert result.bytes == sum(r.usage.bytes for r in result.removed) > 0
     assert [r.usage.id for r in result.kept] == [ids[0]] and "r1" in result.kept[0].reason
 
-    assert main(["gc", "--store", str(store), "--keep-last", "1"]) == 0
+    assert main(["gc", "--store", str(store), "--retain", "1"]) == 0
     out = capsys.readouterr().out
     assert files(store) == before
     assert f"would remove {ids[1]}" in out and f"keep {ids[0]}" in out
     assert f"({result.bytes} bytes); pass --delete" in out
 
 
+def test_gc_keep_last_the_old_name_of_retain_still_works_with_a_warning_naming_it(
+        store, capsys):
+    before = files(store)
+    picked = sorted(r.usage.id for r in raycache.gc(str(store), retain=1).removed)
+    with pytest.warns(DeprecationWarning, match=r"raycache.gc\(\): keep_last= is the old name "
+                                                r"of retain= \(renamed in raycache 0.2; the old "
+                                                r"name goes in 0.3\): write retain="):
+        old = raycache.gc(str(store), keep_last=1)
+    assert sorted(r.usage.id for r in old.removed) == picked and len(picked) == 2
+    with pytest.raises(TypeError, match="got retain= and keep_last=, its old name"):
+        raycache.gc(str(store), retain=1, keep_last=1)
+    assert main(["gc", "--store", str(store), "--keep-last", "1"]) == 0
+    said = capsys.readouterr()
+    assert "raycache gc: warning: --keep-last is the old name of --retain" in said.err
+    assert all(f"would remove {i}" in said.out for i in picked) and files(store) == before
+    assert main(["gc", "--store", str(store), "--retain", "1"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_gc_delete_removes_old_unfinished_and_old_fingerprints_but_not_a_live_runs(store):
     ids = committed_ids(store)
-    result = raycache.gc(str(store), keep_last=1, delete=True)
+    result = raycache.gc(str(store), retain=1, delete=True)
     assert result.deleted and not (store / "toy" / "stale0000000").exists()
     assert (store / "toy" / "fresh0000000").exists()  # within the 24h grace: a fill under way
     assert committed_ids(store) == [ids[0], ids[2]]  # the live run's cache and the newest
 
     run_json = Path(oldest(store).dir) / "runs" / "r1" / "run.json"
     run_json.write_text(json.dumps({**json.loads(run_json.read_text()), "status": "finished"}))
-    assert main(["gc", "--store", str(store), "--keep-last", "0", "--grace", "1m",
+    assert main(["gc", "--store", str(store), "--retain", "0", "--grace", "1m",
                  "--delete"]) == 0
     assert committed_ids(store) == [ids[2]]  # the newest stays unless asked for
     assert not (store / "toy" / "fresh0000000").exists()  # past a 1-minute grace
-    raycache.gc(str(store), keep_last=0, include_newest=True, delete=True)
+    raycache.gc(str(store), retain=0, include_newest=True, delete=True)
     assert committed_ids(store) == [] and not (store / "toy" / ids[2].split("/")[1]).exists()
 
 
@@ -159,15 +178,15 @@ def test_gc_keeps_a_cache_a_died_run_can_resume_from_within_the_grace(store, cap
     assert u.live_runs == () and [name for name, _ in u.resumable_runs] == ["r1"]
     assert "resumable runs: r1" in u.line()
 
-    result = raycache.gc(str(store), keep_last=1)
+    result = raycache.gc(str(store), retain=1)
     [kept] = [r for r in result.kept if r.usage.id == ids[0]]
     assert "can resume: r1 (last written" in kept.reason
     assert ids[0] not in {r.usage.id for r in result.removed}
 
     hours_ago = time.time() - 30 * 3600
     os.utime(run / "run.json", (hours_ago, hours_ago))
-    assert ids[0] in {r.usage.id for r in raycache.gc(str(store), keep_last=1).removed}
-    assert ids[0] in {r.usage.id for r in raycache.gc(str(store), keep_last=1, grace="2d").kept}
+    assert ids[0] in {r.usage.id for r in raycache.gc(str(store), retain=1).removed}
+    assert ids[0] in {r.usage.id for r in raycache.gc(str(store), retain=1, grace="2d").kept}
 
 
 def test_verify_lists_stray_files_and_gc_removes_those_past_the_grace(store, capsys):

@@ -127,7 +127,7 @@ def test_streamed_training_verify_and_gc_through_faults(data, proxy):
     report, _ = until_done(lambda: raycache.verify(raycache.open_cache("toy", store,
                                                                        **via(proxy))))
     assert report.ok and report.rows == ROWS and report.shards == 6
-    result, _ = until_done(lambda: raycache.gc(Store(store, via(proxy)), keep_last=1,
+    result, _ = until_done(lambda: raycache.gc(Store(store, via(proxy)), retain=1,
                                                delete=True))
     proxy.set(0.0)
     fs = s3fs.S3FileSystem(skip_instance_cache=True)

@@ -30,8 +30,8 @@ def test_the_plan_reads_each_column_of_the_cache_once():
     with pytest.raises(ConfigError, match=r"null in 1 row\(s\) \(keys \['b'\]"):
         class_counts(load_train({"cache": "c"}), cache, [], Columns(cache))
     assert sorted(asked) == [("id",), ("label",)]
-    filling = Columns(cache, lambda name: table.column(name))
-    assert filling.overlap and filling("id") is filling("id") and len(asked) == 2
+    overlap = Columns(cache, lambda name: table.column(name))
+    assert overlap.overlap and overlap("id") is overlap("id") and len(asked) == 2
 
 
 def test_config_problems_name_value_expectation_and_fix():

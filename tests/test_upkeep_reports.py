@@ -69,9 +69,9 @@ def test_gc_keeps_the_trained_heads_of_what_it_removes_unless_asked(tmp_path, ca
                           "num_workers": 0, "progress": False})
     pq.write_table(separable(n=120, seed=3), tmp_path / "source" / "a.parquet")
     raycache.fill(cfg)
-    args = ["gc", "--store", store, "--keep-last", "1", "--delete"]
+    args = ["gc", "--store", store, "--retain", "1", "--delete"]
     if flags is None:
-        print("\n".join(raycache.gc(store, keep_last=1, delete=True).lines()))
+        print("\n".join(raycache.gc(store, retain=1, delete=True).lines()))
     else:
         assert main(args + flags) == 0
     keep_runs = flags != ["--remove-runs"]
@@ -83,7 +83,7 @@ def test_gc_keeps_the_trained_heads_of_what_it_removes_unless_asked(tmp_path, ca
         head = raycache.load_head(run.checkpoint)  # a head loads without its cache
         assert head.spec.fingerprint == v1.fingerprint
         assert not list((tmp_path / "store" / "toy" / v1.fingerprint).glob("shards/*"))
-        assert main(args + ["--grace", "0", "--include-newest", "--keep-last", "0"]) == 0
+        assert main(args + ["--grace", "0", "--include-newest", "--retain", "0"]) == 0
         assert raycache.load_head(run.checkpoint).spec.fingerprint == v1.fingerprint
     else:
         assert not (tmp_path / "store" / "toy" / v1.fingerprint).exists()

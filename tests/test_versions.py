@@ -376,7 +376,7 @@ def test_a_version_on_the_ray_data_pipeline(ray_session, source, tmp_path):
 @pytest.mark.s3
 def test_versions_share_storage_on_s3(bucket, source, tmp_path):
     """On an S3 store (a moto server): a version refers to the older one's objects by their
-    store-relative folder, reads, verifies and survives gc --keep-last 1."""
+    store-relative folder, reads, verifies and survives gc --retain 1."""
     store = f"{bucket}/caches"
     cfg = {**config(source, tmp_path), "store": {"uri": store}}
     raycache.fill(cfg)
@@ -384,7 +384,7 @@ def test_versions_share_storage_on_s3(bucket, source, tmp_path):
     v2 = raycache.fill(cfg)
     assert (v2.encoded_rows, v2.reused_rows, v2.shared_rows) == (0, 1, 599)
     assert raycache.verify(v2.cache).ok
-    removed = raycache.gc(store, keep_last=1, delete=True, grace=None)
+    removed = raycache.gc(store, retain=1, delete=True, grace=None)
     assert len(removed.removed) == 1
     after = raycache.open_cache("toy", store)
     assert after.fingerprint == v2.cache.fingerprint and raycache.verify(after).ok

@@ -172,9 +172,9 @@ def test_a_version_s_files_that_other_versions_read_are_no_strays(store):
     assert raycache.gc(str(store), grace=0).strays == []
 
 
-def test_gc_keep_last_1_keeps_the_files_the_newest_version_reads(store, capsys):
+def test_gc_retain_1_keeps_the_files_the_newest_version_reads(store, capsys):
     before = files(store)
-    dry = raycache.gc(str(store), keep_last=1)
+    dry = raycache.gc(str(store), retain=1)
     assert {r.usage.id for r in dry.removed} == {vid(1), vid(2)}
     assert files(store) == before
     c = f"{NAME}/{FP[1]}/shards/part-{BLOCK}-{20:010d}.parquet"
@@ -183,7 +183,7 @@ def test_gc_keep_last_1_keeps_the_files_the_newest_version_reads(store, capsys):
     gone = {p for p in before if p.startswith((vid(1), vid(2))) and p not in kept}
     assert c in gone and dry.bytes == sum(before[p] for p in gone)
 
-    assert main(["gc", "--store", str(store), "--keep-last", "1", "--delete"]) == 0
+    assert main(["gc", "--store", str(store), "--retain", "1", "--delete"]) == 0
     out = capsys.readouterr().out
     assert f"read by {vid(3)}" in out and f"({dry.bytes} bytes)" in out
     after = files(store)
@@ -194,11 +194,11 @@ def test_gc_keep_last_1_keeps_the_files_the_newest_version_reads(store, capsys):
     # the folders left holding shared files: du says so; gc leaves them while v3 reads them
     states = {u.id: u.state for u in raycache.du(str(store))}
     assert states == {vid(1): "shared", vid(2): "shared", vid(3): "committed"}
-    again = raycache.gc(str(store), keep_last=1, grace=0, delete=True)
+    again = raycache.gc(str(store), retain=1, grace=0, delete=True)
     assert again.removed == [] and again.strays == [] and files(store) == after
 
     # once v3 goes too, they are swept (past the grace) like any folder without a manifest
-    raycache.gc(str(store), keep_last=0, include_newest=True, grace=0, delete=True)
+    raycache.gc(str(store), retain=0, include_newest=True, grace=0, delete=True)
     assert files(store) == {}
 
 
@@ -258,7 +258,7 @@ def test_gc_keeps_every_shard_file_of_a_name_with_a_manifest_it_cannot_read(stor
     (newer / "manifest.json").write_text(json.dumps({**manifest, "format_version": 99}))
     shards = {p for p in files(store) if "/shards/" in p}
     with pytest.warns(DamagedCacheWarning):
-        result = raycache.gc(str(store), keep_last=0, include_newest=True, delete=True)
+        result = raycache.gc(str(store), retain=0, include_newest=True, delete=True)
     assert {r.usage.id for r in result.removed} == {vid(1), vid(2), vid(3)}
     assert "of a newer format: it may share them" in result.removed[0].line("removed")
     assert shards <= set(files(store))
@@ -282,7 +282,7 @@ def test_gc_keeps_every_shard_file_of_a_name_a_fill_writes_a_version_of(store):
 
     shards = {p for p in files(store) if "/shards/" in p}
     with Lease(Store(str(store)), str(store / NAME / ("4" * 24))):
-        result = raycache.gc(str(store), keep_last=1, delete=True)
+        result = raycache.gc(str(store), retain=1, delete=True)
     assert {r.usage.id for r in result.removed} == {vid(1), vid(2)}
     assert all("the fill writing" in r.line("removed") for r in result.removed)
     assert shards <= set(files(store))

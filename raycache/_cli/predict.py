@@ -15,7 +15,7 @@ from typing import Any
 from raycache._cli.command import Command
 from raycache._cli.jobs import EXAMPLES, add_overrides
 from raycache._cli.scripting import OK, add_json, summary
-from raycache._cli.words import PREDICT_FLAGS, TRUST_HELP, flags_named
+from raycache._cli.words import PREDICT_FLAGS, TRUST_HELP, flags_named, old_flag
 from raycache._core.overrides import overridden
 
 __all__ = ["COMMANDS", "sniff"]
@@ -29,8 +29,9 @@ def options(p: argparse.ArgumentParser) -> None:
                    help="Parquet, JSONL or CSV file, folder or glob (-: JSONL or CSV from stdin)")
     p.add_argument("--output", required=True,
                    help="Parquet file to write (path or URI; -: JSONL to stdout)")
-    p.add_argument("--keep", nargs="+", metavar="COLUMN",
+    p.add_argument("--passthrough", nargs="+", metavar="COLUMN",
                    help="input columns to copy to the output (default: the cache's key)")
+    old_flag(p, "--keep", "--passthrough", nargs="+", metavar="COLUMN")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p.add_argument("--trust-code", action="store_true", help=TRUST_HELP)
     p.add_argument("--in-process", choices=["auto", "true", "false"], default="auto",
@@ -54,8 +55,9 @@ def predict(args: argparse.Namespace) -> int:
 
     flags = {"auto": "auto", "true": True, "false": False}
     config = overridden({"checkpoint": args.checkpoint, "input": args.input,
-                         "output": args.output, "keep": args.keep, "overwrite": args.overwrite,
+                         "output": args.output, "overwrite": args.overwrite,
                          "in_process": flags[args.in_process], "pool": {"num_gpus": args.num_gpus},
+                         **({"passthrough": args.passthrough} if args.passthrough else {}),
                          **({"trust_code": True} if args.trust_code else {})},
                         args.overrides)
     config["checkpoint"] = checkpoint_of(config["checkpoint"], config.get("options"))

@@ -9,7 +9,7 @@ from raycache._cache.config import default_store
 from raycache._cli.command import Command
 from raycache._cli.scripting import DAMAGED, OK, add_json, print_json, summary
 from raycache._cli.store import STORE_HELP, cache_options, checked_store
-from raycache._cli.words import GC_FLAGS, TRUST_HELP, flags_named
+from raycache._cli.words import GC_FLAGS, TRUST_HELP, flags_named, old_flag
 
 __all__ = ["COMMANDS"]
 
@@ -38,8 +38,9 @@ def compact_options(p: argparse.ArgumentParser) -> None:
 
 def gc_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=default_store(), help=STORE_HELP)
-    p.add_argument("--keep-last", type=int, help="keep the newest N committed fingerprints of "
-                                                 "each name")
+    p.add_argument("--retain", type=int, metavar="N",
+                   help="remove committed fingerprints beyond the newest N of each name")
+    old_flag(p, "--keep-last", "--retain", type=int, metavar="N")
     p.add_argument("--older-than", help="remove fingerprints first committed longer ago (7d)")
     p.add_argument("--max-size", help="remove the oldest until the caches fit, e.g. 50GB")
     p.add_argument("--grace", default="24h",
@@ -103,7 +104,7 @@ def gc(args: argparse.Namespace) -> int:
     from raycache._upkeep.gc import gc as run
 
     with flags_named(GC_FLAGS):
-        result = run(checked_store(args.store), keep_last=args.keep_last,
+        result = run(checked_store(args.store), retain=args.retain,
                      older_than=args.older_than, max_size=args.max_size, grace=args.grace,
                      delete=args.delete, include_newest=args.include_newest,
                      damaged=args.damaged, keep_runs=not args.remove_runs)

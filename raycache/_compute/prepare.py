@@ -25,25 +25,26 @@ def prepared(e: EncoderConfig) -> str:
 
 
 class Inputs(Protocol):
-    """How a prepare stage adds the model-ready columns to the kept ones (`out`), from the batch
-    (`table`) and each encoder's preprocessing (`prepare`, by encoder name): fill's takes reused
-    embeddings and makes views; without one, PrepareActor prepares every row."""
+    """How a prepare stage adds the model-ready columns to the passthrough ones (`out`), from
+    the batch (`table`) and each encoder's preprocessing (`prepare`, by encoder name): fill's
+    takes reused embeddings and makes views; without one, PrepareActor prepares every row."""
 
     def __call__(self, table: pa.Table, out: pa.Table, prepare: Mapping[str, Prepare]
                  ) -> pa.Table: ...
 
 
 class PrepareActor:
-    """Ray Data actor (or a plain callable, in-process): keeps the `keep` columns (and the row
-    bookkeeping), and adds each encoder's prepared inputs as its own column (a trainable
-    encoder's as the shard column it is kept in); raw inputs are dropped unless kept."""
+    """Ray Data actor (or a plain callable, in-process): carries the `passthrough` columns (and
+    the row bookkeeping) through, and adds each encoder's prepared inputs as its own column (a
+    trainable encoder's as the shard column it is stored in); raw inputs are dropped unless
+    passed through."""
 
-    def __init__(self, encoders: list[EncoderConfig], keep: list[str],
+    def __init__(self, encoders: list[EncoderConfig], passthrough: list[str],
                  inputs: Inputs | None = None):
         from raycache._encoders import ENCODERS
 
         started.mark("prepare:start")
-        self.encoders, self.keep = encoders, [*dict.fromkeys([*keep, *META])]
+        self.encoders, self.passthrough = encoders, [*dict.fromkeys([*passthrough, *META])]
         self.prepare = {e.name: ENCODERS[e.kind].prepare(e) for e in encoders}
         self.inputs = inputs
         started.mark("prepare:end")
@@ -52,11 +53,11 @@ class PrepareActor:
         try:
             return self._prepare(table)
         except BadInput as exc:  # name the row: its key and where it was read from
-            raise BadInput(f"{exc} [{_row_of(table, exc, self.keep[0])}]", exc.value,
+            raise BadInput(f"{exc} [{_row_of(table, exc, self.passthrough[0])}]", exc.value,
                            exc.column) from exc.__cause__
 
     def _prepare(self, table: pa.Table) -> pa.Table:
-        out = table.select(self.keep)
+        out = table.select(self.passthrough)
         if self.inputs is not None:
             return self.inputs(table, out, self.prepare)
         for e in self.encoders:

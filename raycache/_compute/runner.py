@@ -41,8 +41,8 @@ ONE_THREAD = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_
 
 @dataclass
 class Job:
-    """What the runner streams: the units read, the prepare stage's encoders and kept columns,
-    the model (an actor class taking `pool`), and the sink after it (a task), if any."""
+    """What the runner streams: the units read, the prepare stage's encoders and passthrough
+    columns, the model (an actor class taking `pool`), and the sink after it (a task), if any."""
 
     units: list[sources.Unit]
     format: str
@@ -50,7 +50,8 @@ class Job:
     rows: int
     """Rows per model call (and per block of the re-blocked reads)."""
     encoders: list[EncoderConfig]
-    keep: list[str]
+    passthrough: list[str]
+    """Columns read and carried through unchanged beside the model's outputs."""
     model: Stage
     inputs: Inputs | None = None
     """The prepare stage's own inputs (see compute.prepare.Inputs); None: every row."""
@@ -69,8 +70,8 @@ class Job:
 
     @property
     def columns(self) -> list[str]:
-        """Columns read: the kept ones and the encoders' inputs."""
-        return list(dict.fromkeys([*self.keep, *(e.input for e in self.encoders)]))
+        """Columns read: the passthrough ones and the encoders' inputs."""
+        return list(dict.fromkeys([*self.passthrough, *(e.input for e in self.encoders)]))
 
 
 def where(pool: Pool, local: bool, why: str = "") -> str:
@@ -190,7 +191,7 @@ class ModelChain:
     three share the same cores, so a hop costs more than it overlaps)."""
 
     def __init__(self, job: Job, pool: Pool, local: bool = False):
-        self.prepare = PrepareActor(job.encoders, job.keep, job.inputs)
+        self.prepare = PrepareActor(job.encoders, job.passthrough, job.inputs)
         self.model = job.model.fn(pool=pool, **job.model.kwargs,
                                   **(job.model.local if local else {}))
         self.sink = job.sink
@@ -276,8 +277,8 @@ def feed(ds: Any, job: Job, pool: Pool) -> Any:
 
     full = ray.data.ActorPoolStrategy  # every pool started at its size, none grown from one
     ds = _reads(ds, job, feed_rows(job, pool)).map_batches(
-        PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, keep=job.keep,
-                                                 inputs=job.inputs),
+        PrepareActor, fn_constructor_kwargs=dict(encoders=job.encoders, inputs=job.inputs,
+                                                 passthrough=job.passthrough),
         batch_size=None, num_cpus=pool.prepare_cpus, batch_format="pyarrow",
         compute=full(size=pool.prepare_actors),
         # one thread each; and a remote argument the read has not, so Ray Data keeps the two

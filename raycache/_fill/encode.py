@@ -192,7 +192,7 @@ def job(p: Plan, units: list[sources.Unit], reuse: Reuse | None = None,
     digests = {k: v["weights_digest"] for k, v in p.inputs["encoders"].items()}
     rows = block or cfg.rows_per_shard
     return Job(units, p.format, cfg.source.options, rows, cfg.encoders,
-               keep=list(dict.fromkeys([cfg.source.key, *cfg.source.labels])),
+               passthrough=list(dict.fromkeys([cfg.source.key, *cfg.source.labels])),
                model=Stage(EncodeActor, dict(cfg=cfg, digests=digests), local=dict(lazy=True)),
                inputs=FillPrepare(cfg.encoders, reuse, cfg.views, cfg.on_bad_rows == "skip"),
                sink=Stage(write_stage, dict(store=p.store, cache_dir=p.dir,

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from raycache._compute.pool_config import PoolConfig, gather_pool_keys
 from raycache._core.config import AUTO
+from raycache._core.renamed import renamed_argument, renamed_keys
 from raycache._core.trust import problems as trust_problems
 from raycache._source.config import FILE_FORMATS
 
-__all__ = ["AUTO_IN_PROCESS_BYTES", "ROWS_PER_CALL", "PredictConfig"]
+__all__ = ["AUTO_IN_PROCESS_BYTES", "RENAMED", "ROWS_PER_CALL", "PredictConfig"]
 
 AUTO_IN_PROCESS_BYTES = 4 << 20
 """in_process: auto runs a CPU job on JSONL or CSV files (whose row count is unknown until
 read) of at most this many bytes without Ray; Parquet is judged by rows, as fill does."""
 ROWS_PER_CALL = 1024
 """pool.block_rows auto for a predict: rows per call of a predict actor (Ray Data's batch)."""
+RENAMED = {"keep": "passthrough"}
+"""Old setting -> its name now: the old one still loads, with a DeprecationWarning."""
 
 
 @dataclass
@@ -40,9 +43,10 @@ class PredictConfig:
     URI. It needs the input column of each of the head's encoders."""
     output: str
     """The Parquet file to write (a path or any fsspec URI); it appears whole or not at all."""
-    keep: list[str] | None = None
-    """Input columns copied to the output (default: the cache's key column when the input has
-    it, else every column that is not an encoder input)."""
+    passthrough: list[str] | None = None
+    """Input columns copied to the output unchanged (default: the cache's key column when the
+    input has it, else every column that is not an encoder input). Its old name, `keep`,
+    still loads, with a DeprecationWarning, until 0.3."""
     overwrite: bool = False
     """Replace an existing output file (otherwise refused)."""
     format: str | None = None
@@ -67,11 +71,18 @@ class PredictConfig:
     """Show a progress bar (rows) and the summary."""
     verbose: bool = False
     """Show Ray's and Ray Data's own logs and progress bars too."""
+    keep: InitVar[list[str] | None] = None
+    """The old name of `passthrough` (a DeprecationWarning; it goes in 0.3)."""
+
+    def __post_init__(self, keep: list[str] | None) -> None:
+        self.passthrough = renamed_argument("keep", keep, "passthrough", self.passthrough,
+                                            "PredictConfig")
 
     @staticmethod
     def moved(data: dict[str, Any]) -> dict[str, Any]:
         """The settings of an older layout moved to where they live now: the pool's flat keys
-        (`num_gpus: 1`) into `pool:`, and `rows_per_batch` as `pool.block_rows`.
+        (`num_gpus: 1`) into `pool:`, `rows_per_batch` as `pool.block_rows`, and `keep` (a
+        DeprecationWarning) as `passthrough`.
 
         Args:
             data: the config as a mapping, as written.
@@ -79,6 +90,7 @@ class PredictConfig:
         Returns:
             The mapping with the pool's settings under `pool`.
         """
+        data = renamed_keys(data, RENAMED, "PredictConfig")
         if isinstance(data, dict) and "rows_per_batch" in data and "block_rows" not in data:
             data = {**data, "block_rows": data["rows_per_batch"]}
             del data["rows_per_batch"]

@@ -41,9 +41,10 @@ class PredictPlan:
     head: Head
     format: str
     files: list[sources.SourceFile]
-    keep: list[str]
+    passthrough: list[str]
+    """The input columns copied to the output."""
     schema: pa.Schema
-    """The output's schema: the kept columns, then the head's output columns."""
+    """The output's schema: the passthrough columns, then the head's output columns."""
     out: Store
     """The output file, as a Store whose root is the file."""
 
@@ -65,7 +66,7 @@ class PredictResult:
     rows: int
     """Rows written."""
     columns: list[str]
-    """The output's columns: the kept input columns, then the head's outputs."""
+    """The output's columns: the passthrough input columns, then the head's outputs."""
     seconds: float
     """Wall time of the call, start-up included."""
     where: str
@@ -129,17 +130,17 @@ def plan(cfg: PredictConfig) -> PredictPlan:
                 f"{uri!r}; its columns are {schema.names}. Rename the column in the input, or "
                 "use a head trained on a cache of this column"
                 for e in encoders for c in [e.input] if c not in schema.names]
-    if cfg.keep is None:
-        keep = ([head.key] if head.key in schema.names
-                else [c for c in schema.names if c not in inputs])
+    if cfg.passthrough is None:
+        passthrough = ([head.key] if head.key in schema.names
+                       else [c for c in schema.names if c not in inputs])
     else:
-        keep = list(dict.fromkeys(cfg.keep))
-        problems += [f"keep: column {c!r} is not in {uri!r}; its columns are {schema.names}"
-                     for c in keep if c not in schema.names]
+        passthrough = list(dict.fromkeys(cfg.passthrough))
+        problems += [f"passthrough: column {c!r} is not in {uri!r}; its columns are "
+                     f"{schema.names}" for c in passthrough if c not in schema.names]
     fields = output_fields(head)
     problems += [f"input column {c!r} has the name of an output column {list(OUTPUTS)}; leave "
-                 "it out of keep (--keep), or rename it in the input"
-                 for c in keep if c in {f.name for f in fields}]
+                 "it out of passthrough (--passthrough), or rename it in the input"
+                 for c in passthrough if c in {f.name for f in fields}]
     out = Store(cfg.output, cfg.options)
     if out.root in {Store(f.uri, cfg.options).root for f in files}:
         problems.append(f"output {cfg.output!r} is one of the input files; write elsewhere")
@@ -151,8 +152,8 @@ def plan(cfg: PredictConfig) -> PredictPlan:
                         "replace it, or choose another output")
     if problems:
         raise ConfigError(problems)
-    schema = pa.schema([schema.field(c) for c in keep] + fields)
-    return PredictPlan(cfg, head, fmt, files, keep, schema, out)
+    schema = pa.schema([schema.field(c) for c in passthrough] + fields)
+    return PredictPlan(cfg, head, fmt, files, passthrough, schema, out)
 
 
 def predict_file(config: PredictConfig | dict | str, *, progress: bool | None = None
@@ -233,7 +234,8 @@ def job(p: PredictPlan, units: list[sources.Unit]) -> Job:
     from raycache._predict.stage import PredictActor
 
     cfg, options = p.cfg, seal(p.cfg.options)
-    return Job(units, p.format, options, rows_per_call(cfg), p.head.encoder_configs(), p.keep,
+    return Job(units, p.format, options, rows_per_call(cfg), p.head.encoder_configs(),
+               p.passthrough,
                model=Stage(PredictActor, dict(checkpoint=cfg.checkpoint, options=options,
                                               trust_code=Trust.of(cfg.trust_code).given())),
                ordered=True)

@@ -67,7 +67,7 @@ def head_columns(head: Head, features: np.ndarray | Inputs) -> dict[str, pa.Arra
 
 class PredictActor:
     """Ray Data actor (or a plain callable, in-process): loads the head and its frozen encoders
-    once, on the pool's device; each call maps prepared inputs to the kept columns plus the
+    once, on the pool's device; each call maps prepared inputs to the passthrough columns plus the
     head's output columns."""
 
     def __init__(self, checkpoint: str, options: dict[str, Any], pool: Pool,

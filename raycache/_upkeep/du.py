@@ -83,7 +83,7 @@ class Usage:
 
     @property
     def place(self) -> Place:
-        """Where it stands among its name's versions: gc's keep-last, older-than and max-size
+        """Where it stands among its name's versions: gc's retain, older-than and max-size
         go by it, never by a `created` that a repair or compaction rewrote."""
         return self.recorded or place_of(self.fingerprint, self.created, {})
 

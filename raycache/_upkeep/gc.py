@@ -1,5 +1,5 @@
 """Garbage collection of a store: unfinished fills and stray files past a grace period, and old
-fingerprints of each name by policy (keep-last, older-than, max-size), never what a live run
+fingerprints of each name by policy (retain, older-than, max-size), never what a live run
 reads, nor a shard file that a kept version shares, nor (unless asked) a trained head (marked,
 then removed)."""
 
@@ -16,6 +16,7 @@ from raycache._cache.manifest import human_bytes
 from raycache._cache.manifests import read_manifest
 from raycache._cache.opened import opened
 from raycache._cache.store import MANIFEST, Store
+from raycache._core.renamed import renamed_argument
 from raycache._core.units import human_duration, parse_duration, parse_size
 from raycache._errors import ConfigError, CorruptCache, RaycacheError
 from raycache._upkeep.du import Usage, scan
@@ -67,7 +68,7 @@ class GcResult:
 
     Example:
         ```python
-        result = raycache.gc(keep_last=2)
+        result = raycache.gc(retain=2)
         for line in result.lines():  # a dry run: what it would remove
             print(line)
         ```
@@ -107,14 +108,15 @@ class GcResult:
         return out
 
 
-def gc(store: StoreConfig | str | None = None, keep_last: int | None = None,
+def gc(store: StoreConfig | str | None = None, retain: int | None = None,
        older_than: str | float | None = None, max_size: str | int | None = None,
        grace: str | float | None = "24h", delete: bool = False, include_newest: bool = False,
-       now: float | None = None, damaged: bool = False, keep_runs: bool = True) -> GcResult:
+       now: float | None = None, damaged: bool = False, keep_runs: bool = True, *,
+       keep_last: int | None = None) -> GcResult:
     """Remove (delete=True) or list (a dry run, the default) what the policies pick.
 
     - unfinished fills (no manifest) whose newest file is older than `grace` (None: none);
-    - committed fingerprints beyond the newest `keep_last` of each name;
+    - committed fingerprints beyond the newest `retain` of each name;
     - committed fingerprints first committed more than `older_than` ago ("7d", "24h", s);
     - the oldest committed fingerprints until the store's caches fit in `max_size` ("50GB");
     - in the committed caches it keeps, stray files (not named by the manifest) older than
@@ -137,7 +139,7 @@ def gc(store: StoreConfig | str | None = None, keep_last: int | None = None,
     Args:
         store: The store: its URI or a StoreConfig (or an opened one, `Cache.store`;
             $RAYCACHE_STORE, else .raycache/store, when None).
-        keep_last: Keep the newest this many committed fingerprints of each name.
+        retain: Remove committed fingerprints beyond the newest this many of each name.
         older_than: Remove committed fingerprints created longer ago ("7d", "24h", seconds).
         max_size: Remove the oldest committed fingerprints until the store fits ("50GB",
             bytes).
@@ -150,28 +152,29 @@ def gc(store: StoreConfig | str | None = None, keep_last: int | None = None,
         keep_runs: Keep the runs/ folder (trained heads, their records) of every cache folder
             it removes (the default); what is left there is no cache, and gc leaves it to you.
             False: the runs go with their cache.
+        keep_last: The old name of `retain` (a DeprecationWarning; it goes in 0.3).
 
     Returns:
         What was removed (or would be), what was kept and why, and the bytes freed.
 
     Raises:
-        ConfigError: keep_last, older_than, max_size or grace cannot be read (all listed).
+        ConfigError: retain, older_than, max_size or grace cannot be read (all listed).
         StoreError: The store's URI is a temporary folder or a file, or it cannot be read or
             written (StoreUnavailable: after its retries).
 
     Example:
         ```python
-        raycache.gc(keep_last=2).lines()                         # a dry run: what would go
-        raycache.gc(keep_last=2, older_than="30d", delete=True)  # remove it
+        raycache.gc(retain=2).lines()                         # a dry run: what would go
+        raycache.gc(retain=2, older_than="30d", delete=True)  # remove it
         ```
     """
-    grace_s, older_s, limit = _arguments(keep_last, older_than, max_size, grace)
+    retain = renamed_argument("keep_last", keep_last, "retain", retain, "raycache.gc")
+    grace_s, older_s, limit = _arguments(retain, older_than, max_size, grace)
     store = opened(store)
     now = time.time() if now is None else now
     found, manifests = scan(store)
     result = GcResult(deleted=delete)
-    _mark(store, found, now, keep_last, older_s, limit, grace_s, include_newest, damaged,
-          result)
+    _mark(store, found, now, retain, older_s, limit, grace_s, include_newest, damaged, result)
     going = {r.usage.id for r in result.removed}
     refs = references(m for k, m in manifests.items() if k not in going)
     for u in found:  # the strays of the committed folders kept (a repair's new shards: none)
@@ -185,15 +188,15 @@ def gc(store: StoreConfig | str | None = None, keep_last: int | None = None,
     return result
 
 
-def _arguments(keep_last: int | None, older_than: str | float | None,
+def _arguments(retain: int | None, older_than: str | float | None,
                max_size: str | int | None, grace: str | float | None
                ) -> tuple[float | None, float | None, int | None]:
     """(grace, older_than, max_size) read as seconds and bytes; every bad value named in one
     ConfigError."""
     problems = []
-    if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int)
-                                  or keep_last < 0):
-        problems.append(f"keep_last={keep_last!r}: expected a whole number >= 0, e.g. 3")
+    if retain is not None and (isinstance(retain, bool) or not isinstance(retain, int)
+                               or retain < 0):
+        problems.append(f"retain={retain!r}: expected a whole number >= 0, e.g. 3")
     grace_s = _parsed(parse_duration, grace, "grace", problems)
     older_s = _parsed(parse_duration, older_than, "older_than", problems)
     limit = _parsed(parse_size, max_size, "max_size", problems)
@@ -202,11 +205,11 @@ def _arguments(keep_last: int | None, older_than: str | float | None,
     return grace_s, older_s, limit
 
 
-def _mark(store: Store, found: list[Usage], now: float, keep_last: int | None,
+def _mark(store: Store, found: list[Usage], now: float, retain: int | None,
           older_s: float | None, limit: int | None, grace_s: float | None,
           include_newest: bool, damaged: bool, result: GcResult) -> None:
     """The folders the policies pick, into `result.removed` (or `result.kept`, with why):
-    damaged ones, unfinished fills past the grace, committed ones by keep-last, older-than
+    damaged ones, unfinished fills past the grace, committed ones by retain, older-than
     and max-size."""
     committed = [u for u in found if u.committed]
     newest = {u.name: u.id for u in oldest_first(committed)}
@@ -222,7 +225,7 @@ def _mark(store: Store, found: list[Usage], now: float, keep_last: int | None,
             else:
                 result.removed.append(Removal(u, f"unfinished fill, newest file written "
                                                  f"{human_duration(now - u.newest)} ago"))
-    chosen = picked(committed, now, keep_last, older_s)
+    chosen = picked(committed, now, retain, older_s)
 
     def guarded(u: Usage) -> str | None:
         return protected(u, newest, include_newest, now, grace_s)

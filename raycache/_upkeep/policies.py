@@ -1,4 +1,4 @@
-"""What gc picks and what it must keep: the folders each policy picks (keep-last, older-than,
+"""What gc picks and what it must keep: the folders each policy picks (retain, older-than,
 max-size), what protects a folder from them (a fill's lease, a run reading it, a run that can
 resume, the newest of its name), and the names whose shard files stay wherever gc removes."""
 
@@ -26,17 +26,18 @@ def oldest_first(usages: list[Usage]) -> list[Usage]:
     return history(usages, lambda u: u.name, lambda u: u.place)
 
 
-def picked(committed: list[Usage], now: float, keep_last: int | None,
+def picked(committed: list[Usage], now: float, retain: int | None,
            older_than: float | None) -> dict[str, str]:
-    """Committed folders picked by keep-last and older-than: id -> why."""
+    """Committed folders picked by retain (all but each name's newest `retain`) and older-than:
+    id -> why."""
     out: dict[str, list[str]] = defaultdict(list)
     by_name: dict[str, list[Usage]] = defaultdict(list)
     for u in committed:
         by_name[u.name].append(u)
     for group in by_name.values():
         for i, u in enumerate(oldest_first(group)[::-1]):
-            if keep_last is not None and i >= keep_last:
-                out[u.id].append(f"not among the newest {keep_last} of {u.name!r}")
+            if retain is not None and i >= retain:
+                out[u.id].append(f"not among the newest {retain} of {u.name!r}")
             age = now - u.place.first
             if older_than is not None and age > older_than:
                 out[u.id].append(f"first committed {human_duration(age)} ago, older than "

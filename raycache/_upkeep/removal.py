@@ -25,7 +25,7 @@ class Removal:
 
     Example:
         ```python
-        for removal in raycache.gc(keep_last=2).removed:  # a dry run
+        for removal in raycache.gc(retain=2).removed:  # a dry run
             print(removal.usage.id, removal.freed, removal.reason)
         ```
     """

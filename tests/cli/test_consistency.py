@@ -136,13 +136,13 @@ def test_runs_shows_what_predict_needs_and_predict_takes_the_run_folder(filled, 
 
 def test_messages_name_flags_as_flags(filled, tmp_path, capsys):
     store = str(filled / "store")
-    assert main(["gc", "--store", store, "--keep-last", "0"]) == 0
+    assert main(["gc", "--store", store, "--retain", "0"]) == 0
     out = capsys.readouterr().out
     assert "pass --include-newest (include_newest=True) to remove it" in out
-    assert main(["gc", "--store", store, "--keep-last", "-1", "--older-than", "soon"]) == 3
+    assert main(["gc", "--store", store, "--retain", "-1", "--older-than", "soon"]) == 3
     err = capsys.readouterr().err
-    assert "--keep-last=-1: expected a whole number >= 0" in err
-    assert "--older-than='soon'" in err and "keep_last" not in err
+    assert "--retain=-1: expected a whole number >= 0" in err
+    assert "--older-than='soon'" in err and " retain=" not in err and "older_than" not in err
     rows = tmp_path / "rows.parquet"
     pq.write_table(pa.table({"id": ["a"], "features": [[0.0] * 8]}), rows)
     assert main(["predict", "--checkpoint", str(tmp_path), "--input", str(rows), "--output",

@@ -4,7 +4,7 @@ shards in the order their progress records appear (`raycache pipeline` with over
 Epoch 1 reads each shard once as it lands, its training rows shuffled within the shard (the
 order cannot be the full-cache shuffle: the cache is not there yet); under DDP the k-th shard to
 land goes to worker k mod world, the order told to every worker by an OverlapFeed actor
-(raycache._train.data.shard_feed). Validation waits for the commit and then runs on the whole
+(raycache._train.data.overlap_feed). Validation waits for the commit and then runs on the whole
 validation split, as usual. Every later epoch is the ordinary read of the committed cache in
 the run's placement.
 A fill that fails stops the training with FillFailed; its shards and records stay, so running
@@ -36,10 +36,13 @@ from raycache._fit.split import validation_mask
 from raycache._train.data.streamed import Streamed
 from raycache._train.runspec import WorkerSpec
 
-__all__ = ["POLL_S", "Feed", "OverlapFill", "OverlapRows", "overlap_sources"]
+__all__ = ["POLL_S", "PREFIX", "Feed", "OverlapFill", "OverlapRows", "overlap_sources"]
 
 POLL_S = 0.2
 """Seconds between two looks for newly written shard records."""
+PREFIX = "raycache-overlap-"
+"""How an overlap's id, the name of its OverlapFeed actor, begins: the id travels in the
+WorkerSpec (`overlap_feed`), so a driver and its workers always read the same one."""
 
 RUNNING: dict[str, OverlapFill] = {}
 """Fills under way in this process, by their id (what a WorkerSpec's `overlap_feed` names)."""
@@ -56,7 +59,7 @@ class OverlapFill:
     def __init__(self, plan: Plan, verify: bool):
         self.plan, self.verify = plan, verify
         self.dir = plan.dir
-        self.id = f"raycache-filling-{uuid.uuid4().hex[:12]}"
+        self.id = f"{PREFIX}{uuid.uuid4().hex[:12]}"
         self.feed_actor: Any = None
         """The OverlapFeed actor that tells DDP workers of the landed shards (None in-process)."""
         self.poster: threading.Thread | None = None
@@ -193,7 +196,7 @@ class OverlapFill:
         the OverlapFeed that tells them of it is started here (Ray is connected)."""
         spec = spec.replace(overlap_feed=self.id)
         if spec.num_workers:
-            from raycache._train.data.shard_feed import NAMESPACE, OverlapFeed
+            from raycache._train.data.overlap_feed import NAMESPACE, OverlapFeed
 
             self.feed_actor = OverlapFeed.options(name=self.id, namespace=NAMESPACE).remote(
                 self.dir, self.verify, [self.train_rows(spec, r) for r in range(spec.world)])
@@ -214,7 +217,7 @@ class OverlapFill:
 
 class Feed(Protocol):
     """A fill under way as a first pass reads it: the OverlapFill itself in the driver's process,
-    a raycache._train.data.shard_feed.RemoteOverlapFeed in a DDP worker."""
+    a raycache._train.data.overlap_feed.RemoteOverlapFeed in a DDP worker."""
 
     dir: str
     verify: bool
@@ -296,7 +299,7 @@ def overlap_sources(spec: WorkerSpec, rank: int, device: torch.device,
     the fill has committed."""
     feed: Feed | None = RUNNING.get(spec.overlap_feed)
     if feed is None:
-        from raycache._train.data.shard_feed import RemoteOverlapFeed
+        from raycache._train.data.overlap_feed import RemoteOverlapFeed
 
         feed = RemoteOverlapFeed(spec.overlap_feed)
     built: list[tuple[Any, Any]] = []

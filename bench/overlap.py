@@ -8,7 +8,7 @@ run's epoch 1 sees shards in landing order, i.e. source order: the rows are shuf
 unless --sorted keeps them sorted by key, which groups them by topic). The order of the two
 runs alternates over --repeats; a warm-up fill and train first, so neither pays the imports.
 
-    python bench/first_pass.py --per-topic 60 --epochs 5 [--sorted] [--num-workers 2]
+    python bench/overlap.py --per-topic 60 --epochs 5 [--sorted] [--num-workers 2]
 """
 
 from __future__ import annotations

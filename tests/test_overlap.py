@@ -1,7 +1,7 @@
 """pipeline overlap: true trains on the fill's shards as they land: the first step before the
 manifest exists, a result within the stated tolerance of fill-then-train, and a fill failing
 part-way stops the training with FillFailed and stays resumable. In local mode (no Ray cluster)
-and under DDP (two Ray Train workers sharing the landing shards through a ShardFeed actor)."""
+and under DDP (two Ray Train workers sharing the landing shards through an OverlapFeed actor)."""
 
 import time
 from pathlib import Path
@@ -14,6 +14,7 @@ import toy_heads
 import raycache
 from raycache import ConfigError, FillFailed
 from raycache._pipeline import pipeline
+from raycache._train.data.overlap import PREFIX
 from raycache._train.driver.plan import load_config as load_train
 from raycache._train.driver.plan import overlap_problems
 from tests.conftest import separable, toy_fill
@@ -103,8 +104,8 @@ def test_ddp_workers_share_the_landing_shards_and_end_near_fill_then_train(
     # each shard read by one worker only: epoch 1 saw every training row once, as later ones
     check_near_fill_then_train(overlapped, cfg, store)
     feeds = [a for a in ray.util.list_named_actors(all_namespaces=True)
-              if a["name"].startswith("raycache-filling-")]
-    assert feeds == []  # the ShardFeed actor went with its pipeline
+              if a["name"].startswith(PREFIX)]
+    assert feeds == []  # the OverlapFeed actor went with its pipeline
 
 
 @pytest.mark.parametrize("workers", [0, 2])
