@@ -145,9 +145,9 @@ def hops(blocks: list[dict], start: float) -> dict:
 
 
 def fill(source: Path, store: Path, rows: int, precision: str, num_gpus: float,
-         times: Path, block: int = 65536) -> dict:
+         times: Path, block: int = 65536, last: bool = False) -> dict:
     """One fill on the GPU pool: its summary figures, its shards' write times and its model
-    actor's block marks."""
+    actor's block marks; unless it is the `last`, once its stage processes are gone."""
     import raycache
 
     watch = Watch(store)  # each Ray process's CPU over the fill: which stage is saturated
@@ -163,7 +163,8 @@ def fill(source: Path, store: Path, rows: int, precision: str, num_gpus: float,
     end = time.time()
     watch.stop.set()
     watch.join()
-    gone(watch)  # this fill's actors, before the next fill starts its own
+    if not last:  # this fill's actors, before the next fill starts its own
+        gone(watch)
     assert result.encoded_rows == rows, result.summary()
     shards = sorted(store.rglob("shards/*.parquet"), key=lambda p: p.stat().st_mtime)
     busy: dict[str, list[float]] = {}
@@ -230,13 +231,14 @@ def main() -> None:
         pq.write_table(pa.table({"id": np.arange(args.rows), "text": texts}), src,
                        row_group_size=1 << 20)
         out["fills"] = []
-        for shape, gpus in [(s, g) for s in args.shapes for g in args.num_gpus]:
+        runs = [(s, g) for s in args.shapes for g in args.num_gpus]
+        for i, (shape, gpus) in enumerate(runs):
             model_actor.SHAPE = shape  # the pipeline is built on this driver
             busy = Busy()
             if cuda:
                 busy.start()
             got = fill(src, Path(tmp) / f"store-{shape}-{gpus:g}", args.rows, args.precision,
-                       gpus, times, args.block_rows)
+                       gpus, times, args.block_rows, last=i == len(runs) - 1)
             busy.halt.set()
             times_ = [t for t, _ in got["shards"]]
             middle = got["shards"][1:-1]
