@@ -10,6 +10,7 @@ from toy_encoders import WORDS, tiny_text_model
 
 import raycache
 from raycache import ConfigError
+from raycache._probe.report import markdown
 from raycache._probe.result import LEXICAL, Outcome, ProbeResult
 from tests.conftest import separable, toy_fill
 
@@ -60,7 +61,32 @@ def test_the_baseline_is_a_row_scored_on_the_same_split(store):
     assert "macro_f1" in table.columns
 
     assert row.seconds.iloc[0] > 0  # its time, a column of the table
+    printed = next(line for line in markdown(result).splitlines()
+                   if line.startswith("| tfidf[text] |"))
+    assert printed.endswith(f"| {row.seconds.iloc[0]:.1f} |")  # and in the report's table
     assert row.val_acc.iloc[0] > 0.9  # one word decides the class: n-grams find it
+
+
+def test_the_command_line_prints_the_baselines_seconds(store, tmp_path, capsys, monkeypatch):
+    import time
+
+    import yaml
+
+    from raycache._cli import main
+    from raycache._probe import lexical
+
+    fit = lexical.fit
+    monkeypatch.setattr(lexical, "fit", lambda *a: time.sleep(0.5) or fit(*a))  # >= 0.5 s
+    path = tmp_path / "probe.yaml"
+    path.write_text(yaml.safe_dump({"caches": ["texts"], "store": {"uri": store["store"]},
+                                    "methods": ["knn"], "report": False}))
+    assert main(["probe", "--config", str(path), "--no-progress"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.split()[:2] == ["encoder", "method"])
+    assert header.split()[-1] == "seconds"
+    row = next(line for line in lines if line.split()[:2] == ["tfidf[text]", LEXICAL])
+    seconds = row.split()[-1]  # the baseline's, beside the encoders' (val_rows: no point)
+    assert "." in seconds and 0.5 <= float(seconds) < 60, row
 
 
 def full_pipeline(train: list[str], y_train, val: list[str], y_val) -> float:
@@ -165,6 +191,8 @@ def test_past_sgd_rows_the_sgd_fits_stay_within_half_a_point_of_the_full_pipelin
     data = Features("tfidf[text]", None, None, empty, y[~held], empty, y[held])
     lex = lexical.Lexical(None, "text", list(text[~held]), list(text[held]), data)
     assert type(lexical._model(1.0, len(lex.texts_train))).__name__ == "SGDClassifier"
-    mine = max(float((c.pred == y[held]).mean()) for c in lexical.fit(lex, ProbeConfig(["x"])))
+    candidates = lexical.fit(lex, ProbeConfig(["x"]))
+    assert [c.setting for c in candidates] == [{"C": 1.0}]  # one fit: C=0.3 never won there
+    mine = max(float((c.pred == y[held]).mean()) for c in candidates)
     full = full_pipeline(list(text[~held]), y[~held], list(text[held]), y[held])
     assert mine >= full - 0.005, (mine, full)

@@ -1,8 +1,9 @@
 """The probe's lexical baseline: TF-IDF of word and character n-grams and a linear SVM
-(scikit-learn's liblinear, SGD past SGD_ROWS training rows: one thread, no OpenMP to contend
-for busy cores), on the source texts of the cache's own rows and the same key split, so that an
-encoder is compared with what a bag of n-grams does on the same task, at a small fraction of the
-time of the L-BFGS logistic regression it replaces and about its accuracy (bench/lexical.py)."""
+(scikit-learn's liblinear at two C, SGD at one past SGD_ROWS training rows: one thread, no
+OpenMP to contend for busy cores), on the source texts of the cache's own rows and the same
+key split, so that an encoder is compared with what a bag of n-grams does on the same task, at a
+small fraction of the time of the L-BFGS logistic regression it replaces and about its accuracy
+(bench/lexical.py)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
     from raycache._probe.config import ProbeConfig
     from raycache._probe.plan import Target
 
-__all__ = ["C_GRID", "EPOCHS", "LEXICAL_ROWS", "MAX_FEATURES", "METHOD", "SGD_ROWS", "TEXT_KINDS",
-           "TOL", "Lexical", "Skipped", "baselines", "features", "fit"]
+__all__ = ["C_GRID", "EPOCHS", "LEXICAL_ROWS", "MAX_FEATURES", "METHOD", "SGD_C_GRID", "SGD_ROWS",
+           "TEXT_KINDS", "TOL", "Lexical", "Skipped", "baselines", "features", "fit", "grid"]
 
 METHOD = LEXICAL
 """The method's name in the probe's table."""
@@ -33,6 +34,9 @@ C_GRID = (0.3, 1.0)
 a weaker penalty), the best picked on the validation rows as every method's setting is. C=3,
 once the third, was the slowest fit (over half the fits' time) and never the best at 5,000 or
 20,000 rows (bench/lexical.py)."""
+SGD_C_GRID = (1.0,)
+"""The C tried past SGD_ROWS training rows: C=0.3 never beat C=1 there (20,000 to 100,000
+rows, bench/README.md), and its fit was half the baseline's time."""
 TOL = 1e-2
 """liblinear's stopping tolerance (its default 1e-4 costs twice the time for the same
 accuracy, bench/lexical.py)."""
@@ -105,15 +109,20 @@ def features(train: list[str], val: list[str]) -> tuple[Any, Any]:
     return hstack(x_train, format="csr"), hstack(x_val, format="csr")
 
 
+def grid(rows: int) -> tuple[float, ...]:
+    """The C tried for `rows` training rows: C_GRID up to SGD_ROWS, SGD_C_GRID past them."""
+    return SGD_C_GRID if rows > SGD_ROWS else C_GRID
+
+
 def fit(lex: Lexical, cfg: ProbeConfig) -> list[Candidate]:
-    """The baseline at each C of C_GRID: its predictions for the validation rows."""
+    """The baseline at each C of its grid: its predictions for the validation rows."""
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
 
     x_train, x_val = features(lex.texts_train, lex.texts_val)
     out = []
-    for c in C_GRID:
+    for c in grid(x_train.shape[0]):
         with warnings.catch_warnings():  # SGD stops at EPOCHS by design
             warnings.simplefilter("ignore", ConvergenceWarning)
             model = _model(c, x_train.shape[0]).fit(x_train, lex.data.y_train)
