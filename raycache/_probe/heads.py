@@ -24,9 +24,11 @@ SWEEPS = {"linear": {"head": ["linear"], "optim.lr": [1e-3, 3e-3, 1e-2, 3e-2]},
           "mlp": {"head": ["mlp"], "optim.lr": [1e-3, 3e-3], "hidden": [[256], [1024]]}}
 """The sweep each head method trains when it is named in `methods` and its `sweep:` is left
 out."""
-ADDED_EPOCHS = 20
+ADDED_EPOCHS = 15
 """loop.max_epochs of the mlp a probe adds by itself (methods left out), unless its `train:`
-sets the loop: a cheap row beside logreg, not a full default run (whose cap is 50)."""
+sets the loop: a bounded cost beside logreg, not a full default run (cap 50; its patience of
+10 runs it past 15 epochs wherever its best comes after the 5th: bench/defaults.py's docs at
+epoch 8, digits at 21)."""
 
 
 def train_config(cfg: ProbeConfig, cache: str, fingerprint: str | None, column: str,
