@@ -210,7 +210,7 @@ def test_auto_settings_resolve_per_head_and_sweeps_take_them_as_their_base():
         return Recipe.from_config(load(TrainConfig, {"cache": "c", **over}), rows, 0, l1)
 
     linear, mlp = recipe(), recipe(head="mlp")
-    assert linear.optim.lr == LINEAR_LR and mlp.optim.lr == 3e-3
+    assert linear.optim.lr == LINEAR_LR and mlp.optim.lr == 1e-3
     assert recipe(objective="groups").optim.lr == 1e-3
     assert recipe(l1=15.0).optim.lr == pytest.approx(LINEAR_STEP / 15.0, rel=1e-2)
     assert recipe(l1=150.0).optim.lr == pytest.approx(LINEAR_STEP / 150.0, rel=1e-2)
@@ -225,5 +225,5 @@ def test_auto_settings_resolve_per_head_and_sweeps_take_them_as_their_base():
     head = HeadSpec(head="linear", in_dim=4, num_classes=2, hidden=(), dropout=0.0,
                     encoders=("e",), label="label", cache="c", fingerprint="f" * 24)
     members = sweep_members(cfg, head, 2000, 0, 15.0)
-    assert [m.recipe.optim.lr for m in members] == [recipe(2000, 15.0).optim.lr, 3e-3]
+    assert [m.recipe.optim.lr for m in members] == [recipe(2000, 15.0).optim.lr, 1e-3]
     assert {m.recipe.loop.batch_size for m in members} == {32}

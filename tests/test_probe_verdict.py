@@ -49,3 +49,23 @@ def test_methods_left_out_add_an_mlp_where_it_costs_little():
     assert ProbeConfig(caches=["x"]).methods is None
     assert ProbeConfig(caches=["x"], methods=[]).problems() == [
         "methods=[]: name at least one, e.g. [logreg, knn]"]
+
+
+def test_the_added_mlp_has_a_smaller_epoch_cap_and_a_named_mlp_keeps_the_default():
+    from raycache._core.config import load
+    from raycache._probe.config import ProbeHeadsConfig
+    from raycache._probe.heads import ADDED_EPOCHS, train_config
+    from raycache._train.config import TrainConfig
+
+    def loop(**over):
+        out = train_config(ProbeConfig(caches=["x"], **over), "x", None, "e", "mlp")
+        return load(TrainConfig, out).loop
+
+    full = TrainConfig(cache="x").loop.max_epochs
+    assert full > ADDED_EPOCHS
+    assert loop().max_epochs == ADDED_EPOCHS  # methods left out: the added mlp, capped
+    assert loop(methods=["mlp"]).max_epochs == full  # named: its sweep, the full cap
+    given = loop(mlp=ProbeHeadsConfig(train={"loop": {"max_epochs": 40}}))
+    assert given.max_epochs == 40  # the user's loop settings win
+    late = loop(mlp=ProbeHeadsConfig(train={"loop": {"min_epochs": ADDED_EPOCHS + 5}}))
+    assert late.max_epochs == late.min_epochs == ADDED_EPOCHS + 5  # never under min_epochs

@@ -1,8 +1,8 @@
 """linear, mlp: heads trained by raycache's own sweep (every member on the same batches, one
 run in this process or on DDP workers), its selected member scored on the probe's validation
 rows. The mlp a probe adds by itself (methods left out) is one head with the default mlp's
-settings, no sweep: it starts as the solved linear head and reaches the sweep's best
-(bench/defaults.py), at the cost of one run."""
+settings but at most ADDED_EPOCHS epochs, no sweep: it starts as the solved linear head and
+comes near the sweep's best (bench/defaults.py), at the cost of one short run."""
 
 from __future__ import annotations
 
@@ -17,13 +17,19 @@ if TYPE_CHECKING:
     from raycache._probe.config import ProbeConfig
     from raycache._probe.training import Training
 
-__all__ = ["SWEEPS", "fit_linear", "fit_mlp", "fit_sweep", "run_sweep", "train_config"]
+__all__ = ["ADDED_EPOCHS", "SWEEPS", "fit_linear", "fit_mlp", "fit_sweep", "run_sweep",
+           "train_config"]
 
 
 SWEEPS = {"linear": {"head": ["linear"], "optim.lr": [1e-3, 3e-3, 1e-2, 3e-2]},
           "mlp": {"head": ["mlp"], "optim.lr": [1e-3, 3e-3], "hidden": [[256], [1024]]}}
 """The sweep each head method trains when it is named in `methods` and its `sweep:` is left
 out."""
+ADDED_EPOCHS = 15
+"""loop.max_epochs of the mlp a probe adds by itself (methods left out), unless its `train:`
+sets the loop: a bounded cost beside logreg, not a full default run (cap 50; its patience of
+10 runs it past 15 epochs wherever its best comes after the 5th: bench/defaults.py's docs at
+epoch 8, digits at 21)."""
 
 
 def train_config(cfg: ProbeConfig, cache: str, fingerprint: str | None, column: str,
@@ -47,7 +53,9 @@ def train_config(cfg: ProbeConfig, cache: str, fingerprint: str | None, column: 
                     and isinstance(value, dict) else value)
     grid = heads.sweep or (SWEEPS[method] if cfg.methods else {})
     if not grid:  # methods left out, so mlp was added: one head, the default mlp's settings
-        out["head"] = method
+        out["head"] = method  # but fewer epochs at most (the user's loop settings win)
+        loop = out.get("loop", {})
+        out["loop"] = {"max_epochs": max(ADDED_EPOCHS, loop.get("min_epochs", 0)), **loop}
         return out
     out["sweep"] = dict(grid)
     out["select"] = "val_acc"  # what training measures; the probe scores the pick itself

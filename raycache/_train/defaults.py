@@ -21,13 +21,15 @@ if TYPE_CHECKING:
     from raycache._cache.committed import Cache
     from raycache._heads.specs import HeadSpec
 
-__all__ = ["BATCH_RANGE", "BATCH_STEPS", "DEFAULT_LR", "GRADIENT_SETTINGS", "LINEAR_STEP",
-           "LINEAR_LR", "LR", "MONITOR", "SAMPLE_ROWS", "SOLVE_BYTES", "feature_l1",
-           "gradient_settings", "resolve", "resolve_lr", "resolve_solver"]
+__all__ = ["BATCH_RANGE", "BATCH_STEPS", "DEFAULT_LR", "DEFAULT_PATIENCE", "GRADIENT_SETTINGS",
+           "LINEAR_STEP", "LINEAR_LR", "LR", "MONITOR", "PATIENCE", "SAMPLE_ROWS", "SOLVE_BYTES",
+           "feature_l1", "gradient_settings", "resolve", "resolve_lr", "resolve_solver"]
 
-LR: dict[tuple[str, str], float] = {("classification", "mlp"): 3e-3}
+LR: dict[tuple[str, str], float] = {("classification", "mlp"): 1e-3}
 """(objective, head family) -> AdamW's peak learning rate; the others take DEFAULT_LR, and a
-linear classifier takes LINEAR_STEP over its features' mean L1 norm."""
+linear classifier takes LINEAR_STEP over its features' mean L1 norm. An mlp classifier starts
+as the solved linear head: 1e-3 (3e-3 before bench/README.md's defaults run 6) moves it off
+that start in smaller steps, and with PATIENCE's 10 epochs reaches the probe's mlp sweep."""
 DEFAULT_LR = 1e-3
 """Deeper heads' and the similarity objectives' rate (the rate of raycache before `auto`)."""
 LINEAR_STEP = 0.75
@@ -43,6 +45,13 @@ MONITOR: dict[str, str] = {"classification": "val_acc"}
 """objective -> evaluation.monitor: auto, the metric the run reports and serves by; the others
 monitor val_loss. A classifier's val_loss can rise (its confidence on the rows it gets wrong)
 while its accuracy still rises: stopped on val_loss, it served an epoch of lower accuracy."""
+PATIENCE: dict[tuple[str, str], int] = {("classification", "mlp"): 10}
+"""(objective, head family) -> evaluation.patience: auto (epochs without a better monitored
+metric before early stopping); the others take DEFAULT_PATIENCE. An mlp classifier starts as
+the solved linear head and, at its rate, can take more than 5 epochs of steps to beat it (on
+bench/defaults.py's digits, 5 stopped it at epoch 7 with its best at 2, 0.9 point short)."""
+DEFAULT_PATIENCE = 5
+"""patience: auto for the other heads and objectives (the patience of raycache before auto)."""
 BATCH_STEPS = 50
 """batch_size: auto gives an epoch about this many optimizer steps..."""
 BATCH_RANGE = (32, 256)
@@ -76,9 +85,10 @@ def feature_l1(cache: Cache, encoders: tuple[str, ...]) -> float | None:
 
 
 def resolve(cfg: TrainConfig, rows: int | None, workers: int) -> TrainConfig:
-    """`cfg` with loop.batch_size, loop.epochs, evaluation.monitor and early_stopping decided
-    (lr stays for each sweep member's head: resolve_lr). `rows`: the cache's rows, of which the
-    validation fraction is held out; `workers`: DDP workers (0 in-process)."""
+    """`cfg` with loop.batch_size, loop.epochs and evaluation's monitor, patience and
+    early_stopping decided (lr stays for each sweep member's head: resolve_lr). `rows`: the
+    cache's rows, of which the validation fraction is held out; `workers`: DDP workers (0
+    in-process)."""
     loop, ev = cfg.loop, cfg.evaluation
     if loop.batch_size == AUTO and rows is None:
         loop = dataclasses.replace(loop, batch_size=BATCH_RANGE[1])
@@ -95,6 +105,9 @@ def resolve(cfg: TrainConfig, rows: int | None, workers: int) -> TrainConfig:
         ev = dataclasses.replace(ev, early_stopping=auto)
     if ev.monitor == AUTO:
         ev = dataclasses.replace(ev, monitor=MONITOR.get(cfg.objective, "val_loss"))
+    if ev.patience == AUTO:
+        ev = dataclasses.replace(ev, patience=PATIENCE.get((cfg.objective, cfg.head),
+                                                           DEFAULT_PATIENCE))
     return dataclasses.replace(cfg, loop=loop, evaluation=ev)
 
 
