@@ -51,6 +51,7 @@ class FaultProxy:
                  faults: tuple[str, ...] = FAULTS, stall_s: float = 2.0):
         self.target = urlsplit(target)
         self.rate, self.faults, self.stall_s, self.after = rate, faults, stall_s, 0
+        self.start_on: str | None = None
         self.rng, self.lock = random.Random(seed), threading.Lock()
         self.counts: Counter = Counter()
         proxy = self
@@ -79,22 +80,30 @@ class FaultProxy:
         self.server.shutdown()
         self.server.server_close()
 
-    def set(self, rate: float, seed: int | None = None, after: int = 0) -> None:
-        """Change the fault rate (and restart the draws at `seed`), from `after` requests on."""
+    def set(self, rate: float, seed: int | None = None, after: int = 0,
+            start_on: str | None = None) -> None:
+        """Change the fault rate (and restart the draws at `seed`), from `after` requests on,
+        or, given `start_on` (".parquet.json"), once a request whose path holds it has
+        been answered (so the store surely holds what it wrote)."""
         with self.lock:
-            self.rate, self.after = rate, after
+            self.rate, self.after, self.start_on = rate, after, start_on
             if seed is not None:
                 self.rng = random.Random(seed)
 
     def draw(self) -> str | None:
         with self.lock:
-            if self.after > 0:
-                self.after -= 1
+            if self.after > 0 or self.start_on:
+                self.after = max(self.after - 1, 0)
                 self.counts["passed"] += 1
                 return None
             fault = self.rng.choice(self.faults) if self.rng.random() < self.rate else None
             self.counts[fault or "passed"] += 1
             return fault
+
+    def _seen(self, request: str, status: int) -> None:
+        with self.lock:
+            if self.start_on and self.start_on in request and status < 300:
+                self.start_on = None
 
     def handle(self, req: BaseHTTPRequestHandler) -> None:
         body = _body(req)
@@ -125,6 +134,7 @@ class FaultProxy:
         if fault == "drop_after":  # the server did it; its answer is lost
             req.close_connection = True
             return
+        self._seen(f"{req.command} {req.path}", answer.status)
         req.send_response(answer.status, answer.reason)
         head = req.command == "HEAD"  # its Content-Length is the object's, with no body
         for k, v in answer.getheaders():

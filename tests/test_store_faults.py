@@ -144,7 +144,7 @@ def test_a_fill_the_store_fails_stops_with_a_store_error_and_resumes(data, clean
     for side in (cfg["store"], cfg["source"]):  # what a user can set: fewer retries, faster
         side["options"]["config_kwargs"] = {"retries": {"max_attempts": 2}}
     proxy.faults = ("slowdown", "internal", "drop", "drop_after")
-    proxy.set(0.9, SEED, after=40)  # once the fill has written some shards
+    proxy.set(0.9, SEED, start_on=".parquet.json")  # once a shard is recorded
     try:
         with pytest.raises(StoreError) as err:
             raycache.fill(cfg)
