@@ -50,7 +50,7 @@ class FaultProxy:
     def __init__(self, target: str, rate: float = 0.0, seed: int = 0,
                  faults: tuple[str, ...] = FAULTS, stall_s: float = 2.0):
         self.target = urlsplit(target)
-        self.rate, self.faults, self.stall_s, self.after = rate, faults, stall_s, 0
+        self.rate, self.faults, self.stall_s = rate, faults, stall_s
         self.start_on: str | None = None
         self.rng, self.lock = random.Random(seed), threading.Lock()
         self.counts: Counter = Counter()
@@ -80,20 +80,18 @@ class FaultProxy:
         self.server.shutdown()
         self.server.server_close()
 
-    def set(self, rate: float, seed: int | None = None, after: int = 0,
-            start_on: str | None = None) -> None:
-        """Change the fault rate (and restart the draws at `seed`), from `after` requests on,
-        or, given `start_on` (".parquet.json"), once a request whose path holds it has
-        been answered (so the store surely holds what it wrote)."""
+    def set(self, rate: float, seed: int | None = None, start_on: str | None = None) -> None:
+        """Change the fault rate (and restart the draws at `seed`); given `start_on`
+        (".parquet.json"), from when a request whose path holds it has been answered (so the
+        store surely holds what it wrote)."""
         with self.lock:
-            self.rate, self.after, self.start_on = rate, after, start_on
+            self.rate, self.start_on = rate, start_on
             if seed is not None:
                 self.rng = random.Random(seed)
 
     def draw(self) -> str | None:
         with self.lock:
-            if self.after > 0 or self.start_on:
-                self.after = max(self.after - 1, 0)
+            if self.start_on:
                 self.counts["passed"] += 1
                 return None
             fault = self.rng.choice(self.faults) if self.rng.random() < self.rate else None
