@@ -74,6 +74,11 @@ def cluster(s3_endpoint):
         hello = [RAY, "job", "submit", "--address", api, "--", "python", "-c", "print('up')"]
         wait_for(lambda: subprocess.run(hello, env=env, capture_output=True, timeout=120)
                  .returncode == 0, "a job agent to take jobs")
+    except TimeoutError as err:  # what the nodes printed is what tells why
+        log.flush()
+        said = (Path(temp) / "ray-start.log").read_text(errors="replace")[-4000:]
+        raise TimeoutError(f"{err}; ray start printed:\n{said}") from err
+    else:
         yield {"api": api, "env": env}
     finally:
         for p in reversed(procs):
