@@ -29,8 +29,8 @@ import torch
 
 import raycache
 from raycache._cache.store import Store
-from raycache._train.driver.plan import check
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import check
+from raycache._train.driver.checks import load_config as load_train
 
 DIM = 8
 

@@ -28,7 +28,7 @@ from raycache._cli.demo_run import MODEL
 from raycache._fit.part import expected, pieces, read_piece
 from raycache._source.demo_data import stdlib_docs
 from raycache._train.data.rows import load_worker_part
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import load_config as load_train
 from raycache._train.driver.plan import prepare
 
 

@@ -19,8 +19,8 @@ from raycache._fill.plan import load_config as load_fill
 from raycache._fill.run import FillResult, fill
 from raycache._probe.training import Training
 from raycache._train.config import TrainConfig
-from raycache._train.driver.plan import check
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import check
+from raycache._train.driver.checks import load_config as load_train
 from raycache._train.driver.run import TrainResult, train, train_on
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def overlapped(fill_cfg: FillConfig, train_cfg: TrainConfig, progress: bool | No
     from raycache._cache.manifests import read_manifest
     from raycache._fill.plan import plan
     from raycache._train.data.overlap import OverlapFill
-    from raycache._train.driver.plan import overlap_problems
+    from raycache._train.driver.checks import overlap_problems
 
     if progress is not None:
         fill_cfg = dataclasses.replace(fill_cfg, progress=progress)

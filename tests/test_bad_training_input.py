@@ -21,7 +21,7 @@ from raycache import (
     RaycacheError,
     SourceError,
 )
-from raycache._train.driver.plan import load_config
+from raycache._train.driver.checks import load_config
 from raycache._train.folder.record import list_runs
 from tests.conftest import separable, toy_fill
 

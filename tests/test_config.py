@@ -4,7 +4,7 @@ import pytest
 
 from raycache import ConfigError
 from raycache._fill.plan import load_config as load_fill
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import load_config as load_train
 
 
 def fill_dict(**over):

@@ -10,7 +10,7 @@ import torch
 from raycache import ConfigError
 from raycache._core.config import load
 from raycache._train.config import TrainConfig
-from raycache._train.driver.plan import load_config
+from raycache._train.driver.checks import load_config
 from raycache._train.runspec import Recipe
 from raycache._train.worker.best_epoch import track_best
 from raycache._train.worker.heads import Progress

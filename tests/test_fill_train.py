@@ -157,7 +157,7 @@ def test_ddp_training_from_cache_without_the_source(ray_session, separable_sourc
     # the mlp standardises its inputs: both workers' training rows' statistics, summed
     assert head_cfg["head"]["standardize"] and state["mean"].shape == state["scale"].shape == (20,)
     from raycache._train.data.in_memory import InMemory
-    from raycache._train.driver.plan import load_config as load_train
+    from raycache._train.driver.checks import load_config as load_train
     from raycache._train.driver.plan import prepare
 
     _, spec = prepare(load_train(config))  # the workers' spec: the same split, by its seed

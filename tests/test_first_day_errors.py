@@ -50,7 +50,7 @@ def test_a_model_folder_that_does_not_exist_says_so(tmp_path):
     ({"optim": {"lrr": 0.1}}, "optim.lrr: unknown field (did you mean optim.lr?)"),
 ])
 def test_a_config_typo_says_what_was_meant(wrong, meant):
-    from raycache._train.driver.plan import load_config
+    from raycache._train.driver.checks import load_config
 
     with pytest.raises(ConfigError) as err:
         load_config({"cache": "docs", **wrong})
@@ -58,7 +58,7 @@ def test_a_config_typo_says_what_was_meant(wrong, meant):
 
 
 def test_a_field_far_from_every_name_gets_no_guess():
-    from raycache._train.driver.plan import load_config
+    from raycache._train.driver.checks import load_config
 
     with pytest.raises(ConfigError) as err:
         load_config({"cache": "docs", "zzzqqq": 1})

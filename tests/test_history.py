@@ -74,7 +74,7 @@ def test_compact_and_repair_of_older_versions_leave_the_newest_newest(chain, cap
     assert raycache.open_cache("toy", str(store)).fingerprint == v3.fingerprint
     assert fps(raycache.ls(str(store), "toy")) == fps([v1, v2, v3])
     from raycache._cache.store import Store
-    from raycache._train.driver.plan import check, load_config
+    from raycache._train.driver.checks import check, load_config
 
     cfg = load_config({"cache": "toy", "store": {"uri": str(store)}, "label": "label"})
     assert check(cfg, Store(str(store)))[0].fingerprint == v3.fingerprint  # training by name

@@ -4,7 +4,7 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 import raycache
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import load_config as load_train
 from tests.conftest import separable, toy_fill
 
 SPIED = ("ls", "_open", "info", "exists", "find", "glob", "cat_file", "isdir", "isfile")
@@ -37,7 +37,7 @@ def test_a_hit_touches_nothing_of_the_store_but_the_manifest(tmp_path, monkeypat
 
 def test_training_takes_its_class_counts_from_the_manifest(tmp_path, monkeypatch):
     from raycache._cache.store import Store
-    from raycache._train.driver.plan import check
+    from raycache._train.driver.checks import check
 
     pq.write_table(separable(n=120), tmp_path / "a.parquet")
     store = tmp_path / "store"

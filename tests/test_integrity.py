@@ -18,7 +18,7 @@ from raycache import CorruptShard
 from raycache._cache.manifests import read_manifest
 from raycache._cache.vectors import unpack
 from raycache._cli import main
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import load_config as load_train
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,7 +14,7 @@ from raycache._pipeline import TRAINING, configs
 from raycache._probe.plan import load_config as load_probe
 from raycache._source.config import SourceConfig
 from raycache._source.files import list_files
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import load_config as load_train
 
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
 YAMLS = sorted((JOBS / "configs").glob("*.yaml"))

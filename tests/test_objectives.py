@@ -18,7 +18,7 @@ from raycache import ConfigError
 from raycache._cache.store import Store
 from raycache._heads.specs import HeadSpec
 from raycache._train.config import GroupsConfig
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import load_config as load_train
 from raycache._train.objectives.groups import Groups
 from raycache._train.objectives.pairs import Pairs
 from raycache._train.objectives.retrieval import retrieval_metrics

@@ -15,8 +15,8 @@ import raycache
 from raycache import ConfigError, FillFailed
 from raycache._pipeline import pipeline
 from raycache._train.data.overlap import PREFIX
-from raycache._train.driver.plan import load_config as load_train
-from raycache._train.driver.plan import overlap_problems
+from raycache._train.driver.checks import load_config as load_train
+from raycache._train.driver.checks import overlap_problems
 from tests.conftest import separable, toy_fill
 
 pytestmark = pytest.mark.timeout(180)

@@ -17,7 +17,7 @@ import raycache
 from raycache import ConfigError
 from raycache._cache.store import Store
 from raycache._heads.specs import HeadSpec
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import load_config as load_train
 from raycache._train.objectives.pair_table import PairPart
 from raycache._train.objectives.pairs import Pairs
 from raycache._train.runspec import Recipe, WorkerSpec

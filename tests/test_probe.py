@@ -189,7 +189,7 @@ def test_the_command_line_probes_a_yaml_config_with_overrides(stores, tmp_path, 
 def test_a_probe_that_trains_heads_opens_each_cache_once(stores, monkeypatch):
     from raycache._cache import finding
     from raycache._probe import plan as probe_plan
-    from raycache._train.driver import plan as train_plan
+    from raycache._train.driver import checks as train_checks
 
     opened = []
 
@@ -198,7 +198,7 @@ def test_a_probe_that_trains_heads_opens_each_cache_once(stores, monkeypatch):
         return finding.open_cache(name, *args, **kwargs)
 
     monkeypatch.setattr(probe_plan, "open_cache", counted)
-    monkeypatch.setattr(train_plan, "open_cache", counted)
+    monkeypatch.setattr(train_checks, "open_cache", counted)
     raycache.probe(config(stores, encoders=["thin"], methods=["linear"], report=False,
                           linear={"sweep": {"optim.lr": [0.05]}, "train": {"loop": {"epochs": 1}}}))
     assert opened == ["toy"]  # training took the probe's opened cache

@@ -15,7 +15,7 @@ from raycache._heads.modules import standardized
 from raycache._heads.specs import HeadSpec, build_head
 from raycache._heads.weights import encode
 from raycache._train.data.in_memory import InMemory
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import load_config as load_train
 from raycache._train.driver.plan import prepare
 from raycache._train.worker.input_stats import moments
 from tests.conftest import separable, toy_fill

@@ -15,7 +15,7 @@ from raycache import ConfigError, RaycacheError
 from raycache._heads.modules import standardized
 from raycache._heads.specs import HeadSpec, build_head
 from raycache._train.config import TrainConfig
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import load_config as load_train
 from raycache._train.optim import build_optimizer
 from raycache._train.sweep.members import Members
 from raycache._train.sweep.stack import Stack

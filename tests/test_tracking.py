@@ -12,7 +12,7 @@ import pytest
 
 import raycache
 from raycache import ConfigError
-from raycache._train.driver.plan import load_config
+from raycache._train.driver.checks import load_config
 from raycache._train.tracking import TrainCallback
 from tests.conftest import toy_fill
 

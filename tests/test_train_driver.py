@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from raycache import ConfigError
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import load_config as load_train
 
 
 def test_the_plan_reads_each_column_of_the_cache_once():
@@ -14,8 +14,8 @@ def test_the_plan_reads_each_column_of_the_cache_once():
     keys, read the label column once and the key column once."""
     import pyarrow as pa
 
+    from raycache._train.driver.checks import class_counts
     from raycache._train.driver.columns import Columns
-    from raycache._train.driver.plan import class_counts
 
     table = pa.table({"id": ["a", "b", "c"], "label": pa.array([0, None, 1], pa.int64())})
     asked = []

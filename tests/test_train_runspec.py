@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import load_config as load_train
 from raycache._train.runspec import Recipe, WorkerSpec, digest
 from tests.train_specs import HEAD, recipe, spec
 

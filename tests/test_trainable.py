@@ -13,7 +13,7 @@ import raycache
 from raycache import ConfigError, RaycacheError
 from raycache._cache.columns import input_column
 from raycache._fill.plan import load_config as load_fill
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.checks import load_config as load_train
 from tests.conftest import separable, toy_fill
 
 LIVE = {"name": "live", "kind": "torch", "input": "features", "factory": "toy_encoders:small_mlp",

@@ -14,8 +14,8 @@ from raycache._fill.encode import in_process
 from raycache._fill.plan import load_config as load_fill
 from raycache._predict.config import AUTO_IN_PROCESS_BYTES, PredictConfig
 from raycache._predict.run import in_process as predict_in_process
+from raycache._train.driver.checks import load_config
 from raycache._train.driver.placement import resolve_workers
-from raycache._train.driver.plan import load_config
 from tests.conftest import toy_fill
 
 pytestmark = pytest.mark.timeout(120)

@@ -26,9 +26,10 @@ from raycache._heads.specs import HEAD_CONFIG
 from raycache._train.config import TrainConfig
 from raycache._train.console import quiet_ray_train
 from raycache._train.data.committed import Committed
+from raycache._train.driver.checks import check
+from raycache._train.driver.checks import load_config as load_train
 from raycache._train.driver.lease import run_lease
-from raycache._train.driver.plan import check, cluster, guard_run_folder, prepare
-from raycache._train.driver.plan import load_config as load_train
+from raycache._train.driver.plan import cluster, guard_run_folder, prepare
 from raycache._train.driver.resources import check_local
 from raycache._train.driver.result import TrainResult
 from raycache._train.folder.record import runs_dir
