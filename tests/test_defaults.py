@@ -116,10 +116,10 @@ def test_the_solver_is_chosen_from_the_run_and_the_settings_given():
     head = HeadSpec(head="linear", in_dim=8, num_classes=6, hidden=(), dropout=0.0,
                     encoders=("e",), label="label", cache="c", fingerprint="f" * 24)
 
-    def solver(over=None, rows=2000, workers=0, placement="cpu", views=0, first=False, h=head):
+    def solver(over=None, rows=2000, workers=0, placement="cpu", views=0, overlap="", h=head):
         cfg = load(TrainConfig, {"cache": "c", **(over or {})})
         recipe = Recipe.from_config(cfg, rows, workers, 10.0)
-        out = resolve_solver(cfg, recipe, h, rows, workers, placement, views, first)
+        out = resolve_solver(cfg, recipe, h, rows, workers, placement, views, overlap)
         return out.optim.solver, out.loop.epochs
 
     assert solver() == ("lbfgs", 1)  # fits in memory, nothing of the gradient path given
@@ -130,7 +130,7 @@ def test_the_solver_is_chosen_from_the_run_and_the_settings_given():
     assert gradient_settings(load(TrainConfig, {"cache": "c", "optim": {"lr": 0.01}})) == [
         "optim.lr"]
     assert solver(workers=2)[0] == solver(placement="stream")[0] == "gradient"
-    assert solver(views=2)[0] == solver(first=True)[0] == "gradient"
+    assert solver(views=2)[0] == solver(overlap="a fill under way")[0] == "gradient"
     assert solver({"sweep": {"optim.lr": [0.01, 0.1]}})[0] == "gradient"
     assert solver(rows=10**9)[0] == "gradient"  # its working memory would not fit
     mlp = dataclasses.replace(head, head="mlp", hidden=(16,))

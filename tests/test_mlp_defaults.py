@@ -51,6 +51,22 @@ def test_an_mlp_too_narrow_for_its_classes_does_not_start_linear():
         place_linear(build_head(spec((6,), classes=4)), torch.randn(6, 4), torch.randn(4))
 
 
+def test_an_overlaps_rows_keep_the_mlp_at_random_and_the_source_says_why():
+    from types import SimpleNamespace
+
+    from raycache._train.data.in_memory import InMemory
+    from raycache._train.data.overlap import OverlapRows
+    from raycache._train.worker.warm import why_not
+
+    heads = SimpleNamespace(members=[SimpleNamespace(spec=SimpleNamespace(head=spec((8,))))],
+                            spec=SimpleNamespace(world=1))
+    whole = InMemory(torch.randn(10, 6), torch.zeros(10, dtype=torch.int64))
+    assert whole.overlap == "" and why_not(heads, whole) is None
+    rows = OverlapRows(None, lambda: None, None, 0, False)  # type: ignore[arg-type]
+    assert rows.overlap and why_not(heads, rows) == (
+        f"the solve needs every row, and {rows.overlap}")
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> str:
     """600 rows of 4 overlapping classes through the toy projection, filled in this process."""

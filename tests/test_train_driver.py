@@ -31,7 +31,7 @@ def test_the_plan_reads_each_column_of_the_cache_once():
         class_counts(load_train({"cache": "c"}), cache, [], Columns(cache))
     assert sorted(asked) == [("id",), ("label",)]
     overlap = Columns(cache, lambda name: table.column(name))
-    assert overlap.overlap and overlap("id") is overlap("id") and len(asked) == 2
+    assert overlap.rows == 3 and overlap("id") is overlap("id") and len(asked) == 2
 
 
 def test_config_problems_name_value_expectation_and_fix():

@@ -138,7 +138,7 @@ def gradient_settings(cfg: TrainConfig) -> list[str]:
 
 
 def blockers(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int, placement: str,
-             views: int, overlap: bool) -> list[str]:
+             views: int, overlap: str = "") -> list[str]:
     """Why this run cannot be solved by L-BFGS (empty: it can)."""
     from raycache._fit.logreg import GRID
 
@@ -157,7 +157,7 @@ def blockers(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int, placemen
     if cfg.sweep:
         out.append("a sweep's heads train together by gradient")
     if overlap:
-        out.append("it needs every row, and this run trains on a fill as it lands")
+        out.append(f"it needs every row, and {overlap}")
     need = rows * (1 - cfg.evaluation.val_fraction) * (
         head.in_dim + 2 * len(GRID) * max(head.num_classes, 1)) * 4
     if need > SOLVE_BYTES:
@@ -167,7 +167,7 @@ def blockers(cfg: TrainConfig, head: HeadSpec, rows: int, workers: int, placemen
 
 
 def resolve_solver(cfg: TrainConfig, recipe: Any, head: HeadSpec, rows: int, workers: int,
-                   placement: str, views: int, overlap: bool = False) -> Any:
+                   placement: str, views: int, overlap: str = "") -> Any:
     """`recipe` with optim.solver decided: lbfgs (one epoch: the solve) or gradient. auto
     takes lbfgs where nothing blocks it and no gradient setting is given; lbfgs where it
     cannot be is a ConfigError that says why."""

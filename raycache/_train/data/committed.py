@@ -19,8 +19,8 @@ __all__ = ["Committed"]
 class Committed:
     """A committed cache, opened once (or as the caller opened it: the probe hands its on)."""
 
-    overlap = False
-    """Epoch 1 reads the cache whole, not shards as they land."""
+    overlap = ""
+    """Its rows are all there: epoch 1 reads the cache whole, not shards as they land."""
     column = None
     """No source columns: the plan's checks read the cache's own."""
 

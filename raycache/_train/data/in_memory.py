@@ -28,6 +28,9 @@ class InMemory:
     `ids` (each row's id) and `views` (every row's K views), it trains each pass on one view
     per row, drawn from (the pass's seed, row id)."""
 
+    overlap = ""
+    """Its rows are all there (rows.Rows)."""
+
     def __init__(self, x: torch.Tensor | Inputs, y: torch.Tensor,
                  views: torch.Tensor | None = None, ids: np.ndarray | None = None):
         self.x, self.y, self.views, self.ids = x, y, views, ids

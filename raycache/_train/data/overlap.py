@@ -53,8 +53,8 @@ class OverlapFill:
     of it before it commits: its records, the source's key and label columns (the methods of a
     committed cache's source, raycache._train.data.committed.Committed)."""
 
-    overlap = True
-    """Epoch 1 reads the fill's shards as they land."""
+    overlap = "this run trains on a fill as it lands"
+    """Why its rows are not all there: epoch 1 reads the fill's shards as they land."""
 
     def __init__(self, plan: Plan, verify: bool):
         self.plan, self.verify = plan, verify
@@ -239,6 +239,9 @@ class OverlapRows:
     """A worker's training or validation data while the fill runs: the first training pass
     over its deal of the shards as they land; everything else from the committed cache
     (validation waits)."""
+
+    overlap = OverlapFill.overlap
+    """Why its first pass cannot see every row (rows.Rows)."""
 
     def __init__(self, feed: Feed, committed: Callable[[], tuple[Any, Any]], spec: WorkerSpec,
                  rank: int, validation: bool):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -17,10 +17,23 @@ if TYPE_CHECKING:
     from raycache._heads.joint import Inputs
     from raycache._train.runspec import WorkerSpec
 
-__all__ = ["Batches", "all_views", "cached_columns", "load_worker_part", "rows_of", "to_arrays",
-           "view_columns"]
+__all__ = ["Batches", "Rows", "all_views", "cached_columns", "load_worker_part", "rows_of",
+           "to_arrays", "view_columns"]
 
 Batches = Iterator[tuple["torch.Tensor | Inputs", torch.Tensor]]
+
+
+class Rows(Protocol):
+    """A worker's training or validation rows, whatever holds them (in memory, streamed, a
+    fill's shards as they land, an objective's own): what its loop and warm start ask of them."""
+
+    overlap: str
+    """Why its rows are not all there yet ("": they are, a committed cache's)."""
+
+    def __len__(self) -> int: ...
+
+    def batches(self, batch_size: int, seed: int | None, then: int | None = None
+                ) -> Batches: ...
 
 
 def to_arrays(batch: pa.Table, encoders: tuple[str, ...], label: str,

@@ -51,6 +51,9 @@ class Streamed:
     of each piece in a run is of the whole shard, checked against the manifest (spec.checks).
     """
 
+    overlap = ""
+    """Its rows are all there (rows.Rows)."""
+
     def __init__(self, spec: WorkerSpec, rank: int, validation: bool, device: torch.device):
         self.spec, self.validation, self.device = spec, validation, device
         self.pieces = pieces(spec.reading, rank, spec.world)

@@ -86,7 +86,7 @@ def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
     Each column the checks need is read once (Columns)."""
     cache = cache or open_cache(cfg.cache, store, cfg.fingerprint)
     m, read = cache.manifest, Columns(cache, column)
-    if not read.overlap and not m.rows:
+    if not read.rows:
         raise ConfigError([f"cache {m.name}/{m.fingerprint[:12]} holds no rows: nothing to train "
                            "on. Fill it again from a source that has rows"])
     problems = []
@@ -207,9 +207,9 @@ def class_counts(cfg: TrainConfig, cache: Cache, problems: list[str], read: Colu
             raise ConfigError([f"label column {label!r}: smallest class id is {low}; expected "
                                ">= 0"])
         if "counts" not in stats:
-            if not read.overlap and stats["max"] >= max(10 * m.rows, 2**20):  # a bincount that big
+            if stats["max"] >= max(10 * read.rows, 2**20):  # a bincount that big
                 raise ConfigError([
-                    f"label column {label!r} holds ids up to {stats['max']} over {m.rows} rows; "
+                    f"label column {label!r} holds ids up to {stats['max']} over {read.rows} rows; "
                     f"objective {cfg.objective!r} needs ids 0..K-1, and would build a head of "
                     f"{stats['max'] + 1} outputs. Map the labels to 0..K-1 and fill again"])
             stats = _label_stats(label, read)
@@ -258,7 +258,7 @@ def split_problems(cfg: TrainConfig, cache: Cache, read: Columns) -> None:
     from raycache._fit.split import sides
 
     key, fraction = cache.manifest.key_column, cfg.evaluation.val_fraction
-    rows = len(read(key)) if read.overlap else cache.manifest.rows
+    rows = read.rows
     found = sides(rows, fraction, lambda: read(key))
     if found is None or all(found):
         return

@@ -21,9 +21,11 @@ class Columns:
         self._read: dict[str, Any] = {}
 
     @property
-    def overlap(self) -> bool:
-        """Whether the columns come from a fill under way rather than the committed shards."""
-        return self.source is not None
+    def rows(self) -> int:
+        """The cache's rows: its manifest's, or, for a fill under way, its source's key column's."""
+        if self.source is None:
+            return self.cache.manifest.rows
+        return len(self(self.cache.manifest.key_column))
 
     def __call__(self, name: str) -> Any:
         """The column `name`, every row, as an Arrow array."""

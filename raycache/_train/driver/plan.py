@@ -94,11 +94,11 @@ def run_name(cfg: TrainConfig, head: HeadSpec, recipe: Recipe,
 
 
 def prepare(cfg: TrainConfig, checked: tuple | None = None, rows: int | None = None,
-            overlap: bool = False) -> tuple[Cache, WorkerSpec]:
+            overlap: str = "") -> tuple[Cache, WorkerSpec]:
     """Everything checked and resolved, and the WorkerSpec built (Ray is joined only where an auto
     choice needs the cluster; `checked` is check()'s result when the caller already ran it;
-    `rows`, the cache's rows where its manifest does not list them yet; `overlap`: the run
-    trains on a fill as it lands)."""
+    `rows`, the cache's rows where its manifest does not list them yet; `overlap`: why they
+    are not all there yet, as the source says)."""
     if checked is None:
         store = Store.from_config(cfg.store)
         store.check_reachable()

@@ -150,6 +150,9 @@ class PairPart:
     the two keys' ids (their row in the cache), so that a loss can tell copies of a key apart
     from other keys."""
 
+    overlap = ""
+    """Its rows are all there (rows.Rows)."""
+
     def __init__(self, emb: torch.Tensor, rows: torch.Tensor, y: torch.Tensor):
         self.emb, self.rows, self.y = emb, rows, y
 

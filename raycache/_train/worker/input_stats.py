@@ -12,6 +12,7 @@ import torch.distributed as dist
 from raycache._fit.logreg import moment_sums, standardizer
 from raycache._heads.modules import standardized
 from raycache._train.console import say
+from raycache._train.data.rows import Rows
 from raycache._train.worker.heads import WorkerHeads
 
 __all__ = ["BATCH", "fit_inputs", "moments"]
@@ -20,17 +21,17 @@ BATCH = 65_536
 """Rows per read of the pass that sums them (any size gives the same sums, up to rounding)."""
 
 
-def fit_inputs(heads: WorkerHeads, train: Any) -> None:
+def fit_inputs(heads: WorkerHeads, train: Rows) -> None:
     """Set the standardising heads' mean and scale from every worker's training rows (one
-    read of them in stored order); nothing when no head standardises. A run whose fill is
-    still under way (pipeline overlap) keeps the identity: its rows are not all there yet."""
+    read of them in stored order); nothing when no head standardises. An overlap's rows
+    (train.overlap: a fill under way) keep the identity: they are not all there yet."""
     layers = [s for s in (standardized(p.base) for p in heads.members) if s is not None]
     if not layers:
         return
-    if heads.spec.overlap_feed:
+    if train.overlap:
         if heads.spec.progress:
-            say("the head standardises its inputs only when training on a committed cache; "
-                "with overlap its inputs stay as they are")
+            say(f"the head standardises its inputs from every training row, and "
+                f"{train.overlap}: its inputs stay as they are")
         return
     mean, scale = moments(train, layers[0].mean.shape[0], layers[0].mean.device)
     with torch.no_grad():

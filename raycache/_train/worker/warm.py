@@ -14,6 +14,7 @@ import torch
 
 from raycache._heads.linear_start import place_linear
 from raycache._train.console import say
+from raycache._train.data.rows import Rows
 from raycache._train.worker.epoch import (
     SLOTS,
     TRAIN_HIT,
@@ -29,7 +30,7 @@ from raycache._train.worker.heads import WorkerHeads
 __all__ = ["first_epoch", "start_linear", "why_not"]
 
 
-def why_not(heads: WorkerHeads, train: Any) -> str | None:
+def why_not(heads: WorkerHeads, train: Rows) -> str | None:
     """Why these heads cannot start as the linear head here (None: they can; "" : none asks)."""
     from raycache._fit.logreg import GRID
     from raycache._train.defaults import SOLVE_BYTES
@@ -39,8 +40,8 @@ def why_not(heads: WorkerHeads, train: Any) -> str | None:
         return ""
     if spec.world > 1:
         return "the solve runs in one process, and this run has DDP workers"
-    if spec.overlap_feed:
-        return "the solve needs every row, and this run trains on a fill as it lands"
+    if train.overlap:
+        return f"the solve needs every row, and {train.overlap}"
     if not isinstance(getattr(train, "x", None), torch.Tensor):
         return "the solve needs the rows in memory, and this run streams them"
     head = heads.members[0].spec.head
@@ -50,7 +51,7 @@ def why_not(heads: WorkerHeads, train: Any) -> str | None:
     return None
 
 
-def start_linear(heads: WorkerHeads, train: Any) -> dict[str, Any] | None:
+def start_linear(heads: WorkerHeads, train: Rows) -> dict[str, Any] | None:
     """Write the linear solution into every head (before DDP, compile and a sweep's stack take
     their weights); the solve's metrics, or None where the heads start at random (a line
     says why, where a head asked to start linear)."""
