@@ -9,6 +9,7 @@ the ratio of this tree's to the older one's.
 
     python bench/edited_row.py                  # ~1-2 minutes on 2 cores
     python bench/edited_row.py --before HEAD~2 --rows 256
+    python bench/edited_row.py --paragraphs 5479     # a cache the size of issue 51's fortunes
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--before", default="HEAD", help="the git revision to compare against")
     p.add_argument("--rows", type=int, help="the demo data's first ROWS rows (default: all)")
+    p.add_argument("--paragraphs", type=int,
+                   help="instead of the demo data, N docstring paragraphs of bench/lexical.py's "
+                        "data, drawn at random (5479: a cache the size of fortunes)")
     args = p.parse_args()
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -88,6 +92,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="raycache-edited-") as name:
         tmp = Path(name)
         src = write_stdlib_docs(tmp / "docs.parquet")
+        if args.paragraphs:
+            import numpy as np
+            from lexical import dataset
+
+            every = dataset(tmp / "paragraphs.parquet")
+            rng = np.random.default_rng(0)
+            pick = sorted(rng.choice(len(every), args.paragraphs, replace=False).tolist())
+            pq.write_table(every.take(pick), src)
         if args.rows:
             pq.write_table(pq.read_table(src).slice(0, args.rows), src)
         start = time.perf_counter()

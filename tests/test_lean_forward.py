@@ -40,14 +40,14 @@ def forwards(model: torch.nn.Module) -> list[bool]:
 
 
 def test_the_counter_sees_the_wait_a_2d_mask_costs_and_none_with_a_4d_one():
-    enc = ENCODERS["hf-text"].load(minilm(attention="padded"), "cpu")
+    model = hf_text_module._library_model(hf_text_module.resolve(minilm().path, "m")).eval()
     ids = torch.randint(1000, 2000, (3, 12))
     mask = torch.arange(12)[None, :] < torch.tensor([12, 7, 3])[:, None]
     with torch.inference_mode():
         with Syncs() as two_d:
-            enc.model(input_ids=ids, attention_mask=mask.long())
+            model(input_ids=ids, attention_mask=mask.long())
         with Syncs() as four_d:
-            enc.model(input_ids=ids, attention_mask=mask[:, None, None, :])
+            model(input_ids=ids, attention_mask=mask[:, None, None, :])
     assert two_d.waits >= 1  # transformers' SDPA mask check: `padding_mask.all()`
     assert four_d.waits == 0 and four_d.host == 0
 

@@ -173,26 +173,26 @@ class HFTextEncoder:
     """forward takes the storage dtype (raycache._encoders.base.forward_stored)."""
 
     def __init__(self, cfg: EncoderConfig, device: str, batching: Batching | None = None):
-        from transformers import AutoModel
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # one progress bar per fill, the driver's
         self.cfg, self.device, self.batching = cfg, device, batching or Batching()
         self.prepare = Tokenize(cfg)
         s = self.prepare.settings
         self.pool, self.segment_pool = POOLINGS[s.pooling], packed.SEGMENT_POOLINGS[s.pooling]
         self.pad_id = 0  # padded positions are masked out of attention and pooling
         self.mode = compute_mode(device, cfg.precision)
-        model = freeze(AutoModel.from_pretrained(s.folder))
-        _packs(cfg, model.config.model_type)
-        self.packed = cfg.attention == "packed" or (
-            cfg.attention == AUTO and device.startswith("cuda") and self.mode.startswith("cast-")
-            and packed.supports(model.config))
+        plain = _plain_bert(cfg, device)
+        model = plain or _library_model(s.folder)
+        self.packed = False
+        if plain is None:  # transformers' model
+            _packs(cfg, model.config.model_type)
+            self.packed = cfg.attention == "packed" or (
+                cfg.attention == AUTO and device.startswith("cuda")
+                and self.mode.startswith("cast-") and packed.supports(model.config))
         if self.packed:
             packed.register()
             model.set_attn_implementation(packed.ATTENTION)
             self.first = packed.FIRST_POSITION[model.config.model_type](model.config)
-        self.model = running(model, device, self.mode)
+        self.attention = plain.attention if plain else model.config._attn_implementation
+        self.model = running(freeze(model), device, self.mode)
         self.varlen = self.packed and self.mode.startswith("cast-") and _flash(device)
 
     def weights_digest(self) -> str:
@@ -230,7 +230,7 @@ class HFTextEncoder:
         mask makes transformers' SDPA path test `mask.all()`, a wait on the device)."""
         import torch
 
-        kind = self.model.config._attn_implementation
+        kind = self.attention
         if kind == "sdpa":
             return mask[:, None, None, :]
         if kind == "eager":
@@ -253,6 +253,28 @@ class HFTextEncoder:
         if self.prepare.settings.normalize:
             return torch.nn.functional.normalize(pooled, p=2, dim=1)
         return pooled
+
+
+def _plain_bert(cfg: EncoderConfig, device: str) -> torch.nn.Module | None:
+    """On the CPU, a plain BERT folder's model without transformers (raycache._encoders.bert:
+    the same outputs, without the library's 3 s of imports); None elsewhere (a GPU, packed
+    attention, another model or weight layout)."""
+    if device.startswith("cuda") or cfg.attention == "packed":
+        return None
+    from raycache._encoders import bert
+
+    folder = resolve(cfg.path, cfg.name)
+    config = bert.plain(folder)
+    return bert.load(folder, config) if config else None
+
+
+def _library_model(folder: Path) -> torch.nn.Module:
+    """transformers' model of `folder`."""
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one progress bar per fill, the driver's
+    return AutoModel.from_pretrained(folder)
 
 
 def _flash(device: str) -> bool:
