@@ -7,6 +7,7 @@ optimizer, schedule and early stopping."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -69,26 +70,16 @@ def epochs_of(spec: WorkerSpec, rank: int, device: torch.device, live: Live | No
         fit_inputs(heads, train_data)
     warm = start_linear(heads, train_data) if not heads.run.epoch else None
     wrap(heads)
-    epochs, last_save, started = spec.recipe.loop.epochs, time.monotonic(), time.monotonic()
-    first = heads.run.epoch
+    epochs, last_save = spec.recipe.loop.epochs, time.monotonic()
+    ended = EpochEnd(heads, rank, live, time.monotonic(), heads.run.epoch)
     if spec.recipe.optim.solver == "lbfgs" and not heads.run.epoch:  # one epoch: the solve
         from raycache._train.worker.solved import solve_head
 
         rows, extras, seconds = solve_head(heads, train_data, val_data)
-        record(heads, 0, rows, extras, seconds, time.monotonic() - started)
-        if rank == 0 and spec.progress:
-            say_progress(progress_line(heads, seconds), final=True)
-        save(heads, rank)
-        if live is not None:
-            live.epoch_end(heads.run.history, saved=True)
+        ended(0, rows, extras, seconds, due=True, pace=seconds)
     if warm is not None:  # an mlp started as the linear head: that is its first epoch
         rows, extras = first_epoch(heads, train_data, val_data, warm)
-        record(heads, 0, rows, extras, warm["solve_seconds"], time.monotonic() - started)
-        if rank == 0 and spec.progress:
-            say_progress(progress_line(heads, warm["solve_seconds"]), final=False)
-        save(heads, rank)
-        if live is not None:
-            live.epoch_end(heads.run.history, saved=True)
+        ended(0, rows, extras, warm["solve_seconds"], due=True, pace=warm["solve_seconds"])
     while heads.run.epoch < epochs and not heads.run.stopped:
         epoch, t0 = heads.run.epoch, time.perf_counter()
         torch.manual_seed(epoch_seed(spec, epoch, rank))
@@ -109,25 +100,48 @@ def epochs_of(spec: WorkerSpec, rank: int, device: torch.device, live: Live | No
         check_finite(heads, epoch, total, local, steps_before, rank)
         extras = (evaluators[0].compute_each() if heads.stack is not None
                   else [e.compute() for e in evaluators])
-        record(heads, epoch, total, extras, time.perf_counter() - t0,
-               time.monotonic() - started)
-        every = spec.checkpoint_every
-        end = heads.run.epoch == epochs or heads.run.stopped
-        if rank == 0 and spec.progress:
-            say_progress(progress_line(heads, (time.monotonic() - started)
-                                       / (heads.run.epoch - first)), final=end)
-        saved = bool(end or sums[0, SAVE_NOW] > 0 or (every and heads.run.epoch % every == 0))
-        if saved:
-            save(heads, rank)
+        if ended(epoch, total, extras, time.perf_counter() - t0, due=bool(sums[0, SAVE_NOW] > 0)):
             last_save = time.monotonic()
-        if live is not None:
-            live.epoch_end(heads.run.history, saved)
     out = {"history": heads.run.history, "resumed_from": heads.run.resumed_from}
     if rank == 0:
         write_artifacts(spec.store, spec.run_dir, heads.run.history)
     if spec.sweep and heads.run.history:
         out["sweep"] = sweep_rows(heads)
     return out
+
+
+@dataclass(frozen=True)
+class EpochEnd:
+    """What ends an epoch (the solve and a linear start count as one): on every worker its
+    metrics recorded; on rank 0 its line, the checkpoint when one is due and the live
+    trackers told."""
+
+    heads: WorkerHeads
+    rank: int
+    live: Live | None
+    started: float
+    """The loop's time.monotonic() start."""
+    first: int
+    """The epoch the loop began at (a resumed run's)."""
+
+    def __call__(self, epoch: int, rows: list[list[float]], extras: list[dict[str, float]],
+                 seconds: float, *, due: bool, pace: float | None = None) -> bool:
+        """End `epoch`; `due`: a checkpoint is asked for (one is also written at the run's end
+        and every checkpoint_every epochs); `pace`: seconds an epoch for the time left (the
+        loop's mean where None). Whether it saved."""
+        heads, spec = self.heads, self.heads.spec
+        record(heads, epoch, rows, extras, seconds, time.monotonic() - self.started)
+        run, every = heads.run, spec.checkpoint_every
+        end = run.epoch == spec.recipe.loop.epochs or run.stopped
+        if self.rank == 0 and spec.progress:
+            mean = (time.monotonic() - self.started) / max(run.epoch - self.first, 1)
+            say_progress(progress_line(heads, mean if pace is None else pace), final=end)
+        saved = bool(due or end or (every and run.epoch % every == 0))
+        if saved:
+            save(heads, self.rank)
+        if self.live is not None:
+            self.live.epoch_end(run.history, saved)
+        return saved
 
 
 def record(heads: WorkerHeads, epoch: int, rows: list[list[float]], extras: list[dict[str, float]],
