@@ -2,9 +2,8 @@
 scikit-learn TF-IDF pipeline it replaced, on the same rows and split (not a test).
 
 For each N of `--rows`:
-- lexical: raycache._probe.lexical.fit (TF-IDF word 1-2 + char 2-5 n-grams, a linear SVM over
-  its C grid: liblinear's at C 0.3 and 1, SGD's at C 1 past SGD_ROWS training rows), wall and
-  the best validation accuracy;
+- lexical: raycache._probe.lexical.fit (TF-IDF word 1-2 + char 3-4 n-grams, a linear SVM:
+  SGD on the hinge loss at C 1 on this process's cores), wall and validation accuracy;
 - encoder probe: the probe's default methods on 384-d features of the same rows (logreg over
   its 10 C, knn at k 10 and 20, in this process on the CPU), wall; the features are a cheap
   deterministic text embedding (hashed word counts through a fixed random projection and tanh),

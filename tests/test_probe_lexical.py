@@ -1,4 +1,4 @@
-"""The probe's lexical baseline: TF-IDF word and character n-grams + logistic regression on the
+"""The probe's lexical baseline: TF-IDF word and character n-grams + a linear SVM on the
 source texts of a text cache's rows, the same key split, as a row of the table (on by default
 for text caches), with a plain line when it beats every encoder. In-process: no Ray."""
 
@@ -176,23 +176,10 @@ def test_methods_left_out_run_an_mlp_on_a_small_encoder(store):
     assert set(result.table.method) == {"logreg", "knn", "mlp"}  # before: logreg and knn
 
 
-def test_past_sgd_rows_the_sgd_fits_stay_within_half_a_point_of_the_full_pipeline(monkeypatch):
-    from raycache._fit.split import validation_mask
+def test_the_fit_is_one_sgd_svm_at_c_1_on_this_processs_cores():
+    from raycache._compute.pool import cores
     from raycache._probe import lexical
-    from raycache._probe.config import ProbeConfig
-    from raycache._probe.data import Features
 
-    monkeypatch.setattr(lexical, "SGD_ROWS", 0)  # every fit SGD's, as past 10,000 rows
-    docs = raycache.stdlib_docs(per_topic=120)
-    held = validation_mask(docs.column("id"), 0.2).to_numpy(zero_copy_only=False)
-    text = np.array(docs.column("text").to_pylist(), dtype=object)
-    y = docs.column("label").to_numpy()
-    empty = np.zeros((0, 0), np.float32)
-    data = Features("tfidf[text]", None, None, empty, y[~held], empty, y[held])
-    lex = lexical.Lexical(None, "text", list(text[~held]), list(text[held]), data)
-    assert type(lexical._model(1.0, len(lex.texts_train))).__name__ == "SGDClassifier"
-    candidates = lexical.fit(lex, ProbeConfig(["x"]))
-    assert [c.setting for c in candidates] == [{"C": 1.0}]  # one fit: C=0.3 never won there
-    mine = max(float((c.pred == y[held]).mean()) for c in candidates)
-    full = full_pipeline(list(text[~held]), y[~held], list(text[held]), y[held])
-    assert mine >= full - 0.005, (mine, full)
+    model = lexical.svm(4000)
+    assert type(model).__name__ == "SGDClassifier" and model.loss == "hinge"
+    assert model.alpha == 1 / (lexical.C * 4000) and model.n_jobs == cores()

@@ -1,9 +1,8 @@
 """The probe's lexical baseline: TF-IDF of word and character n-grams and a linear SVM
-(scikit-learn's liblinear at two C, SGD at one past SGD_ROWS training rows: one thread, no
-OpenMP to contend for busy cores), on the source texts of the cache's own rows and the same
-key split, so that an encoder is compared with what a bag of n-grams does on the same task, at a
-small fraction of the time of the L-BFGS logistic regression it replaces and about its accuracy
-(bench/lexical.py)."""
+(scikit-learn's SGD on the hinge loss, its classes on this process's cores), on the source texts
+of the cache's own rows and the same key split, so that an encoder is compared with what a bag
+of n-grams does on the same task, at a small fraction of the encoder probe's time and about the
+accuracy of the L-BFGS logistic regression pipeline it replaces (bench/lexical.py)."""
 
 from __future__ import annotations
 
@@ -24,31 +23,27 @@ if TYPE_CHECKING:
     from raycache._probe.config import ProbeConfig
     from raycache._probe.plan import Target
 
-__all__ = ["C_GRID", "EPOCHS", "LEXICAL_ROWS", "MAX_FEATURES", "METHOD", "SGD_C_GRID", "SGD_ROWS",
-           "TEXT_KINDS", "TOL", "Lexical", "Skipped", "baselines", "features", "fit", "grid"]
+__all__ = ["C", "CHAR_GRAMS", "EPOCHS", "LEXICAL_ROWS", "MAX_FEATURES", "METHOD", "TEXT_KINDS",
+           "Lexical", "Skipped", "baselines", "features", "fit"]
 
 METHOD = LEXICAL
 """The method's name in the probe's table."""
-C_GRID = (0.3, 1.0)
-"""Inverse L2 strengths tried (liblinear's C: the hinge loss summed over rows, so a larger C is
-a weaker penalty), the best picked on the validation rows as every method's setting is. C=3,
-once the third, was the slowest fit (over half the fits' time) and never the best at 5,000 or
-20,000 rows (bench/lexical.py)."""
-SGD_C_GRID = (1.0,)
-"""The C tried past SGD_ROWS training rows: C=0.3 never beat C=1 there (20,000 to 100,000
-rows, bench/README.md), and its fit was half the baseline's time."""
-TOL = 1e-2
-"""liblinear's stopping tolerance (its default 1e-4 costs twice the time for the same
-accuracy, bench/lexical.py)."""
-SGD_ROWS = 10_000
-"""Training rows past which the fits are SGD's, not liblinear's: at 20,000 rows (16,010 to
-train) SGD at C=1 scored 0.4982 against liblinear's 0.4980, in 0.36 of its time
-(bench/README.md)."""
-EPOCHS = 15
-"""SGD's passes over the training rows."""
+C = 1.0
+"""The SVM's inverse L2 strength (the hinge loss summed over rows: alpha = 1 / (C rows)). One C:
+from 5,000 to 100,000 rows C=0.3 never beat it by more than the noise of a draw, and a second
+fit was a third to a half of the baseline's time (bench/README.md)."""
+EPOCHS = 8
+"""SGD's passes over the training rows at most (it stops sooner once the loss stalls): 8
+scored as 15 did (0.5438 and 0.5437 on 100,000 rows; 0.5325 and 0.5327 on 50,000) in about
+0.6 of the fit's time."""
 MAX_FEATURES = 200_000
-"""The vocabulary's bound per analyzer (word 1-2-grams, character 2-5-grams within words): the
+"""The vocabulary's bound per analyzer (word 1-2-grams, character n-grams within words): the
 most frequent n-grams of the training rows."""
+CHAR_GRAMS = (3, 4)
+"""The character n-grams' lengths within words: 3-4 scored as 2-5 and 3-5 did, within the
+noise of a draw (two draws each of 5,000, 20,000 and 100,000 rows: -0.5 to +0.7 points against
+3-5, -0.07 at 100,000), in 0.5-0.7 of 3-5's features' time and 0.8 of its fit's
+(bench/README.md)."""
 LEXICAL_ROWS = 200_000
 """lexical: auto runs the baseline on caches of at most this many rows (where it is cheap)."""
 TEXT_KINDS = ("hf-text",)
@@ -95,13 +90,13 @@ def baselines(cfg: ProbeConfig, found: list[Target]) -> tuple[list[Lexical], lis
 
 def features(train: list[str], val: list[str]) -> tuple[Any, Any]:
     """(training rows, validation rows) as sublinear TF-IDF of word 1-2-grams beside character
-    2-5-grams within words, each of at most MAX_FEATURES n-grams of the training rows and
+    CHAR_GRAMS within words, each of at most MAX_FEATURES n-grams of the training rows and
     L2-normalised, float32 CSR."""
     from scipy.sparse import hstack
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     x_train, x_val = [], []
-    for analyzer, grams in (("word", (1, 2)), ("char_wb", (2, 5))):
+    for analyzer, grams in (("word", (1, 2)), ("char_wb", CHAR_GRAMS)):
         tfidf = TfidfVectorizer(analyzer=analyzer, ngram_range=grams, sublinear_tf=True,
                                 max_features=MAX_FEATURES, dtype=np.float32)
         x_train.append(tfidf.fit_transform(train))
@@ -109,38 +104,30 @@ def features(train: list[str], val: list[str]) -> tuple[Any, Any]:
     return hstack(x_train, format="csr"), hstack(x_val, format="csr")
 
 
-def grid(rows: int) -> tuple[float, ...]:
-    """The C tried for `rows` training rows: C_GRID up to SGD_ROWS, SGD_C_GRID past them."""
-    return SGD_C_GRID if rows > SGD_ROWS else C_GRID
-
-
 def fit(lex: Lexical, cfg: ProbeConfig) -> list[Candidate]:
-    """The baseline at each C of its grid: its predictions for the validation rows."""
+    """The baseline at C: its predictions for the validation rows."""
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
 
     x_train, x_val = features(lex.texts_train, lex.texts_val)
-    out = []
-    for c in grid(x_train.shape[0]):
-        with warnings.catch_warnings():  # SGD stops at EPOCHS by design
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            model = _model(c, x_train.shape[0]).fit(x_train, lex.data.y_train)
-        out.append(Candidate({"C": c}, model.predict(x_val).astype(np.int64)))
-    return out
+    with warnings.catch_warnings():  # SGD stops at EPOCHS by design
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = svm(x_train.shape[0]).fit(x_train, lex.data.y_train)
+    return [Candidate({"C": C}, model.predict(x_val).astype(np.int64))]
 
 
-def _model(c: float, rows: int) -> Any:
-    """A linear SVM at C for `rows` training rows: liblinear's up to SGD_ROWS, past them SGD on
-    the hinge loss at the same C (alpha = 1 / (C rows)) for EPOCHS passes, whose cost grows
-    with the rows, where liblinear's dual solve grows faster."""
-    if rows > SGD_ROWS:
-        from sklearn.linear_model import SGDClassifier
+def svm(rows: int) -> Any:
+    """A linear SVM at C for `rows` training rows: SGD on the hinge loss for EPOCHS passes,
+    whose cost grows with the rows (liblinear's dual solve, once used here, grew faster and was
+    3-5x SGD's time at 5,000 rows for the same accuracy), one class against the rest on each of
+    this process's cores (joblib threads, which do not spin-wait on busy cores as OpenMP's do)."""
+    from sklearn.linear_model import SGDClassifier
 
-        return SGDClassifier(alpha=1 / (c * rows), max_iter=EPOCHS, tol=1e-3, random_state=0)
-    from sklearn.svm import LinearSVC
+    from raycache._compute.pool import cores
 
-    return LinearSVC(C=c, tol=TOL)
+    return SGDClassifier(alpha=1 / (C * rows), max_iter=EPOCHS, tol=1e-3, random_state=0,
+                         n_jobs=cores())
 
 
 def _read(target: Target, cfg: ProbeConfig) -> Lexical:

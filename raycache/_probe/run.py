@@ -96,7 +96,7 @@ def _lexical(cfg: ProbeConfig, found: list[Target]) -> list[Outcome]:
     for lex in rows:
         start = time.perf_counter()
         with step(cfg.progress, f"probe {lex.data.encoder} {lexical.METHOD}: TF-IDF + "
-                                f"logistic regression on {lex.data.train_rows:,} texts"):
+                                f"a linear SVM on {lex.data.train_rows:,} texts"):
             candidates = lexical.fit(lex, cfg)
         out.append(score(lex.data, lexical.METHOD, candidates, cfg.select,
                          time.perf_counter() - start))
