@@ -4,6 +4,7 @@ see."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from raycache._errors import EncoderError
@@ -11,12 +12,19 @@ from raycache._errors import EncoderError
 if TYPE_CHECKING:
     from raycache._compute.pool import Pool
 
-__all__ = ["set_threads", "start_actor"]
+__all__ = ["cut_short", "set_threads", "start_actor"]
+
+WORKER_LEFT = 75
+"""The exit status of a Ray worker that leaves because torch was cut short in it (EX_TEMPFAIL)."""
 
 
 def start_actor(pool: Pool, what: str) -> None:
     """Set torch's threads to the pool's (at most this machine's CPUs); an EncoderError when Ray
-    gave the `what` actor a GPU that torch cannot see (a CPU build of torch)."""
+    gave the `what` actor a GPU that torch cannot see (a CPU build of torch). A Ray worker
+    whose torch was cut short (cut_short) leaves, so that Ray runs the task again in a fresh
+    one; in the calling process it is an EncoderError."""
+    if cut_short():
+        _leave(what)
     import torch
 
     set_threads(pool)
@@ -35,3 +43,25 @@ def set_threads(pool: Pool) -> None:
     want = max(1, min(pool.threads, os.cpu_count() or 1))
     if torch.get_num_threads() != want:
         torch.set_num_threads(want)
+
+
+def cut_short() -> bool:
+    """Whether an import of torch in this process was cut short: its submodules loaded, torch
+    itself not (a task cancelled by Ray while it imported torch). Python cannot import torch
+    again in such a process: its C types are registered already."""
+    return "torch" not in sys.modules and "torch._C" in sys.modules
+
+
+def _leave(what: str) -> None:
+    """End this process where it is a Ray worker (Ray retries its task on another); raise where
+    it is the caller's."""
+    import ray
+
+    if ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE:
+        print(f"raycache: an import of torch in this Ray worker (pid {os.getpid()}) was cut "
+              f"short earlier, so it cannot start the {what} actor; the worker leaves and Ray "
+              "runs its task again in a fresh one", file=sys.stderr, flush=True)
+        os._exit(WORKER_LEFT)
+    raise EncoderError(
+        f"an import of torch in this process (pid {os.getpid()}) was cut short earlier, so it "
+        f"cannot start the {what} actor; run it again in a fresh Python process")
