@@ -179,7 +179,7 @@ class HFTextEncoder:
         self.pool, self.segment_pool = POOLINGS[s.pooling], packed.SEGMENT_POOLINGS[s.pooling]
         self.pad_id = 0  # padded positions are masked out of attention and pooling
         self.mode = compute_mode(device, cfg.precision)
-        plain = _plain_bert(cfg, device)
+        plain = _plain_bert(cfg, device, s.folder)
         model = plain or _library_model(s.folder)
         self.packed = False
         if plain is None:  # transformers' model
@@ -255,15 +255,14 @@ class HFTextEncoder:
         return pooled
 
 
-def _plain_bert(cfg: EncoderConfig, device: str) -> torch.nn.Module | None:
-    """On the CPU, a plain BERT folder's model without transformers (raycache._encoders.bert:
+def _plain_bert(cfg: EncoderConfig, device: str, folder: Path) -> torch.nn.Module | None:
+    """On the CPU, the model of a plain BERT `folder` without transformers (raycache._encoders.bert:
     the same outputs, without the library's 3 s of imports); None elsewhere (a GPU, packed
     attention, another model or weight layout)."""
     if device.startswith("cuda") or cfg.attention == "packed":
         return None
     from raycache._encoders import bert
 
-    folder = resolve(cfg.path, cfg.name)
     config = bert.plain(folder)
     return bert.load(folder, config) if config else None
 
