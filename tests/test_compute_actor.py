@@ -1,6 +1,7 @@
-"""A model actor's start-up guard (raycache._compute.actor) where an import of torch was cut
-short in the process (a task Ray cancelled mid-import): a Ray worker leaves and its task runs
-again in a fresh one; the calling process gets an error naming the cause."""
+"""The guard before a model stage is built (raycache._compute.actor.whole_torch) where an
+import of torch was cut short in the process (a task Ray cancelled mid-import): a Ray worker
+leaves and its task runs again in a fresh one; the calling process gets an error naming the
+cause."""
 
 import os
 import subprocess
@@ -8,9 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from raycache._compute.pool import local_pool
-from raycache._compute.pool_config import PoolConfig
 
 CUT_SHORT = """
 import sys
@@ -23,13 +21,11 @@ del sys.modules["torch"]  # what an import cut short leaves: its submodules, not
 
 def test_in_the_calling_process_it_is_an_error_naming_the_cause():
     code = CUT_SHORT + """
-from raycache._compute.actor import start_actor
-from raycache._compute.pool import local_pool
-from raycache._compute.pool_config import PoolConfig
+from raycache._compute.actor import whole_torch
 from raycache._errors import EncoderError
 assert cut_short()
 try:
-    start_actor(local_pool(PoolConfig()), "encoder")
+    whole_torch("model stage")
 except EncoderError as e:
     print(e)
 """
@@ -51,9 +47,11 @@ def test_a_ray_worker_with_torch_cut_short_leaves_and_its_task_runs_again(ray_se
         if not os.path.exists(marker):  # the first attempt: this worker's torch cut short
             Path(marker).write_text(str(os.getpid()))
             exec(CUT_SHORT)
-        from raycache._compute.actor import start_actor
+        from raycache._compute.actor import whole_torch
 
-        start_actor(local_pool(PoolConfig()), "encoder")
+        whole_torch("model stage")
+        import torch  # noqa: F401  (whole, in the fresh worker)
+
         return os.getpid()
 
     pid = ray.get(starts.remote(str(marker)), timeout=240)

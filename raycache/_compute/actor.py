@@ -1,5 +1,5 @@
-"""The start-up guard of a model actor or task: its pool's torch threads, and a GPU torch must
-see."""
+"""The start-up guard of a model actor or task: a whole torch in its process, its pool's torch
+threads, and a GPU torch must see."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from raycache._errors import EncoderError
 if TYPE_CHECKING:
     from raycache._compute.pool import Pool
 
-__all__ = ["cut_short", "set_threads", "start_actor"]
+__all__ = ["cut_short", "set_threads", "start_actor", "whole_torch"]
 
 WORKER_LEFT = 75
 """The exit status of a Ray worker that leaves because torch was cut short in it (EX_TEMPFAIL)."""
@@ -20,11 +20,7 @@ WORKER_LEFT = 75
 
 def start_actor(pool: Pool, what: str) -> None:
     """Set torch's threads to the pool's (at most this machine's CPUs); an EncoderError when Ray
-    gave the `what` actor a GPU that torch cannot see (a CPU build of torch). A Ray worker
-    whose torch was cut short (cut_short) leaves, so that Ray runs the task again in a fresh
-    one; in the calling process it is an EncoderError."""
-    if cut_short():
-        _leave(what)
+    gave the `what` actor a GPU that torch cannot see (a CPU build of torch)."""
     import torch
 
     set_threads(pool)
@@ -52,16 +48,19 @@ def cut_short() -> bool:
     return "torch" not in sys.modules and "torch._C" in sys.modules
 
 
-def _leave(what: str) -> None:
-    """End this process where it is a Ray worker (Ray retries its task on another); raise where
-    it is the caller's."""
+def whole_torch(what: str) -> None:
+    """Before a model stage is built (whatever it imports first): where torch was cut short in
+    this process, end it if it is a Ray worker, so that Ray runs the task again in a fresh one;
+    in the calling process, an EncoderError."""
+    if not cut_short():
+        return
     import ray
 
     if ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE:
         print(f"raycache: an import of torch in this Ray worker (pid {os.getpid()}) was cut "
-              f"short earlier, so it cannot start the {what} actor; the worker leaves and Ray "
+              f"short earlier, so it cannot start the {what}; the worker leaves and Ray "
               "runs its task again in a fresh one", file=sys.stderr, flush=True)
         os._exit(WORKER_LEFT)
     raise EncoderError(
         f"an import of torch in this process (pid {os.getpid()}) was cut short earlier, so it "
-        f"cannot start the {what} actor; run it again in a fresh Python process")
+        f"cannot start the {what}; run it again in a fresh Python process")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raycache._compute.actor import whole_torch
 from raycache._core import started
 from raycache._core.marks import marking
 from raycache._errors import RaycacheError, StoreError
@@ -87,6 +88,7 @@ class ModelActor:
 
     def __init__(self, pool: Pool, model: Stage, sink: Stage | None = None):
         started.mark("model actor:start")
+        whole_torch("model actor")
         self.model = model.fn(pool=pool, **model.kwargs)
         self.sink = sink
         self.device = threading.Lock()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from raycache._compute import model_actor
-from raycache._compute.actor import set_threads
+from raycache._compute.actor import set_threads, whole_torch
 from raycache._compute.memo import memo
 from raycache._compute.pool import LIGHT_CPUS, READ_CPUS, Pool
 from raycache._compute.prepare import Inputs, PrepareActor
@@ -191,6 +191,7 @@ class ModelChain:
     three share the same cores, so a hop costs more than it overlaps)."""
 
     def __init__(self, job: Job, pool: Pool, local: bool = False):
+        whole_torch("model stage")
         self.prepare = PrepareActor(job.encoders, job.passthrough, job.inputs)
         self.model = job.model.fn(pool=pool, **job.model.kwargs,
                                   **(job.model.local if local else {}))
