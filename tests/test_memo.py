@@ -1,6 +1,9 @@
 """What a Ray worker process keeps between tasks (_compute.memo): built once, the most recent
 few of each kind, and nothing kept of a build that failed."""
 
+import subprocess
+import sys
+
 import pytest
 
 from raycache._compute import memo as module
@@ -35,3 +38,40 @@ def test_a_build_that_raises_keeps_nothing():
         with pytest.raises(RuntimeError, match="weights differ"):
             memo("encoder", "bad", broken)
     assert "bad" not in module._MEMO["encoder"]
+
+
+CANCELLED = """
+import _thread, sys, threading, time
+
+def cancel_mid_import():  # what Ray's cancel does: KeyboardInterrupt in the main thread
+    while "torch.nn" not in sys.modules:
+        time.sleep(0.001)
+    _thread.interrupt_main()
+
+threading.Thread(target=cancel_mid_import, daemon=True).start()
+try:
+    {first}
+except KeyboardInterrupt:
+    print("cancelled", flush=True)
+{again}
+print("sum", float(torch.ones(3).sum()), flush=True)
+"""
+
+
+def _cancelled(first: str, again: str) -> subprocess.CompletedProcess:
+    code = CANCELLED.format(first=first, again=again)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=180)
+
+
+@pytest.mark.timeout(400)
+def test_a_task_cancelled_mid_build_leaves_a_build_the_next_task_uses():
+    control = _cancelled("import torch", "import torch")  # cancelled in the main thread
+    assert "cancelled" in control.stdout and "sum" not in control.stdout, control.stdout
+    assert control.returncode != 0  # torch cannot be imported again: it raises, or crashes
+
+    build = ("from raycache._compute.memo import memo\n"
+             "    memo('chain', 'job', lambda: __import__('torch'))")
+    done = _cancelled(build, "torch = memo('chain', 'job', lambda: None)")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "cancelled" in done.stdout and "sum 3.0" in done.stdout, done.stdout

@@ -42,10 +42,10 @@ def set_threads(pool: Pool) -> None:
 
 
 def cut_short() -> bool:
-    """Whether an import of torch in this process was cut short: its submodules loaded, torch
-    itself not (a task cancelled by Ray while it imported torch). Python cannot import torch
-    again in such a process: its C types are registered already."""
-    return "torch" not in sys.modules and "torch._C" in sys.modules
+    """Whether an import of torch in this process was cut short: some of its submodules loaded,
+    torch itself not (a task cancelled by Ray while it imported torch, outside a memo's build).
+    Python cannot import torch again in such a process: it raises, or crashes."""
+    return "torch" not in sys.modules and any(name.startswith("torch.") for name in sys.modules)
 
 
 def whole_torch(what: str) -> None:
