@@ -1,5 +1,5 @@
 """python -m raycache: the command line."""
 
-from raycache._cli import main
+from raycache._cli import run
 
-raise SystemExit(main())
+run()

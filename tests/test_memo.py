@@ -71,7 +71,23 @@ def test_a_task_cancelled_mid_build_leaves_a_build_the_next_task_uses():
     assert control.returncode != 0  # torch cannot be imported again: it raises, or crashes
 
     build = ("from raycache._compute.memo import memo\n"
-             "    memo('chain', 'job', lambda: __import__('torch'))")
+             "    memo('chain', 'job', lambda: __import__('torch'), apart=True)")
     done = _cancelled(build, "torch = memo('chain', 'job', lambda: None)")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "cancelled" in done.stdout and "sum 3.0" in done.stdout, done.stdout
+
+
+def test_a_cpu_pool_task_builds_its_stages_apart(monkeypatch):
+    from raycache._compute import runner
+
+    asked = {}
+
+    def recorded(kind, key, build, apart=False):
+        asked.update(kind=kind, apart=apart)
+        return lambda table: table
+
+    monkeypatch.setattr(runner, "memo", recorded)
+    monkeypatch.setattr(runner, "set_threads", lambda pool: None)
+    job = runner.Shipped(ref=type("Ref", (), {"hex": lambda self: "job"})())
+    assert runner.chain_task("block", job, pool=None) == "block"
+    assert asked == {"kind": "chain", "apart": True}  # a cancelled task cuts no import short

@@ -1,10 +1,14 @@
 """The raycache command line: every command module's `COMMANDS` gathered by name, the parser
-made from them, and main() (one command, its exit code)."""
+made from them, main() (one command, its exit code) and run() (the process's command: the
+console script and `python -m raycache`)."""
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
+import threading
 import warnings
 
 from raycache._cli import (
@@ -49,6 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS.values():
         command.parser(sub)
     return parser
+
+
+def run() -> None:
+    """main() as the whole process, then its exit with main's code once this process's threads
+    are done and its exit handlers have run (Ray's shutdown, logging's flush), past the
+    interpreter's teardown: a native thread pool (pyarrow's) torn down there while one of its
+    threads is alive aborts the process (exit 134, "terminate called without an active
+    exception") after a command that has finished."""
+    code = main()
+    for thread in threading.enumerate():  # what the interpreter's exit would wait for
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

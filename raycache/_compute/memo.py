@@ -1,11 +1,12 @@
 """What a Ray worker process builds once and memoises for the tasks it runs next: a job's stages,
 the models they load. Bounded: the most recently used few of each kind.
 
-A build runs on a thread of its own when it is called on the main thread. Ray cancels a task by
-raising KeyboardInterrupt in the worker's main thread, at whatever line it is on; an import of
-an extension module (torch, tokenizers) cut short there leaves a process that cannot import it
+A task's build (`apart`) runs on a thread of its own. Ray cancels a task by raising
+KeyboardInterrupt in the worker's main thread, at whatever line it is on; an import of an
+extension module (torch, tokenizers) cut short there leaves a process that cannot import it
 again, or crashes when it tries. Off the main thread the build goes on: the cancelled task stops
-waiting for it, and the next task in the process waits for the same build."""
+waiting for it, and the next task in the process waits for the same build. (An actor's
+constructor is never cut short: Ray cancels no actor call that has started.)"""
 
 from __future__ import annotations
 
@@ -25,10 +26,11 @@ _MEMO: dict[str, OrderedDict[Hashable, Future]] = {}
 _LOCK = threading.Lock()  # a process may run several tasks on threads (Ray's threaded actors)
 
 
-def memo(kind: str, key: Hashable, build: Callable[[], Any]) -> Any:
+def memo(kind: str, key: Hashable, build: Callable[[], Any], apart: bool = False) -> Any:
     """The `kind` entry of `key` this process built (or is building), else `build()` memoised
-    under it (the least recently used one of that kind dropped past MEMO_SIZE). A build that
-    raises keeps nothing, so the next task tries again and raises the same."""
+    under it (the least recently used one of that kind dropped past MEMO_SIZE); with `apart`,
+    built out of a cancel's reach. A build that raises keeps nothing, so the next task tries
+    again and raises the same."""
     with _LOCK:
         entries = _MEMO.setdefault(kind, OrderedDict())
         built = entries.get(key)
@@ -40,7 +42,7 @@ def memo(kind: str, key: Hashable, build: Callable[[], Any]) -> Any:
         else:
             entries.move_to_end(key)
     if fresh:  # outside the lock: a model load takes seconds, and may memoise its own parts
-        _start(built, build)
+        _start(built, build, apart)
     try:
         return built.result()
     except Exception:
@@ -50,9 +52,9 @@ def memo(kind: str, key: Hashable, build: Callable[[], Any]) -> Any:
         raise
 
 
-def _start(built: Future, build: Callable[[], Any]) -> None:
-    """`build()` into `built`: on a thread of its own from the main thread (out of a cancel's
-    reach), in this thread from any other."""
+def _start(built: Future, build: Callable[[], Any], apart: bool) -> None:
+    """`build()` into `built`: with `apart` and on the main thread (where a cancel lands), on a
+    thread of its own; else in this thread."""
 
     def run() -> None:
         try:
@@ -60,7 +62,7 @@ def _start(built: Future, build: Callable[[], Any]) -> None:
         except BaseException as e:  # handed to every caller waiting on it
             built.set_exception(e)
 
-    if threading.current_thread() is threading.main_thread():
+    if apart and threading.current_thread() is threading.main_thread():
         threading.Thread(target=run, name="raycache-build", daemon=True).start()
     else:
         run()

@@ -219,7 +219,7 @@ def chain_task(table: pa.Table, job: Shipped, pool: Pool) -> pa.Table:
     ModelChain that this worker process built for an earlier block (built now, the job fetched
     once, where there is none): no actor to start, each model loaded once a process."""
     started.once("task")
-    chain = memo("chain", job.ref.hex(), lambda: _built(job, pool))
+    chain = memo("chain", job.ref.hex(), lambda: _built(job, pool), apart=True)
     set_threads(pool)  # another job's stages in this process may have set others
     return chain(table)
 

@@ -277,3 +277,27 @@ def test_tables_are_drawn_by_rich_on_a_wide_terminal_and_plain_in_a_pipe(capsys,
     monkeypatch.setenv("COLUMNS", "20")  # too narrow for the table: the plain lines
     print_table(["cache", "rows"], rows, plain=["plain"])
     assert capsys.readouterr().out == "plain\n"
+
+
+def test_the_process_exits_with_the_commands_code_once_its_threads_and_exit_handlers_ran(
+        tmp_path):
+    """run() ends the process past the interpreter's teardown (where a native pool's live
+    thread aborts it), but not before a thread the interpreter would wait for, or an exit
+    handler (Ray's shutdown, logging's flush), has run."""
+    code = (
+        "import atexit, sys, threading, time\n"
+        "atexit.register(lambda: print('exit handler ran', flush=True))\n"
+        "def late():\n"
+        "    time.sleep(0.5)\n"
+        "    print('thread finished', flush=True)\n"
+        "threading.Thread(target=late).start()\n"
+        "sys.argv = ['raycache', 'runs', 'nope', '--store', sys.argv[1]]\n"
+        "from raycache._cli import run\n"
+        "run()\n"
+        "print('not reached')\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == ERROR, done  # the command's refusal: no cache named nope
+    assert "no committed cache named 'nope'" in done.stderr
+    assert done.stdout.splitlines()[-2:] == ["thread finished", "exit handler ran"], done
+    assert "not reached" not in done.stdout
