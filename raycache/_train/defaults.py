@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from raycache._heads.specs import HeadSpec
 
 __all__ = ["BATCH_RANGE", "BATCH_STEPS", "DEFAULT_LR", "DEFAULT_PATIENCE", "GRADIENT_SETTINGS",
-           "LINEAR_STEP", "LINEAR_LR", "LR", "MONITOR", "PATIENCE", "SAMPLE_ROWS", "SOLVE_BYTES",
-           "feature_l1", "gradient_settings", "resolve", "resolve_lr", "resolve_solver"]
+           "HIDDEN", "LINEAR_STEP", "LINEAR_LR", "LR", "MONITOR", "PATIENCE", "SAMPLE_ROWS",
+           "SOLVE_BYTES", "WIDTHS", "feature_l1", "gradient_settings", "resolve", "resolve_hidden",
+           "resolve_lr", "resolve_solver"]
 
 LR: dict[tuple[str, str], float] = {("classification", "mlp"): 1e-3}
 """(objective, head family) -> AdamW's peak learning rate; the others take DEFAULT_LR, and a
@@ -52,10 +53,31 @@ the solved linear head and, at its rate, can take more than 5 epochs of steps to
 bench/defaults.py's digits, 5 stopped it at epoch 7 with its best at 2, 0.9 point short)."""
 DEFAULT_PATIENCE = 5
 """patience: auto for the other heads and objectives (the patience of raycache before auto)."""
+HIDDEN = [256]
+"""hidden: auto for every head but an mlp classifier trained alone, and in a sweep's members."""
+WIDTHS = ([256], [1024])
+"""hidden: auto for an mlp classifier trained alone (no sweep, no trainable encoder): both
+widths train in one pass (a sweep of `hidden`, each its own optimizer and early stop, seeded as
+a lone run), and the better by the monitored metric on the validation rows is served, as the
+solved linear head chooses its C. The probe's mlp sweep is these widths at two rates; at the
+default rate they hold its best member on bench/defaults.py's six sets (bench/README.md,
+defaults.py run 7), where neither width alone did (one or two validation rows short)."""
 BATCH_STEPS = 50
 """batch_size: auto gives an epoch about this many optimizer steps..."""
 BATCH_RANGE = (32, 256)
 """...within these bounds (rows per worker and step)."""
+
+
+def resolve_hidden(cfg: TrainConfig, trainable: bool) -> TrainConfig:
+    """`cfg` with hidden: auto decided: WIDTHS as a sweep for an mlp classifier with no sweep
+    of its own and, `trainable`, no trainable encoder (which trains one head a run); HIDDEN
+    for any other run."""
+    if cfg.hidden != AUTO:
+        return cfg
+    sweep = cfg.sweep
+    if (cfg.objective, cfg.head) == ("classification", "mlp") and not sweep and not trainable:
+        sweep = {"hidden": [list(w) for w in WIDTHS]}
+    return dataclasses.replace(cfg, hidden=list(HIDDEN), sweep=sweep)
 
 
 def resolve_lr(cfg: TrainConfig, l1: float | None = None) -> float:

@@ -69,9 +69,10 @@ class TrainConfig:
     head: str = sweepable("linear", sweep="head families, e.g. [linear, mlp]")
     """Head family, a key of raycache._heads.HEADS (linear, mlp, stacked, widening, gated,
     skip) or "module:function"."""
-    hidden: list[int] = sweepable(factory=lambda: [256],
-                                  sweep="hidden widths per head, e.g. [[256], [512]]")
-    """mlp, stacked, skip: hidden layer widths."""
+    hidden: list[int] | str = sweepable(AUTO, sweep="hidden widths per head, e.g. [[256], [512]]")
+    """mlp, stacked, skip: hidden layer widths. auto: [256], and for an mlp classifier trained
+    alone (no sweep, no trainable encoder) [256] and [1024] in one pass, the better on the
+    validation rows served (raycache._train.defaults.resolve_hidden)."""
     dropout: float = sweepable(0.0, sweep="e.g. [0.0, 0.1]")
     """Dropout rate of the head's layers (a linear head: on its input)."""
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -170,8 +171,10 @@ class TrainConfig:
             out.append(f"select_mode={self.select_mode!r}: expected one of {MONITOR_MODES}")
         if not 0.0 <= self.dropout < 1.0:
             out.append(f"dropout={self.dropout}: expected a value in [0, 1), e.g. 0.1")
-        if any(h < 1 for h in self.hidden):
-            out.append(f"hidden={self.hidden}: expected a list of layer widths >= 1, e.g. [256]")
+        if (self.hidden != AUTO if isinstance(self.hidden, str)
+                else any(h < 1 for h in self.hidden)):
+            out.append(f"hidden={self.hidden!r}: expected a list of layer widths >= 1, e.g. "
+                       "[256], or 'auto'")
         return non_finite(self) + out
 
 

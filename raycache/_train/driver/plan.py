@@ -17,7 +17,7 @@ from raycache._fit.part import keeps
 from raycache._heads.linear_start import starts_linear
 from raycache._heads.specs import HeadSpec, standardizes
 from raycache._train.config import TrainConfig
-from raycache._train.defaults import feature_l1, resolve_solver
+from raycache._train.defaults import feature_l1, resolve_hidden, resolve_solver
 from raycache._train.driver.checks import check
 from raycache._train.driver.placement import cluster, resolve_placement, resolve_workers
 from raycache._train.folder.record import read_record, runs_dir
@@ -40,6 +40,8 @@ def sweep_members(cfg: TrainConfig, head: HeadSpec, rows: int | None = None,
     """The sweep's members, each with its own head and recipe (none without a sweep; auto
     settings resolved for each member's head, as in Recipe.from_config)."""
     out = []
+    if cfg.sweep:  # a member's hidden: auto is HIDDEN (train_on resolved it already)
+        cfg = resolve_hidden(cfg, bool(head.trainable))
     for settings in members(cfg):
         c = apply(cfg, settings)
         out.append(Member(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import types
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -43,9 +44,14 @@ def dotted(name: str) -> str:
 
 
 def _type(name: str) -> Any:
+    """A member's type of the setting: its field's, less the `auto` a field may take (hidden:
+    a sweep lists the values to try)."""
     owner, _, field = name.rpartition(".")
     hints = typing.get_type_hints(TrainConfig)
-    return typing.get_type_hints(hints[owner])[field] if owner else hints[field]
+    tp = typing.get_type_hints(hints[owner])[field] if owner else hints[field]
+    if typing.get_origin(tp) is types.UnionType:
+        return typing.Union[tuple(a for a in typing.get_args(tp) if a is not str)]  # noqa: UP007
+    return tp
 
 
 def apply(cfg: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
