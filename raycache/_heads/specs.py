@@ -24,6 +24,7 @@ __all__ = [
     "HEAD_CONFIG",
     "HEAD_FORMAT_VERSION",
     "HEAD_WEIGHTS",
+    "HIDDEN",
     "LEGACY_WEIGHTS",
     "READABLE_VERSIONS",
     "HEADS",
@@ -52,6 +53,9 @@ HEAD_FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 WIDENING = 4
 """widening: the hidden layer is this many times the input width."""
+HIDDEN = [256]
+"""The hidden widths of a head with layers (mlp, stacked, skip) where a run gives none (a
+TrainConfig's hidden: auto, but for an mlp classifier trained alone: _train.defaults.WIDTHS)."""
 
 
 def linear(in_dim: int, out_dim: int, hidden: list[int], dropout: float) -> nn.Module:

@@ -55,7 +55,7 @@ def train_config(cfg: ProbeConfig, cache: str, fingerprint: str | None, column: 
     grid = heads.sweep or (SWEEPS[method] if cfg.methods else {})
     if not grid:  # methods left out, so mlp was added: one head, the default mlp's settings
         out["head"] = method  # but fewer epochs at most (the user's loop settings win)
-        from raycache._train.defaults import HIDDEN
+        from raycache._heads.specs import HIDDEN
 
         out.setdefault("hidden", list(HIDDEN))  # one width: hidden auto would train two
         loop = out.get("loop", {})

@@ -15,6 +15,7 @@ import numpy as np
 
 from raycache._core.config import AUTO
 from raycache._errors import ConfigError
+from raycache._heads.specs import HIDDEN
 from raycache._train.config import ScheduleConfig, TrainConfig
 
 if TYPE_CHECKING:
@@ -53,8 +54,6 @@ the solved linear head and, at its rate, can take more than 5 epochs of steps to
 bench/defaults.py's digits, 5 stopped it at epoch 7 with its best at 2, 0.9 point short)."""
 DEFAULT_PATIENCE = 5
 """patience: auto for the other heads and objectives (the patience of raycache before auto)."""
-HIDDEN = [256]
-"""hidden: auto for every head but an mlp classifier trained alone, and in a sweep's members."""
 WIDTHS = ([256], [1024])
 """hidden: auto for an mlp classifier trained alone (no sweep, no trainable encoder): both
 widths train in one pass (a sweep of `hidden`, each its own optimizer and early stop, seeded as
