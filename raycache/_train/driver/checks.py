@@ -28,7 +28,7 @@ from raycache._train.driver.columns import Columns
 from raycache._train.objectives import OBJECTIVES
 
 __all__ = ["check", "class_counts", "config_problems", "load_config", "overlap_problems",
-           "problems", "split_problems", "trainable_encoders"]
+           "problems", "split_problems", "trainable_encoders", "trained_encoders"]
 
 
 def problems(cfg: TrainConfig) -> list[str]:
@@ -125,13 +125,20 @@ def check(cfg: TrainConfig, store: Store, cache: Cache | None = None,
     return cache, head, counts
 
 
+def trained_encoders(cfg: TrainConfig, cache: Cache) -> list[str]:
+    """The cache's trainable encoders that the run reads (`encoders:`, else all), in its order;
+    names the cache lacks left out (check names them)."""
+    by_name = {e.name: e for e in cache.manifest.encoders}
+    return [e for e in cfg.encoders or list(by_name) if e in by_name and by_name[e].trainable]
+
+
 def trainable_encoders(cfg: TrainConfig, cache: Cache, encoders: list[str]) -> dict[str, int]:
     """The trainable encoders among `encoders`, with their output widths (checked: what
     training them needs)."""
     from raycache._heads.joint import output_dim
 
     m = cache.manifest
-    names = [e for e in encoders if m.encoder(e).trainable]
+    names = [e for e in trained_encoders(cfg, cache) if e in encoders]
     problems = []
     if cfg.optim.encoder_lr is not None and not names:
         problems.append(f"encoder_lr={cfg.optim.encoder_lr}: cache {m.name} has no trainable "

@@ -27,7 +27,7 @@ from raycache._train.config import TrainConfig
 from raycache._train.console import quiet_ray_train
 from raycache._train.data.committed import Committed
 from raycache._train.defaults import resolve_hidden
-from raycache._train.driver.checks import check
+from raycache._train.driver.checks import check, trained_encoders
 from raycache._train.driver.checks import load_config as load_train
 from raycache._train.driver.lease import run_lease
 from raycache._train.driver.plan import cluster, guard_run_folder, prepare
@@ -160,9 +160,7 @@ def train_on(cfg: TrainConfig, cache: Cache | None = None, overlap: OverlapFill 
     store = Store.from_config(cfg.store)
     store.check_reachable()
     source: Source = overlap or Committed(cfg, store, cache)
-    m = source.cache().manifest
-    cfg = resolve_hidden(cfg, any(e.trainable for e in m.encoders
-                                  if not cfg.encoders or e.name in cfg.encoders))
+    cfg = resolve_hidden(cfg, bool(trained_encoders(cfg, source.cache())))
     checked = check(cfg, store, source.cache(), source.column)  # bad input fails before Ray
     cache, spec = prepare(cfg, checked, source.rows(checked[0].manifest.key_column),
                           overlap=source.overlap)
