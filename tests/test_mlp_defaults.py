@@ -130,6 +130,12 @@ def test_hidden_auto_trains_both_widths_in_one_pass_and_serves_the_better(store)
     served = raycache.load_head(mlp.checkpoint)
     assert list(served.spec.hidden) == best["settings"]["hidden"]
     assert "selected member" in mlp.summary() and "hidden=" in mlp.summary()
+    # what a user who asked for `head: mlp` reads: an mlp's widths, in the summary and the runs
+    assert mlp.summary().startswith("train sweep of 2 mlp heads over hidden on toy/")
+    from raycache._train.folder.record import list_runs
+
+    listed = {r.name: r.head for r in list_runs(raycache.open_cache("toy", store))}
+    assert listed[mlp.spec.run_name] == "sweep of 2 mlp heads over hidden"
 
 
 @pytest.mark.parametrize(("over", "hidden", "sweep"), [

@@ -247,7 +247,7 @@ def test_a_sweep_trains_every_member_on_the_same_batches_and_saves_the_best(stor
         torch.testing.assert_close(v, members[best["member"]]["best_weights"][k])
     assert head.info["sweep"][best["member"]]["selected"]
     settings = " ".join(f"{k}={v}" for k, v in best["settings"].items())
-    assert "sweep of 8 heads" in run.summary()
+    assert "train sweep of 8 heads over lr, head, hidden on " in run.summary()
     assert f"selected member #{best['member']} {settings}: val_acc" in run.summary()
     # every member recorded: sweep.jsonl, run.json; the same config again returns the run
     folder = Path(run.spec.run_dir)

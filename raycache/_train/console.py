@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 __all__ = ["epoch_text", "live", "number", "quiet_ray_train", "say", "say_progress",
-           "settings_text", "solved_outcome", "solved_text", "solved_warnings"]
+           "settings_text", "solved_outcome", "solved_text", "solved_warnings", "sweep_text"]
 
 SHOWN = ("train_loss", "train_acc", "val_loss", "val_acc")
 """Metrics every epoch line shows; the monitored one is added when it is another."""
@@ -81,6 +81,18 @@ def number(value: Any) -> str:
 def settings_text(settings: dict[str, Any]) -> str:
     """A sweep member's settings as `lr=0.01 hidden=[64]`."""
     return " ".join(f"{k}={v}" for k, v in settings.items())
+
+
+def sweep_text(members: list[dict[str, Any]], head: str) -> str:
+    """A sweep by its members' settings (each member's dict) and the config's `head`: `sweep
+    of 2 mlp heads over hidden`; `sweep of 8 heads over head, optim.lr` where the families
+    differ."""
+    keys = dict.fromkeys(k for m in members for k in m)
+    varied = [k for k in keys if len({repr(m.get(k)) for m in members}) > 1]
+    families = {m.get("head", head) for m in members}
+    family = f"{families.pop()} " if len(families) == 1 else ""
+    return f"sweep of {len(members)} {family}heads" + (f" over {', '.join(varied)}"
+                                                       if varied else "")
 
 
 def solved_text(history: list[dict[str, Any]], first_epoch: int) -> str | None:

@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from raycache._cache.committed import Cache
-from raycache._train.console import number, settings_text, solved_outcome, solved_text
+from raycache._train.console import (
+    number,
+    settings_text,
+    solved_outcome,
+    solved_text,
+    sweep_text,
+)
 from raycache._train.runspec import RunSpec
 
 if TYPE_CHECKING:
@@ -186,7 +192,8 @@ class TrainResult:
             run and its checkpoint.
         """
         s, where = self.spec, f"{self.cache.name}/{self.cache.fingerprint[:12]}"
-        what = f"sweep of {len(self.sweep)} heads" if self.sweep else s.head.head
+        what = (sweep_text([row["settings"] for row in self.sweep], s.head.head) if self.sweep
+                else s.head.head)
         if self.finished_before:
             return (f"train {what} on {where}: run {s.run_name} had already finished "
                     f"({self.finished_before}, in {self.run_dir}); nothing was trained now. "

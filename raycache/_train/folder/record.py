@@ -13,7 +13,7 @@ from raycache._cache.committed import Cache
 from raycache._cache.store import RUNS, Store
 from raycache._errors import RaycacheError
 from raycache._heads.specs import HEAD_CONFIG
-from raycache._train.console import number, settings_text
+from raycache._train.console import number, settings_text, sweep_text
 from raycache._train.folder.checkpoints import PREFIX, latest
 
 __all__ = ["MAIN", "RECORD", "RESUMABLE", "RunInfo", "checkpoint_of", "driver_alive", "list_runs",
@@ -77,7 +77,7 @@ class RunInfo:
     objective: str = ""
     """What the head learns: classification, groups or pairs."""
     head: str = ""
-    """The head's family (mlp, linear, ...), or "sweep of N heads"."""
+    """The head's family (mlp, linear, ...), or a sweep's "sweep of N mlp heads over hidden"."""
     monitor: str = ""
     """The metric the run monitors (a sweep: the one that selects its head)."""
     checkpoint: str = ""
@@ -209,7 +209,7 @@ def list_runs(cache: Cache) -> list[RunInfo]:
             epochs=recipe_epochs(recipe), best=record.get("best", {}),
             metrics=history[-1] if history else {}, updated=record.get("updated", ""),
             objective=recipe.get("objective", ""),
-            head=(f"sweep of {len(sweep)} heads" if sweep
+            head=(sweep_text(sweep, record.get("head", {}).get("head", "")) if sweep
                   else record.get("head", {}).get("head", "")),
             monitor=record.get("select") or recipe.get("evaluation", {}).get("monitor", ""),
             checkpoint=store.url(final) if final else "", started=record.get("started", ""),
