@@ -204,13 +204,13 @@ def list_runs(cache: Cache) -> list[RunInfo]:
                            for line in store.read_bytes(metrics_path).splitlines()]
         recipe = record.get("recipe", {})
         sweep = record.get("sweep") or []
+        family = record.get("head", {}).get("head", "")
         out.append(RunInfo(
             name=name, status=status, epochs_done=len(history),
             epochs=recipe_epochs(recipe), best=record.get("best", {}),
             metrics=history[-1] if history else {}, updated=record.get("updated", ""),
             objective=recipe.get("objective", ""),
-            head=(sweep_text(sweep, record.get("head", {}).get("head", "")) if sweep
-                  else record.get("head", {}).get("head", "")),
+            head=sweep_text(sweep, family) if sweep else family,
             monitor=record.get("select") or recipe.get("evaluation", {}).get("monitor", ""),
             checkpoint=store.url(final) if final else "", started=record.get("started", ""),
             served=_served(store, final, history), cache=f"{cache.name}/{cache.fingerprint}",
